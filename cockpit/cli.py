@@ -1,0 +1,192 @@
+"""`cockpit`: the command line, and the one place that reaches up into the TUI (lazily).
+
+Importing this module pulls in neither torch nor textual; `--no-ui` paths never do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+
+from cockpit import __version__, config, rundir, supervisor
+from cockpit.headless import EXIT_FAILED, EXIT_USAGE
+
+DEMO_CONFIG = "demo.yaml"
+
+
+def demo_config_path() -> str:
+    return str(resources.files("cockpit") / "data" / "demo" / DEMO_CONFIG)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cockpit", description="A terminal cockpit for LoRA/QLoRA fine-tuning.")
+    p.add_argument("--version", action="version", version=f"lora-cockpit {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def with_ui(sp):
+        sp.add_argument("--no-ui", action="store_true", help="headless: live status on a terminal, plain lines otherwise")
+        sp.add_argument("--log-every", type=float, default=10.0, metavar="S",
+                        help="plain output: seconds between step lines (0: every log event)")
+
+    sp = sub.add_parser("init", help="write a commented config template")
+    sp.add_argument("path", nargs="?", default="cockpit.yaml")
+    sp.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+    for name, text in (("train", "validate CONFIG and start a run"), ("demo", "train the shipped tiny model")):
+        sp = sub.add_parser(name, help=text)
+        if name == "train":
+            sp.add_argument("config", help="YAML config (cockpit init writes one)")
+        sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="override a config key, e.g. --set training.max_steps=50 (repeatable)")
+        sp.add_argument("--check", action="store_true", help="validate the config and exit")
+        with_ui(sp)
+
+    sp = sub.add_parser("runs", help="list runs with their status")
+    sp.add_argument("--json", action="store_true")
+
+    sp = sub.add_parser("attach", help="replay a run's history and follow it live")
+    sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
+    with_ui(sp)
+
+    sp = sub.add_parser("restart", help="start the trainer again in a run's directory, from its last checkpoint")
+    sp.add_argument("run", nargs="?")
+    with_ui(sp)
+
+    sp = sub.add_parser("stop", help="stop a run: checkpoint, then SIGTERM, then SIGKILL")
+    sp.add_argument("run", nargs="?")
+    sp.add_argument("--timeout", type=float, default=supervisor.STOP_GRACE_S,
+                    help="seconds to wait for the graceful stop before SIGTERM")
+    for name, text in (("save", "save a checkpoint now"), ("pause", "pause after the current step"),
+                       ("resume", "resume a paused run")):
+        sp = sub.add_parser(name, help=text)
+        sp.add_argument("run", nargs="?")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command is None:
+        _parser().print_help()
+        return EXIT_USAGE
+    handler = globals()[f"cmd_{args.command}"]
+    try:
+        return handler(args)
+    except config.ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except rundir.RunNotFound as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    except supervisor.NotRunning as exc:
+        print(f"{exc}. `cockpit runs` shows its status; `cockpit restart` continues from its last checkpoint.",
+              file=sys.stderr)
+        return EXIT_FAILED
+
+
+def cmd_init(args) -> int:
+    path = Path(args.path)
+    if path.exists() and not args.force:
+        print(f"{path} exists; use --force to overwrite", file=sys.stderr)
+        return EXIT_USAGE
+    path.write_text(config.template(), encoding="utf-8")
+    print(f"wrote {path}; edit it, then: cockpit train {path}")
+    return 0
+
+
+def cmd_train(args) -> int:
+    cfg = config.load_config(args.config, args.overrides)
+    return _start(cfg, args)
+
+
+def cmd_demo(args) -> int:
+    cfg = config.load_config(demo_config_path(), args.overrides)
+    return _start(cfg, args)
+
+
+def _start(cfg: config.TrainConfig, args) -> int:
+    if args.check:
+        print("config OK")
+        return 0
+    run = rundir.create(Path(cfg.output.dir) if cfg.output.dir else None, cfg.model.name, config.dump_config(cfg))
+    proc = supervisor.launch(run)
+    print(f"run {run.run_id} started (trainer pid {proc.pid}); directory {run.path}", file=sys.stderr)
+    return _show(run, proc, args)
+
+
+def _show(run: rundir.RunDir, proc, args, replay: bool = False) -> int:
+    from cockpit.session import RunSession
+
+    session = RunSession(run, proc=proc, replay=replay)
+    if args.no_ui:
+        from cockpit.headless import follow
+
+        return follow(session, log_every_s=args.log_every)
+    from screens.app import CockpitApp  # the only place the TUI is imported
+
+    return CockpitApp(session).run() or 0
+
+
+def cmd_attach(args) -> int:
+    run = rundir.find(args.run)
+    return _show(run, None, args, replay=not supervisor.is_alive(run))
+
+
+def cmd_restart(args) -> int:
+    run = rundir.find(args.run)
+    if supervisor.is_alive(run):
+        print(f"run {run.run_id} is still running; attach with: cockpit attach {run.run_id}", file=sys.stderr)
+        return EXIT_USAGE
+    config.load_config(run.config_path)  # still valid?
+    checkpoints = run.complete_checkpoints()
+    start = f"from {checkpoints[-1].name}" if checkpoints else "from the start (no complete checkpoint)"
+    proc = supervisor.launch(run)
+    print(f"run {run.run_id} restarted {start} (trainer pid {proc.pid})", file=sys.stderr)
+    return _show(run, proc, args)
+
+
+def cmd_runs(args) -> int:
+    rows = []
+    for run in rundir.all_runs():
+        status = supervisor.run_status(run)
+        rows.append({"run": run.run_id, "status": status.state, "step": status.step, "total_steps": status.total_steps,
+                     "detail": status.detail, "path": str(run.path)})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    if not rows:
+        print("no runs yet; start one with: cockpit demo")
+        return 0
+    width = max(len(r["run"]) for r in rows)
+    for r in rows:
+        steps = f"{r['step']}/{r['total_steps'] or '?'}"
+        print(f"{r['run']:<{width}}  {r['status']:<8}  {steps:>11}  {r['detail']}")
+    return 0
+
+
+def cmd_stop(args) -> int:
+    run = rundir.find(args.run)
+    outcome = supervisor.stop(run, grace_s=args.timeout, say=lambda t: print(t, file=sys.stderr))
+    print(f"{run.run_id}: {outcome}")
+    return 0 if outcome in ("stopped", "terminated", "killed", "not running") else EXIT_FAILED
+
+
+def _send(args, name: str) -> int:
+    run = rundir.find(args.run)
+    supervisor.send_command(run, name)
+    print(f"sent {name} to {run.run_id}; `cockpit attach {run.run_id}` shows the answer")
+    return 0
+
+
+def cmd_save(args) -> int:
+    return _send(args, "save")
+
+
+def cmd_pause(args) -> int:
+    return _send(args, "pause")
+
+
+def cmd_resume(args) -> int:
+    return _send(args, "resume")

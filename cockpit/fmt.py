@@ -1,0 +1,50 @@
+"""Formatting figures for people: one place, so the TUI and --no-ui agree."""
+
+from __future__ import annotations
+
+import math
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours >= 48:
+        return f"{hours // 24}d{hours % 24:02d}h"
+    return f"{hours}:{minutes:02d}:{secs:02d}"
+
+
+def gib(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value / 2**30:.{digits}f} GiB"
+
+
+def rate(value: float | None, unit: str = "") -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    if value >= 10_000:
+        text = f"{value / 1000:.1f}k"
+    elif value >= 100:
+        text = f"{value:.0f}"
+    else:
+        text = f"{value:.2f}"
+    return f"{text}{unit}"
+
+
+def money(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"${value:.2f}" if value >= 1 else f"${value:.4f}"
+
+
+def loss(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.4f}"
+
+
+def sci(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2e}"

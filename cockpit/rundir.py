@@ -1,0 +1,174 @@
+"""The run directory: one per run, owner-only, everything a later client needs.
+
+    <root>/<run id>/
+        config.yaml      the resolved config (no secrets)
+        events.jsonl     every protocol message, appended (the trainer's stdout)
+        backend.log      everything else the trainer printed
+        control          FIFO for commands (stop/save/pause/resume), mode 0600
+        trainer.json     pid, process group, start time, boot id of the current trainer
+        checkpoints/     checkpoint-<step>/ (complete ones carry COMPLETE_MARKER)
+        final/           the final adapter (or model) after a finished run
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cockpit import paths
+
+CONFIG_NAME = "config.yaml"
+EVENTS_NAME = "events.jsonl"
+LOG_NAME = "backend.log"
+CONTROL_NAME = "control"
+TRAINER_NAME = "trainer.json"
+CHECKPOINTS_NAME = "checkpoints"
+FINAL_NAME = "final"
+COMPLETE_MARKER = "cockpit-complete.json"
+STAGING_NAME = ".staging"
+
+
+class RunNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG_NAME
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / EVENTS_NAME
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / LOG_NAME
+
+    @property
+    def control_path(self) -> Path:
+        return self.path / CONTROL_NAME
+
+    @property
+    def trainer_path(self) -> Path:
+        return self.path / TRAINER_NAME
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / CHECKPOINTS_NAME
+
+    @property
+    def final_dir(self) -> Path:
+        return self.path / FINAL_NAME
+
+    def complete_checkpoints(self) -> list[Path]:
+        """Checkpoints whose save finished, oldest first."""
+        return complete_checkpoints(self.checkpoints_dir)
+
+    def read_trainer(self) -> dict | None:
+        try:
+            return json.loads(self.trainer_path.read_text())
+        except (OSError, ValueError):
+            return None
+
+
+def complete_checkpoints(folder: Path) -> list[Path]:
+    found = []
+    if folder.is_dir():
+        for child in folder.iterdir():
+            match = re.fullmatch(r"checkpoint-(\d+)", child.name)
+            if match and (child / COMPLETE_MARKER).is_file():
+                found.append((int(match.group(1)), child))
+    return [p for _, p in sorted(found)]
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text.split("/")[-1].replace("synthetic:", "")).strip("-")[:40] or "run"
+
+
+def create(root: Path | None, model_name: str, config_yaml: str) -> RunDir:
+    """A new run directory (0700) with config, empty events/log files and the control FIFO."""
+    root = Path(root).expanduser() if root else paths.runs_root()
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    base = f"{time.strftime('%Y%m%d-%H%M%S')}-{slug(model_name)}"
+    for n in range(1000):
+        path = root / (base if n == 0 else f"{base}-{n}")
+        try:
+            path.mkdir(mode=0o700)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise RuntimeError(f"could not create a run directory under {root}")
+    os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+    run = RunDir(path)
+    _write_private(run.config_path, config_yaml)
+    _write_private(run.events_path, "")
+    _write_private(run.log_path, "")
+    os.mkfifo(run.control_path, 0o600)
+    run.checkpoints_dir.mkdir(mode=0o700)
+    _register(run, paths.runs_root())
+    return run
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _register(run: RunDir, default_root: Path) -> None:
+    """Runs outside the default root get a symlink there, so `cockpit runs` finds every run."""
+    if run.path.parent.resolve() == default_root.resolve() if default_root.exists() else False:
+        return
+    default_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    link = default_root / run.run_id
+    if not link.exists():
+        try:
+            link.symlink_to(run.path.resolve())
+        except OSError:
+            pass  # a read-only home is no reason to fail a run
+
+
+def all_runs(root: Path | None = None) -> list[RunDir]:
+    root = Path(root).expanduser() if root else paths.runs_root()
+    if not root.is_dir():
+        return []
+    runs = []
+    for child in root.iterdir():
+        target = child.resolve()
+        if target.is_dir() and (target / EVENTS_NAME).exists():
+            runs.append(RunDir(target))
+    return sorted(runs, key=lambda r: r.run_id)
+
+
+def find(spec: str | None, root: Path | None = None) -> RunDir:
+    """A run by path, id, unique id prefix, or the newest when spec is None or 'last'."""
+    if spec and Path(spec).expanduser().is_dir() and (Path(spec).expanduser() / EVENTS_NAME).exists():
+        return RunDir(Path(spec).expanduser().resolve())
+    runs = all_runs(root)
+    where = root or paths.runs_root()
+    if not runs:
+        raise RunNotFound(f"no runs under {where}; start one with: cockpit train CONFIG (or cockpit demo)")
+    if spec in (None, "", "last", "latest"):
+        return runs[-1]
+    exact = [r for r in runs if r.run_id == spec]
+    if exact:
+        return exact[0]
+    matches = [r for r in runs if r.run_id.startswith(spec) or spec in r.run_id]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise RunNotFound(f"no run matches {spec!r} under {where}; `cockpit runs` lists them")
+    raise RunNotFound(f"{spec!r} matches {len(matches)} runs: {', '.join(r.run_id for r in matches[:6])}")

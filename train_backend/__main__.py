@@ -1,0 +1,34 @@
+"""Entry point of the trainer process.
+
+    python -m train_backend train RUN_DIR
+
+The launcher (cockpit.supervisor) points stdout at RUN_DIR/events.jsonl and stderr at
+RUN_DIR/backend.log, in a new session so the trainer outlives its client.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] != "train":
+        print(__doc__, file=sys.stderr)
+        return 2
+    # before any library import: protocol stays alone on the real stdout
+    from train_backend.channel import Emitter, take_stdout
+
+    os.umask(0o077)  # everything in the run directory is the owner's alone
+    protocol_fd = take_stdout()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from cockpit.rundir import RunDir
+    from train_backend.trainer import run_training
+
+    emitter = Emitter(protocol_fd)
+    return run_training(RunDir(Path(argv[1]).resolve()), emitter)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

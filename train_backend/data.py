@@ -1,0 +1,151 @@
+"""Loading the training data and describing it (counts, token lengths, truncation)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from cockpit.config import DatasetSection
+from train_backend.errors import DataError
+
+LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def demo_dataset_path() -> str:
+    return str(resources.files("cockpit") / "data" / "demo" / "train.jsonl")
+
+
+@dataclass
+class PreparedData:
+    dataset: object  # datasets.Dataset with one column: text, messages or input_ids
+    format: str
+    stats: dict
+
+
+def load_raw(section: DatasetSection):
+    import datasets
+
+    path = demo_dataset_path() if section.path == "demo" else section.path
+    local = Path(path).expanduser()
+    try:
+        if local.is_dir():
+            loaded = datasets.load_from_disk(str(local))
+            if isinstance(loaded, datasets.DatasetDict):
+                if section.split not in loaded:
+                    raise DataError(
+                        f"dataset.split: {section.split!r} not in {str(local)!r}; splits are: "
+                        f"{', '.join(loaded.keys())}"
+                    )
+                loaded = loaded[section.split]
+            return loaded
+        if local.is_file():
+            builder = LOCAL_BUILDERS.get(local.suffix.lower())
+            if builder is None:
+                raise DataError(
+                    f"dataset.path: {str(local)!r} has suffix {local.suffix!r}; expected one of "
+                    f"{', '.join(LOCAL_BUILDERS)} or a folder written by save_to_disk"
+                )
+            return datasets.load_dataset(builder, data_files=str(local), split="train")
+        return datasets.load_dataset(path, split=section.split)
+    except DataError:
+        raise
+    except Exception as exc:  # datasets raises many types; the user needs the path and the reason
+        endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+        where = "local file" if local.exists() else f"hub dataset (endpoint {endpoint})"
+        raise DataError(f"could not load dataset {path!r} as a {where}: {type(exc).__name__}: {exc}") from exc
+
+
+def detect_format(columns: list[str], section: DatasetSection) -> str:
+    if section.format != "auto":
+        return section.format
+    if "input_ids" in columns:
+        return "tokens"
+    if section.messages_field in columns:
+        return "messages"
+    if section.text_field in columns:
+        return "text"
+    raise DataError(
+        f"dataset has none of the expected columns ('{section.text_field}' for text, "
+        f"'{section.messages_field}' for chat, 'input_ids' for tokens); columns are: {', '.join(columns)}. "
+        "Set dataset.text_field or dataset.messages_field to the right column."
+    )
+
+
+def prepare(section: DatasetSection, tokenizer, max_length: int) -> PreparedData:
+    raw = load_raw(section)
+    columns = list(raw.column_names)
+    fmt = detect_format(columns, section)
+    column = {"text": section.text_field, "messages": section.messages_field, "tokens": "input_ids"}[fmt]
+    if column not in columns:
+        key = {"text": "dataset.text_field", "messages": "dataset.messages_field"}.get(fmt, "dataset.format")
+        raise DataError(
+            f"dataset column {column!r} not found; columns are: {', '.join(columns)}. Set {key} to the right "
+            "column (or dataset.format)."
+        )
+    total = len(raw)
+    if section.max_samples is not None:
+        raw = raw.select(range(min(section.max_samples, total)))
+    raw = raw.select_columns([column])
+    if fmt == "text" and column != "text":
+        raw = raw.rename_column(column, "text")
+    if fmt == "messages" and column != "messages":
+        raw = raw.rename_column(column, "messages")
+
+    kept = raw.filter(lambda ex: _usable(ex, fmt))
+    dropped = len(raw) - len(kept)
+    if len(kept) == 0:
+        raise DataError(f"dataset has no usable samples in column {column!r} ({len(raw)} were empty or malformed)")
+    if fmt == "messages" and not getattr(tokenizer, "chat_template", None):
+        raise DataError(
+            "dataset is in chat format (messages) but the tokenizer has no chat template; use a model "
+            "with one, or give a 'text' column with dataset.format: text"
+        )
+    lengths = token_lengths(kept, fmt, tokenizer)
+    stats = length_stats(lengths, max_length)
+    stats.update(samples=len(kept), dropped=dropped, source_rows=total, format=fmt, column=column)
+    return PreparedData(kept, fmt, stats)
+
+
+def _usable(example: dict, fmt: str) -> bool:
+    value = example.get({"text": "text", "messages": "messages", "tokens": "input_ids"}[fmt])
+    if fmt == "text":
+        return isinstance(value, str) and bool(value.strip())
+    if fmt == "messages":
+        return isinstance(value, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)
+    return isinstance(value, list) and len(value) > 0
+
+
+def token_lengths(dataset, fmt: str, tokenizer) -> list[int]:
+    if fmt == "tokens":
+        return [len(ids) for ids in dataset["input_ids"]]
+    if fmt == "messages":
+        texts = [tokenizer.apply_chat_template(m, tokenize=False) for m in dataset["messages"]]
+    else:
+        texts = dataset["text"]
+    lengths: list[int] = []
+    for start in range(0, len(texts), 1024):
+        encoded = tokenizer(texts[start : start + 1024], add_special_tokens=True)["input_ids"]
+        lengths.extend(len(ids) for ids in encoded)
+    return lengths
+
+
+def length_stats(lengths: list[int], max_length: int) -> dict:
+    ordered = sorted(lengths)
+    n = len(ordered)
+
+    def pct(p: float) -> int:
+        return ordered[min(n - 1, int(p * (n - 1) + 0.5))]
+
+    used = [min(x, max_length) for x in ordered]
+    return {
+        "tokens_min": ordered[0],
+        "tokens_mean": round(sum(ordered) / n, 1),
+        "tokens_p50": pct(0.5),
+        "tokens_p95": pct(0.95),
+        "tokens_max": ordered[-1],
+        "tokens_total": sum(used),
+        "truncated": sum(1 for x in ordered if x > max_length),
+        "max_length": max_length,
+    }
