@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("run", nargs="?")
     sp.add_argument("--timeout", type=float, default=supervisor.STOP_GRACE_S,
                     help="seconds to wait for the graceful stop before SIGTERM")
+    sp.add_argument("--term-timeout", type=float, default=supervisor.TERM_GRACE_S,
+                    help="seconds to wait after SIGTERM before SIGKILL")
     for name, text in (("save", "save a checkpoint now"), ("pause", "pause after the current step"),
                        ("resume", "resume a paused run")):
         sp = sub.add_parser(name, help=text)
@@ -168,7 +170,8 @@ def cmd_runs(args) -> int:
 
 def cmd_stop(args) -> int:
     run = rundir.find(args.run)
-    outcome = supervisor.stop(run, grace_s=args.timeout, say=lambda t: print(t, file=sys.stderr))
+    outcome = supervisor.stop(run, grace_s=args.timeout, term_s=args.term_timeout,
+                              say=lambda t: print(t, file=sys.stderr))
     print(f"{run.run_id}: {outcome}")
     return 0 if outcome in ("stopped", "terminated", "killed", "not running") else EXIT_FAILED
 

@@ -143,7 +143,12 @@ class CostSection:
 @dataclass
 class DebugSection:
     fail_at_step: int | None = _f(None, "test aid: raise an error at this step", min=1)
-    fail_kind: str = _f("other", "test aid: what to raise", choices=("other", "oom"))
+    fail_kind: str = _f(
+        "other",
+        "test aid: what to raise: other (RuntimeError), oom (torch.OutOfMemoryError with a real message), "
+        "disk_full (ENOSPC in the middle of the checkpoint save at that step)",
+        choices=("other", "oom", "disk_full"),
+    )
     step_sleep_s: float = _f(0.0, "test aid: sleep this long in every optimizer step", min=0, max=60)
 
 

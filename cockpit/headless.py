@@ -88,10 +88,10 @@ class _Detach(Exception):
     pass
 
 
-def follow(session: RunSession, out=None, log_every_s: float = 10.0) -> int:
+def follow(session: RunSession, out=None, log_every_s: float = 10.0, force_terminal: bool | None = None) -> int:
     """Show the run until it ends (exit code by its ending) or the user detaches (Ctrl-C)."""
     out = out or sys.stdout
-    console = Console(file=out)
+    console = Console(file=out, force_terminal=force_terminal)
 
     def on_interrupt(_signum, _frame):
         raise _Detach
@@ -112,25 +112,27 @@ def follow(session: RunSession, out=None, log_every_s: float = 10.0) -> int:
 
 
 def _follow_plain(session: RunSession, out, log_every_s: float) -> int:
+    # lines are printed message by message, so a replayed history reads as it happened
+    view = RunState(run_id=session.run.run_id)
     last_log, last_step = -1e18, None
     while True:
         items = session.poll()
-        state = session.state
         for item in items:
+            view.apply(item)
             ts = item.get("ts") if isinstance(item, dict) else None
             stamp = datetime.fromtimestamp(ts if isinstance(ts, (int, float)) else time.time()).isoformat(
                 timespec="seconds")
             if isinstance(item, dict) and item.get("type") == "log":
-                due = ts is None or ts - last_log >= log_every_s or state.step == state.total_steps
-                if due and state.step != last_step:
-                    last_log, last_step = ts or time.time(), state.step
-                    print(f"{stamp} {log_line(state, ts)}", file=out, flush=True)
+                due = ts is None or ts - last_log >= log_every_s or view.step == view.total_steps
+                if due and view.step != last_step:
+                    last_log, last_step = ts or time.time(), view.step
+                    print(f"{stamp} {log_line(view, ts)}", file=out, flush=True)
                 continue
-            line = describe(item, state)
+            line = describe(item, view)
             if line:
                 print(f"{stamp} {line}", file=out, flush=True)
         if session.ended or (session.trainer_gone and not items):
-            return exit_code(state)
+            return exit_code(session.state)
         if not items:
             time.sleep(POLL_S)
 

@@ -41,7 +41,7 @@ EVENT_TYPES = frozenset(
 # Client -> trainer, through the run directory's control FIFO.
 COMMAND_TYPES = frozenset({"stop", "save", "pause", "resume"})
 PHASES = ("starting", "preparing_data", "loading_model", "quantising", "training", "saving", "done")
-ERROR_KINDS = ("config", "data", "model_load", "oom", "other")
+ERROR_KINDS = ("config", "data", "model_load", "oom", "disk", "gpu", "other")
 
 
 @dataclass(frozen=True)

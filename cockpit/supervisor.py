@@ -255,7 +255,7 @@ def run_status(run: RunDir) -> RunStatus:
                          state.last_ts)
     record = run.read_trainer() or {}
     reason = "machine rebooted" if record.get("boot_id") and record["boot_id"] != boot_id() else "killed"
-    return RunStatus("failed", f"trainer gone without a final event ({reason}); resume with: cockpit resume "
+    return RunStatus("failed", f"trainer gone without a final event ({reason}); continue from the last checkpoint with: cockpit restart "
                      f"{run.run_id}", state.step, state.total_steps, state.last_ts)
 
 

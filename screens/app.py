@@ -11,13 +11,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
 from textual.app import App
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.worker import get_current_worker
 
 from cockpit.headless import EXIT_DETACHED, exit_code
+from cockpit.session import RunSession
 from screens.run_view import EventLines, RunView
 
 CLOCK_TICK_S = 1.0  # redraw at least this often: elapsed time and cost move with the clock
@@ -39,12 +41,14 @@ class CockpitApp(App[int]):
     TITLE = "lora-cockpit"
     CSS_PATH = "app.tcss"
     ENABLE_COMMAND_PALETTE = False
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "detach", "Detach"),
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, session, *, poll_interval_s: float = 0.1, clock: Callable[[], float] | None = None):
+    def __init__(
+        self, session: RunSession, *, poll_interval_s: float = 0.1, clock: Callable[[], float] | None = None
+    ):
         super().__init__()
         self.session = session
         self.poll_interval_s = poll_interval_s

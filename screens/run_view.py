@@ -9,43 +9,47 @@ handed (`show`) and sends the user's commands.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, RichLog, Static
+from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
 from cockpit import fmt, supervisor
 from cockpit.headless import describe
 from cockpit.protocol import EVENT_TYPES, Fault
 from cockpit.runstate import RunState
+from cockpit.session import RunSession
 from screens.confirm import Confirm
+from widgets.event_log import EventLog
 from widgets.loss_plot import LossPlot
 from widgets.progress import StepProgress
 from widgets.stats import Row, StatsPanel
 
 MAX_LOG_LINES = 1000
 ERROR_MESSAGE_CHARS = 300
+CLIENT_LINE_INDENT = " " * len("0:00:00 ")  # this client's own lines carry no event time
 STOP_QUESTION = "Stop the run? A checkpoint is saved first."
 
 
 # ---------------------------------------------------------------- figures (pure)
 
 
-def count(n: int | None) -> str:
+def param_count(n: int | None) -> str:
     if n is None:
         return "-"
-    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= size:
-            return f"{n / size:.2f}{unit}"
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}"
     return str(n)
 
 
-def size(n_bytes: int | None) -> str:
+def byte_size(n_bytes: int | None) -> str:
     if n_bytes is None:
         return "-"
     return f"{n_bytes / 2**20:.1f} MiB" if n_bytes < 2**30 else fmt.gib(n_bytes)
@@ -78,13 +82,15 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
         ("tokens/s", fmt.rate(state.tokens_per_s)),
         ("samples/s", fmt.rate(state.samples_per_s)),
         ("step time", fmt.rate(state.step_time_s, " s")),
-        ("ETA", fmt.duration(state.eta_s())),
+        ("ETA", fmt.duration(state.eta_s()) + (" once resumed" if state.status == "paused" else "")),
         ("elapsed", f"{fmt.duration(state.billed_s(now_ts))} billed"),
     ]
     if state.price_per_hour is None:
         rows.append(("cost", Text("- (set cost.price_per_hour)", style="dim")))
     else:
-        rows.append(("cost", f"{fmt.money(state.cost_so_far(now_ts))} at {fmt.money(state.price_per_hour)}/h"))
+        rows.append(
+            ("cost", f"{fmt.money(state.cost_so_far(now_ts))} at {fmt.money(state.price_per_hour)}/h")
+        )
         rows.append(("projected", f"~{fmt.money(state.cost_projected(now_ts))} for the run"))
     rows.extend(memory_rows(state))
     device = state.device
@@ -96,42 +102,59 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
         rows.append(("model", f"{model.get('name')} ({model.get('method')})"))
         trainable, total = model.get("params_trainable"), model.get("params_total")
         share = f" ({trainable / total:.1%})" if trainable and total else ""
-        rows.append(("trainable", f"{count(trainable)} of {count(total)}{share}"))
+        rows.append(("trainable", f"{param_count(trainable)} of {param_count(total)}{share}"))
     data = state.data
     if data:
         rows.append(("data", f"{data.get('samples')} samples, {data.get('truncated')} truncated"))
-        rows.append(("tokens", f"{data.get('tokens_min')}-{data.get('tokens_max')}, mean {data.get('tokens_mean')}, "
-                               f"p95 {data.get('tokens_p95')}"))
+        rows.append(
+            (
+                "tokens",
+                f"{data.get('tokens_min')}-{data.get('tokens_max')}, mean {data.get('tokens_mean')}, "
+                f"p95 {data.get('tokens_p95')}",
+            )
+        )
     return rows
 
 
 def checkpoint_rows(state: RunState) -> list[Row]:
     if not state.checkpoints:
         return [("", Text("none yet", style="dim"))]
-    return [(c["name"], f"step {c.get('step')}  {size(c.get('bytes'))}") for c in state.checkpoints]
+    width = max(len(str(c.get("step"))) for c in state.checkpoints)
+    return [
+        (c["name"], f"step {c.get('step')!s:<{width}}  {byte_size(c.get('bytes'))}")
+        for c in state.checkpoints
+    ]
 
 
-def error_text(state: RunState) -> Text | None:
-    """What went wrong, what to do, and that the checkpoints are intact; None while nothing did."""
-    if state.status != "failed":
+def error_text(state: RunState, interrupted: bool = False) -> Text | None:
+    """What went wrong, what to do, and that the checkpoints are intact; None while nothing did.
+
+    `interrupted`: a replayed run whose trainer is gone without a final event (killed, rebooted).
+    """
+    if state.status != "failed" and not interrupted:
         return None
     text = Text()
     error = state.error
     if error:
         phase = str(error.get("phase") or "").replace("_", " ")
-        where = f" while {phase}" if phase else ""
+        step = error.get("step")
+        where = (f" at step {step}" if step else "") + (f" while {phase}" if phase else "")
         message = str(error.get("message", ""))
         if len(message) > ERROR_MESSAGE_CHARS:
             message = message[:ERROR_MESSAGE_CHARS] + "… (the events log has all of it)"
-        text.append(f"{str(error.get('kind', 'error')).upper()} at step {error.get('step', state.step)}{where}: ",
-                    style="bold")
+        text.append(
+            f"{str(error.get('kind', 'error')).upper()}{where}: ",
+            style="bold",
+        )
         text.append(f"{message}\n")
         if error.get("hint"):
             text.append("fix: ", style="bold")
             text.append(f"{error['hint']}\n")
         names = error.get("checkpoints") or []
-    else:  # the trainer ended without a final event; the client wrote down how
-        outcome = state.outcome or {}
+    else:  # the trainer ended without a final event; a client may have written down how
+        outcome = state.outcome or {
+            "reason": "the trainer is gone without a final event (killed, crashed, or the machine rebooted)"
+        }
         text.append(f"{outcome.get('reason', 'the trainer exited without a final event')}\n", style="bold")
         tail = [line for line in str(outcome.get("log_tail") or "").splitlines() if line.strip()][-3:]
         for line in tail:
@@ -170,7 +193,7 @@ class EventLines:
         # `items` were all applied before we see them, so a notice-based line is picked by its
         # place among this batch's notices rather than as `state.notices[-1]`
         made = [notices_made(item) for item in items]
-        fresh = state.notices[-sum(made):] if sum(made) else []
+        fresh = state.notices[-sum(made) :] if sum(made) else []
         missing = sum(made) - len(fresh)  # dropped by RunState's cap in a very long history
         seen: list[str] = []
         out = []
@@ -206,7 +229,8 @@ class _Notices:
 
 class RunView(Screen):
     CSS_PATH = "run_view.tcss"
-    BINDINGS = [
+    AUTO_FOCUS = "#events"  # arrow keys and PgUp scroll the event history
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "save", "Save checkpoint"),
         Binding("p", "pause", "Pause"),
         Binding("p", "resume", "Resume"),
@@ -220,7 +244,7 @@ class RunView(Screen):
             super().__init__()
             self.text = text
 
-    def __init__(self, session, clock: Callable[[], float]):
+    def __init__(self, session: RunSession, clock: Callable[[], float]):
         super().__init__()
         self.session = session
         self.clock = clock
@@ -245,8 +269,7 @@ class RunView(Screen):
             with Vertical(id="right"):
                 yield LossPlot(id="loss-plot")
                 yield StatsPanel(id="checkpoints")
-                yield RichLog(id="events", max_lines=MAX_LOG_LINES, min_width=20, wrap=True, markup=False,
-                              highlight=False)
+                yield EventLog(id="events", max_lines=MAX_LOG_LINES)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -255,7 +278,6 @@ class RunView(Screen):
         self.query_one("#checkpoints").border_title = "checkpoints"
         self.query_one("#events").border_title = "events"
         self.query_one("#replay").display = self.session.replay
-        self.query_one("#error").border_title = "the run failed"
 
     # ------------------------------------------------------------ drawing
 
@@ -264,27 +286,31 @@ class RunView(Screen):
         session, state = self.session, self.session.state
         ended = session.ended or state.ended
         self.live = not session.replay and not ended
-        if self.status != state.status:
-            self.status = state.status
+        interrupted = session.replay and session.trainer_gone and not state.ended
+        status = "interrupted" if interrupted else state.status
+        if self.status != status:
+            self.status = status
             self.refresh_bindings()
         now_ts = state.last_ts if ended or session.trainer_gone else self.clock()
         self._show_status()
         phase = state.phase.replace("_", " ")
-        self.query_one("#phase", Static).update(f"{phase}: {state.phase_message}" if state.phase_message else phase)
-        self.query_one(StepProgress).show(state.step, state.total_steps, state.epoch, state.plan.get("epochs"))
+        self.query_one("#phase", Static).update(
+            f"{phase}: {state.phase_message}" if state.phase_message else phase
+        )
+        self.query_one(StepProgress).show(
+            state.step, state.total_steps, state.epoch, state.plan.get("epochs")
+        )
         self.query_one("#stats", StatsPanel).show_rows(stat_rows(state, now_ts))
         self.query_one("#checkpoints", StatsPanel).show_rows(checkpoint_rows(state))
         if len(state.losses) != self._losses_shown:
             self._losses_shown = len(state.losses)
             self.query_one(LossPlot).plot(state.losses)
-        error = error_text(state)
-        log = self.query_one("#events", RichLog)
-        if (error is not None) != self.has_class("-failed"):
-            self.set_class(error is not None, "-failed")
-            # the log loses height to the error panel: keep its newest lines in view
-            self.call_after_refresh(log.scroll_end, animate=False)
+        error = error_text(state, interrupted)
+        self.set_class(error is not None, "-failed")
         if error is not None:
+            self.query_one("#error").border_title = "the trainer is gone" if interrupted else "the run failed"
             self.query_one("#error-text", Static).update(error)
+        log = self.query_one(EventLog)
         for line in lines:
             log.write(line)
         self.updates_shown += 1
@@ -342,11 +368,15 @@ class RunView(Screen):
         self.app.push_screen(Confirm(STOP_QUESTION), self._stop_confirmed)
 
     def _stop_confirmed(self, confirmed: bool | None) -> None:
-        if not confirmed or self._refusal("stop"):
+        if not confirmed:
+            return
+        refusal = self._refusal("stop")  # the run may have ended while the question was open
+        if refusal:
+            self.notify(refusal, severity="warning")
             return
         self.stopping = True
         self._show_status()
-        self.query_one("#events", RichLog).write("stopping: asked the trainer to save a checkpoint and stop")
+        self.query_one(EventLog).write(f"{CLIENT_LINE_INDENT}stopping: asked for a checkpoint, then a stop")
         self.run_worker(self._stop, thread=True, group="stop", exit_on_error=False)
 
     def _stop(self) -> str:
@@ -354,7 +384,7 @@ class RunView(Screen):
         return supervisor.stop(self.session.run, say=lambda text: self.post_message(self.StopSaid(text)))
 
     def on_run_view_stop_said(self, message: StopSaid) -> None:
-        self.query_one("#events", RichLog).write(f"stopping: {message.text}")
+        self.query_one(EventLog).write(f"{CLIENT_LINE_INDENT}stopping: {message.text}")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "stop" or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):

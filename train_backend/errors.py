@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import re
 import shutil
 import traceback
 from dataclasses import dataclass
@@ -10,7 +11,14 @@ from dataclasses import dataclass
 from cockpit.config import ConfigError
 from cockpit.oom import parse_oom_message
 
-EXIT_CODES = {"other": 1, "config": 2, "data": 3, "model_load": 4, "oom": 5, "disk": 6}
+EXIT_CODES = {"other": 1, "config": 2, "data": 3, "model_load": 4, "oom": 5, "disk": 6, "gpu": 7}
+# CUDA errors that mean the device itself failed or went away, not the program
+_GPU_FAILURE = re.compile(
+    r"GPU is lost|unspecified launch failure|device-side assert|an illegal memory access|"
+    r"CUDA error: (unknown error|no CUDA-capable device|uncorrectable ECC)|ECC error|Xid|"
+    r"NVML_ERROR_GPU_IS_LOST|cudaErrorDevicesUnavailable|CUDA driver version is insufficient",
+    re.IGNORECASE,
+)
 
 
 class DataError(ValueError):
@@ -60,6 +68,13 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             f"disk full while {phase.replace('_', ' ')}: {exc}{free}",
             "Free space or point output.dir at a bigger disk, then resume: checkpoints already written are "
             "intact (an unfinished one stays in checkpoints/.staging and is never resumed from).",
+        )
+    if _GPU_FAILURE.search(text):
+        return Classified(
+            "gpu",
+            text.split("\n")[0][:600],
+            "The GPU failed or vanished. Check `nvidia-smi` and `dmesg | grep -i xid`; the checkpoints are "
+            "intact: when the GPU answers again, continue with `cockpit restart RUN`.",
         )
     if isinstance(exc, ModelLoadError) or phase == "loading_model":
         return Classified(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -112,7 +113,8 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig, micro_
             if fail_at is not None and state.global_step + 1 == fail_at:
                 if cfg.debug.fail_kind == "oom":
                     raise torch.OutOfMemoryError(injected_oom_message())
-                raise RuntimeError(f"injected fault at step {fail_at} (debug.fail_at_step)")
+                if cfg.debug.fail_kind == "other":
+                    raise RuntimeError(f"injected fault at step {fail_at} (debug.fail_at_step)")
 
         def on_step_end(self, args, state, control, **kw):
             self.step_ends.append(time.time())
@@ -184,8 +186,10 @@ def injected_oom_message() -> str:
     )
 
 
-def make_trainer_class(emitter: Emitter, run: rundir.RunDir, keep: int):
+def make_trainer_class(emitter: Emitter, run: rundir.RunDir, cfg: TrainConfig):
     from trl import SFTTrainer
+
+    keep = cfg.output.checkpoints_kept
 
     class CockpitSFTTrainer(SFTTrainer):
         """SFTTrainer whose checkpoints appear atomically: written aside, synced, then renamed."""
@@ -207,6 +211,8 @@ def make_trainer_class(emitter: Emitter, run: rundir.RunDir, keep: int):
             self._staging = True
             try:
                 super()._save_checkpoint(model, trial)
+                if cfg.debug.fail_kind == "disk_full" and step == cfg.debug.fail_at_step:
+                    raise OSError(errno.ENOSPC, "No space left on device (injected by debug.fail_at_step)")
             finally:
                 self._staging = False
             marker = {"step": step, "saved_at": time.time(), "save_s": round(time.time() - started, 3)}
@@ -366,7 +372,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter) -> int:
 
         peft_config = None if cfg.method == "full" else model_mod.lora_config(cfg)
         args = build_sft_config(cfg, run, precision, device.kind)
-        trainer_cls = make_trainer_class(emitter, run, cfg.output.checkpoints_kept)
+        trainer_cls = make_trainer_class(emitter, run, cfg)
         micro_tokens = {"seen": 0}
         trainer = trainer_cls(
             model=model,

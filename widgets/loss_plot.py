@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 from rich.style import Style
 from rich.text import Text
@@ -95,7 +96,7 @@ def plot_lines(points: Sequence[tuple[int, float]], width: int, height: int) -> 
 class LossPlot(Widget):
     """Training loss against step; `plot()` hands it the points."""
 
-    COMPONENT_CLASSES = {"loss-plot--line", "loss-plot--label"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"loss-plot--line", "loss-plot--label"}
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None):
         super().__init__(name=name, id=id, classes=classes)

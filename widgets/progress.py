@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual.widget import Widget
 
@@ -29,7 +31,11 @@ def bar_cells(fraction: float, width: int) -> tuple[str, str]:
 class StepProgress(Widget):
     """`show()` hands it the step, the total steps (None before training) and the epoch."""
 
-    COMPONENT_CLASSES = {"step-progress--done", "step-progress--todo", "step-progress--label"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "step-progress--done",
+        "step-progress--todo",
+        "step-progress--label",
+    }
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None):
         super().__init__(name=name, id=id, classes=classes)

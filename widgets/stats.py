@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -15,7 +16,7 @@ Row = tuple[str, "str | Text"]
 class StatsPanel(Widget):
     """Rows of a dim label and its value; a value too long for the panel ends in an ellipsis."""
 
-    COMPONENT_CLASSES = {"stats--label", "stats--value"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"stats--label", "stats--value"}
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None):
         super().__init__(name=name, id=id, classes=classes)
@@ -38,7 +39,9 @@ class StatsPanel(Widget):
         table = Table.grid(padding=(0, 1))
         label_width = max((len(label) for label, _ in self._rows), default=0)
         table.add_column(no_wrap=True, width=label_width, style=self.get_component_rich_style("stats--label"))
-        table.add_column(no_wrap=True, overflow="ellipsis", style=self.get_component_rich_style("stats--value"))
+        table.add_column(
+            no_wrap=True, overflow="ellipsis", style=self.get_component_rich_style("stats--value")
+        )
         for label, value in self._rows:
             table.add_row(label, value)
         return table

@@ -1,0 +1,133 @@
+"""Shared fixtures: an isolated COCKPIT_HOME per test, one synthetic-model cache per session,
+and helpers to run the real CLI and trainer as subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SUPPORT = Path(__file__).resolve().parent / "support"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+# a small, fast training config on the shipped tiny model (CPU)
+TINY = {
+    "model": {"name": "synthetic:tiny"},
+    "dataset": {"path": "demo"},
+    "method": "lora",
+    "lora": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear"},
+    "training": {
+        "max_length": 64,
+        "micro_batch_size": 4,
+        "gradient_accumulation_steps": 1,
+        "max_steps": 8,
+        "learning_rate": 1e-3,
+        "optimizer": "adamw_torch",
+        "gradient_checkpointing": False,
+        "logging_steps": 1,
+    },
+    "output": {"save_steps": 4, "checkpoints_kept": 2},
+    "cost": {"price_per_hour": 2.0},
+}
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cockpit-cache")
+
+
+@pytest.fixture
+def env(tmp_path, cache_dir, monkeypatch) -> dict:
+    """Environment for subprocesses (and this process): private home, shared model cache."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    values = {
+        "COCKPIT_HOME": str(tmp_path / "home"),
+        "COCKPIT_CACHE": str(cache_dir),
+        "COCKPIT_TEST_MODULES_DIR": str(modules),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(cache_dir / "datasets"),
+        "PYTHONPATH": os.pathsep.join([str(SUPPORT), str(ROOT)]),
+        "PYTHONUNBUFFERED": "1",
+    }
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    return dict(os.environ)
+
+
+def write_config(path: Path, overrides: dict | None = None) -> Path:
+    import copy
+
+    import yaml
+
+    cfg = copy.deepcopy(TINY)
+    for dotted, value in (overrides or {}).items():
+        node = cfg
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def cockpit(args: list[str], env: dict, timeout: float = 240, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cockpit", *args], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, **kw)
+
+
+def cockpit_bg(args: list[str], env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cockpit", *args], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def events(run_path: Path) -> list[dict]:
+    out = []
+    for line in (run_path / "events.jsonl").read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def only_run(env: dict) -> Path:
+    runs = [p for p in (Path(env["COCKPIT_HOME"]) / "runs").iterdir()]
+    assert len(runs) == 1, runs
+    return runs[0].resolve()
+
+
+def wait_for(predicate, timeout: float = 120, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def wait_event(run_path: Path, predicate, timeout: float = 120) -> dict:
+    def find():
+        if not (run_path / "events.jsonl").exists():
+            return None
+        for e in events(run_path):
+            if predicate(e):
+                return e
+        return None
+
+    return wait_for(find, timeout, what="an event")
+
+
+def wait_run_dir(env: dict, timeout: float = 30) -> Path:
+    root = Path(env["COCKPIT_HOME"]) / "runs"
+    return wait_for(lambda: next(iter(root.iterdir()), None) if root.is_dir() else None, timeout,
+                    what="the run directory").resolve()

@@ -1,0 +1,118 @@
+"""Config validation: every error names the key and the fix."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from cockpit import config
+from cockpit.config import ConfigError, load_config
+
+
+def err(overrides: list[str] | None = None, text: str | None = None, tmp_path=None) -> str:
+    path = None
+    if text is not None:
+        path = tmp_path / "c.yaml"
+        path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides or [])
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["training.lerning_rate=1e-4"], "unknown key 'training.lerning_rate'. Did you mean 'training.learning_rate'?"),
+        (["max_steps=3"], "Did you mean 'training.max_steps'?"),
+        (["training.micro_batch_size=0"], "training.micro_batch_size: 0 (int) is out of range; it must be >= 1"),
+        (["training.learning_rate=-1"], "training.learning_rate: -1.0 (float) is out of range; it must be > 0"),
+        (["lora.dropout=1.5"], "lora.dropout: 1.5 (float) is out of range; it must be <= 1"),
+        (["method=qlroa"], "method: 'qlroa' (str) is not one of qlora, lora, full. Did you mean 'qlora'?"),
+        (["training.optimizer=adamw"], "training.optimizer: 'adamw' (str) is not one of"),
+        (["training.epochs=abc"], "training.epochs: expected a number, got 'abc' (str)"),
+        (["training.gradient_checkpointing=maybe"], "training.gradient_checkpointing: expected true or false"),
+        (["lora.target_modules=q_proj"], "lora.target_modules: 'q_proj'; give a list of module names"),
+        (["lora.target_modules=[]"], "lora.target_modules: the list is empty"),
+        (["model.name=/no/such/model"], "model.name: local path '/no/such/model' does not exist"),
+        (["model.name=synthetic:gpt-9"], "model.name: unknown synthetic architecture 'gpt-9'; shipped shapes are:"),
+        (["model.name=not a model!"], "is neither a local path, a hub id (org/name) nor synthetic:<arch>"),
+        (["dataset.path=./missing.jsonl"], "dataset.path: './missing.jsonl' does not exist"),
+        (["hf_token=abcdefgh"], "secrets do not belong in the config"),
+        (["model.token=abcdefgh"], "Set the HF_TOKEN environment variable instead"),
+        (["quantization.bits=3"], "quantization.bits: 3 (int) is not one of 4, 8"),
+        (["training.max_length=null"], "training.max_length: a value is required"),
+        (["training"], "--set 'training': expected key=value"),
+        (["training.max_steps=2", "debug.fail_at_step=5"], "debug.fail_at_step: 5 is after training.max_steps (2)"),
+        (["training=3"], "training: expected a section (key: value lines), got 3 (int)"),
+    ],
+)
+def test_each_bad_value_names_key_and_fix(overrides, expected):
+    assert expected in err(overrides)
+
+
+def test_model_dir_without_config_json(tmp_path):
+    (tmp_path / "weights").mkdir()
+    message = err([f"model.name={tmp_path / 'weights'}"])
+    assert "has no config.json" in message and "save_pretrained" in message
+
+
+def test_missing_config_file_points_at_init(tmp_path):
+    with pytest.raises(ConfigError, match="cockpit init"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_invalid_yaml_and_wrong_top_level(tmp_path):
+    assert "not valid YAML" in err(text="model: [unclosed", tmp_path=tmp_path)
+    assert "expected a mapping of sections" in err(text="- a\n- b\n", tmp_path=tmp_path)
+
+
+def test_valid_overrides_are_typed():
+    cfg = load_config(None, ["training.max_steps=50", "training.learning_rate=2e-4", "lora.target_modules=all-linear",
+                             "cost.price_per_hour=0.59", "model.name=synthetic:llama-2-7b"])
+    assert cfg.training.max_steps == 50
+    assert cfg.training.learning_rate == pytest.approx(2e-4)
+    assert cfg.lora.target_modules == "all-linear"
+    assert cfg.cost.price_per_hour == pytest.approx(0.59)
+
+
+def test_hub_id_is_accepted_without_network():
+    assert load_config(None, ["model.name=NousResearch/Llama-2-7b-chat-hf"]).model.name.startswith("Nous")
+
+
+def test_template_parses_to_the_defaults(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(config.template())
+    assert load_config(path) == config.TrainConfig()
+    # every key is documented in the template
+    for key in config.all_keys():
+        if not key.startswith("debug."):
+            assert f"{key.rsplit('.', 1)[-1]}:" in config.template()
+
+
+def test_dumped_config_round_trips():
+    cfg = load_config(None, ["training.max_steps=7", "method=lora"])
+    assert config.config_from_dict(yaml.safe_load(config.dump_config(cfg))) == cfg
+
+
+def test_trust_remote_code_is_off_by_default():
+    assert config.TrainConfig().model.trust_remote_code is False
+
+
+def test_init_command_writes_template_and_refuses_overwrite(tmp_path, capsys):
+    from cockpit.cli import main
+
+    target = tmp_path / "my.yaml"
+    assert main(["init", str(target)]) == 0
+    assert load_config(target) == config.TrainConfig()
+    assert main(["init", str(target)]) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+def test_train_check_reports_config_error(tmp_path, capsys):
+    from cockpit.cli import main
+
+    path = tmp_path / "bad.yaml"
+    path.write_text("training:\n  batch_size: 4\n")
+    assert main(["train", str(path), "--check"]) == 2
+    out = capsys.readouterr().err
+    assert "unknown key 'training.batch_size'" in out and "micro_batch_size" in out

@@ -1,0 +1,88 @@
+"""--no-ui output: plain lines for logs, a live status on a terminal; exit codes by ending."""
+
+from __future__ import annotations
+
+import io
+import shutil
+
+from conftest import FIXTURES
+
+from cockpit.headless import EXIT_FAILED, EXIT_FINISHED, EXIT_STOPPED, follow, status_line
+from cockpit.protocol import encode
+from cockpit.rundir import RunDir
+from cockpit.runstate import RunState
+from cockpit.session import RunSession
+
+
+def replay_run(tmp_path, extra: bytes = b"") -> RunDir:
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(FIXTURES / "demo_run_events.jsonl", run / "events.jsonl")
+    if extra:
+        with open(run / "events.jsonl", "ab") as f:
+            f.write(extra)
+    return RunDir(run)
+
+
+def test_plain_replay_prints_the_history_in_order(tmp_path):
+    out = io.StringIO()
+    code = follow(RunSession(replay_run(tmp_path), replay=True), out=out, log_every_s=0)
+    text = out.getvalue()
+    assert code == EXIT_FINISHED
+    lines = text.splitlines()
+    steps = [line for line in lines if " step " in line and "/88 epoch" in line]
+    assert len(steps) == 88 and "step 1/88" in steps[0] and "step 88/88" in steps[-1]
+    assert "loss 6.97" in steps[0]  # each line shows its own step's figures, not the final ones
+    assert any("data: 345 samples" in line for line in lines)
+    assert "done: finished at step 88" in lines[-1]
+    assert "cost $" in steps[-1]  # the demo sets a price
+
+
+def test_plain_throttles_step_lines(tmp_path):
+    out = io.StringIO()
+    follow(RunSession(replay_run(tmp_path), replay=True), out=out, log_every_s=10)
+    steps = [line for line in out.getvalue().splitlines() if "/88 epoch" in line]
+    assert 1 < len(steps) < 10 and "step 88/88" in steps[-1]
+
+
+def test_terminal_mode_renders_a_live_status(tmp_path):
+    out = io.StringIO()
+    code = follow(RunSession(replay_run(tmp_path), replay=True), out=out, force_terminal=True)
+    text = out.getvalue()
+    assert code == EXIT_FINISHED
+    assert "88/88" in text and "tok/s" in text and "ETA" in text and "done: finished" in text
+
+
+def test_garbage_on_the_channel_is_reported_and_survived(tmp_path):
+    out = io.StringIO()
+    extra = b"Segmentation fault (core dumped)\n" + encode("gpu_telemetry", util=3) + b'{"v":1,"type":"lo'
+    code = follow(RunSession(replay_run(tmp_path, extra), replay=True), out=out, log_every_s=0)
+    text = out.getvalue()
+    assert code == EXIT_FINISHED
+    assert "channel fault (not_json)" in text and "Segmentation fault" in text
+    assert "channel fault (truncated)" in text
+    assert "unknown type 'gpu_telemetry'" in text
+
+
+def test_exit_codes_follow_the_ending(tmp_path):
+    failed = encode("error", kind="oom", message="CUDA out of memory", hint="turn on gradient checkpointing")
+    out = io.StringIO()
+    assert follow(RunSession(replay_run(tmp_path, failed), replay=True), out=out) == EXIT_FAILED
+    assert "ERROR (oom): CUDA out of memory" in out.getvalue() and "fix: turn on" in out.getvalue()
+    state = RunState()
+    state.apply({"v": 1, "type": "done", "ts": 1.0, "status": "stopped"})
+    from cockpit.headless import exit_code
+
+    assert exit_code(state) == EXIT_STOPPED
+
+
+def test_status_line_shows_cost_only_with_a_price():
+    state = RunState()
+    state.apply({"v": 1, "type": "hello", "ts": 100.0, "pid": 1, "price_per_hour": 3.6})
+    state.apply({"v": 1, "type": "log", "ts": 200.0, "step": 5, "total_steps": 10, "loss": 1.0,
+                 "step_time_s": 10.0})
+    line = status_line(state, 200.0)
+    assert "cost $0.1000" in line and "ETA 0:00:50" in line  # 100 s at $3.6/h; 5 steps x 10 s left
+    assert "(of ~$0.1500)" in line
+    state.price_per_hour = None
+    assert "cost" not in status_line(state, 200.0)

@@ -1,0 +1,104 @@
+"""The channel's framing: every fault is reported and none crashes the reader."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from cockpit.protocol import PROTOCOL_VERSION, Fault, LineDecoder, decode_line, encode, number
+from cockpit.runstate import RunState
+from cockpit.supervisor import EventFollower
+
+
+def kinds(items) -> list[str]:
+    return [i.kind if isinstance(i, Fault) else i["type"] for i in items]
+
+
+def test_encode_is_one_versioned_line():
+    line = encode("log", step=3, loss=1.5)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    msg = json.loads(line)
+    assert msg["v"] == PROTOCOL_VERSION and msg["type"] == "log" and isinstance(msg["ts"], float)
+
+
+def test_partial_lines_wait_for_their_end():
+    decoder = LineDecoder()
+    line = encode("phase", phase="training")
+    assert decoder.feed(line[:5]) == []
+    assert decoder.feed(line[5:-1]) == []
+    assert kinds(decoder.feed(line[-1:] + encode("log", step=1)[:3])) == ["phase"]
+    assert decoder.pending_bytes == 3
+
+
+def test_non_json_line_is_reported_and_the_stream_goes_on():
+    items = LineDecoder().feed(b"Loading checkpoint shards: 100%\n" + encode("log", step=1))
+    assert kinds(items) == ["not_json", "log"]
+    assert "Loading checkpoint" in items[0].preview
+
+
+def test_overlong_line_is_skipped_even_across_feeds():
+    decoder = LineDecoder(max_line_bytes=100)
+    items = decoder.feed(b"x" * 80)
+    items += decoder.feed(b"y" * 80)  # now over the limit without a newline
+    items += decoder.feed(b"z" * 500 + b"\n" + encode("done", status="finished"))
+    assert kinds(items) == ["overlong", "done"]
+
+
+def test_overlong_complete_line_in_one_feed():
+    items = LineDecoder(max_line_bytes=50).feed(b'{"v":1,"type":"log","pad":"' + b"a" * 100 + b'"}\n')
+    assert kinds(items) == ["overlong"]
+
+
+def test_not_an_object_no_type_other_version_bad_utf8():
+    data = b"[1,2]\n" + b'{"v":1}\n' + b'{"v":99,"type":"log"}\n' + b"\xff\xfe\n"
+    assert kinds(LineDecoder().feed(data)) == ["not_object", "no_type", "bad_version", "bad_utf8"]
+
+
+def test_blank_lines_are_ignored():
+    assert LineDecoder().feed(b"\n\n  \n") == []
+
+
+def test_writer_dying_mid_line_is_reported_at_finish():
+    decoder = LineDecoder()
+    decoder.feed(encode("log", step=1) + b'{"v":1,"type":"lo')
+    rest = decoder.finish()
+    assert kinds(rest) == ["truncated"]
+    assert decoder.finish() == []
+
+
+def test_unknown_type_is_reported_not_fatal():
+    state = RunState()
+    state.apply(decode_line(encode("telemetry_v9", x=1).strip()))
+    state.apply(decode_line(encode("log", step=2, total_steps=4, loss=1.0).strip()))
+    assert state.step == 2
+    assert any("unknown type 'telemetry_v9'" in n for n in state.notices)
+
+
+def test_faults_reach_the_state_as_notices():
+    state = RunState()
+    for item in LineDecoder().feed(b"garbage\n"):
+        state.apply(item)
+    assert state.faults == 1 and "not_json" in state.notices[-1]
+
+
+def test_non_finite_numbers_round_trip():
+    msg = decode_line(encode("log", loss=float("nan"), grad_norm=float("inf")).strip())
+    assert msg["loss"] == "NaN" and math.isnan(number(msg["loss"]))
+    assert number(msg["grad_norm"]) == math.inf
+    assert number(True) is None and number("x") is None
+
+
+def test_follower_reads_history_then_appended_pieces(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(encode("hello", pid=1) + encode("phase", phase="training"))
+    follower = EventFollower(path)
+    assert kinds(follower.poll()) == ["hello", "phase"]
+    line = encode("log", step=1)
+    with open(path, "ab") as f:
+        f.write(line[:10])
+        f.flush()
+        assert follower.poll() == []
+        f.write(line[10:] + b"not json\n" + b'{"v":1,"type":"do')
+    assert kinds(follower.poll()) == ["log", "not_json"]
+    assert kinds(follower.finish()) == ["truncated"]
+    follower.close()

@@ -1,0 +1,107 @@
+"""Run status from the history and the process table: after a crash or a reboot too."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cockpit import rundir, supervisor
+from cockpit.protocol import encode
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("COCKPIT_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def make_run(lines: list[bytes], trainer: dict | None = None) -> rundir.RunDir:
+    run = rundir.create(None, "synthetic:tiny", "model: {name: synthetic:tiny}\n")
+    run.events_path.write_bytes(b"".join(lines))
+    if trainer is not None:
+        run.trainer_path.write_text(json.dumps(trainer))
+    return run
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_finished_stopped_failed(home):
+    base = [encode("hello", pid=1), encode("train_begin", total_steps=10), encode("log", step=10, total_steps=10)]
+    finished = make_run([*base, encode("done", status="finished", step=10)], {"pid": dead_pid()})
+    stopped = make_run([*base, encode("done", status="stopped", step=4)], {"pid": dead_pid()})
+    failed = make_run([*base, encode("error", kind="oom", message="CUDA out of memory")], {"pid": dead_pid()})
+    assert supervisor.run_status(finished).state == "finished"
+    assert supervisor.run_status(stopped).state == "stopped"
+    status = supervisor.run_status(failed)
+    assert status.state == "failed" and status.detail.startswith("oom: CUDA out of memory")
+
+
+def test_crash_without_final_event_is_failed_with_a_way_on(home):
+    run = make_run([encode("hello", pid=1), encode("log", step=3, total_steps=10), b'{"v":1,"ty'],
+                   {"pid": dead_pid(), "boot_id": supervisor.boot_id()})
+    status = supervisor.run_status(run)
+    assert status.state == "failed" and "killed" in status.detail and "cockpit restart" in status.detail
+    assert status.step == 3
+
+
+def test_reboot_is_detected_by_boot_id(home):
+    # a live pid, but recorded under another boot: it is not our trainer
+    run = make_run([encode("hello", pid=os.getpid())],
+                   {"pid": os.getpid(), "create_time": None, "boot_id": "another-boot"})
+    assert not supervisor.is_alive(run)
+    assert "machine rebooted" in supervisor.run_status(run).detail
+
+
+def test_pid_reuse_is_not_taken_for_the_trainer(home):
+    run = make_run([encode("hello", pid=os.getpid())], {"pid": os.getpid(), "create_time": 1.0})
+    assert not supervisor.is_alive(run)
+
+
+def test_live_process_is_running(home):
+    import psutil
+
+    me = psutil.Process()
+    run = make_run([encode("hello", pid=me.pid), encode("phase", phase="training")],
+                   {"pid": me.pid, "create_time": me.create_time(), "boot_id": supervisor.boot_id()})
+    assert supervisor.run_status(run).state == "running"
+
+
+def test_find_by_id_prefix_path_and_latest(home):
+    a = make_run([encode("hello", pid=1)])
+    b = make_run([encode("hello", pid=1)])
+    assert rundir.find(None) == b
+    assert rundir.find(a.run_id) == a
+    assert rundir.find(str(a.path)) == a
+    with pytest.raises(rundir.RunNotFound, match="matches 2 runs"):
+        rundir.find("tiny")
+    with pytest.raises(rundir.RunNotFound, match="no run matches"):
+        rundir.find("zzz")
+
+
+def test_run_outside_the_default_root_is_listed(home, tmp_path):
+    run = rundir.create(tmp_path / "elsewhere", "synthetic:tiny", "")
+    assert run.path.parent == (tmp_path / "elsewhere")
+    assert [r.path for r in rundir.all_runs()] == [run.path.resolve()]
+
+
+def test_command_to_a_run_without_trainer_says_so(home):
+    run = make_run([encode("hello", pid=1)])
+    with pytest.raises(supervisor.NotRunning, match="no live trainer"):
+        supervisor.send_command(run, "pause")
+
+
+def test_runs_cli_lists_status(home, capsys):
+    from cockpit.cli import main
+
+    make_run([encode("hello", pid=1), encode("done", status="finished", step=5)], {"pid": dead_pid()})
+    assert main(["runs"]) == 0
+    assert "finished" in capsys.readouterr().out
+    assert main(["attach", "nope", "--no-ui"]) == 2
