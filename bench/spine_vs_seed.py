@@ -61,17 +61,15 @@ class DevicePeak:
         return self.peak / 2**30
 
 
-def write_dataset(path: Path, arch: str, steps: int, lengths_mode: str, bs: int = 4, accum: int = 4,
-                  seq: int = 512) -> list[int]:
+def write_dataset(
+    path: Path, arch: str, steps: int, lengths_mode: str, bs: int = 4, accum: int = 4, seq: int = 512
+) -> list[int]:
     """The reference's samples, drawn the same way (torch generator, seed 0)."""
     import torch
 
     n = bs * accum * (steps + 2)
     g = torch.Generator().manual_seed(0)
-    if lengths_mode == "fixed":
-        lengths = [seq] * n
-    else:
-        lengths = torch.randint(32, seq + 1, (n,), generator=g).tolist()
+    lengths = [seq] * n if lengths_mode == "fixed" else torch.randint(32, seq + 1, (n,), generator=g).tolist()
     with open(path, "w") as f:
         for k in lengths:
             ids = torch.randint(3, VOCAB[arch], (k,), generator=g).tolist()
@@ -107,24 +105,44 @@ output: {{save_steps: 100000, save_final: false}}
 
 def run_seed(script: Path, arch: str, steps: int, lengths: str, workdir: Path) -> dict:
     out = workdir / f"seed-{time.time_ns()}.json"
-    cmd = [sys.executable, str(script), "--arch", arch, "--steps", str(steps), "--lengths", lengths,
-           "--workdir", str(workdir / "seed"), "--out", str(out)]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=open(workdir / "seed.log", "a"))
+    cmd = [
+        sys.executable,
+        str(script),
+        "--arch",
+        arch,
+        "--steps",
+        str(steps),
+        "--lengths",
+        lengths,
+        "--workdir",
+        str(workdir / "seed"),
+        "--out",
+        str(out),
+    ]
+    with open(workdir / "seed.log", "a") as log:
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=log)
     return json.loads(out.read_text())
 
 
 def run_cockpit(config_path: Path, lengths: list[int], env: dict, workdir: Path) -> dict:
     peak = DevicePeak()
     started = time.time()
-    proc = subprocess.run([sys.executable, "-m", "cockpit", "train", str(config_path), "--no-ui"],
-                          env=env, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cockpit", "train", str(config_path), "--no-ui"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     wall = time.time() - started
     device_used = peak.stop()
     (workdir / "cockpit.log").open("a").write(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise SystemExit(f"cockpit exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     runs = sorted((Path(env["COCKPIT_HOME"]) / "runs").iterdir())
-    events = [json.loads(line) for line in (runs[-1] / "events.jsonl").read_text().splitlines() if line.strip()]
+    events = [
+        json.loads(line) for line in (runs[-1] / "events.jsonl").read_text().splitlines() if line.strip()
+    ]
     logs = [e for e in events if e["type"] == "log"]
     step_times = [e["step_time_s"] for e in logs if e["step"] > 2]
     med = statistics.median(step_times)
@@ -157,16 +175,32 @@ def main() -> None:
     a = ap.parse_args()
 
     a.workdir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, COCKPIT_HOME=str(a.workdir / "home"), COCKPIT_CACHE=str(a.workdir / "cache"),
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        COCKPIT_HOME=str(a.workdir / "home"),
+        COCKPIT_CACHE=str(a.workdir / "cache"),
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    )
     data = a.workdir / f"data-{a.arch}-{a.lengths}.jsonl"
     lengths = write_dataset(data, a.arch, a.steps, a.lengths)
     config_path = a.workdir / "cockpit.yaml"
     config_path.write_text(cockpit_config(a.arch, data, a.steps))
     # warm both caches (model built once, untimed, like a download)
-    subprocess.run([sys.executable, "-m", "train_backend.synthetic", a.arch,
-                    str(a.workdir / "cache" / "synthetic" / f"{a.arch}-bf16"), "bf16", "cuda"],
-                   env=env, cwd=ROOT, check=True, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "train_backend.synthetic",
+            a.arch,
+            str(a.workdir / "cache" / "synthetic" / f"{a.arch}-bf16"),
+            "bf16",
+            "cuda",
+        ],
+        env=env,
+        cwd=ROOT,
+        check=True,
+        stderr=subprocess.DEVNULL,
+    )
 
     seed_runs, cockpit_runs = [], []
     order = []
@@ -180,8 +214,12 @@ def main() -> None:
         else:
             cockpit_runs.append(run_cockpit(config_path, lengths, env, a.workdir))
             r = cockpit_runs[-1]
-        print(f"{which}: {r['tokens_per_s']} tok/s, device {r['device_used_gib']} GiB ({time.time() - t0:.0f} s)",
-              file=sys.stderr, flush=True)
+        print(
+            f"{which}: {r['tokens_per_s']} tok/s, device {r['device_used_gib']} GiB "
+            f"({time.time() - t0:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def mean(rows, key):
         return statistics.mean(r[key] for r in rows)
@@ -204,9 +242,12 @@ def main() -> None:
         "seed": seed_runs,
         "cockpit": cockpit_runs,
         "ratio_tokens_per_s": round(mean(cockpit_runs, "tokens_per_s") / mean(seed_runs, "tokens_per_s"), 4),
-        "ratio_device_used": round(mean(cockpit_runs, "device_used_gib") / mean(seed_runs, "device_used_gib"), 4),
+        "ratio_device_used": round(
+            mean(cockpit_runs, "device_used_gib") / mean(seed_runs, "device_used_gib"), 4
+        ),
         "ratio_peak_allocated": round(
-            mean(cockpit_runs, "peak_allocated_gib") / mean(seed_runs, "peak_allocated_gib"), 4),
+            mean(cockpit_runs, "peak_allocated_gib") / mean(seed_runs, "peak_allocated_gib"), 4
+        ),
         "versions": seed_runs[0].get("versions"),
     }
     line = json.dumps(result)

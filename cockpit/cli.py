@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from cockpit import __version__, config, rundir, supervisor
-from cockpit.headless import EXIT_FAILED, EXIT_USAGE
+from cockpit.headless import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 
 DEMO_CONFIG = "demo.yaml"
 
@@ -27,20 +27,36 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def with_ui(sp):
-        sp.add_argument("--no-ui", action="store_true", help="headless: live status on a terminal, plain lines otherwise")
-        sp.add_argument("--log-every", type=float, default=10.0, metavar="S",
-                        help="plain output: seconds between step lines (0: every log event)")
+        sp.add_argument(
+            "--no-ui", action="store_true", help="headless: live status on a terminal, plain lines otherwise"
+        )
+        sp.add_argument(
+            "--log-every",
+            type=float,
+            default=10.0,
+            metavar="S",
+            help="plain output: seconds between step lines (0: every log event)",
+        )
 
     sp = sub.add_parser("init", help="write a commented config template")
     sp.add_argument("path", nargs="?", default="cockpit.yaml")
     sp.add_argument("--force", action="store_true", help="overwrite an existing file")
 
-    for name, text in (("train", "validate CONFIG and start a run"), ("demo", "train the shipped tiny model")):
+    for name, text in (
+        ("train", "validate CONFIG and start a run"),
+        ("demo", "train the shipped tiny model"),
+    ):
         sp = sub.add_parser(name, help=text)
         if name == "train":
             sp.add_argument("config", help="YAML config (cockpit init writes one)")
-        sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="override a config key, e.g. --set training.max_steps=50 (repeatable)")
+        sp.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            dest="overrides",
+            help="override a config key, e.g. --set training.max_steps=50 (repeatable)",
+        )
         sp.add_argument("--check", action="store_true", help="validate the config and exit")
         with_ui(sp)
 
@@ -51,18 +67,31 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
     with_ui(sp)
 
-    sp = sub.add_parser("restart", help="start the trainer again in a run's directory, from its last checkpoint")
+    sp = sub.add_parser(
+        "restart", help="start the trainer again in a run's directory, from its last checkpoint"
+    )
     sp.add_argument("run", nargs="?")
     with_ui(sp)
 
     sp = sub.add_parser("stop", help="stop a run: checkpoint, then SIGTERM, then SIGKILL")
     sp.add_argument("run", nargs="?")
-    sp.add_argument("--timeout", type=float, default=supervisor.STOP_GRACE_S,
-                    help="seconds to wait for the graceful stop before SIGTERM")
-    sp.add_argument("--term-timeout", type=float, default=supervisor.TERM_GRACE_S,
-                    help="seconds to wait after SIGTERM before SIGKILL")
-    for name, text in (("save", "save a checkpoint now"), ("pause", "pause after the current step"),
-                       ("resume", "resume a paused run")):
+    sp.add_argument(
+        "--timeout",
+        type=float,
+        default=supervisor.STOP_GRACE_S,
+        help="seconds to wait for the graceful stop before SIGTERM",
+    )
+    sp.add_argument(
+        "--term-timeout",
+        type=float,
+        default=supervisor.TERM_GRACE_S,
+        help="seconds to wait after SIGTERM before SIGKILL",
+    )
+    for name, text in (
+        ("save", "save a checkpoint now"),
+        ("pause", "pause after the current step"),
+        ("resume", "resume a paused run"),
+    ):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("run", nargs="?")
     return p
@@ -83,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
     except supervisor.NotRunning as exc:
-        print(f"{exc}. `cockpit runs` shows its status; `cockpit restart` continues from its last checkpoint.",
-              file=sys.stderr)
+        print(
+            f"{exc}. `cockpit runs` shows its status; `cockpit restart` continues from its last checkpoint.",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
 
 
@@ -112,7 +143,9 @@ def _start(cfg: config.TrainConfig, args) -> int:
     if args.check:
         print("config OK")
         return 0
-    run = rundir.create(Path(cfg.output.dir) if cfg.output.dir else None, cfg.model.name, config.dump_config(cfg))
+    run = rundir.create(
+        Path(cfg.output.dir) if cfg.output.dir else None, cfg.model.name, config.dump_config(cfg)
+    )
     proc = supervisor.launch(run)
     print(f"run {run.run_id} started (trainer pid {proc.pid}); directory {run.path}", file=sys.stderr)
     return _show(run, proc, args)
@@ -128,7 +161,12 @@ def _show(run: rundir.RunDir, proc, args, replay: bool = False) -> int:
         return follow(session, log_every_s=args.log_every)
     from screens.app import CockpitApp  # the only place the TUI is imported
 
-    return CockpitApp(session).run() or 0
+    code = CockpitApp(session).run() or 0
+    if code == EXIT_DETACHED:
+        print(
+            f"detached; training goes on. Watch: cockpit attach {run.run_id}   Stop: cockpit stop {run.run_id}"
+        )
+    return code
 
 
 def cmd_attach(args) -> int:
@@ -153,8 +191,16 @@ def cmd_runs(args) -> int:
     rows = []
     for run in rundir.all_runs():
         status = supervisor.run_status(run)
-        rows.append({"run": run.run_id, "status": status.state, "step": status.step, "total_steps": status.total_steps,
-                     "detail": status.detail, "path": str(run.path)})
+        rows.append(
+            {
+                "run": run.run_id,
+                "status": status.state,
+                "step": status.step,
+                "total_steps": status.total_steps,
+                "detail": status.detail,
+                "path": str(run.path),
+            }
+        )
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -170,8 +216,9 @@ def cmd_runs(args) -> int:
 
 def cmd_stop(args) -> int:
     run = rundir.find(args.run)
-    outcome = supervisor.stop(run, grace_s=args.timeout, term_s=args.term_timeout,
-                              say=lambda t: print(t, file=sys.stderr))
+    outcome = supervisor.stop(
+        run, grace_s=args.timeout, term_s=args.term_timeout, say=lambda t: print(t, file=sys.stderr)
+    )
     print(f"{run.run_id}: {outcome}")
     return 0 if outcome in ("stopped", "terminated", "killed", "not running") else EXIT_FAILED
 

@@ -98,14 +98,20 @@ class QuantizationSection:
 @dataclass
 class TrainingSection:
     max_length: int = _f(512, "longest sequence in tokens; longer samples are truncated", min=8, max=1 << 20)
-    micro_batch_size: int = _f(4, "sequences per forward pass (per_device_train_batch_size)", min=1, max=65536)
+    micro_batch_size: int = _f(
+        4, "sequences per forward pass (per_device_train_batch_size)", min=1, max=65536
+    )
     gradient_accumulation_steps: int = _f(4, "micro-batches per optimizer step", min=1, max=65536)
-    epochs: float = _f(1.0, "passes over the dataset (ignored when max_steps is set)", min=0, exclusive_min=True)
+    epochs: float = _f(
+        1.0, "passes over the dataset (ignored when max_steps is set)", min=0, exclusive_min=True
+    )
     max_steps: int | None = _f(None, "stop after this many optimizer steps", min=1)
     learning_rate: float = _f(2e-4, "peak learning rate", min=0, max=1, exclusive_min=True)
     lr_scheduler: str = _f("constant", "learning-rate schedule", choices=SCHEDULERS)
     warmup: float = _f(0.03, "warmup: a fraction of the steps if < 1, else a number of steps", min=0)
-    optimizer: str = _f("paged_adamw_32bit", "optimizer (paged_* and *_8bit come from bitsandbytes)", choices=OPTIMIZERS)
+    optimizer: str = _f(
+        "paged_adamw_32bit", "optimizer (paged_* and *_8bit come from bitsandbytes)", choices=OPTIMIZERS
+    )
     weight_decay: float = _f(0.0, "AdamW weight decay", min=0)
     max_grad_norm: float = _f(0.3, "gradient clipping norm (0 turns it off)", min=0)
     gradient_checkpointing: bool = _f(
@@ -114,7 +120,9 @@ class TrainingSection:
         "TRL's SFTConfig defaults it on and HF Trainer off",
     )
     precision: str = _f(
-        "auto", "auto picks bf16 only where compute capability >= 8.0, else fp16 on GPU, fp32 on CPU", choices=PRECISIONS
+        "auto",
+        "auto picks bf16 only where compute capability >= 8.0, else fp16 on GPU, fp32 on CPU",
+        choices=PRECISIONS,
     )
     packing: bool = _f(False, "pack several samples into one sequence")
     sampling: str = _f(
@@ -129,7 +137,9 @@ class TrainingSection:
 
 @dataclass
 class OutputSection:
-    dir: str | None = _f(None, "root of run directories (default: $COCKPIT_HOME/runs or ~/.local/share/lora-cockpit/runs)")
+    dir: str | None = _f(
+        None, "root of run directories (default: $COCKPIT_HOME/runs or ~/.local/share/lora-cockpit/runs)"
+    )
     save_steps: int = _f(100, "optimizer steps between checkpoints", min=1)
     checkpoints_kept: int = _f(2, "newest complete checkpoints to keep", min=1)
     save_final: bool = _f(True, "save the final adapter (or model, for full) into the run's final/ folder")
@@ -268,7 +278,9 @@ def _check_value(key: str, value: Any, hint: Any, meta: dict) -> Any:
     if value is None:
         if type(None) in allowed:
             return None
-        raise ConfigError(f"{key}: a value is required ({_type_words(allowed)}); remove the key for the default")
+        raise ConfigError(
+            f"{key}: a value is required ({_type_words(allowed)}); remove the key for the default"
+        )
     value = _coerce(key, value, allowed)
     choices = meta.get("choices")
     if choices is not None and value not in choices:
@@ -372,15 +384,22 @@ def _check_combinations(cfg: TrainConfig) -> None:
             "or the string 'all-linear'"
         )
     t = cfg.training
-    if cfg.debug.fail_at_step is not None and t.max_steps is not None and cfg.debug.fail_at_step > t.max_steps:
+    if (
+        cfg.debug.fail_at_step is not None
+        and t.max_steps is not None
+        and cfg.debug.fail_at_step > t.max_steps
+    ):
         raise ConfigError(
             f"debug.fail_at_step: {cfg.debug.fail_at_step} is after training.max_steps ({t.max_steps})"
         )
 
 
 def looks_like_path(name: str) -> bool:
-    return name.startswith(("/", "./", "../", "~")) or name in (".", "..") or os.sep + os.sep in name or (
-        Path(name).expanduser().exists()
+    return (
+        name.startswith(("/", "./", "../", "~"))
+        or name in (".", "..")
+        or os.sep + os.sep in name
+        or (Path(name).expanduser().exists())
     )
 
 

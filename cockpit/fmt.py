@@ -8,7 +8,7 @@ import math
 def duration(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
         return "-"
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     if hours >= 48:

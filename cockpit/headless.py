@@ -18,7 +18,7 @@ from rich.text import Text
 
 from cockpit import fmt
 from cockpit.protocol import Fault
-from cockpit.runstate import RunState
+from cockpit.runstate import RunState, notice_text
 from cockpit.session import RunSession
 
 # how a run ended -> the client's exit code (README: "Exit codes")
@@ -32,50 +32,66 @@ def exit_code(state: RunState) -> int:
 
 
 def status_line(state: RunState, now_ts: float | None) -> str:
-    parts = [f"loss {fmt.loss(state.loss)}", f"lr {fmt.sci(state.learning_rate)}",
-             f"tok/s {fmt.rate(state.tokens_per_s)}", f"ETA {fmt.duration(state.eta_s())}",
-             f"elapsed {fmt.duration(state.billed_s(now_ts))}"]
+    parts = [
+        f"loss {fmt.loss(state.loss)}",
+        f"lr {fmt.sci(state.learning_rate)}",
+        f"tok/s {fmt.rate(state.tokens_per_s)}",
+        f"ETA {fmt.duration(state.eta_s())}",
+        f"elapsed {fmt.duration(state.billed_s(now_ts))}",
+    ]
     if state.price_per_hour is not None:
-        parts.append(f"cost {fmt.money(state.cost_so_far(now_ts))} (of ~{fmt.money(state.cost_projected(now_ts))})")
+        parts.append(
+            f"cost {fmt.money(state.cost_so_far(now_ts))} (of ~{fmt.money(state.cost_projected(now_ts))})"
+        )
     return "  ".join(parts)
 
 
-def describe(item: dict | Fault, state: RunState) -> str | None:
+def describe(item: dict | Fault) -> str | None:
     """One plain line for a message worth a line of its own (log events are throttled elsewhere)."""
-    if isinstance(item, Fault):
-        return item.describe()
+    notice = notice_text(item)
+    if isinstance(item, Fault) or (notice and item.get("type") != "hello"):
+        return notice
     kind = item.get("type")
     if kind == "hello":
         dev = item.get("device") or {}
-        resumed = f", resuming from {item['resume_from'].rsplit('/', 1)[-1]}" if item.get("resume_from") else ""
-        return f"trainer pid {item.get('pid')} on {dev.get('kind')} {dev.get('name')} ({item.get('precision')}){resumed}"
+        resumed = (
+            f", resuming from {item['resume_from'].rsplit('/', 1)[-1]}" if item.get("resume_from") else ""
+        )
+        where = f"{dev.get('kind')} {dev.get('name')} ({item.get('precision')})"
+        return f"trainer pid {item.get('pid')} on {where}{resumed}"
     if kind == "phase":
         return f"phase: {item.get('phase')} {item.get('message', '')}".rstrip()
     if kind == "data":
-        return (f"data: {item.get('samples')} samples ({item.get('format')}), tokens min/mean/p95/max "
-                f"{item.get('tokens_min')}/{item.get('tokens_mean')}/{item.get('tokens_p95')}/{item.get('tokens_max')}, "
-                f"{item.get('truncated')} truncated at {item.get('max_length')}, {item.get('dropped')} dropped")
+        return (
+            f"data: {item.get('samples')} samples ({item.get('format')}), tokens min/mean/p95/max "
+            f"{item.get('tokens_min')}/{item.get('tokens_mean')}/{item.get('tokens_p95')}/"
+            f"{item.get('tokens_max')}, "
+            f"{item.get('truncated')} truncated at {item.get('max_length')}, {item.get('dropped')} dropped"
+        )
     if kind == "model":
-        return (f"model: {item.get('name')} ({item.get('method')}), {item.get('params_trainable'):,} of "
-                f"{item.get('params_total'):,} params trainable, loaded in {item.get('load_s')} s")
+        return (
+            f"model: {item.get('name')} ({item.get('method')}), {item.get('params_trainable'):,} of "
+            f"{item.get('params_total'):,} params trainable, loaded in {item.get('load_s')} s"
+        )
     if kind == "train_begin":
-        return (f"training: {item.get('total_steps')} steps from {item.get('start_step')}, micro-batch "
-                f"{item.get('micro_batch_size')} x {item.get('gradient_accumulation_steps')}, length "
-                f"{item.get('max_length')}, {item.get('precision')}, gradient checkpointing "
-                f"{'on' if item.get('gradient_checkpointing') else 'off'}, {item.get('optimizer')}")
+        return (
+            f"training: {item.get('total_steps')} steps from {item.get('start_step')}, micro-batch "
+            f"{item.get('micro_batch_size')} x {item.get('gradient_accumulation_steps')}, length "
+            f"{item.get('max_length')}, {item.get('precision')}, gradient checkpointing "
+            f"{'on' if item.get('gradient_checkpointing') else 'off'}, {item.get('optimizer')}"
+        )
     if kind == "checkpoint":
-        return f"checkpoint: step {item.get('step')} ({fmt.gib(item.get('bytes'), 3)}, {item.get('save_s')} s)"
-    if kind in ("command", "paused", "resumed", "warning"):
-        return state.notices[-1] if state.notices else None
+        return (
+            f"checkpoint: step {item.get('step')} ({fmt.gib(item.get('bytes'), 3)}, {item.get('save_s')} s)"
+        )
     if kind == "error":
         return f"ERROR ({item.get('kind')}): {item.get('message')}\n  fix: {item.get('hint')}"
     if kind == "done":
         out = f", output in {item['output']}" if item.get("output") else ""
-        return f"done: {item.get('status')} at step {item.get('step')}, train loss {fmt.loss(item.get('train_loss'))}{out}"
+        loss = fmt.loss(item.get("train_loss"))
+        return f"done: {item.get('status')} at step {item.get('step')}, train loss {loss}{out}"
     if kind == "exit":
         return f"trainer {item.get('reason', 'exited')}"
-    if kind not in ("log",):
-        return state.notices[-1] if state.notices and state.notices[-1].startswith("ignored") else None
     return None
 
 
@@ -88,7 +104,9 @@ class _Detach(Exception):
     pass
 
 
-def follow(session: RunSession, out=None, log_every_s: float = 10.0, force_terminal: bool | None = None) -> int:
+def follow(
+    session: RunSession, out=None, log_every_s: float = 10.0, force_terminal: bool | None = None
+) -> int:
     """Show the run until it ends (exit code by its ending) or the user detaches (Ctrl-C)."""
     out = out or sys.stdout
     console = Console(file=out, force_terminal=force_terminal)
@@ -103,8 +121,11 @@ def follow(session: RunSession, out=None, log_every_s: float = 10.0, force_termi
         return _follow_plain(session, out, log_every_s)
     except _Detach:
         run = session.run.run_id
-        print(f"\ndetached; training goes on. Watch: cockpit attach {run}   Stop: cockpit stop {run}",
-              file=out, flush=True)
+        print(
+            f"\ndetached; training goes on. Watch: cockpit attach {run}   Stop: cockpit stop {run}",
+            file=out,
+            flush=True,
+        )
         return EXIT_DETACHED
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -121,14 +142,15 @@ def _follow_plain(session: RunSession, out, log_every_s: float) -> int:
             view.apply(item)
             ts = item.get("ts") if isinstance(item, dict) else None
             stamp = datetime.fromtimestamp(ts if isinstance(ts, (int, float)) else time.time()).isoformat(
-                timespec="seconds")
+                timespec="seconds"
+            )
             if isinstance(item, dict) and item.get("type") == "log":
                 due = ts is None or ts - last_log >= log_every_s or view.step == view.total_steps
                 if due and view.step != last_step:
                     last_log, last_step = ts or time.time(), view.step
                     print(f"{stamp} {log_line(view, ts)}", file=out, flush=True)
                 continue
-            line = describe(item, view)
+            line = describe(item)
             if line:
                 print(f"{stamp} {line}", file=out, flush=True)
         if session.ended or (session.trainer_gone and not items):
@@ -144,8 +166,11 @@ def _render(state: RunState, now_ts: float) -> Group:
     head.add_column(justify="right")
     total = state.total_steps or 0
     bar = ProgressBar(total=max(total, 1), completed=min(state.step, total) if total else 0, width=40)
-    head.add_row(Text(f"{state.run_id}  [{state.status}] {state.phase}", style="bold"), bar,
-                 f"{state.step}/{total or '?'}")
+    head.add_row(
+        Text(f"{state.run_id}  [{state.status}] {state.phase}", style="bold"),
+        bar,
+        f"{state.step}/{total or '?'}",
+    )
     return Group(head, Text(status_line(state, now_ts)))
 
 
@@ -155,7 +180,7 @@ def _follow_live(session: RunSession, console: Console) -> int:
             items = session.poll()
             state = session.state
             for item in items:
-                line = describe(item, state)
+                line = describe(item)
                 if line:
                     live.console.print(line, markup=False, highlight=False)
             now = state.last_ts if session.trainer_gone else time.time()

@@ -90,7 +90,9 @@ class LineDecoder:
                 continue
             if len(line) > self.max_line_bytes:
                 items.append(
-                    Fault("overlong", f"line of {len(line)} bytes, over {self.max_line_bytes}", _preview(line))
+                    Fault(
+                        "overlong", f"line of {len(line)} bytes, over {self.max_line_bytes}", _preview(line)
+                    )
                 )
                 continue
             item = decode_line(line)

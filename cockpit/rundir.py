@@ -1,13 +1,13 @@
 """The run directory: one per run, owner-only, everything a later client needs.
 
-    <root>/<run id>/
-        config.yaml      the resolved config (no secrets)
-        events.jsonl     every protocol message, appended (the trainer's stdout)
-        backend.log      everything else the trainer printed
-        control          FIFO for commands (stop/save/pause/resume), mode 0600
-        trainer.json     pid, process group, start time, boot id of the current trainer
-        checkpoints/     checkpoint-<step>/ (complete ones carry COMPLETE_MARKER)
-        final/           the final adapter (or model) after a finished run
+<root>/<run id>/
+    config.yaml      the resolved config (no secrets)
+    events.jsonl     every protocol message, appended (the trainer's stdout)
+    backend.log      everything else the trainer printed
+    control          FIFO for commands (stop/save/pause/resume), mode 0600
+    trainer.json     pid, process group, start time, boot id of the current trainer
+    checkpoints/     checkpoint-<step>/ (complete ones carry COMPLETE_MARKER)
+    final/           the final adapter (or model) after a finished run
 """
 
 from __future__ import annotations
@@ -94,7 +94,9 @@ def complete_checkpoints(folder: Path) -> list[Path]:
 
 
 def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "-", text.split("/")[-1].replace("synthetic:", "")).strip("-")[:40] or "run"
+    return (
+        re.sub(r"[^A-Za-z0-9.]+", "-", text.split("/")[-1].replace("synthetic:", "")).strip("-")[:40] or "run"
+    )
 
 
 def create(root: Path | None, model_name: str, config_yaml: str) -> RunDir:

@@ -15,6 +15,28 @@ from cockpit.protocol import EVENT_TYPES, Fault, number
 MAX_NOTICES = 200
 
 
+def notice_text(item: dict | Fault) -> str | None:
+    """The notice a message adds to the run's notices (faults, commands, pauses, warnings...)."""
+    if isinstance(item, Fault):
+        return item.describe()
+    kind = item.get("type")
+    if kind not in EVENT_TYPES:
+        return f"ignored a message of unknown type {kind!r}"
+    if kind == "hello" and item.get("resume_from"):
+        return f"resumed from {str(item['resume_from']).rsplit('/', 1)[-1]}"
+    if kind == "command":
+        verdict = "" if item.get("accepted", True) else " (refused)"
+        detail = item.get("detail", "")
+        return f"command {item.get('name')}{verdict}" + (f": {detail}" if detail else "")
+    if kind == "paused":
+        return f"paused at step {item.get('step')}"
+    if kind == "resumed":
+        return f"resumed at step {item.get('step')}"
+    if kind == "warning":
+        return f"warning: {item.get('message', '')}"
+    return None
+
+
 @dataclass
 class Attempt:
     """One trainer process: the first launch or a resume."""
@@ -64,9 +86,11 @@ class RunState:
     # ------------------------------------------------------------ folding
 
     def apply(self, item: dict | Fault) -> None:
+        text = notice_text(item)
+        if text:
+            self._notice(text)
         if isinstance(item, Fault):
             self.faults += 1
-            self._notice(item.describe())
             return
         kind = item.get("type")
         ts = number(item.get("ts"))
@@ -75,7 +99,6 @@ class RunState:
             if self.attempts:
                 self.attempts[-1].last_ts = max(self.attempts[-1].last_ts, ts)
         if kind not in EVENT_TYPES:
-            self._notice(f"ignored a message of unknown type {kind!r}")
             return
         handler = getattr(self, f"_on_{kind}", None)
         if handler is not None:
@@ -96,8 +119,6 @@ class RunState:
         self.status = "starting"
         self.error = None
         self.outcome = None
-        if m.get("resume_from"):
-            self._notice(f"resumed from {m['resume_from'].rsplit('/', 1)[-1]}")
 
     def _on_phase(self, m: dict) -> None:
         self.phase = m.get("phase", self.phase)
@@ -137,7 +158,11 @@ class RunState:
         self.samples_per_s = number(m.get("samples_per_s"))
         self.step_time_s = number(m.get("step_time_s"))
         self.tokens_seen = m.get("tokens_seen")
-        self.memory = {k: m[k] for k in ("mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes", "rss_bytes") if k in m}
+        self.memory = {
+            k: m[k]
+            for k in ("mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes", "rss_bytes")
+            if k in m
+        }
         if self.status != "paused":
             self.status = "running"
 
@@ -145,22 +170,15 @@ class RunState:
         removed = set(m.get("removed") or [])
         self.checkpoints = [c for c in self.checkpoints if c["name"] not in removed]
         path = m.get("path", "")
-        self.checkpoints.append({"name": path.rsplit("/", 1)[-1], "step": m.get("step"), "bytes": m.get("bytes")})
-
-    def _on_command(self, m: dict) -> None:
-        verdict = "" if m.get("accepted", True) else " (refused)"
-        self._notice(f"command {m.get('name')}{verdict}: {m.get('detail', '')}".rstrip(": "))
+        self.checkpoints.append(
+            {"name": path.rsplit("/", 1)[-1], "step": m.get("step"), "bytes": m.get("bytes")}
+        )
 
     def _on_paused(self, m: dict) -> None:
         self.status = "paused"
-        self._notice(f"paused at step {m.get('step')}")
 
     def _on_resumed(self, m: dict) -> None:
         self.status = "running"
-        self._notice(f"resumed at step {m.get('step')}")
-
-    def _on_warning(self, m: dict) -> None:
-        self._notice(f"warning: {m.get('message', '')}")
 
     def _on_error(self, m: dict) -> None:
         self.error = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}

@@ -70,8 +70,13 @@ def launch(run: RunDir, extra_env: dict[str, str] | None = None) -> subprocess.P
         created = psutil.Process(proc.pid).create_time()
     except psutil.Error:
         created = None
-    record = {"pid": proc.pid, "pgid": proc.pid, "create_time": created, "boot_id": boot_id(),
-              "started": time.time()}
+    record = {
+        "pid": proc.pid,
+        "pgid": proc.pid,
+        "create_time": created,
+        "boot_id": boot_id(),
+        "started": time.time(),
+    }
     tmp = run.trainer_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))
     os.chmod(tmp, 0o600)
@@ -131,7 +136,9 @@ def send_command(run: RunDir, name: str, sender: str = "cli") -> None:
         os.close(fd)
 
 
-def stop(run: RunDir, grace_s: float = STOP_GRACE_S, term_s: float = TERM_GRACE_S, say=lambda _t: None) -> str:
+def stop(
+    run: RunDir, grace_s: float = STOP_GRACE_S, term_s: float = TERM_GRACE_S, say=lambda _t: None
+) -> str:
     """Stop command, then SIGTERM to the process group, then SIGKILL. Returns how it ended."""
     proc = trainer_process(run)
     if proc is None:
@@ -198,7 +205,7 @@ class EventFollower:
     def poll(self) -> list:
         if self._file is None:
             try:
-                self._file = open(self.path, "rb")
+                self._file = open(self.path, "rb")  # noqa: SIM115 - held open while following
             except FileNotFoundError:
                 return []
         items = []
@@ -245,18 +252,34 @@ def run_status(run: RunDir) -> RunStatus:
         label = "paused" if state.status == "paused" else "running"
         return RunStatus(label, state.phase, state.step, state.total_steps, state.last_ts)
     if state.status in ("finished", "stopped"):
-        return RunStatus(state.status, (state.outcome or {}).get("message", ""), state.step, state.total_steps,
-                         state.last_ts)
+        return RunStatus(
+            state.status,
+            (state.outcome or {}).get("message", ""),
+            state.step,
+            state.total_steps,
+            state.last_ts,
+        )
     if state.status == "failed" and state.error:
         detail = f"{state.error.get('kind')}: {state.error.get('message', '')}"[:120]
         return RunStatus("failed", detail, state.step, state.total_steps, state.last_ts)
     if state.outcome:
-        return RunStatus("failed", state.outcome.get("reason", "trainer exited"), state.step, state.total_steps,
-                         state.last_ts)
+        return RunStatus(
+            "failed",
+            state.outcome.get("reason", "trainer exited"),
+            state.step,
+            state.total_steps,
+            state.last_ts,
+        )
     record = run.read_trainer() or {}
     reason = "machine rebooted" if record.get("boot_id") and record["boot_id"] != boot_id() else "killed"
-    return RunStatus("failed", f"trainer gone without a final event ({reason}); continue from the last checkpoint with: cockpit restart "
-                     f"{run.run_id}", state.step, state.total_steps, state.last_ts)
+    return RunStatus(
+        "failed",
+        f"trainer gone without a final event ({reason}); continue from the last checkpoint with: "
+        f"cockpit restart {run.run_id}",
+        state.step,
+        state.total_steps,
+        state.last_ts,
+    )
 
 
 def record_exit(run: RunDir, returncode: int | None) -> None:

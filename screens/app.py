@@ -67,7 +67,7 @@ class CockpitApp(App[int]):
             while not cancelled.is_set():
                 try:
                     items = session.poll()
-                    lines = event_lines.lines(items, session.state)
+                    lines = event_lines.lines(items)
                 except OSError as exc:
                     items, lines = [], [f"could not read the run's events: {exc}; retrying"]
                     cancelled.wait(READ_RETRY_S)

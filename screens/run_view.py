@@ -22,7 +22,7 @@ from textual.worker import Worker, WorkerState
 
 from cockpit import fmt, supervisor
 from cockpit.headless import describe
-from cockpit.protocol import EVENT_TYPES, Fault
+from cockpit.protocol import Fault
 from cockpit.runstate import RunState
 from cockpit.session import RunSession
 from screens.confirm import Confirm
@@ -168,16 +168,6 @@ def error_text(state: RunState, interrupted: bool = False) -> Text | None:
     return text
 
 
-def notices_made(item: dict | Fault) -> int:
-    """How many notices `RunState.apply` adds for this item (mirrors its rules)."""
-    if isinstance(item, Fault):
-        return 1
-    kind = item.get("type")
-    if kind not in EVENT_TYPES or kind in ("command", "paused", "resumed", "warning"):
-        return 1
-    return 1 if kind == "hello" and item.get("resume_from") else 0
-
-
 def item_type(item: dict | Fault) -> str | None:
     return item.get("type") if isinstance(item, dict) else None
 
@@ -189,25 +179,14 @@ class EventLines:
         self.first_ts: float | None = None
         self.last_ts: float | None = None
 
-    def lines(self, items: list[dict | Fault], state: RunState) -> list[str]:
-        # `items` were all applied before we see them, so a notice-based line is picked by its
-        # place among this batch's notices rather than as `state.notices[-1]`
-        made = [notices_made(item) for item in items]
-        fresh = state.notices[-sum(made) :] if sum(made) else []
-        missing = sum(made) - len(fresh)  # dropped by RunState's cap in a very long history
-        seen: list[str] = []
+    def lines(self, items: list[dict | Fault]) -> list[str]:
         out = []
-        for item, n in zip(items, made):
-            if n:
-                if missing:
-                    missing -= 1
-                    continue
-                seen.append(fresh[len(seen)])
+        for item in items:
             ts = item.get("ts") if isinstance(item, dict) else None
             if isinstance(ts, (int, float)):
                 self.first_ts = ts if self.first_ts is None else self.first_ts
                 self.last_ts = ts
-            line = describe(item, _Notices(seen if n else []))
+            line = describe(item)
             if not line:
                 continue
             if item_type(item) == "error":
@@ -215,13 +194,6 @@ class EventLines:
             stamp = fmt.duration(self.last_ts - self.first_ts) if self.first_ts is not None else "-:--:--"
             out.extend(f"{stamp} {part}" for part in line.splitlines())
         return out
-
-
-class _Notices:
-    """The part of RunState that `describe` reads for notice-based lines."""
-
-    def __init__(self, notices: list[str]):
-        self.notices = notices
 
 
 # ---------------------------------------------------------------- the screen

@@ -37,6 +37,19 @@ TINY = {
 }
 
 
+def has_cuda() -> bool:
+    """Whether a CUDA GPU is visible (asked in a child: this process never imports torch)."""
+    global _HAS_CUDA
+    if _HAS_CUDA is None:
+        probe = "import torch; print(torch.cuda.is_available())"
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+        _HAS_CUDA = out.stdout.strip().endswith("True")
+    return _HAS_CUDA
+
+
+_HAS_CUDA: bool | None = None
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cockpit-cache")
@@ -55,7 +68,9 @@ def env(tmp_path, cache_dir, monkeypatch) -> dict:
         "HF_DATASETS_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "HF_DATASETS_CACHE": str(cache_dir / "datasets"),
-        "PYTHONPATH": os.pathsep.join([str(SUPPORT), str(ROOT)]),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in [str(SUPPORT), str(ROOT), os.environ.get("PYTHONPATH", "")] if p
+        ),
         "PYTHONUNBUFFERED": "1",
     }
     for key, value in values.items():
@@ -80,13 +95,26 @@ def write_config(path: Path, overrides: dict | None = None) -> Path:
 
 
 def cockpit(args: list[str], env: dict, timeout: float = 240, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cockpit", *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "cockpit", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kw,
+    )
 
 
 def cockpit_bg(args: list[str], env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cockpit", *args], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cockpit", *args],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def events(run_path: Path) -> list[dict]:
@@ -129,5 +157,6 @@ def wait_event(run_path: Path, predicate, timeout: float = 120) -> dict:
 
 def wait_run_dir(env: dict, timeout: float = 30) -> Path:
     root = Path(env["COCKPIT_HOME"]) / "runs"
-    return wait_for(lambda: next(iter(root.iterdir()), None) if root.is_dir() else None, timeout,
-                    what="the run directory").resolve()
+    return wait_for(
+        lambda: next(iter(root.iterdir()), None) if root.is_dir() else None, timeout, what="the run directory"
+    ).resolve()

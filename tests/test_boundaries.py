@@ -27,8 +27,19 @@ def imported(code: str) -> set[str]:
 
 @pytest.mark.parametrize(
     "module",
-    ["cockpit", "cockpit.cli", "cockpit.headless", "cockpit.session", "cockpit.supervisor", "cockpit.config",
-     "cockpit.runstate", "cockpit.protocol", "cockpit.rundir", "cockpit.oom", "cockpit.shapes"],
+    [
+        "cockpit",
+        "cockpit.cli",
+        "cockpit.headless",
+        "cockpit.session",
+        "cockpit.supervisor",
+        "cockpit.config",
+        "cockpit.runstate",
+        "cockpit.protocol",
+        "cockpit.rundir",
+        "cockpit.oom",
+        "cockpit.shapes",
+    ],
 )
 def test_core_imports_neither_torch_nor_textual(module):
     mods = imported(f"import {module}")
@@ -47,8 +58,8 @@ import os
 os.environ['COCKPIT_HOME'] = {str(tmp_path)!r}
 from cockpit.cli import main
 main(['runs'])
-main(['init', {str(tmp_path / 'c.yaml')!r}])
-main(['train', {str(tmp_path / 'c.yaml')!r}, '--check', '--no-ui'])
+main(['init', {str(tmp_path / "c.yaml")!r}])
+main(['train', {str(tmp_path / "c.yaml")!r}, '--check', '--no-ui'])
 main(['demo', '--check', '--no-ui'])
 """
     mods = imported(code)
@@ -56,8 +67,10 @@ main(['demo', '--check', '--no-ui'])
 
 
 def test_backend_never_imports_textual():
-    mods = imported("import train_backend.trainer, train_backend.model, train_backend.data, "
-                    "train_backend.channel, train_backend.errors, train_backend.synthetic")
+    mods = imported(
+        "import train_backend.trainer, train_backend.model, train_backend.data, "
+        "train_backend.channel, train_backend.errors, train_backend.synthetic"
+    )
     assert not (mods & {"textual", "screens", "widgets"})
 
 

@@ -22,19 +22,34 @@ def err(overrides: list[str] | None = None, text: str | None = None, tmp_path=No
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["training.lerning_rate=1e-4"], "unknown key 'training.lerning_rate'. Did you mean 'training.learning_rate'?"),
+        (
+            ["training.lerning_rate=1e-4"],
+            "unknown key 'training.lerning_rate'. Did you mean 'training.learning_rate'?",
+        ),
         (["max_steps=3"], "Did you mean 'training.max_steps'?"),
-        (["training.micro_batch_size=0"], "training.micro_batch_size: 0 (int) is out of range; it must be >= 1"),
-        (["training.learning_rate=-1"], "training.learning_rate: -1.0 (float) is out of range; it must be > 0"),
+        (
+            ["training.micro_batch_size=0"],
+            "training.micro_batch_size: 0 (int) is out of range; it must be >= 1",
+        ),
+        (
+            ["training.learning_rate=-1"],
+            "training.learning_rate: -1.0 (float) is out of range; it must be > 0",
+        ),
         (["lora.dropout=1.5"], "lora.dropout: 1.5 (float) is out of range; it must be <= 1"),
         (["method=qlroa"], "method: 'qlroa' (str) is not one of qlora, lora, full. Did you mean 'qlora'?"),
         (["training.optimizer=adamw"], "training.optimizer: 'adamw' (str) is not one of"),
         (["training.epochs=abc"], "training.epochs: expected a number, got 'abc' (str)"),
-        (["training.gradient_checkpointing=maybe"], "training.gradient_checkpointing: expected true or false"),
+        (
+            ["training.gradient_checkpointing=maybe"],
+            "training.gradient_checkpointing: expected true or false",
+        ),
         (["lora.target_modules=q_proj"], "lora.target_modules: 'q_proj'; give a list of module names"),
         (["lora.target_modules=[]"], "lora.target_modules: the list is empty"),
         (["model.name=/no/such/model"], "model.name: local path '/no/such/model' does not exist"),
-        (["model.name=synthetic:gpt-9"], "model.name: unknown synthetic architecture 'gpt-9'; shipped shapes are:"),
+        (
+            ["model.name=synthetic:gpt-9"],
+            "model.name: unknown synthetic architecture 'gpt-9'; shipped shapes are:",
+        ),
         (["model.name=not a model!"], "is neither a local path, a hub id (org/name) nor synthetic:<arch>"),
         (["dataset.path=./missing.jsonl"], "dataset.path: './missing.jsonl' does not exist"),
         (["hf_token=abcdefgh"], "secrets do not belong in the config"),
@@ -42,7 +57,10 @@ def err(overrides: list[str] | None = None, text: str | None = None, tmp_path=No
         (["quantization.bits=3"], "quantization.bits: 3 (int) is not one of 4, 8"),
         (["training.max_length=null"], "training.max_length: a value is required"),
         (["training"], "--set 'training': expected key=value"),
-        (["training.max_steps=2", "debug.fail_at_step=5"], "debug.fail_at_step: 5 is after training.max_steps (2)"),
+        (
+            ["training.max_steps=2", "debug.fail_at_step=5"],
+            "debug.fail_at_step: 5 is after training.max_steps (2)",
+        ),
         (["training=3"], "training: expected a section (key: value lines), got 3 (int)"),
     ],
 )
@@ -67,8 +85,16 @@ def test_invalid_yaml_and_wrong_top_level(tmp_path):
 
 
 def test_valid_overrides_are_typed():
-    cfg = load_config(None, ["training.max_steps=50", "training.learning_rate=2e-4", "lora.target_modules=all-linear",
-                             "cost.price_per_hour=0.59", "model.name=synthetic:llama-2-7b"])
+    cfg = load_config(
+        None,
+        [
+            "training.max_steps=50",
+            "training.learning_rate=2e-4",
+            "lora.target_modules=all-linear",
+            "cost.price_per_hour=0.59",
+            "model.name=synthetic:llama-2-7b",
+        ],
+    )
     assert cfg.training.max_steps == 50
     assert cfg.training.learning_rate == pytest.approx(2e-4)
     assert cfg.lora.target_modules == "all-linear"

@@ -79,8 +79,9 @@ def test_exit_codes_follow_the_ending(tmp_path):
 def test_status_line_shows_cost_only_with_a_price():
     state = RunState()
     state.apply({"v": 1, "type": "hello", "ts": 100.0, "pid": 1, "price_per_hour": 3.6})
-    state.apply({"v": 1, "type": "log", "ts": 200.0, "step": 5, "total_steps": 10, "loss": 1.0,
-                 "step_time_s": 10.0})
+    state.apply(
+        {"v": 1, "type": "log", "ts": 200.0, "step": 5, "total_steps": 10, "loss": 1.0, "step_time_s": 10.0}
+    )
     line = status_line(state, 200.0)
     assert "cost $0.1000" in line and "ETA 0:00:50" in line  # 100 s at $3.6/h; 5 steps x 10 s left
     assert "(of ~$0.1500)" in line

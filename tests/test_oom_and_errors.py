@@ -10,13 +10,17 @@ from cockpit.config import ConfigError
 from cockpit.oom import parse_oom_message
 from train_backend.errors import DataError, ModelLoadError, classify
 
-NEW = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
-       "23.65 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 22.61 GiB memory in "
-       "use. Of the allocated memory 20.1 GiB is allocated by PyTorch, and 2.0 GiB is reserved by PyTorch but "
-       "unallocated. If reserved but unallocated memory is large try setting "
-       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
-OLD = ("RuntimeError: CUDA out of memory. Tried to allocate 86.00 MiB (GPU 0; 23.69 GiB total capacity; 21.90 GiB "
-       "already allocated; 60.81 MiB free; 22.10 GiB reserved in total by PyTorch)")
+NEW = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+    "23.65 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 22.61 GiB memory in "
+    "use. Of the allocated memory 20.1 GiB is allocated by PyTorch, and 2.0 GiB is reserved by PyTorch but "
+    "unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+)
+OLD = (
+    "RuntimeError: CUDA out of memory. Tried to allocate 86.00 MiB (GPU 0; 23.69 GiB total capacity; "
+    "21.90 GiB already allocated; 60.81 MiB free; 22.10 GiB reserved in total by PyTorch)"
+)
 GIB, MIB = 2**30, 2**20
 
 
@@ -41,7 +45,10 @@ def test_old_format():
 @pytest.mark.parametrize(
     ("text", "kind"),
     [
-        ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)", "cublas_alloc"),
+        (
+            "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)",
+            "cublas_alloc",
+        ),
         ("torch.AcceleratorError: CUDA error: out of memory", "accelerator"),
         ("bitsandbytes: Error: out of memory in cdequantize_blockwise", "bitsandbytes"),
     ],

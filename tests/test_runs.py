@@ -34,7 +34,11 @@ def dead_pid() -> int:
 
 
 def test_finished_stopped_failed(home):
-    base = [encode("hello", pid=1), encode("train_begin", total_steps=10), encode("log", step=10, total_steps=10)]
+    base = [
+        encode("hello", pid=1),
+        encode("train_begin", total_steps=10),
+        encode("log", step=10, total_steps=10),
+    ]
     finished = make_run([*base, encode("done", status="finished", step=10)], {"pid": dead_pid()})
     stopped = make_run([*base, encode("done", status="stopped", step=4)], {"pid": dead_pid()})
     failed = make_run([*base, encode("error", kind="oom", message="CUDA out of memory")], {"pid": dead_pid()})
@@ -45,8 +49,10 @@ def test_finished_stopped_failed(home):
 
 
 def test_crash_without_final_event_is_failed_with_a_way_on(home):
-    run = make_run([encode("hello", pid=1), encode("log", step=3, total_steps=10), b'{"v":1,"ty'],
-                   {"pid": dead_pid(), "boot_id": supervisor.boot_id()})
+    run = make_run(
+        [encode("hello", pid=1), encode("log", step=3, total_steps=10), b'{"v":1,"ty'],
+        {"pid": dead_pid(), "boot_id": supervisor.boot_id()},
+    )
     status = supervisor.run_status(run)
     assert status.state == "failed" and "killed" in status.detail and "cockpit restart" in status.detail
     assert status.step == 3
@@ -54,8 +60,10 @@ def test_crash_without_final_event_is_failed_with_a_way_on(home):
 
 def test_reboot_is_detected_by_boot_id(home):
     # a live pid, but recorded under another boot: it is not our trainer
-    run = make_run([encode("hello", pid=os.getpid())],
-                   {"pid": os.getpid(), "create_time": None, "boot_id": "another-boot"})
+    run = make_run(
+        [encode("hello", pid=os.getpid())],
+        {"pid": os.getpid(), "create_time": None, "boot_id": "another-boot"},
+    )
     assert not supervisor.is_alive(run)
     assert "machine rebooted" in supervisor.run_status(run).detail
 
@@ -69,8 +77,10 @@ def test_live_process_is_running(home):
     import psutil
 
     me = psutil.Process()
-    run = make_run([encode("hello", pid=me.pid), encode("phase", phase="training")],
-                   {"pid": me.pid, "create_time": me.create_time(), "boot_id": supervisor.boot_id()})
+    run = make_run(
+        [encode("hello", pid=me.pid), encode("phase", phase="training")],
+        {"pid": me.pid, "create_time": me.create_time(), "boot_id": supervisor.boot_id()},
+    )
     assert supervisor.run_status(run).state == "running"
 
 

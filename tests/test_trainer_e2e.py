@@ -12,7 +12,17 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import cockpit, cockpit_bg, events, only_run, wait_event, wait_for, wait_run_dir, write_config
+from conftest import (
+    cockpit,
+    cockpit_bg,
+    events,
+    has_cuda,
+    only_run,
+    wait_event,
+    wait_for,
+    wait_run_dir,
+    write_config,
+)
 
 from cockpit import rundir, supervisor
 
@@ -47,8 +57,18 @@ def test_full_run_headless(tmp_path, env):
     logs = [e for e in evs if e["type"] == "log"]
     assert [e["step"] for e in logs] == list(range(1, 9))
     last = logs[-1]
-    for field in ("loss", "learning_rate", "grad_norm", "epoch", "tokens_per_s", "samples_per_s", "step_time_s",
-                  "tokens_seen", "rss_bytes"):
+    memory = ("mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes") if has_cuda() else ("rss_bytes",)
+    for field in (
+        "loss",
+        "learning_rate",
+        "grad_norm",
+        "epoch",
+        "tokens_per_s",
+        "samples_per_s",
+        "step_time_s",
+        "tokens_seen",
+        *memory,
+    ):
         assert last[field] is not None, field
     assert last["tokens_per_s"] > 0 and last["total_steps"] == 8
     data = next(e for e in evs if e["type"] == "data")
@@ -59,7 +79,10 @@ def test_full_run_headless(tmp_path, env):
 
     # run directory: owner-only, complete checkpoints, final adapter, no secret anywhere
     assert stat.S_IMODE(run.stat().st_mode) == 0o700
-    assert stat.S_ISFIFO((run / "control").stat().st_mode) and stat.S_IMODE((run / "control").stat().st_mode) == 0o600
+    assert (
+        stat.S_ISFIFO((run / "control").stat().st_mode)
+        and stat.S_IMODE((run / "control").stat().st_mode) == 0o600
+    )
     kept = rundir.RunDir(run).complete_checkpoints()
     assert [p.name for p in kept] == ["checkpoint-4", "checkpoint-8"]
     assert (run / "final" / "adapter_config.json").is_file()
@@ -83,8 +106,9 @@ def test_full_run_headless(tmp_path, env):
 
 
 def test_trainer_sigkilled_then_restart_continues_the_step_count(tmp_path, env):
-    config = write_config(tmp_path / "c.yaml", {"training.max_steps": 14, "debug.step_sleep_s": 0.25,
-                                                "output.save_steps": 5})
+    config = write_config(
+        tmp_path / "c.yaml", {"training.max_steps": 14, "debug.step_sleep_s": 0.25, "output.save_steps": 5}
+    )
     proc = cockpit(["train", str(config), "--no-ui", "--check"], env)
     assert proc.returncode == 0
     client = cockpit_bg(["train", str(config), "--no-ui"], env)
@@ -107,7 +131,7 @@ def test_trainer_sigkilled_then_restart_continues_the_step_count(tmp_path, env):
     evs = events(run)
     hellos = [e for e in evs if e["type"] == "hello"]
     assert len(hellos) == 2 and hellos[1]["resume_from"].endswith("checkpoint-5")
-    second = evs[evs.index(hellos[1]):]
+    second = evs[evs.index(hellos[1]) :]
     steps = [e["step"] for e in second if e["type"] == "log"]
     assert steps[0] == 6 and steps[-1] == 14
     assert second[-1]["type"] == "done" and second[-1]["step"] == 14
@@ -132,8 +156,9 @@ def test_client_sigkilled_training_finishes_and_attach_follows_live(tmp_path, en
 
 
 def test_commands_pause_resume_save_stop(tmp_path, env):
-    config = write_config(tmp_path / "c.yaml", {"training.max_steps": 200, "debug.step_sleep_s": 0.2,
-                                                "output.save_steps": 1000})
+    config = write_config(
+        tmp_path / "c.yaml", {"training.max_steps": 200, "debug.step_sleep_s": 0.2, "output.save_steps": 1000}
+    )
     client = cockpit_bg(["train", str(config), "--no-ui", "--log-every", "0"], env)
     run = wait_run_dir(env)
     wait_event(run, lambda e: e["type"] == "log" and e["step"] >= 2)
@@ -173,8 +198,10 @@ def test_commands_pause_resume_save_stop(tmp_path, env):
     ],
 )
 def test_stop_escalates_and_leaves_no_orphan(tmp_path, env, workers, outcome):
-    config = write_config(tmp_path / "c.yaml", {"training.max_steps": 5, "debug.step_sleep_s": 60,
-                                                "training.dataloader_num_workers": workers})
+    config = write_config(
+        tmp_path / "c.yaml",
+        {"training.max_steps": 5, "debug.step_sleep_s": 60, "training.dataloader_num_workers": workers},
+    )
     client = cockpit_bg(["train", str(config), "--no-ui"], env)
     run = wait_run_dir(env)
     wait_event(run, lambda e: e["type"] == "train_begin")
@@ -230,8 +257,15 @@ def test_failures_become_one_classified_error_event(tmp_path, env, overrides, ki
 
 
 def test_disk_full_during_a_save_keeps_earlier_checkpoints_and_resumes(tmp_path, env):
-    config = write_config(tmp_path / "c.yaml", {"training.max_steps": 12, "output.save_steps": 4,
-                                                "debug.fail_at_step": 8, "debug.fail_kind": "disk_full"})
+    config = write_config(
+        tmp_path / "c.yaml",
+        {
+            "training.max_steps": 12,
+            "output.save_steps": 4,
+            "debug.fail_at_step": 8,
+            "debug.fail_kind": "disk_full",
+        },
+    )
     proc = cockpit(["train", str(config), "--no-ui"], env)
     assert proc.returncode == 1
     run = only_run(env)
@@ -257,6 +291,7 @@ def test_bad_config_never_creates_a_run(tmp_path, env):
     assert not (Path(env["COCKPIT_HOME"]) / "runs").exists()
 
 
+@pytest.mark.skipif("has_cuda()", reason="needs a machine without a GPU")
 def test_qlora_without_gpu_is_a_config_error_event(tmp_path, env):
     config = write_config(tmp_path / "c.yaml", {"method": "qlora"})
     proc = cockpit(["train", str(config), "--no-ui"], env)

@@ -96,7 +96,9 @@ def prepare(section: DatasetSection, tokenizer, max_length: int) -> PreparedData
     kept = raw.filter(lambda ex: _usable(ex, fmt))
     dropped = len(raw) - len(kept)
     if len(kept) == 0:
-        raise DataError(f"dataset has no usable samples in column {column!r} ({len(raw)} were empty or malformed)")
+        raise DataError(
+            f"dataset has no usable samples in column {column!r} ({len(raw)} were empty or malformed)"
+        )
     if fmt == "messages" and not getattr(tokenizer, "chat_template", None):
         raise DataError(
             "dataset is in chat format (messages) but the tokenizer has no chat template; use a model "
@@ -113,7 +115,9 @@ def _usable(example: dict, fmt: str) -> bool:
     if fmt == "text":
         return isinstance(value, str) and bool(value.strip())
     if fmt == "messages":
-        return isinstance(value, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)
+        return isinstance(value, list) and all(
+            isinstance(m, dict) and "role" in m and "content" in m for m in value
+        )
     return isinstance(value, list) and len(value) > 0
 
 

@@ -58,7 +58,9 @@ class Controls:
         self.emitter.emit("warning", message=f"control channel: {fault.describe()}", hint="")
 
     def on_signal(self, signum, _frame) -> None:
-        self.emitter.emit("command", name="stop", accepted=True, detail=f"signal {signal.Signals(signum).name}")
+        self.emitter.emit(
+            "command", name="stop", accepted=True, detail=f"signal {signal.Signals(signum).name}"
+        )
         self.stop.set()
         self.paused.clear()
         self.wake.set()
@@ -165,7 +167,9 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig, micro_
                 tokens_seen=tokens,
                 tokens_per_s=round((tokens - tok0) / dt, 1) if tokens >= tok0 and steps > 0 else None,
                 samples_per_s=round(samples / dt, 3) if steps > 0 else None,
-                step_time_s=round(statistics.median(intervals), 4) if intervals else round(dt / max(steps, 1), 4),
+                step_time_s=round(statistics.median(intervals), 4)
+                if intervals
+                else round(dt / max(steps, 1), 4),
                 elapsed_s=round(now - self.train_start - self.paused_s, 2),
                 **_memory_fields(),
             )
@@ -182,7 +186,8 @@ def injected_oom_message() -> str:
         "1.02 GiB is free. Including non-PyTorch memory, this process has 22.61 GiB memory in use. Of the "
         "allocated memory 20.10 GiB is allocated by PyTorch, and 2.00 GiB is reserved by PyTorch but "
         "unallocated. If reserved but unallocated memory is large try setting "
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation. (injected by debug.fail_at_step)"
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation. "
+        "(injected by debug.fail_at_step)"
     )
 
 
@@ -337,7 +342,9 @@ def run_training(run: rundir.RunDir, emitter: Emitter) -> int:
         staging = run.checkpoints_dir / rundir.STAGING_NAME
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-            emitter.emit("warning", message="removed an unfinished checkpoint save from a previous attempt", hint="")
+            emitter.emit(
+                "warning", message="removed an unfinished checkpoint save from a previous attempt", hint=""
+            )
         emitter.emit(
             "hello",
             pid=os.getpid(),
@@ -363,7 +370,9 @@ def run_training(run: rundir.RunDir, emitter: Emitter) -> int:
         if controls.stop.is_set():
             return stopped_early()
 
-        enter("quantising" if cfg.method == "qlora" else "loading_model", f"loading weights of {cfg.model.name}")
+        enter(
+            "quantising" if cfg.method == "qlora" else "loading_model", f"loading weights of {cfg.model.name}"
+        )
         started = time.time()
         model = model_mod.load_model(cfg, model_path, precision, device)
         load_s = time.time() - started
@@ -399,8 +408,14 @@ def run_training(run: rundir.RunDir, emitter: Emitter) -> int:
         result = trainer.train(resume_from_checkpoint=str(resume[-1]) if resume else None)
         step = trainer.state.global_step
         if controls.stop.is_set():
-            emitter.emit("done", status="stopped", step=step, total_steps=trainer.state.max_steps,
-                         train_loss=result.training_loss, message="stopped by request; checkpoint saved")
+            emitter.emit(
+                "done",
+                status="stopped",
+                step=step,
+                total_steps=trainer.state.max_steps,
+                train_loss=result.training_loss,
+                message="stopped by request; checkpoint saved",
+            )
             return 0
 
         final = None
@@ -424,7 +439,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter) -> int:
             output=final,
         )
         return 0
-    except BaseException as exc:  # noqa: BLE001 - every ending must be reported
+    except BaseException as exc:
         if isinstance(exc, SystemExit):
             raise
         verdict = classify(exc, phase, str(run.path))
