@@ -163,9 +163,8 @@ def _show(run: rundir.RunDir, proc, args, replay: bool = False) -> int:
 
     code = CockpitApp(session).run() or 0
     if code == EXIT_DETACHED:
-        print(
-            f"detached; training goes on. Watch: cockpit attach {run.run_id}   Stop: cockpit stop {run.run_id}"
-        )
+        run_id = run.run_id
+        print(f"detached; training goes on. Watch: cockpit attach {run_id}   Stop: cockpit stop {run_id}")
     return code
 
 
