@@ -42,7 +42,8 @@ def has_cuda() -> bool:
     global _HAS_CUDA
     if _HAS_CUDA is None:
         probe = "import torch; print(torch.cuda.is_available())"
-        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+        quiet = {k: v for k, v in os.environ.items() if k != "COCKPIT_TEST_MODULES_DIR"}  # not a run's process
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=quiet)
         _HAS_CUDA = out.stdout.strip().endswith("True")
     return _HAS_CUDA
 

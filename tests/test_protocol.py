@@ -102,3 +102,32 @@ def test_follower_reads_history_then_appended_pieces(tmp_path):
     assert kinds(follower.poll()) == ["log", "not_json"]
     assert kinds(follower.finish()) == ["truncated"]
     follower.close()
+
+
+def test_emitter_survives_a_full_disk_and_a_gone_reader(monkeypatch):
+    import errno
+    import os
+
+    from train_backend.channel import Emitter
+
+    read_fd, write_fd = os.pipe()
+    emitter = Emitter(write_fd, secrets=["hf_secretvalue123"])
+    real_write = os.write
+    full = {"on": True}
+
+    def write(fd, data):
+        if fd == write_fd and full["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    emitter.emit("log", step=1)  # lost, not fatal
+    full["on"] = False
+    emitter.emit("log", step=2, note="token hf_secretvalue123")
+    assert emitter.dropped == 1 and not emitter.broken
+    line = os.read(read_fd, 4096)
+    assert b'"step":2' in line and b"hf_secretvalue123" not in line and b"***" in line
+    os.close(read_fd)
+    emitter.emit("log", step=3)  # EPIPE: the reader is gone
+    assert emitter.broken
+    os.close(write_fd)

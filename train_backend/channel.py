@@ -7,6 +7,7 @@ or C-level write can never corrupt the channel (the MCP stdio transport's trick)
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import re
@@ -72,6 +73,7 @@ class Emitter:
         self.secrets = secret_values() if secrets is None else secrets
         self._lock = threading.Lock()
         self.broken = False
+        self.dropped = 0
 
     def emit(self, msg_type: str, **fields) -> None:
         line = encode(msg_type, **_scrub_fields(fields, self.secrets))
@@ -84,7 +86,12 @@ class Emitter:
                     written = os.write(self.fd, view)
                     view = view[written:]
             except OSError as exc:
-                # the reader is gone (EPIPE) or the disk is full: training goes on, events.jsonl may lag
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    # this message is lost, training goes on; later ones are written once space frees up
+                    self.dropped += 1
+                    print(f"[cockpit] event {msg_type!r} not recorded: {exc}", file=sys.stderr)
+                    return
+                # the reader is gone (EPIPE) or the fd is: training goes on without events
                 self.broken = True
                 print(f"[cockpit] protocol channel broken: {exc}; continuing without events", file=sys.stderr)
 
