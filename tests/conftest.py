@@ -42,8 +42,11 @@ def has_cuda() -> bool:
     global _HAS_CUDA
     if _HAS_CUDA is None:
         probe = "import torch; print(torch.cuda.is_available())"
-        quiet = {k: v for k, v in os.environ.items() if k != "COCKPIT_TEST_MODULES_DIR"}  # not a run's process
-        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=quiet)
+        # this probe is not one of a run's processes: keep it out of the import records
+        quiet = {k: v for k, v in os.environ.items() if k != "COCKPIT_TEST_MODULES_DIR"}
+        out = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=quiet
+        )
         _HAS_CUDA = out.stdout.strip().endswith("True")
     return _HAS_CUDA
 
