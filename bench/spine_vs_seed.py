@@ -28,37 +28,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DevicePeak  # noqa: E402
+
 VOCAB = {"llama-2-7b": 32000, "llama-2-13b": 32000}
-
-
-class DevicePeak:
-    """Peak NVML 'used' memory above the baseline taken at construction (GPU 0), every 10 ms."""
-
-    def __init__(self):
-        import pynvml
-
-        pynvml.nvmlInit()
-        self.nv, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
-        self.base = pynvml.nvmlDeviceGetMemoryInfo(self.handle).used
-        self.peak, self.running = 0, True
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self):
-        while self.running:
-            used = self.nv.nvmlDeviceGetMemoryInfo(self.handle).used
-            self.peak = max(self.peak, used - self.base)
-            time.sleep(0.01)
-
-    def stop(self) -> float:
-        self.running = False
-        self.thread.join()
-        return self.peak / 2**30
 
 
 def write_dataset(

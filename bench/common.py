@@ -1,0 +1,42 @@
+"""Shared by the benchmark scripts: device-memory sampling from outside the measured process."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+class DevicePeak:
+    """NVML 'used' memory of GPU 0 above the baseline taken at construction, sampled every 10 ms.
+
+    Keeps a timeline of (time, bytes above baseline) so a caller can split the peak at
+    an event (e.g. the load-time peak before training from the training peak).
+    """
+
+    def __init__(self, interval_s: float = 0.01):
+        import pynvml
+
+        pynvml.nvmlInit()
+        self.nv, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.base = pynvml.nvmlDeviceGetMemoryInfo(self.handle).used
+        self.interval_s = interval_s
+        self.timeline: list[tuple[float, int]] = []
+        self.running = True
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while self.running:
+            used = self.nv.nvmlDeviceGetMemoryInfo(self.handle).used
+            self.timeline.append((time.time(), used - self.base))
+            time.sleep(self.interval_s)
+
+    def stop(self) -> float:
+        """Stop sampling; the overall peak in GiB."""
+        self.running = False
+        self.thread.join()
+        return self.peak_gib()
+
+    def peak_gib(self, start: float = 0.0, end: float = float("inf")) -> float:
+        window = [b for t, b in self.timeline if start <= t <= end]
+        return max(window, default=0) / 2**30

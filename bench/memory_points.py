@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""Measure device memory and throughput of training configurations through the product.
+
+Each configuration runs as a real `cockpit train --no-ui` on synthetic weights with
+full-length token sequences (no padding), while NVML's 'used' memory of GPU 0 is
+sampled every 10 ms from outside (above the idle baseline, as `nvidia-smi` shows it).
+The peak is split at the `train_begin` event into the load-time peak and the training
+peak. Results are appended as JSON lines: they calibrate and test the estimator
+(`cockpit estimate`) and the speed model.
+
+  python bench/memory_points.py [--only NAME ...] [--budget-s 430] [--out points.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))
+from common import DevicePeak  # noqa: E402
+
+from cockpit import shapes  # noqa: E402
+
+STEPS = 5
+
+# name: (arch, method, overrides). Ordered by value: the time budget cuts the tail.
+CONFIGS: dict[str, tuple[str, str, dict]] = {
+    "S0-recheck": (
+        "llama-2-7b",
+        "qlora",
+        {
+            "lora.r": 64,
+            "lora.target_modules": ["q_proj", "v_proj"],
+            "training.max_length": 512,
+            "training.micro_batch_size": 4,
+            "training.gradient_checkpointing": False,
+            "training.optimizer": "paged_adamw_32bit",
+        },
+    ),
+    "l31-8b-qlora-all-ckpt": (
+        "llama-3.1-8b",
+        "qlora",
+        {
+            "lora.r": 16,
+            "lora.target_modules": "all-linear",
+            "training.max_length": 1024,
+            "training.micro_batch_size": 4,
+            "training.gradient_checkpointing": True,
+            "training.optimizer": "paged_adamw_8bit",
+        },
+    ),
+    "l32-1b-full-adamw": (
+        "llama-3.2-1b",
+        "full",
+        {
+            "training.max_length": 512,
+            "training.micro_batch_size": 4,
+            "training.gradient_checkpointing": False,
+            "training.optimizer": "adamw_torch",
+        },
+    ),
+    "q25-1.5b-lora-long-ckpt": (
+        "qwen2.5-1.5b",
+        "lora",
+        {
+            "lora.r": 32,
+            "lora.target_modules": "all-linear",
+            "training.max_length": 2048,
+            "training.micro_batch_size": 2,
+            "training.gradient_checkpointing": True,
+            "training.optimizer": "adamw_torch",
+        },
+    ),
+    "l2-7b-qlora-long-ckpt-8bit": (
+        "llama-2-7b",
+        "qlora",
+        {
+            "lora.r": 64,
+            "lora.target_modules": ["q_proj", "v_proj"],
+            "training.max_length": 2048,
+            "training.micro_batch_size": 1,
+            "training.gradient_checkpointing": True,
+            "training.optimizer": "paged_adamw_8bit",
+        },
+    ),
+    "l31-8b-qlora-qv-mb8": (
+        "llama-3.1-8b",
+        "qlora",
+        {
+            "lora.r": 64,
+            "lora.target_modules": ["q_proj", "v_proj"],
+            "training.max_length": 512,
+            "training.micro_batch_size": 8,
+            "training.gradient_checkpointing": False,
+            "training.optimizer": "paged_adamw_32bit",
+        },
+    ),
+    "l32-1b-full-8bit-ckpt": (
+        "llama-3.2-1b",
+        "full",
+        {
+            "training.max_length": 1024,
+            "training.micro_batch_size": 4,
+            "training.gradient_checkpointing": True,
+            "training.optimizer": "adamw_8bit",
+        },
+    ),
+    "q25-1.5b-qlora-mb16": (
+        "qwen2.5-1.5b",
+        "qlora",
+        {
+            "lora.r": 64,
+            "lora.target_modules": ["q_proj", "v_proj"],
+            "training.max_length": 512,
+            "training.micro_batch_size": 16,
+            "training.gradient_checkpointing": False,
+            "training.optimizer": "paged_adamw_32bit",
+        },
+    ),
+    "l2-7b-lora-all-ckpt": (
+        "llama-2-7b",
+        "lora",
+        {
+            "lora.r": 16,
+            "lora.target_modules": "all-linear",
+            "training.max_length": 512,
+            "training.micro_batch_size": 2,
+            "training.gradient_checkpointing": True,
+            "training.optimizer": "adamw_torch",
+        },
+    ),
+    "l32-1b-lora-4k": (
+        "llama-3.2-1b",
+        "lora",
+        {
+            "lora.r": 8,
+            "lora.target_modules": ["q_proj", "v_proj"],
+            "training.max_length": 4096,
+            "training.micro_batch_size": 1,
+            "training.gradient_checkpointing": False,
+            "training.optimizer": "adamw_torch",
+        },
+    ),
+}
+
+
+def write_tokens(path: Path, vocab: int, length: int, count: int) -> None:
+    rng = random.Random(0)
+    with open(path, "w") as f:
+        for _ in range(count):
+            f.write(json.dumps({"input_ids": [rng.randrange(3, vocab) for _ in range(length)]}) + "\n")
+
+
+def config_yaml(arch: str, method: str, overrides: dict, data: Path) -> dict:
+    cfg = {
+        "model": {"name": f"synthetic:{arch}"},
+        "dataset": {"path": str(data), "format": "tokens"},
+        "method": method,
+        "lora": {"alpha": 16, "dropout": 0.1},
+        "training": {
+            "gradient_accumulation_steps": 1,
+            "max_steps": STEPS,
+            "learning_rate": 2e-4,
+            "lr_scheduler": "constant",
+            "precision": "bf16",
+            "logging_steps": 1,
+            "max_grad_norm": 0.3,
+        },
+        "output": {"save_steps": 100000, "save_final": False},
+    }
+    for dotted, value in overrides.items():
+        section, key = dotted.split(".")
+        cfg[section][key] = value
+    return cfg
+
+
+def measure(name: str, workdir: Path, env: dict) -> dict:
+    import yaml
+
+    arch, method, overrides = CONFIGS[name]
+    cfg = config_yaml(arch, method, overrides, Path())
+    seq, mb = cfg["training"]["max_length"], cfg["training"]["micro_batch_size"]
+    vocab = shapes.hf_config_dict(arch)["vocab_size"]
+    data = workdir / f"tokens-{arch}-{seq}-{mb}.jsonl"
+    if not data.exists():
+        write_tokens(data, vocab, seq, mb * (STEPS + 1))
+    cfg["dataset"]["path"] = str(data)
+    config_path = workdir / f"{name}.yaml"
+    config_path.write_text(yaml.safe_dump(cfg))
+    peak = DevicePeak()
+    started = time.time()
+    proc = subprocess.run(
+        [sys.executable, "-m", "cockpit", "train", str(config_path), "--no-ui"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    peak.stop()
+    run = sorted((Path(env["COCKPIT_HOME"]) / "runs").iterdir())[-1]
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if x.strip()]
+    result = {
+        "name": name,
+        "arch": arch,
+        "method": method,
+        "overrides": overrides,
+        "steps": STEPS,
+        "returncode": proc.returncode,
+        "wall_s": round(time.time() - started, 1),
+    }
+    errors = [e for e in events if e["type"] == "error"]
+    if errors:
+        result["error"] = {k: errors[0].get(k) for k in ("kind", "message", "oom")}
+    begin = next((e for e in events if e["type"] == "train_begin"), None)
+    logs = [e for e in events if e["type"] == "log"]
+    model = next((e for e in events if e["type"] == "model"), {})
+    if begin and logs:
+        steady = [e["step_time_s"] for e in logs if e["step"] > 2] or [logs[-1]["step_time_s"]]
+        step_s = statistics.median(steady)
+        result.update(
+            device_used_gib=round(peak.peak_gib(), 3),
+            device_load_peak_gib=round(peak.peak_gib(end=begin["ts"]), 3),
+            device_train_peak_gib=round(peak.peak_gib(start=begin["ts"]), 3),
+            torch_peak_allocated_gib=round(max(e["mem_peak_bytes"] for e in logs) / 2**30, 3),
+            torch_peak_reserved_gib=round(max(e["mem_reserved_bytes"] for e in logs) / 2**30, 3),
+            after_load_allocated_gib=round(model.get("mem_allocated_bytes", 0) / 2**30, 3),
+            params_total=model.get("params_total"),
+            params_trainable=model.get("params_trainable"),
+            step_s_median=round(step_s, 4),
+            tokens_per_s=round(seq * mb / step_s),
+            final_loss=logs[-1]["loss"],
+        )
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument(
+        "--budget-s", type=float, default=430, help="start no configuration after this many seconds"
+    )
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "memory-points")
+    ap.add_argument("--out", type=Path, default=Path("memory_points.jsonl"))
+    a = ap.parse_args()
+    t0 = time.time()
+    a.workdir.mkdir(parents=True, exist_ok=True)
+    env = dict(
+        os.environ,
+        COCKPIT_HOME=str(a.workdir / "home"),
+        COCKPIT_CACHE=str(a.workdir / "cache"),
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    )
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    header = {
+        "bench": "memory_points",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "gpu": pynvml.nvmlDeviceGetName(handle),
+        "driver": pynvml.nvmlSystemGetDriverVersion(),
+        "python": platform.python_version(),
+    }
+    with open(a.out, "a") as f:
+        f.write(json.dumps(header) + "\n")
+    names = a.only or list(CONFIGS)
+    # build each synthetic model once, untimed (like a download), so no build shows in a peak
+    for arch in dict.fromkeys(CONFIGS[n][0] for n in names):
+        target = a.workdir / "cache" / "synthetic" / f"{arch}-bf16"
+        if not (target / "config.json").exists():
+            subprocess.run(
+                [sys.executable, "-m", "train_backend.synthetic", arch, str(target), "bf16", "cuda"],
+                env=env,
+                cwd=ROOT,
+                check=True,
+                stderr=subprocess.DEVNULL,
+            )
+        print(f"built {arch} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+    for name in names:
+        if time.time() - t0 > a.budget_s:
+            print(f"budget spent: skipping {name}", file=sys.stderr)
+            continue
+        result = measure(name, a.workdir, env)
+        with open(a.out, "a") as f:
+            f.write(json.dumps(result) + "\n")
+        shown = {
+            k: result.get(k)
+            for k in (
+                "device_used_gib",
+                "device_train_peak_gib",
+                "torch_peak_reserved_gib",
+                "tokens_per_s",
+                "wall_s",
+            )
+        }
+        print(f"{name}: {shown} {result.get('error', '')}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()
