@@ -143,6 +143,7 @@ def _start(cfg: config.TrainConfig, args) -> int:
     if args.check:
         print("config OK")
         return 0
+    config.with_absolute_paths(cfg)
     run = rundir.create(
         Path(cfg.output.dir) if cfg.output.dir else None, cfg.model.name, config.dump_config(cfg)
     )

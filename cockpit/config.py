@@ -394,6 +394,22 @@ def _check_combinations(cfg: TrainConfig) -> None:
         )
 
 
+def with_absolute_paths(cfg: TrainConfig, base: Path | None = None) -> TrainConfig:
+    """Local paths made absolute against `base` (the user's working directory).
+
+    The trainer runs inside the run directory, so a relative path in the saved config
+    would point somewhere else.
+    """
+    base = Path.cwd() if base is None else base
+    if not shapes.is_synthetic(cfg.model.name) and looks_like_path(cfg.model.name):
+        cfg.model.name = str((base / Path(cfg.model.name).expanduser()).resolve())
+    if cfg.dataset.path != "demo" and looks_like_path(cfg.dataset.path):
+        cfg.dataset.path = str((base / Path(cfg.dataset.path).expanduser()).resolve())
+    if cfg.output.dir:
+        cfg.output.dir = str((base / Path(cfg.output.dir).expanduser()).resolve())
+    return cfg
+
+
 def looks_like_path(name: str) -> bool:
     return (
         name.startswith(("/", "./", "../", "~"))

@@ -142,3 +142,17 @@ def test_train_check_reports_config_error(tmp_path, capsys):
     assert main(["train", str(path), "--check"]) == 2
     out = capsys.readouterr().err
     assert "unknown key 'training.batch_size'" in out and "micro_batch_size" in out
+
+
+def test_relative_paths_become_absolute_for_the_trainer(tmp_path, monkeypatch):
+    (tmp_path / "data.jsonl").write_text('{"text": "a"}\n')
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(None, ["dataset.path=./data.jsonl", "model.name=./model", "output.dir=runs"])
+    config.with_absolute_paths(cfg)
+    assert cfg.dataset.path == str(tmp_path / "data.jsonl")
+    assert cfg.model.name == str(tmp_path / "model")
+    assert cfg.output.dir == str(tmp_path / "runs")
+    hub = config.with_absolute_paths(load_config(None, ["model.name=org/name", "dataset.path=org/data"]))
+    assert hub.model.name == "org/name" and hub.dataset.path == "org/data"
