@@ -60,6 +60,22 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--check", action="store_true", help="validate the config and exit")
         with_ui(sp)
 
+    sp = sub.add_parser("estimate", help="predict peak GPU memory of a config, in parts (no GPU needed)")
+    sp.add_argument("config", nargs="?", help="YAML config (default: every key at its default)")
+    sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
+    sp.add_argument("--model", help="shortcut for --set model.name=...")
+    sp.add_argument(
+        "--trainer",
+        choices=("trl", "hf"),
+        default="trl",
+        help="trl: what cockpit runs (default); hf: a plain HF Trainer + peft script",
+    )
+    sp.add_argument("--vram", type=float, metavar="GIB", help="say whether it fits a card of this many GiB")
+    sp.add_argument("--inference", action="store_true", help="inference instead: weights + KV cache")
+    sp.add_argument("--bits", type=int, choices=(4, 8, 16), default=4, help="with --inference")
+    sp.add_argument("--context", type=int, default=4096, help="with --inference: tokens of context")
+    sp.add_argument("--json", action="store_true")
+
     sp = sub.add_parser("runs", help="list runs with their status")
     sp.add_argument("--json", action="store_true")
 
@@ -185,6 +201,56 @@ def cmd_restart(args) -> int:
     proc = supervisor.launch(run)
     print(f"run {run.run_id} restarted {start} (trainer pid {proc.pid})", file=sys.stderr)
     return _show(run, proc, args)
+
+
+def cmd_estimate(args) -> int:
+    from cockpit import estimate as est
+    from cockpit import modelshape
+
+    overrides = list(args.overrides) + ([f"model.name={args.model}"] if args.model else [])
+    cfg = config.load_config(args.config, overrides)
+    try:
+        shape = modelshape.load_shape(cfg.model.name, cfg.model.revision or "main")
+        if args.inference:
+            result = est.estimate_inference(shape, args.bits, args.context)
+            workload = None
+        else:
+            workload = est.workload_from_config(cfg, shape, args.trainer)
+            result = est.estimate_memory(workload)
+    except (modelshape.ShapeError, est.EstimateError) as exc:
+        print(f"cannot estimate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    fits = None if args.vram is None else est.verdict(result, int(args.vram * est.GIB))
+    if args.json:
+        data = (
+            est.to_dict(workload, result)
+            if workload
+            else {
+                "inputs": {"model": shape.name, "bits": args.bits, "context": args.context},
+                "parts": [
+                    {"key": p.key, "label": p.label, "bytes": p.bytes, "note": p.note} for p in result.parts
+                ],
+                "peak_bytes": result.peak_bytes,
+                "load_peak_bytes": result.load_peak_bytes,
+            }
+        )
+        data["fits_vram"] = fits  # fits | tight | no | null
+        print(json.dumps(data, indent=1))
+        return 0
+    what = "inference" if args.inference else f"{cfg.method} training ({args.trainer} trainer)"
+    print(f"{shape.name}: {shape.params / 1e9:.2f}B params ({shape.source}), {what}; an estimate:")
+    for part in result.parts:
+        print(f"  {part.label:<36} {part.bytes / est.GIB:8.2f} GiB   {part.note}")
+    print(f"  {'peak device memory (as nvidia-smi)':<36} {result.peak_gib:8.2f} GiB")
+    print(f"  {'peak while loading':<36} {result.load_peak_bytes / est.GIB:8.2f} GiB")
+    if fits is not None:
+        words = {
+            "fits": "fits",
+            "tight": f"is TIGHT on (inside the {est.SAFETY_MARGIN:.0%} safety margin)",
+            "no": "does NOT fit",
+        }[fits]
+        print(f"{words} a {args.vram:g} GiB card ({args.vram - result.peak_gib:+.2f} GiB headroom)")
+    return 0
 
 
 def cmd_runs(args) -> int:

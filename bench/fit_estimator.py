@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Fit the memory model's three coefficients to measured points, and test it left-one-out.
+
+The estimate is linear in ACTIVATION_SCALE, HF_LOGITS_BYTES and HF_KBIT_RESIDUAL_BYTES,
+so each point's features are read off `cockpit.estimate` itself (the estimate with one
+coefficient at 1 and the others at 0, minus the estimate with all at 0) and fitted by
+least squares to the NVML-measured peaks:
+
+- the product's own points (bench/memory_points.py, TRL SFTTrainer), and the reference
+  run of seed_recipe.py with checkpointing (shared/bench/README.md: 6.12 GiB);
+- S0, S1, S2 of shared/reference/memory.md (plain HF Trainer).
+
+  python bench/fit_estimator.py [POINTS.jsonl ...]
+
+Prints the coefficients, each point's in-sample and left-one-out error, and the
+medians; docs/estimator.md records the output.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cockpit import estimate as est  # noqa: E402
+from cockpit.modelshape import load_shape  # noqa: E402
+
+QV = ["q_proj", "v_proj"]
+COEFFICIENTS = ("ACTIVATION_SCALE", "HF_LOGITS_BYTES", "HF_KBIT_RESIDUAL_BYTES")
+REFERENCE = [  # (name, workload settings, measured NVML GiB)
+    (
+        "seed_recipe (ckpt)",
+        dict(method="qlora", gradient_checkpointing=True, optimizer="paged_adamw_32bit"),
+        6.12,
+    ),
+    (
+        "S0",
+        dict(method="qlora", gradient_checkpointing=False, optimizer="paged_adamw_32bit", trainer="hf"),
+        20.95,
+    ),
+    (
+        "S1",
+        dict(method="qlora", gradient_checkpointing=True, optimizer="paged_adamw_32bit", trainer="hf"),
+        8.34,
+    ),
+    ("S2", dict(method="lora", gradient_checkpointing=False, optimizer="adamw_torch", trainer="hf"), 25.02),
+]
+
+
+def points(files: list[Path]) -> list[tuple[str, est.Workload, float]]:
+    out = []
+    for file in files:
+        for line in file.read_text().splitlines():
+            p = json.loads(line)
+            if "device_used_gib" not in p:
+                continue
+            o = p["overrides"]
+            w = est.Workload(
+                shape=load_shape(f"synthetic:{p['arch']}"),
+                method=p["method"],
+                lora_r=o.get("lora.r", 8),
+                lora_targets=o.get("lora.target_modules", "all-linear"),
+                seq_len=o["training.max_length"],
+                micro_batch=o["training.micro_batch_size"],
+                gradient_checkpointing=o["training.gradient_checkpointing"],
+                optimizer=o["training.optimizer"],
+            )
+            out.append((p["name"], w, p["device_used_gib"]))
+    s7 = load_shape("synthetic:llama-2-7b")
+    for name, settings, measured in REFERENCE:
+        out.append(
+            (name, est.Workload(shape=s7, lora_targets=QV, seq_len=512, micro_batch=4, **settings), measured)
+        )
+    return out
+
+
+def peak_with(w: est.Workload, values: tuple[float, float, float]) -> float:
+    saved = [getattr(est, c) for c in COEFFICIENTS]
+    try:
+        for name, value in zip(COEFFICIENTS, values):
+            setattr(est, name, value)
+        return est.estimate_memory(w).peak_bytes
+    finally:
+        for name, value in zip(COEFFICIENTS, saved):
+            setattr(est, name, value)
+
+
+def main() -> None:
+    files = [Path(a) for a in sys.argv[1:]] or sorted(
+        (ROOT / "bench" / "results").glob("*memory-points*.jsonl")
+    )
+    data = points(files)
+    base = np.array([peak_with(w, (0, 0, 0)) for _, w, _ in data])
+    features = np.array(
+        [
+            [peak_with(w, unit) - b for unit in ((1, 0, 0), (0, 1, 0), (0, 0, 1))]
+            for (_, w, _), b in zip(data, base)
+        ]
+    )
+    target = np.array([m * est.GIB for *_, m in data]) - base
+    coef, *_ = np.linalg.lstsq(features, target, rcond=None)
+    print("coefficients: " + ", ".join(f"{n} = {v:.3f}" for n, v in zip(COEFFICIENTS, coef)))
+    in_errors, loo_errors = [], []
+    for k, (name, _, measured) in enumerate(data):
+        keep = np.arange(len(data)) != k
+        loo, *_ = np.linalg.lstsq(features[keep], target[keep], rcond=None)
+        fit = (base[k] + features[k] @ coef) / est.GIB
+        left_out = (base[k] + features[k] @ loo) / est.GIB
+        in_errors.append(abs(fit - measured) / measured)
+        loo_errors.append(abs(left_out - measured) / measured)
+        print(
+            f"{name:28s} measured {measured:6.2f}  fit {fit:6.2f} ({(fit - measured) / measured:+6.1%})  "
+            f"left out {left_out:6.2f} ({(left_out - measured) / measured:+6.1%})"
+        )
+    print(f"in-sample: median {statistics.median(in_errors):.1%}, worst {max(in_errors):.1%}")
+    print(f"left-one-out: median {statistics.median(loo_errors):.1%}, worst {max(loo_errors):.1%}")
+
+
+if __name__ == "__main__":
+    main()
