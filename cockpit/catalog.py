@@ -245,6 +245,8 @@ def _read_yaml(path: Path, where: str) -> dict:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise CatalogError(f"{where}: not valid YAML{_yaml_problem(exc)}. Fix the syntax there.") from None
+    except ValueError as exc:  # YAML reads 2026-02-30 as a date and fails
+        raise CatalogError(f"{where}: a value YAML cannot read ({exc}); check the dates.") from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -482,17 +484,15 @@ def _user_price(value: Any, where: str, today: date) -> tuple[float, str, str]:
 
 
 def _date_text(value: Any, where: str) -> str:
-    if isinstance(value, date):
-        return value.isoformat()
+    if isinstance(value, date):  # YAML reads 2026-11-20 as a date (and with a time, a datetime)
+        return date(value.year, value.month, value.day).isoformat()
     if isinstance(value, str):
-        match = DATE_PATTERN.fullmatch(value.strip())
-        if match:
-            try:
-                _date_of(value.strip())
-            except ValueError:
-                pass
-            else:
-                return value.strip()
+        try:
+            _date_of(value.strip())
+        except ValueError:
+            pass
+        else:
+            return value.strip()
     raise CatalogError(f"{where}: expected a date like 2026-11-20 or 2026-11, got {_show(value)}")
 
 

@@ -195,6 +195,12 @@ def cmd_restart(args) -> int:
     if supervisor.is_alive(run):
         print(f"run {run.run_id} is still running; attach with: cockpit attach {run.run_id}", file=sys.stderr)
         return EXIT_USAGE
+    if supervisor.run_status(run).state == "finished":
+        print(
+            f"run {run.run_id} finished: nothing to continue. Its adapter is in {run.final_dir}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     config.load_config(run.config_path)  # still valid?
     checkpoints = run.complete_checkpoints()
     start = f"from {checkpoints[-1].name}" if checkpoints else "from the start (no complete checkpoint)"

@@ -311,6 +311,7 @@ CARD = (
         ("price:\n  rtx-4090: 0.4\n", ["unknown key 'price'", "Did you mean 'prices'?"]),
         ("prices: {rtx-4090: 0.4\n", ["not valid YAML at line", "Fix the syntax"]),
         ("- rtx-4090\n", ["expected a mapping with prices: and/or cards:"]),
+        ("prices:\n  l4: {price: 0.5, date: 2026-02-30}\n", ["day is out of range", "check the dates"]),
         (
             "cards:\n  - {id: box-1, name: Box 1, bandwidth_gbs: 900, bf16_dense_tflops: 70,"
             " price_usd_per_hour: 0.3}\n",
@@ -428,7 +429,7 @@ def test_price_age_and_label(tmp_path):
     path = write(
         tmp_path,
         "prices:\n  rtx-4090: 0.44\n  h100-sxm: {price: 2.49, date: 2026-11-20, source: my provider}\n"
-        "  l4: {price: 0.5, date: 2026-11-29}\n",
+        "  l4: {price: 0.5, date: 2026-11-29 18:30:00}\n",
     )
     catalog = load_catalog(path, today=TODAY)
     default = catalog.get("h200-sxm")

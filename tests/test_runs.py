@@ -115,3 +115,11 @@ def test_runs_cli_lists_status(home, capsys):
     assert main(["runs"]) == 0
     assert "finished" in capsys.readouterr().out
     assert main(["attach", "nope", "--no-ui"]) == 2
+
+
+def test_restart_refuses_a_finished_run(home, capsys):
+    from cockpit.cli import main
+
+    run = make_run([encode("hello", pid=1), encode("done", status="finished", step=5)], {"pid": dead_pid()})
+    assert main(["restart", run.run_id, "--no-ui"]) == 2
+    assert "nothing to continue" in capsys.readouterr().err
