@@ -42,6 +42,7 @@ def imported(code: str) -> set[str]:
         "cockpit.catalog",
         "cockpit.estimate",
         "cockpit.modelshape",
+        "cockpit.doctor",
     ],
 )
 def test_core_imports_neither_torch_nor_textual(module):
@@ -72,12 +73,13 @@ main(['demo', '--check', '--no-ui'])
 def test_backend_never_imports_textual():
     mods = imported(
         "import train_backend.trainer, train_backend.model, train_backend.data, "
-        "train_backend.channel, train_backend.errors, train_backend.synthetic"
+        "train_backend.channel, train_backend.errors, train_backend.synthetic, train_backend.callbacks, "
+        "train_backend.checkpoints"
     )
     assert not (mods & {"textual", "screens", "widgets"})
 
 
 def test_backend_with_its_libraries_loaded_still_has_no_textual():
-    code = "import train_backend.trainer as t, torch, transformers, peft, trl, datasets\nt.make_callback"
+    code = "import train_backend.trainer as t, torch, transformers, peft, trl, datasets\nt.make_trainer_class"
     mods = imported(code)
     assert "trl" in mods and not (mods & {"textual", "screens", "widgets"})

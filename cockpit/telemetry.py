@@ -1,0 +1,837 @@
+"""Live telemetry: GPUs through NVML, the host through psutil, sampled off the UI thread.
+
+Two edges, each one small interface with a real implementation and a fake:
+- `NvmlSource`: `PynvmlSource` over nvidia-ml-py (imported only when NVML is first started, so this
+  module imports on a machine with no driver) and `cockpit.nvml_fake.FakeNvml` for tests and demos.
+  A source reads one named field (`NVML_FIELDS`) in NVML's own units and raises `pynvml.NVMLError`
+  subclasses, so the sampler's code path is the same for both;
+- `HostCounters`: psutil by default, every callable replaceable for deterministic tests.
+
+`Sampler.sample()` turns them into a `Sample` of plain data. It never raises, and never blocks much
+longer than `call_timeout_s`:
+- capability probe: the first read of a GPU asks every field; a field that answers NotSupported
+  (or FunctionNotFound, NoPermission) is never asked again and stays None;
+- slow fields (`NVML_SLOW_FIELDS`: names, process list, PCIe link, power limits, max clock) are read
+  every `slow_every`-th sample and reused in between;
+- watchdog: NVML calls run on one worker thread. A call that overruns is abandoned (a daemon
+  thread), its GPU shows `state="stalled"` with its last good values marked stale, and it is asked
+  again once the stuck call returns or after a back-off. A second GPU stalling while one call is
+  still stuck means the library itself hangs: `Sample.nvml="stalled"` and no NVML call is made until
+  a stuck call returns or the back-off ends. At most `MAX_STUCK_THREADS` threads are ever abandoned;
+- rates (disk, network, trainer CPU) come from counter differences between samples.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import psutil
+
+# field -> (pynvml function, names of pynvml constants passed after the handle). Values come back
+# in NVML's units: `utilization` has .gpu/.memory (%), `memory` .used/.total (bytes), `*_mw`
+# milliwatts, `*_kb_s` KB/s (NVML samples PCIe traffic over a 20 ms window, so each such call
+# takes ~20 ms), `clock_event_reasons` a bit mask, `processes` items with .pid/.usedGpuMemory.
+NVML_FAST_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "utilization": ("nvmlDeviceGetUtilizationRates", ()),
+    "memory": ("nvmlDeviceGetMemoryInfo", ()),
+    "power_mw": ("nvmlDeviceGetPowerUsage", ()),
+    "temp_c": ("nvmlDeviceGetTemperature", ("NVML_TEMPERATURE_GPU",)),
+    "sm_clock_mhz": ("nvmlDeviceGetClockInfo", ("NVML_CLOCK_SM",)),
+    "mem_clock_mhz": ("nvmlDeviceGetClockInfo", ("NVML_CLOCK_MEM",)),
+    "pcie_tx_kb_s": ("nvmlDeviceGetPcieThroughput", ("NVML_PCIE_UTIL_TX_BYTES",)),
+    "pcie_rx_kb_s": ("nvmlDeviceGetPcieThroughput", ("NVML_PCIE_UTIL_RX_BYTES",)),
+    "clock_event_reasons": ("nvmlDeviceGetCurrentClocksEventReasons", ()),
+}
+# read every `slow_every`-th sample only
+NVML_SLOW_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "name": ("nvmlDeviceGetName", ()),
+    "uuid": ("nvmlDeviceGetUUID", ()),
+    "power_limit_mw": ("nvmlDeviceGetEnforcedPowerLimit", ()),
+    "power_default_limit_mw": ("nvmlDeviceGetPowerManagementDefaultLimit", ()),
+    "sm_clock_max_mhz": ("nvmlDeviceGetMaxClockInfo", ("NVML_CLOCK_SM",)),
+    # the current link trains down at idle to save power: judge it under load
+    "pcie_gen": ("nvmlDeviceGetCurrPcieLinkGeneration", ()),
+    "pcie_width": ("nvmlDeviceGetCurrPcieLinkWidth", ()),
+    "pcie_gen_max": ("nvmlDeviceGetMaxPcieLinkGeneration", ()),
+    "pcie_width_max": ("nvmlDeviceGetMaxPcieLinkWidth", ()),
+    "processes": ("nvmlDeviceGetComputeRunningProcesses", ()),
+}
+NVML_FIELDS = {**NVML_FAST_FIELDS, **NVML_SLOW_FIELDS}
+_OLDER_NAMES = {"nvmlDeviceGetCurrentClocksEventReasons": "nvmlDeviceGetCurrentClocksThrottleReasons"}
+
+# nvmlClocksEventReason* bits (nvml.h), in the order the UI lists them
+THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
+    (0x80, "hw_power_brake"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x8, "hw_slowdown"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x4, "sw_power_cap"),
+    (0x10, "sync_boost"),
+    (0x2, "applications_clocks_setting"),
+    (0x100, "display_clocks_setting"),
+    (0x200, "board_limit"),
+    (0x400, "reliability"),
+    (0x1, "gpu_idle"),
+)
+
+# NVML return codes (nvml.h; equal to pynvml.NVML_ERROR_*, which a test checks)
+NVML_NOT_SUPPORTED = 3
+NVML_NO_PERMISSION = 4
+NVML_DRIVER_NOT_LOADED = 9
+NVML_LIBRARY_NOT_FOUND = 12
+NVML_FUNCTION_NOT_FOUND = 13
+NVML_GPU_IS_LOST = 15
+NVML_RESET_REQUIRED = 16
+NVML_LIB_RM_VERSION_MISMATCH = 18
+_NEVER_ASK_AGAIN = {NVML_NOT_SUPPORTED, NVML_FUNCTION_NOT_FOUND, NVML_NO_PERMISSION}
+_LOST = {NVML_GPU_IS_LOST, NVML_RESET_REQUIRED}
+
+GPU_LOST_TEXT = "GPU is lost: check `nvidia-smi` and `dmesg | grep -i xid`; the node may need a reboot"
+MAX_STUCK_THREADS = 4
+MIN_RATE_S = 0.1  # rates over a shorter interval are noise
+_LIBRARY = "library"  # the watchdog tag of calls that are not about one GPU
+
+
+@dataclass
+class GpuSample:
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    util_pct: float | None = None
+    mem_util_pct: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    power_default_limit_w: float | None = None
+    temp_c: float | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_max: int | None = None
+    pcie_tx_bytes_s: float | None = None
+    pcie_rx_bytes_s: float | None = None
+    throttle_reasons: list[str] | None = None
+    processes: list[dict] | None = None  # {pid, used_bytes, name}; name None when the pid is gone
+    state: str = "ok"  # ok | lost | stalled
+    stale: bool = False  # the values are the last good ones, not this sample's
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class HostSample:
+    cpu_pct: float | None = None
+    cpu_per_core_pct: list[float] | None = None
+    cpu_count_usable: int | None = None  # CPU affinity, capped by a cgroup CPU quota
+    ram_used_bytes: int | None = None  # total - available
+    ram_total_bytes: int | None = None
+    swap_used_bytes: int | None = None
+    swap_total_bytes: int | None = None
+    disk_read_bytes_s: float | None = None
+    disk_write_bytes_s: float | None = None
+    net_rx_bytes_s: float | None = None  # loopback excluded
+    net_tx_bytes_s: float | None = None
+    trainer_pid: int | None = None
+    trainer_cpu_pct: float | None = None  # the trainer and its children: 400 = four busy cores
+    trainer_rss_bytes: int | None = None  # summed RSS: pages shared by forked workers count twice
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Sample:
+    ts: float
+    gpus: list[GpuSample]
+    host: HostSample
+    nvml: str = "ok"  # ok | no_gpu | no_driver | stalled | error (a bug in the sampler)
+    nvml_detail: str | None = None
+    gpu_source: str = "pynvml"  # "fake" when the GPUs are a test double: the UI must say so
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class NvmlSource(Protocol):
+    """The NVML edge. Every method raises `pynvml.NVMLError` (a subclass per code) on failure."""
+
+    kind: str  # "pynvml" for the real library, "fake" for a test double
+
+    def init(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+    def device_count(self) -> int: ...
+
+    def handle(self, index: int) -> Any: ...
+
+    def read(self, handle: Any, field: str) -> Any:
+        """One entry of NVML_FIELDS for one device, in NVML's units."""
+        ...
+
+
+class PynvmlSource:
+    """The real NVML, through nvidia-ml-py (imported in `init`, so a driverless box can import us)."""
+
+    kind = "pynvml"
+
+    def __init__(self) -> None:
+        self._nv: Any = None
+
+    def init(self) -> None:
+        import pynvml
+
+        pynvml.nvmlInit()
+        self._nv = pynvml
+
+    def shutdown(self) -> None:
+        if self._nv is not None:
+            self._nv.nvmlShutdown()
+
+    def device_count(self) -> int:
+        return self._nv.nvmlDeviceGetCount()
+
+    def handle(self, index: int) -> Any:
+        return self._nv.nvmlDeviceGetHandleByIndex(index)
+
+    def read(self, handle: Any, field: str) -> Any:
+        function, constants = NVML_FIELDS[field]
+        fn = getattr(self._nv, function, None) or getattr(self._nv, _OLDER_NAMES.get(function, ""), None)
+        if fn is None:  # an nvidia-ml-py older than the field
+            raise self._nv.NVMLError(NVML_FUNCTION_NOT_FOUND)
+        return fn(handle, *(getattr(self._nv, name) for name in constants))
+
+
+def nvml_code(exc: BaseException) -> int | None:
+    """The NVML return code of a pynvml error, else None (never imports pynvml itself)."""
+    pynvml = sys.modules.get("pynvml")
+    if pynvml is not None and isinstance(exc, pynvml.NVMLError):
+        return getattr(exc, "value", None)
+    return None
+
+
+def throttle_names(mask: int) -> list[str]:
+    """Short names of a clock-event mask's bits, most severe first; a bit we do not know stays visible."""
+    names = [name for bit, name in THROTTLE_REASONS if mask & bit]
+    rest = mask & ~sum(bit for bit, _ in THROTTLE_REASONS)
+    return names + [f"unknown_0x{1 << b:x}" for b in range(64) if rest >> b & 1]
+
+
+# ---- the watchdog ---------------------------------------------------------------------------------
+
+
+class CallStalled(Exception):
+    """An NVML call did not return in time, or was not started because too many are stuck."""
+
+
+class _Job:
+    __slots__ = ("args", "done", "error", "fn", "result", "tag")
+
+    def __init__(self, fn: Callable, args: tuple, tag: Any) -> None:
+        self.fn, self.args, self.tag = fn, args, tag
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class _Worker:
+    def __init__(self, watchdog: _Watchdog) -> None:
+        self.watchdog = watchdog
+        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.abandoned = False
+        self.thread = threading.Thread(target=self._run, name="cockpit-nvml", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            try:
+                job.result = job.fn(*job.args)
+            except BaseException as exc:
+                job.error = exc
+            with self.watchdog.lock:
+                job.done.set()
+                if self.abandoned:
+                    self.watchdog.stuck[job.tag] -= 1
+                    if not self.watchdog.stuck[job.tag]:
+                        del self.watchdog.stuck[job.tag]
+                    return
+
+
+class _Watchdog:
+    """Runs calls on one worker thread; a call that overruns leaves its thread behind."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stuck: dict[Any, int] = {}  # tag -> calls still stuck on abandoned threads
+        self._worker: _Worker | None = None
+
+    def stuck_count(self) -> int:
+        with self.lock:
+            return sum(self.stuck.values())
+
+    def is_stuck(self, tag: Any) -> bool:
+        with self.lock:
+            return tag in self.stuck
+
+    def stuck_elsewhere(self, tag: Any) -> int:
+        """Calls stuck under other tags than this one."""
+        with self.lock:
+            return sum(n for t, n in self.stuck.items() if t != tag)
+
+    def call(self, timeout_s: float, tag: Any, fn: Callable, *args: Any) -> Any:
+        with self.lock:
+            if self._worker is None:
+                if sum(self.stuck.values()) >= MAX_STUCK_THREADS:
+                    raise CallStalled(f"{MAX_STUCK_THREADS} NVML calls are stuck; not starting another")
+                self._worker = _Worker(self)
+            worker = self._worker
+        job = _Job(fn, args, tag)
+        worker.jobs.put(job)
+        if not job.done.wait(max(timeout_s, 0.0)):
+            with self.lock:
+                if not job.done.is_set():
+                    worker.abandoned = True
+                    self._worker = None
+                    self.stuck[tag] = self.stuck.get(tag, 0) + 1
+                    raise CallStalled(f"did not return within {timeout_s:.1f} s")
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def close(self) -> None:
+        with self.lock:
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.jobs.put(None)
+
+
+# ---- the host -------------------------------------------------------------------------------------
+
+
+class _CpuPercent:
+    """Per-core CPU % since the previous call; None on the first call.
+
+    Computed from psutil.cpu_times rather than psutil.cpu_percent, whose memory is per thread and
+    shared with any other caller.
+    """
+
+    def __init__(self) -> None:
+        self._last: list[tuple[float, float]] | None = None
+        self._result: list[float] | None = None
+
+    def __call__(self) -> list[float] | None:
+        now = [_busy_total(t) for t in psutil.cpu_times(percpu=True)]
+        last = self._last
+        if last is None or len(last) != len(now):
+            self._last, self._result = now, None
+            return None
+        if min(t1 - t0 for (_, t0), (_, t1) in zip(last, now)) < MIN_RATE_S:
+            return self._result  # too soon after the last call to tell
+        self._last = now
+        self._result = [
+            min(100.0, max(0.0, 100.0 * (b1 - b0) / (t1 - t0))) for (b0, t0), (b1, t1) in zip(last, now)
+        ]
+        return self._result
+
+
+def _busy_total(times: Any) -> tuple[float, float]:
+    """Busy and total seconds of one core, the way psutil counts them (guest time is in user)."""
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    return total - times.idle - getattr(times, "iowait", 0.0), total
+
+
+def _usable_cpu_count() -> int | None:
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count()
+    quota = _cgroup_cpu_quota()
+    if count and quota:
+        count = min(count, max(1, int(quota)))
+    return count
+
+
+def _cgroup_cpu_quota() -> float | None:
+    """CPUs allowed by a cgroup quota (containers on rented boxes often have one), else None."""
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]  # cgroup v2
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())  # cgroup v1
+        period_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def _ram() -> tuple[int, int]:
+    vm = psutil.virtual_memory()
+    return vm.total - vm.available, vm.total
+
+
+def _swap() -> tuple[int, int]:
+    sw = psutil.swap_memory()
+    return sw.used, sw.total
+
+
+def _disk_bytes() -> tuple[int, int] | None:
+    io = psutil.disk_io_counters(perdisk=False)
+    return None if io is None else (io.read_bytes, io.write_bytes)
+
+
+def _net_bytes() -> tuple[int, int] | None:
+    nics = psutil.net_io_counters(pernic=True)
+    real = [c for name, c in nics.items() if name != "lo" and not name.startswith("lo")]
+    if not real:
+        return None
+    return sum(c.bytes_recv for c in real), sum(c.bytes_sent for c in real)
+
+
+def _process_tree(pid: int) -> tuple[float, int] | None:
+    """CPU seconds and RSS of a process and its descendants; None when it is gone.
+
+    A process's children_* times hold its reaped children, so the sum stays continuous when a
+    data-loader worker exits.
+    """
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    cpu_s, rss = 0.0, 0
+    for proc in procs:
+        try:
+            with proc.oneshot():
+                t = proc.cpu_times()
+                cpu_s += t.user + t.system + t.children_user + t.children_system
+                rss += proc.memory_info().rss
+        except psutil.Error:
+            if proc is root:
+                return None
+    return cpu_s, rss
+
+
+def _process_name(pid: int) -> str | None:
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return None  # gone, or (in a container) a host pid this namespace cannot see
+
+
+@dataclass
+class HostCounters:
+    """The host edge as raw counters; the defaults read psutil, tests swap any of them."""
+
+    cpu_percent_per_core: Callable[[], list[float] | None] = field(default_factory=_CpuPercent)
+    cpu_count_usable: Callable[[], int | None] = _usable_cpu_count
+    memory: Callable[[], tuple[int, int]] = _ram  # used, total
+    swap: Callable[[], tuple[int, int]] = _swap  # used, total
+    disk_bytes: Callable[[], tuple[int, int] | None] = _disk_bytes  # read, written since boot
+    net_bytes: Callable[[], tuple[int, int] | None] = _net_bytes  # received, sent since boot
+    process_tree: Callable[[int], tuple[float, int] | None] = _process_tree  # cpu seconds, rss
+    process_name: Callable[[int], str | None] = _process_name
+
+
+def _safe(fn: Callable, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+class _Rate:
+    """Per-second rates of a tuple of counters; None at first and after a counter went back.
+
+    Counters tick coarsely (CPU time in 10 ms steps), so a baseline younger than MIN_RATE_S is
+    kept and the previous rates are given again instead of a noisy one.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[float, tuple] | None = None
+        self._rates: tuple[float | None, ...] | None = None
+
+    def __call__(self, t: float, counters: tuple | None) -> tuple[float | None, ...] | None:
+        last = self._last
+        if counters is None or last is None or t < last[0] or len(counters) != len(last[1]):
+            self._last, self._rates = (None if counters is None else (t, counters)), None
+            return None
+        dt = t - last[0]
+        if dt < MIN_RATE_S:
+            return self._rates
+        self._last = (t, counters)
+        self._rates = tuple(None if now < was else (now - was) / dt for now, was in zip(counters, last[1]))
+        return self._rates
+
+
+# ---- the sampler ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Gpu:
+    index: int
+    handle: Any
+    unsupported: set[str] = field(default_factory=set)
+    slow: dict[str, Any] = field(default_factory=dict)  # GpuSample fields from the slow reads
+    slow_read: bool = False
+    last_good: GpuSample | None = None
+    last_good_mono: float = 0.0
+    lost: str | None = None
+    retry_at: float = 0.0  # monotonic time before which a stuck GPU is not asked again
+    backoff_s: float = 0.0
+
+
+class Sampler:
+    """One `sample()` at a time: GPUs (NVML) and host (psutil), never raising, never hanging."""
+
+    def __init__(
+        self,
+        nvml: NvmlSource | None = None,
+        trainer_pid: int | None = None,
+        clock: Callable[[], float] = time.time,
+        slow_every: int = 5,
+        call_timeout_s: float = 1.0,
+        *,
+        host: HostCounters | None = None,
+        stall_backoff_s: float = 5.0,
+        max_backoff_s: float = 60.0,
+    ) -> None:
+        if slow_every < 1:
+            raise ValueError(f"slow_every must be 1 or more (every n-th sample), got {slow_every}")
+        if call_timeout_s <= 0:
+            raise ValueError(f"call_timeout_s must be positive, got {call_timeout_s}")
+        self.nvml: NvmlSource = nvml if nvml is not None else PynvmlSource()
+        self.trainer_pid = trainer_pid
+        self.clock = clock
+        self.slow_every = slow_every
+        self.call_timeout_s = call_timeout_s
+        self.host = host if host is not None else HostCounters()
+        self.stall_backoff_s = stall_backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._watchdog = _Watchdog()
+        self._lock = threading.Lock()
+        self._count = 0
+        self._state = "init"  # init | ok | no_gpu | no_driver | stalled (while starting)
+        self._detail: str | None = None
+        self._gpus: list[_Gpu] = []
+        self._library_retry_at = 0.0
+        self._library_backoff_s = 0.0
+        self._library_stuck_at = 0  # stuck calls when the library was judged hung
+        self._disk, self._net = _Rate(), _Rate()
+        self._trainer_pid: int | None = None
+        self._trainer_cpu = _Rate()  # CPU seconds of the trainer's process tree
+
+    def sample(self) -> Sample:
+        with self._lock:
+            try:
+                ts = float(self.clock())
+            except Exception:
+                ts = time.time()
+            host = self._sample_host(ts)
+            try:
+                gpus, nvml, detail = self._sample_gpus()
+            except Exception as exc:  # a bug here must not take the live view down
+                gpus, nvml, detail = [], "error", f"telemetry sampler failed: {type(exc).__name__}: {exc}"
+            self._count += 1
+            return Sample(ts, gpus, host, nvml, detail, getattr(self.nvml, "kind", "pynvml"))
+
+    def close(self) -> None:
+        """Shut NVML down (unless it hangs) and let the worker thread end."""
+        with self._lock:
+            if self._state == "ok" and not self._watchdog.stuck_count():
+                try:
+                    self._watchdog.call(self.call_timeout_s, _LIBRARY, self.nvml.shutdown)
+                except Exception:
+                    pass
+            self._watchdog.close()
+            self._state, self._gpus = "init", []
+
+    # -- GPUs --
+
+    def _sample_gpus(self) -> tuple[list[GpuSample], str, str | None]:
+        now = time.monotonic()
+        deadline = now + self.call_timeout_s
+        if self._state in ("no_driver", "no_gpu"):  # a driver does not appear mid-run: not retried
+            return [], self._state, self._detail
+        if self._state in ("init", "stalled"):
+            if self._state == "stalled" and not self._library_may_retry(now):
+                return [], "stalled", self._detail
+            self._start(deadline)
+            if self._state != "ok":
+                return [], self._state, self._detail
+        if self._library_hung(now):
+            return [self._stale(g, self._detail or "") for g in self._gpus], "stalled", self._detail
+        slow_due = self._count % self.slow_every == 0
+        samples, spent_on = [], None
+        for gpu in self._gpus:
+            if spent_on is not None:
+                samples.append(self._stale(gpu, f"not read: NVML was busy with a stuck call on {spent_on}"))
+                continue
+            if self._watchdog.is_stuck(gpu.index) and now < gpu.retry_at:
+                samples.append(self._stale(gpu, self._stall_text(gpu, "a call is still stuck")))
+                continue
+            stuck_elsewhere = self._watchdog.stuck_elsewhere(gpu.index)
+            try:
+                samples.append(self._read_gpu(gpu, slow_due, deadline))
+            except CallStalled as exc:
+                spent_on = f"GPU {gpu.index}"
+                gpu.backoff_s = min(self.max_backoff_s, max(self.stall_backoff_s, gpu.backoff_s * 2))
+                gpu.retry_at = time.monotonic() + gpu.backoff_s
+                samples.append(self._stale(gpu, self._stall_text(gpu, str(exc))))
+                if stuck_elsewhere and self._watchdog.is_stuck(gpu.index):
+                    self._judge_library_hung("NVML calls hang on more than one GPU")
+        if self._gpus and all(s.state == "stalled" for s in samples):
+            return samples, "stalled", self._detail or "NVML does not answer for any GPU"
+        if not self._library_stuck_at:
+            self._library_backoff_s = 0.0
+        return samples, "ok", None
+
+    def _start(self, deadline: float) -> None:
+        """nvmlInit, the device count and the handles, each under the watchdog."""
+        call = self._call_library
+        try:
+            call(deadline, self.nvml.init)
+            count = call(deadline, self.nvml.device_count)
+            handles = [call(deadline, self.nvml.handle, i) for i in range(count)]
+        except CallStalled as exc:
+            self._state = "stalled"
+            self._judge_library_hung(f"NVML did not start: {exc}")
+            return
+        except ImportError as exc:
+            self._state = "no_driver"
+            self._detail = (
+                f"no NVIDIA GPU / driver not loaded: cannot import pynvml ({exc}); pip install nvidia-ml-py"
+            )
+            return
+        except Exception as exc:
+            self._state, self._detail = _start_failure(exc)
+            return
+        if not handles:
+            self._state = "no_gpu"
+            self._detail = "no NVIDIA GPU: NVML runs but lists no device (check `nvidia-smi -L`)"
+            return
+        self._state, self._detail = "ok", None
+        self._gpus = [_Gpu(i, h) for i, h in enumerate(handles)]
+
+    def _call_library(self, deadline: float, fn: Callable, *args: Any) -> Any:
+        return self._watchdog.call(min(self.call_timeout_s, deadline - time.monotonic()), _LIBRARY, fn, *args)
+
+    def _judge_library_hung(self, why: str) -> None:
+        self._library_backoff_s = min(
+            self.max_backoff_s, max(self.stall_backoff_s, self._library_backoff_s * 2)
+        )
+        self._library_retry_at = time.monotonic() + self._library_backoff_s
+        self._library_stuck_at = self._watchdog.stuck_count()
+        self._detail = (
+            f"{why}; not asking NVML again for {self._library_backoff_s:.0f} s or until a stuck call "
+            "returns. A hung NVML usually means a driver problem: check `nvidia-smi` and "
+            "`dmesg | grep -i xid`"
+        )
+
+    def _library_may_retry(self, now: float) -> bool:
+        return now >= self._library_retry_at or self._watchdog.stuck_count() < self._library_stuck_at
+
+    def _library_hung(self, now: float) -> bool:
+        if not self._library_stuck_at:
+            return False
+        if self._library_may_retry(now):
+            self._library_stuck_at, self._detail = 0, None
+            return False
+        return True
+
+    def _read_gpu(self, gpu: _Gpu, slow_due: bool, deadline: float) -> GpuSample:
+        if gpu.lost and not slow_due:  # asked again only on slow samples
+            return self._lost(gpu)
+        read_slow = slow_due or not gpu.slow_read or gpu.lost is not None
+        fields = [f for f in (NVML_FIELDS if read_slow else NVML_FAST_FIELDS) if f not in gpu.unsupported]
+        fast: dict[str, Any] = {}
+        slow: dict[str, Any] = {}
+        failures = []
+        for name in fields:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CallStalled(f"the sample's {self.call_timeout_s:.1f} s NVML budget is spent")
+            try:
+                raw = self._watchdog.call(
+                    min(self.call_timeout_s, remaining), gpu.index, self.nvml.read, gpu.handle, name
+                )
+            except CallStalled as exc:
+                raise CallStalled(f"{NVML_FIELDS[name][0]} {exc}") from None
+            except Exception as exc:
+                code = nvml_code(exc)
+                if code in _LOST:
+                    gpu.lost = GPU_LOST_TEXT if code == NVML_GPU_IS_LOST else f"{exc}: {GPU_LOST_TEXT}"
+                    return self._lost(gpu)
+                if code in _NEVER_ASK_AGAIN:
+                    gpu.unsupported.add(name)
+                else:
+                    failures.append(f"{name}: {exc}")
+                continue
+            (slow if name in NVML_SLOW_FIELDS else fast).update(self._convert(name, raw))
+        gpu.lost = None
+        if read_slow:  # a slow field that failed this time keeps its last value
+            gpu.slow = {**gpu.slow, **slow}
+            gpu.slow_read = True
+        sample = GpuSample(gpu.index, **gpu.slow, **fast)
+        sample.error = "; ".join(failures) or None
+        gpu.last_good, gpu.last_good_mono, gpu.backoff_s = sample, time.monotonic(), 0.0
+        return sample
+
+    def _convert(self, name: str, raw: Any) -> dict[str, Any]:
+        """One NVML field in NVML's units -> GpuSample fields in ours."""
+        if name == "utilization":
+            return {"util_pct": raw.gpu, "mem_util_pct": raw.memory}
+        if name == "memory":
+            return {"mem_used_bytes": raw.used, "mem_total_bytes": raw.total}
+        if name.endswith("_mw"):
+            return {name[: -len("_mw")] + "_w": raw / 1000.0}
+        if name.endswith("_kb_s"):
+            return {name[: -len("_kb_s")] + "_bytes_s": raw * 1024.0}
+        if name == "clock_event_reasons":
+            return {"throttle_reasons": throttle_names(int(raw))}
+        if name in ("name", "uuid"):
+            return {name: raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)}
+        if name == "processes":
+            return {"processes": [self._process(p) for p in raw]}
+        return {name: int(raw)}
+
+    def _process(self, proc: Any) -> dict:
+        used = getattr(proc, "usedGpuMemory", None)
+        if used is not None and used >= 1 << 63:  # NVML_VALUE_NOT_AVAILABLE (MIG, WDDM)
+            used = None
+        return {"pid": proc.pid, "used_bytes": used, "name": _safe(self.host.process_name, proc.pid)}
+
+    def _lost(self, gpu: _Gpu) -> GpuSample:
+        return GpuSample(gpu.index, gpu.slow.get("name"), gpu.slow.get("uuid"), state="lost", error=gpu.lost)
+
+    def _stale(self, gpu: _Gpu, error: str) -> GpuSample:
+        if gpu.last_good is None:
+            return GpuSample(gpu.index, state="stalled", stale=True, error=error)
+        return replace(gpu.last_good, state="stalled", stale=True, error=error)
+
+    def _stall_text(self, gpu: _Gpu, why: str) -> str:
+        now = time.monotonic()
+        age = f"values from {now - gpu.last_good_mono:.0f} s ago" if gpu.last_good else "no values yet"
+        return (
+            f"NVML stalled on GPU {gpu.index} ({why}); showing {age}. Asked again when the stuck call "
+            f"returns or in {max(0.0, gpu.retry_at - now):.0f} s; a hang that persists means a driver "
+            "problem: check `nvidia-smi` and `dmesg | grep -i xid`"
+        )
+
+    # -- host --
+
+    def _sample_host(self, ts: float) -> HostSample:
+        h, out = self.host, HostSample()
+        per_core = _safe(h.cpu_percent_per_core)
+        if per_core:
+            out.cpu_per_core_pct = [float(v) for v in per_core]
+            out.cpu_pct = sum(out.cpu_per_core_pct) / len(out.cpu_per_core_pct)
+        out.cpu_count_usable = _safe(h.cpu_count_usable)
+        out.ram_used_bytes, out.ram_total_bytes = _safe(h.memory) or (None, None)
+        out.swap_used_bytes, out.swap_total_bytes = _safe(h.swap) or (None, None)
+        out.disk_read_bytes_s, out.disk_write_bytes_s = self._disk(ts, _safe(h.disk_bytes)) or (None, None)
+        out.net_rx_bytes_s, out.net_tx_bytes_s = self._net(ts, _safe(h.net_bytes)) or (None, None)
+        pid = out.trainer_pid = self.trainer_pid
+        tree = _safe(h.process_tree, pid) if pid is not None else None
+        if pid != self._trainer_pid or tree is None:  # a new trainer: a new baseline
+            self._trainer_pid, self._trainer_cpu = pid, _Rate()
+        if tree is not None:
+            cpu_s, out.trainer_rss_bytes = tree
+            (cpu_per_s,) = self._trainer_cpu(ts, (cpu_s,)) or (None,)
+            # a dead child not yet reaped takes its CPU time out of the sum for a moment
+            out.trainer_cpu_pct = None if cpu_per_s is None else cpu_per_s * 100.0
+        return out
+
+
+def _start_failure(exc: BaseException) -> tuple[str, str]:
+    code = nvml_code(exc)
+    if code == NVML_LIB_RM_VERSION_MISMATCH:
+        return "no_driver", (
+            f"no NVIDIA GPU / driver not loaded: driver/library version mismatch ({exc}): the driver "
+            "was upgraded without a reboot; reboot the node (or reload the nvidia kernel modules)"
+        )
+    if code in (NVML_DRIVER_NOT_LOADED, NVML_LIBRARY_NOT_FOUND) or code is None:
+        return "no_driver", f"no NVIDIA GPU / driver not loaded: {exc} (`nvidia-smi` says why)"
+    return "no_gpu", f"no NVIDIA GPU usable: NVML failed to start: {exc} (check `nvidia-smi`)"
+
+
+class BackgroundSampler:
+    """Samples every `interval_s` on a daemon thread; the UI reads `latest` or gets `on_sample`.
+
+    The callback runs on the sampler thread: a Textual app posts a message from it, nothing more.
+    A slow sample delays the next one instead of piling up.
+    """
+
+    def __init__(
+        self,
+        sampler: Sampler | None = None,
+        interval_s: float = 0.5,
+        on_sample: Callable[[Sample], None] | None = None,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be positive, got {interval_s}")
+        self._owns_sampler = sampler is None
+        self.sampler = sampler if sampler is not None else Sampler()
+        self.interval_s = interval_s
+        self.on_sample = on_sample
+        self.latest: Sample | None = None
+        self.callback_error: str | None = None  # the last exception the callback raised
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> BackgroundSampler:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="cockpit-telemetry", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop sampling and join the thread (a sample in flight ends within ~call_timeout_s).
+
+        A sampler this object made is closed; one passed in is left for its owner to close.
+        """
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout_s if timeout_s is not None else self.sampler.call_timeout_s + 2.0)
+        if self._owns_sampler:
+            self.sampler.close()
+
+    def __enter__(self) -> BackgroundSampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        due = time.monotonic()
+        while not self._stop.is_set():
+            sample = self.sampler.sample()
+            self.latest = sample
+            if self.on_sample is not None:
+                try:
+                    self.on_sample(sample)
+                except Exception as exc:
+                    self.callback_error = f"{type(exc).__name__}: {exc}"
+            due = max(due + self.interval_s, time.monotonic())
+            if self._stop.wait(max(0.0, due - time.monotonic())):
+                return

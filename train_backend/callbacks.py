@@ -1,0 +1,183 @@
+"""What the trainer does at step boundaries: events, commands from clients, fault injection."""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import threading
+import time
+
+from cockpit.config import TrainConfig
+from cockpit.protocol import Fault
+from train_backend.channel import Emitter
+
+
+class Controls:
+    """What the clients asked for; set by the command thread and signal handlers, read by the loop."""
+
+    def __init__(self, emitter: Emitter):
+        self.emitter = emitter
+        self.stop = threading.Event()
+        self.save = threading.Event()
+        self.paused = threading.Event()
+        self.wake = threading.Event()
+        self.training = False
+
+    def on_command(self, command: dict) -> None:
+        name = command["type"]
+        accepted, detail = True, ""
+        if name == "stop":
+            self.stop.set()
+            detail = "stopping after the current step, with a checkpoint" if self.training else "stopping"
+        elif name == "save":
+            if self.training:
+                self.save.set()
+                detail = "checkpoint after the current step"
+            else:
+                accepted, detail = False, "no training step yet: nothing to save"
+        elif name == "pause":
+            self.paused.set()
+            detail = "pausing after the current step"
+        elif name == "resume":
+            accepted = self.paused.is_set()
+            detail = "resuming" if accepted else "not paused"
+            self.paused.clear()
+        self.wake.set()
+        self.emitter.emit("command", name=name, accepted=accepted, detail=detail)
+
+    def on_fault(self, fault: Fault) -> None:
+        self.emitter.emit("warning", message=f"control channel: {fault.describe()}", hint="")
+
+    def on_signal(self, signum, _frame) -> None:
+        self.emitter.emit(
+            "command", name="stop", accepted=True, detail=f"signal {signal.Signals(signum).name}"
+        )
+        self.stop.set()
+        self.paused.clear()
+        self.wake.set()
+
+
+def memory_fields() -> dict:
+    import torch
+
+    if torch.cuda.is_available():
+        return {
+            "mem_allocated_bytes": torch.cuda.memory_allocated(),
+            "mem_reserved_bytes": torch.cuda.memory_reserved(),
+            "mem_peak_bytes": torch.cuda.max_memory_allocated(),
+        }
+    import psutil
+
+    return {"rss_bytes": psutil.Process().memory_info().rss}
+
+
+def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
+    import torch
+    from transformers import TrainerCallback
+
+    class CockpitCallback(TrainerCallback):
+        """Events for every logging step; stop/save/pause at step boundaries; test fault injection."""
+
+        def __init__(self):
+            self.step_ends: list[float] = []
+            self.window_start: tuple[float, int, int] | None = None  # (time, tokens, step)
+            self.train_start = time.time()
+            self.paused_s = 0.0
+            self.tokens_seen = 0  # real (non-padding) tokens, as TRL counts them
+
+        def on_train_begin(self, args, state, control, **kw):
+            self.train_start = time.time()
+            self.window_start = (time.time(), 0, state.global_step)
+            controls.training = True
+            emitter.emit(
+                "train_begin",
+                total_steps=state.max_steps,
+                start_step=state.global_step,
+                epochs=args.num_train_epochs,
+                micro_batch_size=args.per_device_train_batch_size,
+                gradient_accumulation_steps=args.gradient_accumulation_steps,
+                max_length=cfg.training.max_length,
+                gradient_checkpointing=bool(args.gradient_checkpointing),
+                precision="bf16" if args.bf16 else ("fp16" if args.fp16 else "fp32"),
+                optimizer=str(args.optim.value if hasattr(args.optim, "value") else args.optim),
+            )
+
+        def on_step_begin(self, args, state, control, **kw):
+            fail_at = cfg.debug.fail_at_step
+            if fail_at is not None and state.global_step + 1 == fail_at:
+                if cfg.debug.fail_kind == "oom":
+                    raise torch.OutOfMemoryError(injected_oom_message())
+                if cfg.debug.fail_kind == "other":
+                    raise RuntimeError(f"injected fault at step {fail_at} (debug.fail_at_step)")
+
+        def on_step_end(self, args, state, control, **kw):
+            self.step_ends.append(time.time())
+            if cfg.debug.step_sleep_s:
+                time.sleep(cfg.debug.step_sleep_s)
+            if controls.save.is_set():
+                controls.save.clear()
+                control.should_save = True
+            if controls.paused.is_set() and not controls.stop.is_set():
+                self._pause(state)
+            if controls.stop.is_set():
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+        def _pause(self, state) -> None:
+            emitter.emit("paused", step=state.global_step)
+            began = time.time()
+            while controls.paused.is_set() and not controls.stop.is_set():
+                controls.wake.wait(1.0)
+                controls.wake.clear()
+            self.paused_s += time.time() - began
+            # the pause is not training time: restart the throughput window
+            self.window_start = (time.time(), self.tokens_seen, state.global_step)
+            self.step_ends.clear()
+            emitter.emit("resumed", step=state.global_step, paused_s=round(time.time() - began, 2))
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            logs = logs or {}
+            if "loss" not in logs:
+                return
+            now = time.time()
+            tokens = int(logs.get("num_tokens", 0))
+            self.tokens_seen = tokens
+            t0, tok0, step0 = self.window_start or (self.train_start, 0, 0)
+            dt = max(now - t0, 1e-9)
+            steps = state.global_step - step0
+            samples = steps * args.per_device_train_batch_size * args.gradient_accumulation_steps
+            intervals = [b - a for a, b in zip(self.step_ends, self.step_ends[1:])]
+            emitter.emit(
+                "log",
+                step=state.global_step,
+                total_steps=state.max_steps,
+                epoch=round(float(state.epoch or 0), 4),
+                loss=logs.get("loss"),
+                learning_rate=logs.get("learning_rate"),
+                grad_norm=logs.get("grad_norm"),
+                tokens_seen=tokens,
+                tokens_per_s=round((tokens - tok0) / dt, 1) if tokens >= tok0 and steps > 0 else None,
+                samples_per_s=round(samples / dt, 3) if steps > 0 else None,
+                step_time_s=round(statistics.median(intervals), 4)
+                if intervals
+                else round(dt / max(steps, 1), 4),
+                elapsed_s=round(now - self.train_start - self.paused_s, 2),
+                **memory_fields(),
+            )
+            self.window_start = (now, tokens, state.global_step)
+            self.step_ends = self.step_ends[-1:]
+
+    return CockpitCallback()
+
+
+def injected_oom_message() -> str:
+    """The newer allocator format, as PyTorch prints it (for tests of the OOM path)."""
+    return (
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which "
+        "1.02 GiB is free. Including non-PyTorch memory, this process has 22.61 GiB memory in use. Of the "
+        "allocated memory 20.10 GiB is allocated by PyTorch, and 2.00 GiB is reserved by PyTorch but "
+        "unallocated. If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation. "
+        "(injected by debug.fail_at_step)"
+    )
