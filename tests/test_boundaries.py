@@ -43,6 +43,9 @@ def imported(code: str) -> set[str]:
         "cockpit.estimate",
         "cockpit.modelshape",
         "cockpit.doctor",
+        "cockpit.telemetry",
+        "cockpit.telemetry_log",
+        "cockpit.nvml_fake",
     ],
 )
 def test_core_imports_neither_torch_nor_textual(module):
