@@ -17,9 +17,11 @@ from rich.table import Table
 from rich.text import Text
 
 from cockpit import fmt
+from cockpit.doctor import Finding
 from cockpit.protocol import Fault
 from cockpit.runstate import RunState, notice_text
 from cockpit.session import RunSession
+from cockpit.watch import LiveWatch, finding_line, gpu_status
 
 # how a run ended -> the client's exit code (README: "Exit codes")
 EXIT_FINISHED, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED, EXIT_DETACHED = 0, 1, 2, 3, 4
@@ -115,10 +117,14 @@ def follow(
         raise _Detach
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
+    watch = None
+    if not session.replay and not session.trainer_gone:
+        record = session.run.read_trainer() or {}
+        watch = LiveWatch(record.get("pid")).start()
     try:
         if console.is_terminal:
-            return _follow_live(session, console)
-        return _follow_plain(session, out, log_every_s)
+            return _follow_live(session, console, watch)
+        return _follow_plain(session, out, log_every_s, watch)
     except _Detach:
         run = session.run.run_id
         print(
@@ -129,15 +135,20 @@ def follow(
         return EXIT_DETACHED
     finally:
         signal.signal(signal.SIGINT, previous)
+        if watch is not None:
+            watch.stop()
         session.close()
 
 
-def _follow_plain(session: RunSession, out, log_every_s: float) -> int:
+def _follow_plain(session: RunSession, out, log_every_s: float, watch: LiveWatch | None) -> int:
     # lines are printed message by message, so a replayed history reads as it happened
     view = RunState(run_id=session.run.run_id)
     last_log, last_step = -1e18, None
+    shown: dict[str, Finding] = {}
     while True:
         items = session.poll()
+        sample, findings = watch.update(session.state) if watch else (None, [])
+        _print_changes(shown, findings, out)
         for item in items:
             view.apply(item)
             ts = item.get("ts") if isinstance(item, dict) else None
@@ -148,7 +159,8 @@ def _follow_plain(session: RunSession, out, log_every_s: float) -> int:
                 due = ts is None or ts - last_log >= log_every_s or view.step == view.total_steps
                 if due and view.step != last_step:
                     last_log, last_step = ts or time.time(), view.step
-                    print(f"{stamp} {log_line(view, ts)}", file=out, flush=True)
+                    gpu = f"  {gpu_status(sample)}" if sample is not None and sample.nvml == "ok" else ""
+                    print(f"{stamp} {log_line(view, ts)}{gpu}", file=out, flush=True)
                 continue
             line = describe(item)
             if line:
@@ -159,7 +171,21 @@ def _follow_plain(session: RunSession, out, log_every_s: float) -> int:
             time.sleep(POLL_S)
 
 
-def _render(state: RunState, now_ts: float) -> Group:
+def _print_changes(shown: dict[str, Finding], findings: list[Finding], out) -> None:
+    """A line when the doctor finds something, and one when it no longer holds."""
+    stamp = datetime.now().isoformat(timespec="seconds")
+    current = {f.rule: f for f in findings}
+    for rule, finding in current.items():
+        if rule not in shown:
+            print(f"{stamp} {finding_line(finding)}", file=out, flush=True)
+    for rule, finding in shown.items():
+        if rule not in current:
+            print(f"{stamp} doctor: no longer holds: {finding.title}", file=out, flush=True)
+    shown.clear()
+    shown.update(current)
+
+
+def _render(state: RunState, now_ts: float, sample=None, findings=(), watching: bool = False) -> Group:
     head = Table.grid(expand=True, padding=(0, 1))
     head.add_column(ratio=1)
     head.add_column(width=40)
@@ -171,20 +197,27 @@ def _render(state: RunState, now_ts: float) -> Group:
         bar,
         f"{state.step}/{total or '?'}",
     )
-    return Group(head, Text(status_line(state, now_ts)))
+    lines = [head, Text(status_line(state, now_ts))]
+    if watching:
+        lines.append(Text(gpu_status(sample)))
+        for finding in findings:
+            style = {"alarm": "bold red", "warn": "yellow"}.get(finding.severity, "cyan")
+            lines.append(Text(finding_line(finding), style=style))
+    return Group(*lines)
 
 
-def _follow_live(session: RunSession, console: Console) -> int:
+def _follow_live(session: RunSession, console: Console, watch: LiveWatch | None) -> int:
     with Live(console=console, refresh_per_second=REFRESH_PER_S, transient=False) as live:
         while True:
             items = session.poll()
             state = session.state
+            sample, findings = watch.update(state) if watch else (None, [])
             for item in items:
                 line = describe(item)
                 if line:
                     live.console.print(line, markup=False, highlight=False)
             now = state.last_ts if session.trainer_gone else time.time()
-            live.update(_render(state, now))
+            live.update(_render(state, now, sample, findings, watch is not None))
             if session.ended or (session.trainer_gone and not items):
                 return exit_code(state)
             if not items:

@@ -98,6 +98,14 @@ def test_full_run_headless(tmp_path, env):
     assert attach.returncode == 0
     assert step_lines(attach.stdout) == step_lines(proc.stdout) and "done: finished" in attach.stdout
 
+    # the recorder wrote the telemetry history beside the events, and left with the trainer
+    from cockpit.telemetry_log import read_history
+
+    history = read_history(run / "telemetry.jsonl")
+    assert history.bins and history.bins[-1]["host"]["trainer_rss_max_bytes"] > 0
+    pgid = json.loads((run / "trainer.json").read_text())["pgid"]
+    wait_for(lambda: supervisor.group_members(pgid) == [], 10, what="the recorder to end with the trainer")
+
     # import boundaries on the real processes
     assert "textual" not in modules_of(env, "client") and "torch" not in modules_of(env, "client")
     trainer_modules = modules_of(env, "trainer")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 
 from cockpit import rundir
@@ -54,6 +56,20 @@ def build_sft_config(cfg: TrainConfig, run: rundir.RunDir, precision: str, devic
     )
 
 
+def start_recorder(run: rundir.RunDir) -> None:
+    """The telemetry recorder (cockpit.recorder): our child, in our process group, so it ends with us."""
+    try:
+        subprocess.Popen(
+            [sys.executable, "-m", "cockpit.recorder", str(run.path), str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=sys.stderr.fileno(),
+            close_fds=True,
+        )
+    except OSError as exc:  # no history is no reason to stop a run
+        print(f"[cockpit] telemetry recorder not started: {exc}", file=sys.stderr)
+
+
 def run_training(run: rundir.RunDir, emitter: Emitter) -> int:
     """The whole run; returns the process exit code. Every failure becomes one `error` event."""
     controls = Controls(emitter)
@@ -61,6 +77,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter) -> int:
     signal.signal(signal.SIGINT, controls.on_signal)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # an SSH drop is not a reason to stop
     CommandListener(str(run.control_path), controls.on_command, controls.on_fault).start()
+    start_recorder(run)
     phase = "starting"
     step = None
 

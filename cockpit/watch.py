@@ -1,0 +1,77 @@
+"""Live GPU/host telemetry and the doctor's findings for a client showing a live run.
+
+The client samples NVML itself (twice a second, off its main thread) for the live figures;
+the recorder process beside the trainer keeps the history on disk. Headless and TUI use
+this one class so both show the same figures and the same findings.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from cockpit.doctor import Doctor, Finding
+from cockpit.runstate import RunState
+from cockpit.telemetry import BackgroundSampler, Sample, Sampler
+
+GIB = 2**30
+
+
+class LiveWatch:
+    def __init__(self, trainer_pid: int | None, interval_s: float = 0.5, sampler: Sampler | None = None):
+        self._lock = threading.Lock()
+        self._latest: Sample | None = None
+        self._fresh = False
+        self.doctor = Doctor()
+        self.trainer_pid = trainer_pid
+        self.background = BackgroundSampler(
+            sampler or Sampler(trainer_pid=trainer_pid), interval_s=interval_s, on_sample=self._on_sample
+        )
+
+    def start(self) -> LiveWatch:
+        self.background.start()
+        return self
+
+    def stop(self) -> None:
+        self.background.stop(timeout_s=2.0)
+
+    def _on_sample(self, sample: Sample) -> None:
+        with self._lock:
+            self._latest, self._fresh = sample, True
+
+    def update(self, state: RunState) -> tuple[Sample | None, list[Finding]]:
+        """The newest sample (fed to the doctor once) and the findings that hold now."""
+        with self._lock:
+            sample, fresh = self._latest, self._fresh
+            self._fresh = False
+        if sample is None:
+            return None, []
+        if fresh:
+            self.doctor.observe(sample, state, [self.trainer_pid] if self.trainer_pid else [])
+        return sample, self.doctor.findings(sample.ts)
+
+
+def gpu_status(sample: Sample | None) -> str:
+    """`GPU0 97% 21.3/79.6 GiB 310 W` for each GPU (a summary beyond two), or why there is none."""
+    if sample is None:
+        return "GPU: sampling..."
+    if sample.nvml != "ok":
+        return f"GPU: {sample.nvml.replace('_', ' ')}"
+    parts = []
+    for gpu in sample.gpus[:2]:
+        if gpu.state != "ok":
+            parts.append(f"GPU{gpu.index} {gpu.state}")
+            continue
+        util = "-" if gpu.util_pct is None else f"{gpu.util_pct:.0f}%"
+        mem = "-"
+        if gpu.mem_used_bytes is not None and gpu.mem_total_bytes:
+            mem = f"{gpu.mem_used_bytes / GIB:.1f}/{gpu.mem_total_bytes / GIB:.1f} GiB"
+        power = "" if gpu.power_w is None else f" {gpu.power_w:.0f} W"
+        parts.append(f"GPU{gpu.index} {util} {mem}{power}")
+    if len(sample.gpus) > 2:
+        busy = [g.util_pct for g in sample.gpus if g.util_pct is not None]
+        parts.append(f"+{len(sample.gpus) - 2} GPUs (mean {sum(busy) / max(len(busy), 1):.0f}%)")
+    return "  ".join(parts) or "GPU: none"
+
+
+def finding_line(finding: Finding) -> str:
+    return f"doctor [{finding.severity}] {finding.title}: {finding.evidence} Fix: {finding.fix}"
