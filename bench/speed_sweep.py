@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Micro-batch sweeps through the product, to calibrate the speed model (card picker).
+
+On an H200 a small micro-batch is dominated by per-step overhead (kernel launches,
+Python, TRL's per-step metrics), a large one by arithmetic: only a sweep over the
+micro-batch at a fixed model separates the two, which a speed model must do before its
+figures can be carried to other cards. Each point runs like bench/memory_points.py
+(real `cockpit train --no-ui`, synthetic weights, full-length sequences, NVML sampled
+from outside) with more steps for a steadier median.
+
+  python bench/speed_sweep.py [--only NAME ...] [--budget-s 480] [--out sweep.jsonl]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import memory_points as mp
+
+QV = ["q_proj", "v_proj"]
+
+
+def point(arch: str, method: str, mb: int, ckpt: bool, seq: int = 512, **extra) -> tuple[str, str, dict]:
+    overrides = {
+        "training.max_length": seq,
+        "training.micro_batch_size": mb,
+        "training.gradient_checkpointing": ckpt,
+        "training.optimizer": "paged_adamw_32bit" if method == "qlora" else "adamw_torch",
+    }
+    if method != "full":
+        overrides.update({"lora.r": 64, "lora.target_modules": QV})
+    overrides.update(extra)
+    return arch, method, overrides
+
+
+SWEEP = {
+    **{f"sw-l2-7b-qlora-mb{mb}": point("llama-2-7b", "qlora", mb, False) for mb in (1, 2, 4, 8)},
+    **{f"sw-l2-7b-qlora-ckpt-mb{mb}": point("llama-2-7b", "qlora", mb, True) for mb in (1, 4, 16)},
+    **{f"sw-l32-1b-full-mb{mb}": point("llama-3.2-1b", "full", mb, False) for mb in (1, 4, 16)},
+    **{f"sw-q25-1.5b-lora-mb{mb}": point("qwen2.5-1.5b", "lora", mb, False) for mb in (1, 8)},
+    **{
+        f"sw-l2-7b-lora-all-ckpt-mb{mb}": point(
+            "llama-2-7b", "lora", mb, True, **{"lora.target_modules": "all-linear"}
+        )
+        for mb in (1, 4)
+    },
+}
+
+if __name__ == "__main__":
+    mp.STEPS = 10
+    mp.CONFIGS.clear()
+    mp.CONFIGS.update(SWEEP)
+    if "--out" not in sys.argv:
+        sys.argv += ["--out", "speed_sweep.jsonl"]
+    if "--budget-s" not in sys.argv:
+        sys.argv += ["--budget-s", "480"]
+    mp.main()
