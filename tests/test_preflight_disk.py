@@ -1,0 +1,135 @@
+"""Disk checks: device type from fake /proc + /sys trees, free space, and the read-speed probe."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cockpit import checks_disk as d
+
+GIB = 2**30
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _fake_box(
+    tmp_path: Path, mounts: list[tuple[str, str, str, str]], disks: dict[str, str]
+) -> tuple[Path, Path]:
+    """mounts: (mount_point, major:minor, fstype, source); disks: name -> rotational."""
+    proc, sys = tmp_path / "proc_root", tmp_path / "sys"
+    lines = [
+        f"{20 + i} 1 {majmin} / {mp} rw,relatime - {fstype} {source} rw"
+        for i, (mp, majmin, fstype, source) in enumerate(mounts)
+    ]
+    _write(proc / "proc/self/mountinfo", "\n".join(lines) + "\n")
+    for name, rotational in disks.items():
+        _write(sys / "block" / name / "queue/rotational", rotational + "\n")
+    return proc, sys
+
+
+def test_device_kinds_from_fake_trees(tmp_path):
+    mounts = [
+        ("/", "8:1", "ext4", "/dev/sda1"),
+        ("/nvme", "259:1", "xfs", "/dev/nvme0n1p1"),
+        ("/hdd", "8:17", "ext4", "/dev/sdb1"),
+        ("/data", "253:0", "ext4", "/dev/mapper/vg-data"),
+        ("/nfs", "0:50", "nfs4", "server:/export"),
+        ("/fuse", "0:51", "fuse.s3fs", "s3fs"),
+        ("/overlay", "0:52", "overlay", "overlay"),
+    ]
+    proc, sys = _fake_box(tmp_path, mounts, {"sda": "0", "sdb": "1", "nvme0n1": "0", "dm-0": "0"})
+    # /sys/dev/block links resolve major:minor to the device name; dm-0 sits on two NVMe drives
+    for majmin, name in [("259:1", "nvme0n1p1"), ("8:17", "sdb1"), ("253:0", "dm-0")]:
+        target = sys / "devices" / name
+        target.mkdir(parents=True, exist_ok=True)
+        (sys / "dev/block").mkdir(parents=True, exist_ok=True)
+        os.symlink(target, sys / "dev/block" / majmin)
+    for slave in ("nvme1n1", "nvme2n1"):
+        (sys / "block/dm-0/slaves" / slave).mkdir(parents=True)
+
+    def kind(p: str) -> str:
+        return d.classify_path(Path(p), proc, sys).kind
+
+    assert kind("/home/me/.cache/huggingface") == "ssd"
+    assert kind("/nvme/hf/hub") == "nvme"
+    assert kind("/hdd/x") == "hdd"
+    assert kind("/data/runs") == "nvme"
+    assert d.classify_path(Path("/data/runs"), proc, sys).devices == ("nvme1n1", "nvme2n1")
+    assert kind("/nfs/models") == "network"
+    assert kind("/fuse/bucket") == "network"
+    assert kind("/overlay/app") == "overlay"
+
+    assert d.check_disk_type(Path("/nvme/hf"), "cache", proc, sys).status == "pass"
+    assert d.check_disk_type(Path("/"), "cache", proc, sys).status == "warn"
+    hdd = d.check_disk_type(Path("/hdd/hf"), "cache", proc, sys)
+    assert hdd.status == "fail" and "HF_HOME" in hdd.fix
+    nfs = d.check_disk_type(Path("/nfs/hf"), "cache", proc, sys)
+    assert nfs.status == "warn" and "copy" in nfs.fix
+
+
+def test_free_space_against_the_plan(tmp_path):
+    def usage(free_gib: float):
+        return lambda _path: (1000 * GIB, 0, int(free_gib * GIB))
+
+    plan = {"model_bytes": 13 * GIB, "checkpoint_bytes": 7 * GIB}
+    fail = d.check_free_space(tmp_path / "missing/dir", "cache", **plan, disk_usage=usage(10))
+    assert fail.status == "fail" and fail.evidence["measured_at"] == str(tmp_path)
+    assert d.check_free_space(tmp_path, "cache", **plan, disk_usage=usage(25)).status == "warn"
+    assert d.check_free_space(tmp_path, "cache", **plan, disk_usage=usage(100)).status == "pass"
+    assert d.check_free_space(tmp_path, "runs", disk_usage=usage(5)).status == "warn"
+
+
+def _speed(seq: float, iops: float) -> d.ReadSpeed:
+    return d.ReadSpeed(seq, iops, "O_DIRECT", 1 << 20, 1 << 20, 100, 0.1, False)
+
+
+@pytest.mark.parametrize(
+    ("seq", "iops", "status", "words"),
+    [
+        (3000, 400_000, "pass", ""),
+        (3000, 10_000, "warn", "random 4 KiB IOPS"),
+        (520, 60_000, "warn", "SATA"),
+        (120, 500, "fail", "copy the dataset"),
+    ],
+)
+def test_speed_verdicts(tmp_path, seq, iops, status, words):
+    result = d.check_disk_speed(tmp_path, "cache", 13 * GIB, probe=lambda *a, **k: _speed(seq, iops))
+    assert result.status == status
+    assert words in result.fix
+    assert result.evidence["model_load_s"] == pytest.approx(13 * GIB / (seq * 1e6))
+
+
+def test_probe_reads_past_the_page_cache(tmp_path):
+    """The same real file, read twice: a page-cache read would make the second run jump to memory speed."""
+    first = d.measure_read_speed(tmp_path, file_bytes=64 << 20, time_budget_s=2.0)
+    second = d.measure_read_speed(tmp_path, file_bytes=64 << 20, time_budget_s=2.0)
+    assert first.method in ("O_DIRECT", "fadvise(DONTNEED)")
+    assert first.seq_bytes_read > 0 and first.random_reads > 0
+    # page-cache reads of a 64 MiB file run at several GB/s, many times any first, uncached pass
+    assert second.seq_mb_per_s / first.seq_mb_per_s < 3
+    assert not list(tmp_path.iterdir()), "the probe leaves no file behind"
+
+
+def test_fadvise_fallback_when_o_direct_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(d, "_open_direct", lambda path: None)
+    speed = d.measure_read_speed(tmp_path, file_bytes=8 << 20, time_budget_s=0.5)
+    assert speed.method == "fadvise(DONTNEED)"
+    assert speed.seq_bytes_read == 8 << 20
+
+
+def test_probe_is_bounded_in_time(tmp_path):
+    speed = d.measure_read_speed(tmp_path, file_bytes=16 << 20, time_budget_s=0.3, block_bytes=4096)
+    assert speed.seconds < 3
+
+
+def test_unwritable_directory_is_a_skip(tmp_path):
+    def refuse(*_a, **_k):
+        raise PermissionError(13, "Permission denied")
+
+    result = d.check_disk_speed(tmp_path, "cache", probe=refuse)
+    assert result.status == "skip" and "writable" in result.fix
