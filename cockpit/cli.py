@@ -76,12 +76,43 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--context", type=int, default=4096, help="with --inference: tokens of context")
     sp.add_argument("--json", action="store_true")
 
+    sp = sub.add_parser("preflight", help="is this box healthy and set up right? (GPU, host, disk, network)")
+    sp.add_argument(
+        "--quick", action="store_true", help="skip the disk speed probe, the download and big probes"
+    )
+    sp.add_argument("--json", action="store_true", help="print the report as JSON (after the checks)")
+    sp.add_argument(
+        "--no-ui", action="store_true", help="plain lines as checks finish (the only view so far)"
+    )
+    sp.add_argument(
+        "--model", help="the planned model (shape or hub id): judge RAM, disk and download for it"
+    )
+    sp.add_argument("--multi", action="store_true", help="with several GPUs: peer access and NCCL all-reduce")
+
     sp = sub.add_parser("runs", help="list runs with their status")
     sp.add_argument("--json", action="store_true")
 
     sp = sub.add_parser("attach", help="replay a run's history and follow it live")
     sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
     with_ui(sp)
+
+    sp = sub.add_parser("replay", help="play a recorded run into the live view, labelled as a replay")
+    sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
+    sp.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="10 plays ten times as fast as recorded; 0 as fast as possible (default: 1)",
+    )
+    sp.add_argument("--no-ui", action="store_true", help="headless: the recorded lines, each with its time")
+    sp.add_argument(
+        "--log-every",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="recorded seconds between step lines (0: every log event)",
+    )
 
     sp = sub.add_parser(
         "restart", help="start the trainer again in a run's directory, from its last checkpoint"
@@ -176,10 +207,15 @@ def _show(run: rundir.RunDir, proc, args, replay: bool = False) -> int:
         from cockpit.headless import follow
 
         return follow(session, log_every_s=args.log_every)
+    from cockpit.watch import LiveWatch
     from screens.app import CockpitApp  # the only place the TUI is imported
 
-    code = CockpitApp(session).run() or 0
-    if code == EXIT_DETACHED:
+    watch = None
+    if not replay:  # a live trainer: sample its GPUs and host now; the app stops the watch on exit
+        pid = proc.pid if proc is not None else (run.read_trainer() or {}).get("pid")
+        watch = LiveWatch(pid).start()
+    code = CockpitApp(session, watch=watch).run() or 0
+    if code == EXIT_DETACHED and not replay:
         run_id = run.run_id
         print(f"detached; training goes on. Watch: cockpit attach {run_id}   Stop: cockpit stop {run_id}")
     return code
@@ -188,6 +224,26 @@ def _show(run: rundir.RunDir, proc, args, replay: bool = False) -> int:
 def cmd_attach(args) -> int:
     run = rundir.find(args.run)
     return _show(run, None, args, replay=not supervisor.is_alive(run))
+
+
+def cmd_replay(args) -> int:
+    from cockpit.replay import ReplaySession
+
+    run = rundir.find(args.run)
+    try:
+        session = ReplaySession(run, speed=args.speed)
+    except ValueError as exc:
+        print(f"--speed: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.no_ui:
+        from cockpit.headless import follow
+
+        # plain lines, each stamped with its recorded time: a live status line would take "now"
+        # from the wall clock
+        return follow(session, log_every_s=args.log_every, force_terminal=False)
+    from screens.app import CockpitApp
+
+    return CockpitApp(session, watch=session.watch).run() or 0
 
 
 def cmd_restart(args) -> int:
@@ -257,6 +313,36 @@ def cmd_estimate(args) -> int:
         }[fits]
         print(f"{words} a {args.vram:g} GiB card ({args.vram - result.peak_gib:+.2f} GiB headroom)")
     return 0
+
+
+def cmd_preflight(args) -> int:
+    from cockpit.checks import exit_code
+    from cockpit.preflight import report
+    from cockpit.preflight_run import result_line, run_preflight
+
+    model_bytes = None
+    if args.model:
+        from cockpit import modelshape
+
+        try:
+            model_bytes = (
+                modelshape.load_shape(args.model).params * 2
+            )  # the 16-bit weights to download and load
+        except modelshape.ShapeError as exc:
+            print(f"--model: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    say = (lambda r: None) if args.json else (lambda r: print(result_line(r), flush=True))
+    results, meta = run_preflight(args.quick, on_result=say, model_bytes=model_bytes, multi=args.multi)
+    code = exit_code(results)
+    if args.json:
+        print(json.dumps(report(results, meta), indent=1))
+    else:
+        counts = {s: sum(r.status == s for r in results) for s in ("pass", "warn", "fail", "skip")}
+        print(
+            f"preflight: {counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail, "
+            f"{counts['skip']} skipped in {meta['duration_s']} s"
+        )
+    return code
 
 
 def cmd_runs(args) -> int:

@@ -1,17 +1,20 @@
-"""The run screen: one training run's status, figures, loss, checkpoints and events.
+"""The run screen: one training run's status, figures, loss, checkpoints and events, and, when
+there is telemetry, its GPUs and host, the doctor's findings, and the tail of the trainer's log.
 
 Every figure comes from the run's events folded into a `RunState`; cost and elapsed time
 take "now" from the app's clock while the trainer runs and the last event's time once it
-has ended. The app's follow thread reads the events; this screen only draws what it is
-handed (`show`) and sends the user's commands.
+has ended. GPU and host figures come from a watch (live NVML sampling, or a replay) and the
+run's recorded `telemetry.jsonl`. The app's threads read all of it; this screen only draws
+what it is handed (`show`, `show_log`, `show_history`, `show_telemetry`) and sends the
+user's commands.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
-from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -21,182 +24,33 @@ from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
 from cockpit import fmt, supervisor
-from cockpit.headless import describe
-from cockpit.protocol import Fault
-from cockpit.runstate import RunState
+from cockpit.replay import sample_of_bin
 from cockpit.session import RunSession
 from screens.confirm import Confirm
+from screens.run_figures import (  # noqa: F401 - the tests and other screens import them from here
+    EventLines,
+    checkpoint_rows,
+    error_text,
+    memory_rows,
+    stat_rows,
+)
+from screens.telemetry_feed import SeriesBook
+from widgets.doctor_panel import DoctorPanel
 from widgets.event_log import EventLog
+from widgets.gpu_panel import GpuPanel, GpuView, gpu_title
+from widgets.host_panel import HostPanel
+from widgets.log_tail import LogTail
 from widgets.loss_plot import LossPlot
 from widgets.progress import StepProgress
-from widgets.stats import Row, StatsPanel
+from widgets.stats import StatsPanel
 
 MAX_LOG_LINES = 1000
-ERROR_MESSAGE_CHARS = 300
 CLIENT_LINE_INDENT = " " * len("0:00:00 ")  # this client's own lines carry no event time
 STOP_QUESTION = "Stop the run? A checkpoint is saved first."
-
-
-# ---------------------------------------------------------------- figures (pure)
-
-
-def param_count(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f}{unit}"
-    return str(n)
-
-
-def byte_size(n_bytes: int | None) -> str:
-    if n_bytes is None:
-        return "-"
-    return f"{n_bytes / 2**20:.1f} MiB" if n_bytes < 2**30 else fmt.gib(n_bytes)
-
-
-def memory_rows(state: RunState) -> list[Row]:
-    memory, total = state.memory, state.device.get("total_bytes")
-    if "mem_allocated_bytes" in memory:
-        of_total = f" of {fmt.gib(total, 1)}" if total else ""
-        reserved = memory.get("mem_reserved_bytes")
-        return [
-            ("GPU alloc/res", f"{memory['mem_allocated_bytes'] / 2**30:.2f} / {fmt.gib(reserved)}"),
-            ("GPU peak", f"{fmt.gib(memory.get('mem_peak_bytes'))}{of_total}"),
-        ]
-    if "rss_bytes" in memory:
-        return [("memory", f"{fmt.gib(memory['rss_bytes'])} RSS (host)")]
-    return [("memory", "-")]
-
-
-def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
-    """The stats panel: training figures first, then what runs where on what data."""
-    drop = state.loss_drop()
-    loss = fmt.loss(state.loss)
-    if drop is not None:
-        loss += f", {-drop:+.1%} from first"
-    rows: list[Row] = [
-        ("loss", loss),
-        ("learning rate", fmt.sci(state.learning_rate)),
-        ("grad norm", fmt.rate(state.grad_norm)),
-        ("tokens/s", fmt.rate(state.tokens_per_s)),
-        ("samples/s", fmt.rate(state.samples_per_s)),
-        ("step time", fmt.rate(state.step_time_s, " s")),
-        ("ETA", fmt.duration(state.eta_s()) + (" once resumed" if state.status == "paused" else "")),
-        ("elapsed", f"{fmt.duration(state.billed_s(now_ts))} billed"),
-    ]
-    if state.price_per_hour is None:
-        rows.append(("cost", Text("- (set cost.price_per_hour)", style="dim")))
-    else:
-        rows.append(
-            ("cost", f"{fmt.money(state.cost_so_far(now_ts))} at {fmt.money(state.price_per_hour)}/h")
-        )
-        rows.append(("projected", f"~{fmt.money(state.cost_projected(now_ts))} for the run"))
-    rows.extend(memory_rows(state))
-    device = state.device
-    if device:
-        rows.append(("device", f"{device.get('kind')} {device.get('name')}"))
-        rows.append(("precision", state.precision or "-"))
-    model = state.model
-    if model:
-        rows.append(("model", f"{model.get('name')} ({model.get('method')})"))
-        trainable, total = model.get("params_trainable"), model.get("params_total")
-        share = f" ({trainable / total:.1%})" if trainable and total else ""
-        rows.append(("trainable", f"{param_count(trainable)} of {param_count(total)}{share}"))
-    data = state.data
-    if data:
-        rows.append(("data", f"{data.get('samples')} samples, {data.get('truncated')} truncated"))
-        rows.append(
-            (
-                "tokens",
-                f"{data.get('tokens_min')}-{data.get('tokens_max')}, mean {data.get('tokens_mean')}, "
-                f"p95 {data.get('tokens_p95')}",
-            )
-        )
-    return rows
-
-
-def checkpoint_rows(state: RunState) -> list[Row]:
-    if not state.checkpoints:
-        return [("", Text("none yet", style="dim"))]
-    width = max(len(str(c.get("step"))) for c in state.checkpoints)
-    return [
-        (c["name"], f"step {c.get('step')!s:<{width}}  {byte_size(c.get('bytes'))}")
-        for c in state.checkpoints
-    ]
-
-
-def error_text(state: RunState, interrupted: bool = False) -> Text | None:
-    """What went wrong, what to do, and that the checkpoints are intact; None while nothing did.
-
-    `interrupted`: a replayed run whose trainer is gone without a final event (killed, rebooted).
-    """
-    if state.status != "failed" and not interrupted:
-        return None
-    text = Text()
-    error = state.error
-    if error:
-        phase = str(error.get("phase") or "").replace("_", " ")
-        step = error.get("step")
-        where = (f" at step {step}" if step else "") + (f" while {phase}" if phase else "")
-        message = str(error.get("message", ""))
-        if len(message) > ERROR_MESSAGE_CHARS:
-            message = message[:ERROR_MESSAGE_CHARS] + "… (the events log has all of it)"
-        text.append(
-            f"{str(error.get('kind', 'error')).upper()}{where}: ",
-            style="bold",
-        )
-        text.append(f"{message}\n")
-        if error.get("hint"):
-            text.append("fix: ", style="bold")
-            text.append(f"{error['hint']}\n")
-        names = error.get("checkpoints") or []
-    else:  # the trainer ended without a final event; a client may have written down how
-        outcome = state.outcome or {
-            "reason": "the trainer is gone without a final event (killed, crashed, or the machine rebooted)"
-        }
-        text.append(f"{outcome.get('reason', 'the trainer exited without a final event')}\n", style="bold")
-        tail = [line for line in str(outcome.get("log_tail") or "").splitlines() if line.strip()][-3:]
-        for line in tail:
-            text.append(f"{line}\n", style="dim")
-        names = [c["name"] for c in state.checkpoints]
-    if names:
-        text.append(f"checkpoints intact: {', '.join(names)}", style="bold")
-        text.append(f"; continue with: cockpit restart {state.run_id}")
-    else:
-        text.append("no complete checkpoint: a restart begins from step 0")
-    return text
-
-
-def item_type(item: dict | Fault) -> str | None:
-    return item.get("type") if isinstance(item, dict) else None
-
-
-class EventLines:
-    """Lines for the events log, each stamped with the run time since its first event."""
-
-    def __init__(self) -> None:
-        self.first_ts: float | None = None
-        self.last_ts: float | None = None
-
-    def lines(self, items: list[dict | Fault]) -> list[str]:
-        out = []
-        for item in items:
-            ts = item.get("ts") if isinstance(item, dict) else None
-            if isinstance(ts, (int, float)):
-                self.first_ts = ts if self.first_ts is None else self.first_ts
-                self.last_ts = ts
-            line = describe(item)
-            if not line:
-                continue
-            if item_type(item) == "error":
-                line = line.splitlines()[0]  # the error panel shows the fix
-            stamp = fmt.duration(self.last_ts - self.first_ts) if self.first_ts is not None else "-:--:--"
-            out.extend(f"{stamp} {part}" for part in line.splitlines())
-        return out
-
-
-# ---------------------------------------------------------------- the screen
+COMPACT_BELOW_ROWS = 30  # shorter terminals get one row per GPU and one for the host
+MANY_GPUS = 2  # more GPUs than this: one row each at any size
+RECENT_SPAN_S = 300.0  # `h` switches the sparklines between the whole run and this
+WATCH_LATE_S = 3.0  # a watch that has not answered for this long is said to be late
 
 
 class RunView(Screen):
@@ -207,7 +61,13 @@ class RunView(Screen):
         Binding("p", "pause", "Pause"),
         Binding("p", "resume", "Resume"),
         Binding("x", "stop", "Stop"),
+        Binding("g", "toggle_telemetry", "GPU/host"),
+        Binding("l", "toggle_log", "Log"),
+        Binding("h", "toggle_span", "Span"),
     ]
+
+    class Ready(Message):
+        """The view is composed and mounted: updates can reach its widgets."""
 
     class StopSaid(Message):
         """A line from the stop thread (`supervisor.stop` says what it escalates to)."""
@@ -216,7 +76,7 @@ class RunView(Screen):
             super().__init__()
             self.text = text
 
-    def __init__(self, session: RunSession, clock: Callable[[], float]):
+    def __init__(self, session: RunSession, clock: Callable[[], float], *, watching: bool = False):
         super().__init__()
         self.session = session
         self.clock = clock
@@ -224,17 +84,31 @@ class RunView(Screen):
         self.live = not session.replay  # until the first update says otherwise
         self.stopping = False
         self.updates_shown = 0
+        self.telemetry_shown = 0  # samples (or a recorded history) drawn so far
         self._losses_shown = -1
+        self.book = SeriesBook()
+        self.sample: Any = None  # the newest telemetry sample, live or rebuilt from the last bin
+        self.has_telemetry = watching  # a watch or a recorded history: the GPU/host panels have a source
+        self.telemetry_wanted = True  # `g`
+        self.span_s: float | None = None  # `h`: None for the whole run, else the last RECENT_SPAN_S
+        self.short = False  # set from the terminal's height
+        self.watch_late_s: float | None = None
+        self.watch_error: str | None = None
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="header"):
             yield Static(self.session.run.run_id, id="run-id")
             yield Static("", id="status")
             yield Static("", id="phase")
-            yield Static("REPLAY", id="replay")
+            yield Static(getattr(self.session, "replay_label", "REPLAY"), id="replay")
         yield StepProgress(id="progress")
         with VerticalScroll(id="error"):
             yield Static("", id="error-text")
+        with Vertical(id="telemetry"):
+            yield GpuPanel(id="gpus")
+            yield HostPanel(id="host")
+        with VerticalScroll(id="doctor-box"):
+            yield DoctorPanel(id="doctor")
         with Horizontal(id="body"):
             with VerticalScroll(id="stats-box"):
                 yield StatsPanel(id="stats")
@@ -242,6 +116,7 @@ class RunView(Screen):
                 yield LossPlot(id="loss-plot")
                 yield StatsPanel(id="checkpoints")
                 yield EventLog(id="events", max_lines=MAX_LOG_LINES)
+                yield LogTail(id="log")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -249,7 +124,20 @@ class RunView(Screen):
         self.query_one("#loss-plot").border_title = "loss"
         self.query_one("#checkpoints").border_title = "checkpoints"
         self.query_one("#events").border_title = "events"
+        self.query_one("#doctor-box").border_title = "doctor"
+        self.query_one("#log").border_title = "backend.log"
         self.query_one("#replay").display = self.session.replay
+        self.query_one("#doctor-box").display = False
+        self.query_one("#log").display = False
+        self._show_telemetry_panels()
+        self.post_message(self.Ready())  # every widget exists now: the app may start its threads
+
+    def on_resize(self, event: events.Resize) -> None:
+        short = event.size.height < COMPACT_BELOW_ROWS
+        if short != self.short:
+            self.short = short
+            self.query_one(DoctorPanel).show(self.query_one(DoctorPanel).findings, brief=short)
+            self._show_telemetry_panels()
 
     # ------------------------------------------------------------ drawing
 
@@ -265,6 +153,8 @@ class RunView(Screen):
             self.refresh_bindings()
         now_ts = state.last_ts if ended or session.trainer_gone else self.clock()
         self._show_status()
+        if session.replay:
+            self.query_one("#replay", Static).update(getattr(session, "replay_label", "REPLAY"))
         phase = state.phase.replace("_", " ")
         self.query_one("#phase", Static).update(
             f"{phase}: {state.phase_message}" if state.phase_message else phase
@@ -276,7 +166,8 @@ class RunView(Screen):
         self.query_one("#checkpoints", StatsPanel).show_rows(checkpoint_rows(state))
         if len(state.losses) != self._losses_shown:
             self._losses_shown = len(state.losses)
-            self.query_one(LossPlot).plot(state.losses)
+            self.query_one(LossPlot).plot(state.losses, state.learning_rates)
+            self._show_telemetry_panels()  # the torch memory counters came with the step
         error = error_text(state, interrupted)
         self.set_class(error is not None, "-failed")
         if error is not None:
@@ -286,6 +177,78 @@ class RunView(Screen):
         for line in lines:
             log.write(line)
         self.updates_shown += 1
+
+    def show_log(self, lines: Sequence[str]) -> None:
+        """The last lines of backend.log."""
+        self.query_one(LogTail).show(lines)
+
+    def show_history(self, bins: Sequence[dict]) -> None:
+        """The run's recorded telemetry (cockpit.telemetry_log bins), oldest first."""
+        if not bins:
+            return
+        for line in bins:
+            self.book.add_bin(line)
+        if self.sample is None or self.sample.ts < bins[-1]["ts_end"]:
+            self.sample = sample_of_bin(bins[-1])  # until a live sample comes
+        self.has_telemetry = True
+        self.telemetry_shown += 1
+        self._show_telemetry_panels()
+
+    def show_telemetry(self, sample: Any, findings: Sequence[Any], samples: Sequence[Any] = ()) -> None:
+        """The watch's newest sample and findings; `samples`: every sample since the last call."""
+        for each in samples or ([sample] if sample is not None else []):
+            self.book.add_sample(each)
+        if sample is not None:
+            self.sample = sample
+        self.has_telemetry = True
+        self.watch_error = None
+        doctor_box = self.query_one("#doctor-box")
+        if self.query_one(DoctorPanel).show(findings, brief=self.short):
+            doctor_box.display = bool(findings)
+            severity = findings[0].severity if findings else "info"
+            doctor_box.set_classes(f"-{severity}")
+            doctor_box.border_title = f"doctor: {len(findings)} finding{'s' if len(findings) != 1 else ''}"
+        self.telemetry_shown += 1
+        self._show_telemetry_panels()
+
+    def show_watch_error(self, error: str) -> None:
+        """The watch raised: the figures shown are its last good ones."""
+        self.watch_error = error
+        self.has_telemetry = True
+        self._show_telemetry_panels()
+
+    def show_watch_late(self, late_s: float | None) -> None:
+        """How long the watch has kept the app waiting for a sample (None: it answers)."""
+        late_s = late_s if late_s is not None and late_s >= WATCH_LATE_S else None
+        if (late_s is None) != (self.watch_late_s is None) or late_s is not None:
+            self.watch_late_s = late_s
+            self._show_telemetry_panels()
+
+    def _show_telemetry_panels(self) -> None:
+        box = self.query_one("#telemetry")
+        box.display = self.has_telemetry and self.telemetry_wanted
+        if not box.display:
+            return
+        sample, state = self.sample, self.session.state
+        span = self.book.span(self.span_s)
+        pid = sample.host.trainer_pid if sample is not None else None
+        if pid is None and state.attempts:
+            pid = state.attempts[-1].pid
+        many = sample is not None and len(sample.gpus) > MANY_GPUS
+        view = GpuView(sample, self.book, span, state.memory, pid, compact=self.short or many)
+        self.query_one(GpuPanel).show(view)
+        cpu = self.book.get("host.cpu")
+        cpu_spark = (cpu, span) if cpu is not None and span is not None else None
+        self.query_one(HostPanel).show(sample.host if sample is not None else None, cpu_spark, self.short)
+        box.border_title = f"{gpu_title(sample)} · host"
+        subtitle = ""
+        if span is not None:
+            subtitle = f"last {fmt.duration(span[1] - span[0])}" if self.span_s else "whole run"
+        if self.watch_late_s is not None:
+            subtitle = f"no new sample for {self.watch_late_s:.0f} s · {subtitle}".rstrip(" ·")
+        if self.watch_error is not None:
+            subtitle = f"{self.watch_error} · {subtitle}".rstrip(" ·")
+        box.border_subtitle = subtitle
 
     def _show_status(self) -> None:
         label = "stopping…" if self.stopping and self.live else self.status
@@ -322,6 +285,23 @@ class RunView(Screen):
             self.notify(f"'{command}' was not sent: {exc}", severity="error")
             return
         self.notify(sent)
+
+    def action_toggle_telemetry(self) -> None:
+        if not self.has_telemetry:
+            self.notify("no GPU/host telemetry for this run: no live watch and no telemetry.jsonl")
+            return
+        self.telemetry_wanted = not self.telemetry_wanted
+        self._show_telemetry_panels()
+
+    def action_toggle_log(self) -> None:
+        """The tail of backend.log in the place of the events, or back."""
+        log = self.query_one(LogTail)
+        log.display = not log.display
+        self.query_one(EventLog).display = not log.display
+
+    def action_toggle_span(self) -> None:
+        self.span_s = None if self.span_s else RECENT_SPAN_S
+        self._show_telemetry_panels()
 
     def action_save(self) -> None:
         self._send("save", "asked for a checkpoint after the current step")

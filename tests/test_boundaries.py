@@ -46,6 +46,15 @@ def imported(code: str) -> set[str]:
         "cockpit.telemetry",
         "cockpit.telemetry_log",
         "cockpit.nvml_fake",
+        "cockpit.watch",
+        "cockpit.replay",
+        "cockpit.recorder",
+        "cockpit.fitting",
+        "cockpit.checks",
+        "cockpit.preflight",
+        "cockpit.preflight_run",
+        "cockpit.checks_gpu",
+        "cockpit.probe_client",
     ],
 )
 def test_core_imports_neither_torch_nor_textual(module):

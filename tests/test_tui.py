@@ -1,7 +1,9 @@
-"""Behaviour of the TUI, driven with pilot over a recorded demo run (88 steps, CPU, tiny model)."""
+"""Behaviour of the TUI, driven with pilot over a recorded demo run (88 steps, CPU, tiny model),
+with watch doubles over fake NVML for the GPU and host panels and the doctor."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -9,19 +11,31 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+import screens.app
+import screens.run_view
 from cockpit import supervisor
+from cockpit.doctor import Finding
+from cockpit.nvml_fake import FakeGpu, FakeNvml
 from cockpit.protocol import Fault
+from cockpit.replay import ReplaySession
 from cockpit.rundir import RunDir
 from cockpit.runstate import RunState
 from cockpit.session import RunSession
+from cockpit.telemetry import HostCounters, Sample, Sampler
 from screens.app import CockpitApp
 from screens.confirm import Confirm
 from screens.run_view import EventLines, RunView, stat_rows
-from widgets.loss_plot import LossPlot, braille_rows, plot_lines
+from screens.telemetry_feed import LogTailReader, SeriesBook, tail_lines
+from widgets.gpu_panel import GpuView, gpu_lines, row_count
+from widgets.host_panel import byte_rate, host_lines
+from widgets.log_tail import LogTail
+from widgets.loss_plot import LossPlot, PlotRow, braille_rows, lr_range_text, plot_lines
 from widgets.progress import StepProgress
+from widgets.sparkline import Series, spark
 
 FIXTURE = Path(__file__).parent / "fixtures" / "demo_run_events.jsonl"
 RUN_ID = "20261130-152228-tiny"
@@ -456,9 +470,20 @@ def test_the_loss_plot_draws_a_falling_line_with_its_labels():
 
 def test_the_loss_plot_says_it_in_words_when_there_is_no_room():
     assert plot_lines([(1, 4.0), (9, 1.5)], width=10, height=2) == [
-        ("", "loss max 4.0000 min 1.5000, steps 1-9", False)
+        PlotRow("", "loss max 4.0000 min 1.5000, steps 1-9", False)
     ]
-    assert plot_lines([], width=40, height=10) == [("", "no loss logged yet", False)]
+    assert plot_lines([], width=40, height=10) == [PlotRow("", "no loss logged yet", False)]
+
+
+def test_the_learning_rate_is_a_second_line_on_its_own_scale():
+    loss = [(1, 4.0), (2, 3.0), (3, 2.0), (4, 1.0)]
+    lr = [(1, 0.0), (2, 1e-3), (3, 1e-3), (4, 1e-3)]  # warm-up, then flat
+    rows = plot_lines(loss, width=20, height=4, lr_points=lr)
+    plotted = [row for row in rows if row.is_plot]
+    assert any(row.lr_columns for row in plotted)  # cells only the lr line reaches
+    alone = plot_lines(loss, width=20, height=4)
+    assert [r.text for r in rows] != [r.text for r in alone]
+    assert lr_range_text(lr) == "lr 0.00e+00…1.00e-03, now 1.00e-03"
 
 
 def test_the_ui_never_imports_torch():
@@ -466,3 +491,417 @@ def test_the_ui_never_imports_torch():
         "import sys, screens.app; assert not {'torch', 'train_backend'} & set(sys.modules), 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
+
+
+# ---------------------------------------------------------------- live figures: GPU, host, doctor, log
+
+TELEMETRY_FIXTURE = Path(__file__).parent / "fixtures" / "demo_run_telemetry.jsonl"
+BINS = [json.loads(line) for line in TELEMETRY_FIXTURE.read_text().splitlines()]
+GIB = 2**30
+TRAINER_PID = 4253  # the recorded hello's pid
+
+
+def gpu_events(events: list[dict]) -> list[dict]:
+    """The recording as if it ran on an H100: a cuda device, bf16, torch's memory counters."""
+    out = []
+    for item in events:
+        if item["type"] == "hello":
+            device = {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "capability": "9.0"}
+            item = dict(item, device=dict(device, total_bytes=80 * GIB), precision="bf16")
+        elif item["type"] == "train_begin":
+            item = dict(item, precision="bf16")
+        elif item["type"] == "log":
+            item = dict(
+                item, mem_allocated_bytes=30 * GIB, mem_reserved_bytes=34 * GIB, mem_peak_bytes=41 * GIB
+            )
+        out.append(item)
+    return out
+
+
+def fake_host() -> HostCounters:
+    """Host counters that move the same way every run: 16 cores, busy disk, a trainer of 9 GiB."""
+    ticks = itertools.count()
+
+    def disk() -> tuple[int, int]:
+        n = next(ticks)
+        return n * 60_000_000, n * 1_000_000  # 120 MB/s read, 2 MB/s write at two samples a second
+
+    return HostCounters(
+        cpu_percent_per_core=lambda: [35.0, 99.0, 12.0, 64.0] * 4,
+        cpu_count_usable=lambda: 16,
+        memory=lambda: (28 * GIB, 251 * GIB),
+        swap=lambda: (0, 8 * GIB),
+        disk_bytes=disk,
+        net_bytes=lambda: (0, 0),
+        process_tree=lambda pid: (12.5, 9 * GIB),
+        process_name=lambda pid: "python",
+    )
+
+
+def fake_samples(
+    count: int = 4, start_ts: float = 1796052165.5, gpus: list[FakeGpu] | None = None, **nvml
+) -> list[Sample]:
+    """`count` samples half a second apart from fake NVML (utilisation climbing) and a fake host."""
+    utils = itertools.cycle([62, 88, 97, 99, 94, 71])
+
+    def climbing(_n):
+        return SimpleNamespace(gpu=next(utils), memory=50)
+
+    if gpus is None:
+        gpus = [FakeGpu(processes=[(TRAINER_PID, 34 * GIB)], overrides={"utilization": climbing})]
+    times = itertools.count()
+    sampler = Sampler(
+        FakeNvml(gpus=gpus, **nvml),
+        trainer_pid=TRAINER_PID,
+        clock=lambda: start_ts + 0.5 * next(times),
+        host=fake_host(),
+    )
+    try:
+        return [sampler.sample() for _ in range(count)]
+    finally:
+        sampler.close()
+
+
+class ScriptedWatch:
+    """A watch double: always the same newest sample and findings; every sample once, to `pop_samples`.
+
+    `block`: an Event `update` waits for (a stuck watch).
+    """
+
+    def __init__(self, samples: list[Sample] = (), findings: list[Finding] = (), block=None):
+        self.samples = list(samples)
+        self.findings = list(findings)
+        self.block = block
+        self.calls = 0
+        self.threads: set[str] = set()
+        self.stopped = False
+        self._popped = False
+
+    def update(self, state):
+        self.calls += 1
+        self.threads.add(threading.current_thread().name)
+        if self.block is not None:
+            self.block.wait()
+        return (self.samples[-1] if self.samples else None), list(self.findings)
+
+    def pop_samples(self) -> list[Sample]:
+        samples, self._popped = ([] if self._popped else self.samples), True
+        return samples
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def gpu_run(tmp_path: Path, step: int = 52, history: bool = True) -> ScriptedSession:
+    events = gpu_events(events_until_step(step))
+    session = scripted(tmp_path, events)
+    if history:
+        last_ts = events[-1]["ts"]
+        lines = [json.dumps(b) for b in BINS if b["ts_end"] < last_ts]
+        (session.run.path / "telemetry.jsonl").write_text("".join(line + "\n" for line in lines))
+    return session
+
+
+def live_app(session, watch=None, clock_ts: float = LAST_TS + 5.0) -> CockpitApp:
+    return CockpitApp(session, watch=watch, poll_interval_s=0.02, clock=lambda: clock_ts)
+
+
+async def telemetry_shown(pilot, app: CockpitApp, count: int = 1) -> None:
+    await shown(pilot, app)
+    await wait_for(pilot, lambda: app.run_view.telemetry_shown >= count)
+    await pilot.pause()
+
+
+INPUT_BOUND = Finding(
+    "input_bound",
+    "warn",
+    "Input-bound: the GPU waits for data",
+    "GPU util 41% (mean of 60 s), trainer CPU 100% of one core",
+    "Raise training.dataloader_num_workers (e.g. to 8) and pre-tokenise the dataset.",
+    0.0,
+)
+
+
+async def test_the_watch_drives_the_gpu_and_host_panels_off_the_ui_thread(tmp_path):
+    watch = ScriptedWatch(fake_samples())
+    app = live_app(gpu_run(tmp_path, history=False), watch)
+    async with running(app) as pilot:
+        await telemetry_shown(pilot, app)
+        text = screen_text(app)
+        calls, started = watch.calls, time.monotonic()
+        await pilot.pause(0.6)
+        rate_per_s = (watch.calls - calls) / (time.monotonic() - started)
+    assert "GPU · NVIDIA H100 80GB HBM3 · FAKE test data · host" in text
+    assert "GPU0 util  99%" in text and "67°C  SM 1980 MHz" in text
+    assert "61.0/80.0 GiB" in text and "torch 30.0/34.0 GiB alloc/res" in text  # NVML next to torch
+    assert "612/700 W" in text
+    assert "CPU   52%  of 16" in text and "RAM 28.0/251.0 GiB" in text and "swap 0.0/8.0 GiB" in text
+    assert "read 120.0 MB/s write 2.0 MB/s" in text and "trainer 0% CPU, 9.0 GiB RSS" in text
+    assert rate_per_s >= 2  # GPU figures refresh at least twice a second
+    assert threading.main_thread().name not in watch.threads
+    assert watch.stopped  # the app stops the watch when it exits
+
+
+async def test_a_recorded_history_prefills_the_sparklines_off_the_ui_thread(tmp_path, monkeypatch):
+    threads = []
+    real_read = screens.app.read_history
+
+    def read_history(path, **kw):
+        threads.append(threading.current_thread())
+        return real_read(path, **kw)
+
+    monkeypatch.setattr(screens.app, "read_history", read_history)
+    session = gpu_run(tmp_path, step=88)
+    session.alive = False
+    app = live_app(session)  # no watch: an attach to an ended run
+    async with running(app) as pilot:
+        await telemetry_shown(pilot, app)
+        text = screen_text(app)
+        book = app.run_view.book
+    assert threads and threads[0] is not threading.main_thread()
+    assert len(book.get("gpu0.util")) == 5  # the bins that ended before the last event
+    assert "GPU · as recorded · host" in text
+    assert "GPU0 util  35%" in text and "SM 1980 MHz" in text  # the last bin's figures
+    assert "whole run" in text
+
+
+async def test_live_samples_extend_the_recorded_history(tmp_path):
+    watch = ScriptedWatch(fake_samples(count=6))
+    app = live_app(gpu_run(tmp_path), watch)
+    async with running(app) as pilot:
+        await telemetry_shown(pilot, app, count=2)
+        series = app.run_view.book.get("gpu0.util")
+        assert len(series) == 3 + 6
+        assert series.first_ts == BINS[0]["ts_start"] and series.last_ts == 1796052168.0
+
+
+async def test_g_hides_the_gpu_panels_and_h_switches_the_sparkline_span(tmp_path):
+    app = live_app(gpu_run(tmp_path), ScriptedWatch(fake_samples()))
+    async with running(app) as pilot:
+        await telemetry_shown(pilot, app, count=2)
+        assert "GPU0 util" in screen_text(app) and "whole run" in screen_text(app)
+        await pilot.press("h")
+        await pilot.pause()
+        assert "last 0:05:00" in screen_text(app) or "last 0:00:1" in screen_text(app)
+        await pilot.press("g")
+        await pilot.pause()
+        assert "GPU0 util" not in screen_text(app)
+        await pilot.press("g")
+        await pilot.pause()
+        assert "GPU0 util" in screen_text(app)
+
+
+async def test_g_without_any_telemetry_says_why(tmp_path):
+    app = make_app(scripted(tmp_path, events_until_step(30)))
+    async with running(app) as pilot:
+        await shown(pilot, app)
+        assert "GPU" not in screen_text(app).split("\n")[2]
+        await pilot.press("g")
+        await pilot.pause()
+        assert "no GPU/host telemetry for this run" in screen_text(app)
+
+
+async def test_l_shows_the_tail_of_backend_log(tmp_path):
+    session = scripted(tmp_path, events_until_step(30))
+    lines = [f"line {n}" for n in range(30)]
+    progress = "\rmap:  10%|#         |\rmap: 100%|##########| 345/345\x1b[0m"
+    session.run.log_path.write_text("\n".join([*lines, progress]) + "\n")
+    app = make_app(session)
+    async with running(app) as pilot:
+        await shown(pilot, app)
+        assert "line 29" not in screen_text(app)  # hidden until asked for
+        await pilot.press("l")
+        await wait_for(pilot, lambda: app.run_view.query_one(LogTail).lines)
+        await pilot.pause()
+        text = screen_text(app)
+        assert app.run_view.query_one(LogTail).lines == (*lines[21:], "map: 100%|##########| 345/345")
+        assert "backend.log" in text and "line 29" in text and "map: 100%" in text
+        assert "events" not in text  # the log takes the events' place
+        await pilot.press("l")
+        await pilot.pause()
+        assert "line 29" not in screen_text(app) and "events" in screen_text(app)
+
+
+async def test_the_doctor_panel_shows_the_findings_and_empties_when_none_hold(tmp_path):
+    watch = ScriptedWatch(fake_samples(), [INPUT_BOUND])
+    app = live_app(gpu_run(tmp_path), watch)
+    async with running(app) as pilot:
+        await telemetry_shown(pilot, app, count=2)
+        text = screen_text(app)
+        assert "doctor: 1 finding" in text and "● WARN Input-bound: the GPU waits for data" in text
+        assert "GPU util 41% (mean of 60 s)" in text and "fix: Raise training.dataloader_num_workers" in text
+        shown_before = app.run_view.telemetry_shown
+        watch.findings = []
+        await wait_for(pilot, lambda: app.run_view.telemetry_shown > shown_before)
+        await pilot.pause()
+        assert "doctor" not in screen_text(app) and not app.run_view.query_one("#doctor-box").display
+
+
+async def test_a_stuck_watch_leaves_the_keys_and_the_events_working(tmp_path, monkeypatch):
+    monkeypatch.setattr(screens.run_view, "WATCH_LATE_S", 0.2)
+    release = threading.Event()
+    watch = ScriptedWatch(fake_samples(), block=release)
+    session = gpu_run(tmp_path, step=10, history=False)
+    app = live_app(session, watch)
+    try:
+        async with running(app) as pilot:
+            await shown(pilot, app)
+            await wait_for(pilot, lambda: watch.calls == 1)
+            await pilot.press("s")
+            assert session.sent == ["save"]
+            session.feed(gpu_events(events_until_step(30))[len(events_until_step(10)) :])
+            await wait_for(pilot, lambda: progress_label(app).startswith("step 30/88"))
+            await pilot.press("g", "g")  # hide and show the panels: they say the watch is late
+            box = app.run_view.query_one("#telemetry")
+            await wait_for(pilot, lambda: str(box.border_subtitle).startswith("no new sample for"))
+            await pilot.press("q")
+        assert app.return_value == 4
+    finally:
+        release.set()
+
+
+async def test_a_replay_plays_events_and_telemetry_at_its_speed(tmp_path):
+    path = tmp_path / RUN_ID
+    path.mkdir()
+    (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in gpu_events(EVENTS)))
+    shutil.copy(TELEMETRY_FIXTURE, path / "telemetry.jsonl")
+    clock = [0.0]
+    session = ReplaySession(RunDir(path), speed=10, clock=lambda: clock[0])
+    app = CockpitApp(session, watch=session.watch, poll_interval_s=0.02)
+    async with running(app) as pilot:
+        await shown(pilot, app)
+        assert "REPLAY x10 0:00:00/0:00:22" in screen_text(app)
+        assert app.run_view.telemetry_shown == 0 or app.run_view.sample is None
+        clock[0] = 1.6  # 16 s of the recording: step 52 was at 16.8 s
+        await wait_for(pilot, lambda: app.run_view.sample is not None and app.run_view.status == "running")
+        await wait_for(pilot, lambda: "REPLAY x10 0:00:16/0:00:22" in screen_text(app))
+        text = screen_text(app)
+        assert "step 4" in progress_label(app) and " running " in text
+        assert "GPU0 util  94%" in text  # the bin that ended at 164.0 s
+        assert "0:00:14 billed" in text  # elapsed at the replay's own time, not the wall clock
+        await pilot.press("s")
+        await pilot.pause()
+        assert "this is a replay of a recorded run" in screen_text(app)
+        await pilot.press("q")
+    assert app.return_value == 4  # left before the end: no ending of the run's own
+
+
+async def test_a_replay_that_played_out_returns_how_the_run_ended(tmp_path):
+    path = tmp_path / RUN_ID
+    path.mkdir()
+    shutil.copy(FIXTURE, path / "events.jsonl")
+    session = ReplaySession(RunDir(path), speed=0)
+    app = CockpitApp(session, watch=session.watch, poll_interval_s=0.02)
+    async with running(app) as pilot:
+        await wait_for(pilot, lambda: app.run_view.status == "finished")
+        await pilot.pause()
+        assert "REPLAY max speed 0:00:22/0:00:22" in screen_text(app)
+        await pilot.press("q")
+    assert app.return_value == 0
+
+
+# ---------------------------------------------------------------- the panels' pure parts
+
+
+def test_several_gpus_get_a_row_each_and_a_lost_one_says_so():
+    gpus = [FakeGpu(), FakeGpu(clock_event_reasons=0x4), FakeGpu(lost_at_call=1), FakeGpu(util_pct=12)]
+    sample = fake_samples(count=1, gpus=gpus)[0]
+    view = GpuView(sample, SeriesBook(), None, {}, None, compact=True)
+    lines = [line.plain for line in gpu_lines(view, 96)]
+    assert len(lines) == row_count(view) == 4
+    assert lines[0].startswith("GPU0 97%") and "61.0/80.0G 612/700W 67°C 1980MHz" in lines[0]
+    assert lines[1].endswith("throttle: sw_power_cap")
+    assert lines[2].startswith("GPU2 LOST GPU is lost: check `nvidia-smi`")
+    assert lines[3].startswith("GPU3 12%")
+
+
+def test_a_stalled_gpu_shows_its_last_values_as_stale():
+    sample = fake_samples(count=1)[0]
+    sample.gpus[0].state, sample.gpus[0].stale = "stalled", True
+    lines = [line.plain for line in gpu_lines(GpuView(sample, SeriesBook()), 96)]
+    assert "STALLED: NVML does not answer" in lines[0] and "61.0/80.0 GiB" in lines[1]
+
+
+def test_no_driver_is_said_plainly():
+    sample = fake_samples(count=1, init_error="driver_not_loaded")[0]
+    full = [line.plain for line in gpu_lines(GpuView(sample, SeriesBook()), 96)]
+    assert full == ["no NVIDIA GPU / driver not loaded", "Driver Not Loaded (`nvidia-smi` says why)"]
+    compact = gpu_lines(GpuView(sample, SeriesBook(), compact=True), 96)
+    assert [line.plain for line in compact] == [
+        "no NVIDIA GPU / driver not loaded · Driver Not Loaded (`nvidia-smi` says why)"
+    ]
+
+
+def test_host_figures_fit_their_width():
+    host = fake_samples(count=2)[1].host
+    wide = [line.plain for line in host_lines(host, 120)]
+    assert "cores ▃█▂▅▃█▂▅▃█▂▅▃█▂▅" in wide[0]
+    narrow = [line.plain for line in host_lines(host, 60)]
+    assert "cores" not in narrow[0] and "RAM 28.0/251.0 GiB" in narrow[0]
+    assert host_lines(host, 60, compact=True)[0].plain.startswith("CPU 52% RAM 28.0/251.0G swap 0.0G")
+    assert byte_rate(1.25e6) == "1.2 MB/s" and byte_rate(999) == "999 B/s" and byte_rate(None) == "-"
+
+
+def test_a_series_stays_bounded_and_keeps_the_newest_at_full_resolution():
+    series = Series(max_points=8)
+    for n in range(20):
+        series.add(n, n + 1, float(n))
+    assert len(series) <= 8
+    assert series.points[-1] == (19, 20, 19.0) and series.points[0][0] == 0
+    assert series.first_ts == 0 and series.last_ts == 20
+    peaks = Series(max_points=4, how="max")
+    for n, value in enumerate([1, 9, 2, 3, 4]):
+        peaks.add(n, n + 1, value)
+    assert peaks.points[0] == (0, 2, 9)  # a merged peak keeps its maximum
+
+
+def test_a_sparkline_is_on_a_fixed_scale_with_gaps_left_blank():
+    series = Series()
+    series.add(0, 10, 0.0)
+    series.add(10, 20, 100.0)
+    series.add(30, 40, 50.0)  # nothing from 20 to 30
+    assert spark(series, 8, 0, 40, high=100.0) == "▁▁██  ▅▅"
+    assert spark(series, 4, 0, 40, high=200.0) == "▁▅ ▃"
+    assert spark(Series(), 3, 0, 1, 100.0) == "   "
+
+
+def test_the_log_tail_reader_reads_when_the_file_changed_and_at_most_once_a_second(tmp_path):
+    path = tmp_path / "backend.log"
+    now = [0.0]
+    reader = LogTailReader(path, n=3, clock=lambda: now[0])
+    assert reader.poll() == ["no backend.log yet"]
+    path.write_text("a\nb\n\x1b[31mc\x1b[0m\nd\n")
+    assert reader.poll() is None  # read a moment ago
+    now[0] = 1.0
+    assert reader.poll() == ["b", "c", "d"]
+    now[0] = 2.0
+    assert reader.poll() is None  # unchanged
+    path.write_text("x" * 20000 + "\nlast\n")
+    now[0] = 3.0
+    assert reader.poll() == ["last"]  # the cut first line is dropped
+    assert tail_lines(path, n=1) == ["last"]
+
+
+async def test_a_watch_that_raises_is_said_and_asked_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(screens.app, "WATCH_RETRY_S", 0.05)
+
+    class Failing(ScriptedWatch):
+        broken = True
+
+        def update(self, state):
+            if self.broken:
+                self.calls += 1
+                raise RuntimeError("sampler bug")
+            return super().update(state)
+
+    watch = Failing(fake_samples())
+    app = live_app(gpu_run(tmp_path, history=False), watch)
+    async with running(app) as pilot:
+        await shown(pilot, app)
+        box = app.run_view.query_one("#telemetry")
+        await wait_for(pilot, lambda: "watch failed: RuntimeError: sampler bug" in str(box.border_subtitle))
+        assert app.run_view.sample is None
+        watch.broken = False
+        await wait_for(pilot, lambda: app.run_view.sample is not None)
+        await pilot.pause()
+        assert "failed" not in str(box.border_subtitle) and "GPU0 util  99%" in screen_text(app)

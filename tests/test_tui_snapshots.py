@@ -1,17 +1,26 @@
-"""Snapshots of the run screen in its main states, from the recorded demo run (88 steps, CPU).
+"""Snapshots of the run screen in its main states, from the recorded demo run (88 steps, CPU),
+and with GPU and host panels fed by a watch double over fake NVML (as on an H100), the
+doctor, no GPU, four GPUs, and a replay.
 
-Deterministic: fixed terminal sizes, a fixed clock, recorded events, no cursor, Textual
-pinned. After `--snapshot-update`, read snapshot_report.html before accepting.
+Deterministic: fixed terminal sizes, a fixed clock, recorded events and telemetry, samples
+taken with a fixed clock, no cursor, Textual pinned. After `--snapshot-update`, read
+snapshot_report.html before accepting.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import threading
 import time
 from pathlib import Path
 
+from test_tui import INPUT_BOUND, TELEMETRY_FIXTURE, TRAINER_PID, ScriptedWatch, fake_samples, gpu_events
+
+from cockpit.doctor import Finding
+from cockpit.nvml_fake import FakeGpu
+from cockpit.replay import ReplaySession
 from cockpit.rundir import RunDir
 from cockpit.runstate import RunState
 from cockpit.session import RunSession
@@ -176,3 +185,121 @@ def test_stop_confirmation(snap_compare, tmp_path):
         await pilot.press("x")
 
     assert snap_compare(mid_run(tmp_path), terminal_size=(80, 24), run_before=ask_to_stop)
+
+
+# ---------------------------------------------------------------- GPU, host and the doctor
+
+BINS = [json.loads(line) for line in TELEMETRY_FIXTURE.read_text().splitlines()]
+NO_GPU = Finding(
+    "no_gpu",
+    "info",
+    "Training without a GPU?",
+    "NVML: no_driver for 60 of 60 s while the run trains on cpu (x86_64)",
+    "Check nvidia-smi and the driver, or pick an instance with a GPU: on the CPU a fine-tune of a 7B "
+    "model takes days.",
+    0.0,
+)
+
+
+async def telemetry_drawn(pilot) -> None:
+    """Until the events and the watch's first answer (after the recorded history) are on screen."""
+    await drawn(pilot)
+    view = pilot.app.run_view
+    history = (view.session.run.path / "telemetry.jsonl").exists()
+    deadline = time.monotonic() + 5
+    while view.telemetry_shown < 1 + history:
+        assert time.monotonic() < deadline, "the telemetry was never drawn"
+        await pilot.pause(0.02)
+    await pilot.pause()
+
+
+def watched_run(tmp_path: Path, watch: ScriptedWatch, events: list[dict], history: bool = True) -> CockpitApp:
+    run = run_dir(tmp_path)
+    if history:
+        lines = [json.dumps(b) for b in BINS if b["ts_end"] < events[-1]["ts"]]
+        (run.path / "telemetry.jsonl").write_text("".join(line + "\n" for line in lines))
+    now = events[-1]["ts"] + 2.0
+    return CockpitApp(ScriptedSession(run, events), watch=watch, poll_interval_s=0.02, clock=lambda: now)
+
+
+def gpu_mid_run(tmp_path: Path, findings: list[Finding] = ()) -> CockpitApp:
+    return watched_run(tmp_path, ScriptedWatch(fake_samples(), findings), gpu_events(events_until_step(52)))
+
+
+def test_gpu_run(snap_compare, tmp_path):
+    assert snap_compare(gpu_mid_run(tmp_path), terminal_size=(100, 32), run_before=telemetry_drawn)
+
+
+def test_gpu_run_80x24(snap_compare, tmp_path):
+    assert snap_compare(gpu_mid_run(tmp_path), terminal_size=(80, 24), run_before=telemetry_drawn)
+
+
+def test_doctor_finding(snap_compare, tmp_path):
+    app = gpu_mid_run(tmp_path, [INPUT_BOUND])
+    assert snap_compare(app, terminal_size=(100, 32), run_before=telemetry_drawn)
+
+
+def test_doctor_finding_80x24(snap_compare, tmp_path):
+    app = gpu_mid_run(tmp_path, [INPUT_BOUND])
+    assert snap_compare(app, terminal_size=(80, 24), run_before=telemetry_drawn)
+
+
+def test_no_gpu(snap_compare, tmp_path):
+    watch = ScriptedWatch(fake_samples(init_error="driver_not_loaded"), [NO_GPU])
+    app = watched_run(tmp_path, watch, events_until_step(52), history=False)
+    assert snap_compare(app, terminal_size=(100, 32), run_before=telemetry_drawn)
+
+
+def test_four_gpus(snap_compare, tmp_path):
+    gpus = [
+        FakeGpu(processes=[(TRAINER_PID, 34 << 30)]),
+        FakeGpu(util_pct=91, temp_c=84, sm_clock_mhz=1410, clock_event_reasons=0x20 | 0x4),
+        FakeGpu(lost_at_call=1),
+        FakeGpu(util_pct=0, mem_used_bytes=1 << 29, power_mw=71_000, temp_c=33, sm_clock_mhz=345),
+    ]
+    watch = ScriptedWatch(fake_samples(gpus=gpus))
+    app = watched_run(tmp_path, watch, gpu_events(events_until_step(52)), history=False)
+    assert snap_compare(app, terminal_size=(100, 32), run_before=telemetry_drawn)
+
+
+def test_log_tail(snap_compare, tmp_path):
+    app = gpu_mid_run(tmp_path)
+    log = "".join(f"[rank0] step {n}: loss {7 - n / 10:.2f}\n" for n in range(40))
+    app.session.run.log_path.write_text(
+        log + "UserWarning: `use_cache=True` is incompatible with gradient checkpointing\n"
+    )
+
+    async def show_log(pilot) -> None:
+        await telemetry_drawn(pilot)
+        await pilot.press("l")
+        deadline = time.monotonic() + 5
+        while not pilot.app.run_view.query_one("#log").lines:
+            assert time.monotonic() < deadline, "the log tail was never drawn"
+            await pilot.pause(0.02)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(100, 40), run_before=show_log)
+
+
+def test_replay(snap_compare, tmp_path):
+    run = run_dir(tmp_path)
+    run.events_path.write_text("".join(json.dumps(e) + "\n" for e in gpu_events(EVENTS)))
+    shutil.copy(TELEMETRY_FIXTURE, run.path / "telemetry.jsonl")
+    calls = itertools.count()
+    # the replay starts at the clock's first reading, then stands 1.6 s (16 s of the run at x10) later
+    session = ReplaySession(run, speed=10, clock=lambda: 0.0 if next(calls) == 0 else 1.6)
+    app = CockpitApp(session, watch=session.watch, poll_interval_s=0.02)
+
+    async def halfway(pilot) -> None:
+        deadline = time.monotonic() + 5
+        view = pilot.app.run_view
+        while not (
+            view.sample is not None
+            and session.state.step == 46
+            and view.query_one("#progress").step == 46  # drawn with the replay's label
+        ):
+            assert time.monotonic() < deadline, "the replay never reached 16 s"
+            await pilot.pause(0.02)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(100, 32), run_before=halfway)
