@@ -33,7 +33,8 @@ from screens.telemetry_feed import LogTailReader
 
 CLOCK_TICK_S = 1.0  # redraw at least this often: elapsed time and cost move with the clock
 READ_RETRY_S = 2.0
-WATCH_INTERVAL_S = 0.25  # GPU figures refresh four times a second (the sampler takes two)
+WATCH_INTERVAL_S = 0.4  # GPU figures refresh a little more than twice a second
+REFRESH_S = 0.5  # run figures redraw at most twice a second
 WATCH_RETRY_S = 2.0
 HISTORY_POINTS = 480  # bins of the recorded history kept for the sparklines
 WATCH_STOP_WAIT_S = 3.0
@@ -138,23 +139,32 @@ class CockpitApp(App[int]):
         session, event_lines = self.session, EventLines()
         log = LogTailReader(session.run.log_path)
         last_shown = float("-inf")
+        pending_lines: list[str] = []
+        pending_tail = None
+        pending_items = False
         try:
             while not cancelled.is_set():
                 try:
                     items = session.poll()
-                    lines = event_lines.lines(items)
+                    pending_lines += event_lines.lines(items)
                 except OSError as exc:
-                    items, lines = [], [f"could not read the run's events: {exc}; retrying"]
+                    items = []
+                    pending_lines.append(f"could not read the run's events: {exc}; retrying")
                     cancelled.wait(READ_RETRY_S)
+                pending_items = pending_items or bool(items)
                 tail = log.poll()
+                pending_tail = tail if tail is not None else pending_tail
                 ended = session.ended
-                due = time.monotonic() - last_shown >= CLOCK_TICK_S
-                if items or lines or tail is not None or ended or due:
+                since = time.monotonic() - last_shown
+                # at most REFRESH_S apart: a redraw costs more than everything else the view does
+                changed = pending_items or pending_lines or pending_tail is not None
+                if ended or (changed and since >= REFRESH_S) or since >= CLOCK_TICK_S:
                     asked_at = self._watch_asked_at
                     late = None if asked_at is None else time.monotonic() - asked_at
                     shown = threading.Event()
-                    if not self.post_message(RunUpdated(lines, shown, tail, late)):
+                    if not self.post_message(RunUpdated(pending_lines, shown, pending_tail, late)):
                         return  # the app is closing
+                    pending_lines, pending_tail, pending_items = [], None, False
                     while not shown.wait(0.05):
                         if cancelled.is_set():
                             return
