@@ -12,23 +12,30 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
-import threading
 import time
 from pathlib import Path
 
-from test_tui import INPUT_BOUND, TELEMETRY_FIXTURE, TRAINER_PID, ScriptedWatch, fake_samples, gpu_events
+from test_tui import (
+    EVENTS,
+    FIXTURE,
+    INPUT_BOUND,
+    RUN_ID,
+    TELEMETRY_FIXTURE,
+    TRAINER_PID,
+    ScriptedSession,
+    ScriptedWatch,
+    events_until_step,
+    fake_samples,
+    gpu_events,
+)
 
 from cockpit.doctor import Finding
 from cockpit.nvml_fake import FakeGpu
 from cockpit.replay import ReplaySession
 from cockpit.rundir import RunDir
-from cockpit.runstate import RunState
 from cockpit.session import RunSession
 from screens.app import CockpitApp
 
-FIXTURE = Path(__file__).parent / "fixtures" / "demo_run_events.jsonl"
-RUN_ID = "20261130-152228-tiny"
-EVENTS = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
 OOM_MESSAGE = (
     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which "
     "1.02 GiB is free. Including non-PyTorch memory, this process has 22.61 GiB memory in use."
@@ -38,47 +45,6 @@ OOM_HINT = (
     "(raise gradient_accumulation_steps to keep the effective batch), or shorten training.max_length. "
     "The CUDA context is not reusable: start a new run or resume."
 )
-
-
-def events_until_step(step: int) -> list[dict]:
-    out = []
-    for item in EVENTS:
-        past = item["type"] == "log" and item["step"] > step
-        if past or item["type"] == "done" or item.get("phase") in ("saving", "done"):
-            break
-        out.append(item)
-    return out
-
-
-class ScriptedSession:
-    """The RunSession interface over recorded events, with a trainer that is alive or gone."""
-
-    def __init__(self, run: RunDir, events: list[dict], *, alive: bool = True):
-        self.run = run
-        self.replay = False
-        self.alive = alive
-        self.state = RunState(run_id=run.run_id)
-        self.trainer_gone = False
-        self._pending = list(events)
-        self._lock = threading.Lock()
-
-    def poll(self) -> list:
-        with self._lock:
-            items, self._pending = self._pending, []
-        for item in items:
-            self.state.apply(item)
-        self.trainer_gone = not self.alive
-        return items
-
-    @property
-    def ended(self) -> bool:
-        return self.trainer_gone and self.state.ended
-
-    def send(self, command: str, sender: str = "cockpit") -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def run_dir(tmp_path: Path) -> RunDir:
