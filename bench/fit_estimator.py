@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cockpit import estimate as est  # noqa: E402
+from cockpit.config import config_from_dotted  # noqa: E402
 from cockpit.modelshape import load_shape  # noqa: E402
 
 QV = ["q_proj", "v_proj"]
@@ -78,6 +79,14 @@ def points(files: list[Path]) -> list[tuple[str, est.Workload, float]]:
             (name, est.Workload(shape=s7, lora_targets=QV, seq_len=512, micro_batch=4, **settings), measured)
         )
     return out
+
+
+def point_workload(point: dict) -> est.Workload:
+    """The estimate's inputs for a point measured by bench/memory_points.py (its config keys)."""
+    cfg = config_from_dotted(
+        {"model.name": f"synthetic:{point['arch']}", "method": point["method"], **point["overrides"]}
+    )
+    return est.workload_from_config(cfg, load_shape(cfg.model.name))
 
 
 def peak_with(w: est.Workload, values: tuple[float, float, float]) -> float:

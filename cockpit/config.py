@@ -228,6 +228,18 @@ def apply_override(raw: dict, item: str) -> None:
     node[parts[-1]] = value
 
 
+def config_from_dotted(values: dict) -> TrainConfig:
+    """{"training.max_length": 512, "method": "lora", ...} -> a validated config."""
+    raw: dict = {}
+    for dotted, value in values.items():
+        node = raw
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return config_from_dict(raw)
+
+
 def config_from_dict(raw: dict) -> TrainConfig:
     cfg = _build(TrainConfig, raw, "")
     _check_combinations(cfg)

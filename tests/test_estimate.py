@@ -10,7 +10,15 @@ import pytest
 from conftest import ROOT
 
 from cockpit import modelshape
-from cockpit.estimate import GIB, EstimateError, Workload, estimate_inference, estimate_memory
+from cockpit.config import config_from_dotted
+from cockpit.estimate import (
+    GIB,
+    EstimateError,
+    Workload,
+    estimate_inference,
+    estimate_memory,
+    workload_from_config,
+)
 
 QV = ["q_proj", "v_proj"]
 
@@ -50,18 +58,11 @@ def product_points() -> list[dict]:
 
 
 def predict_point(p: dict) -> float:
-    o = p["overrides"]
-    w = Workload(
-        shape=shape(p["arch"]),
-        method=p["method"],
-        lora_r=o.get("lora.r", 8),
-        lora_targets=o.get("lora.target_modules", "all-linear"),
-        seq_len=o["training.max_length"],
-        micro_batch=o["training.micro_batch_size"],
-        gradient_checkpointing=o["training.gradient_checkpointing"],
-        optimizer=o["training.optimizer"],
+    """The point's config keys -> a config -> the estimate, as `cockpit estimate` does."""
+    cfg = config_from_dotted(
+        {"model.name": f"synthetic:{p['arch']}", "method": p["method"], **p["overrides"]}
     )
-    return estimate_memory(w).peak_gib
+    return estimate_memory(workload_from_config(cfg, modelshape.load_shape(cfg.model.name))).peak_gib
 
 
 def test_the_products_own_measured_points():
