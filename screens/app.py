@@ -33,7 +33,7 @@ from screens.telemetry_feed import LogTailReader
 
 CLOCK_TICK_S = 1.0  # redraw at least this often: elapsed time and cost move with the clock
 READ_RETRY_S = 2.0
-WATCH_INTERVAL_S = 0.4  # GPU figures refresh a little more than twice a second
+WATCH_INTERVAL_S = 0.35  # GPU figures refresh a little more than twice a second, with margin
 REFRESH_S = 0.5  # run figures redraw at most twice a second
 WATCH_RETRY_S = 2.0
 HISTORY_POINTS = 480  # bins of the recorded history kept for the sparklines
