@@ -334,7 +334,8 @@ def test_a_hung_library_is_stalled_and_not_asked_until_a_call_returns():
     reads = sum(fake.count(f) for f in NVML_FIELDS)
     start = time.monotonic()
     hung = s.sample()
-    assert time.monotonic() - start < 0.1 and sum(fake.count(f) for f in NVML_FIELDS) == reads
+    # no NVML call is made, so no call_timeout_s (0.3 s) is waited for
+    assert time.monotonic() - start < 0.25 and sum(fake.count(f) for f in NVML_FIELDS) == reads
     assert hung.nvml == "stalled" and "more than one GPU" in hung.nvml_detail
     assert all(g.state == "stalled" and g.stale for g in hung.gpus)
     assert hung.host.ram_total_bytes == 64 * GIB
@@ -423,9 +424,9 @@ def test_background_sampler_delivers_samples_at_about_the_interval():
         time.sleep(0.6)
         assert bg.latest is not None and bg.latest.nvml == "ok"
     count = len(got)
-    assert 6 <= count <= 14, count
+    assert 4 <= count <= 14, count
     gaps = sorted(b - a for a, b in itertools.pairwise(got))
-    assert 0.03 < gaps[len(gaps) // 2] < 0.1
+    assert 0.03 < gaps[len(gaps) // 2] < 0.15
     time.sleep(0.15)
     assert len(got) == count  # stopped means stopped
     assert not any(t.name == "cockpit-telemetry" for t in threading.enumerate())
