@@ -5,7 +5,8 @@ Two edges, each one small interface with a real implementation and a fake:
   module imports on a machine with no driver) and `cockpit.nvml_fake.FakeNvml` for tests and demos.
   A source reads one named field (`NVML_FIELDS`) in NVML's own units and raises `pynvml.NVMLError`
   subclasses, so the sampler's code path is the same for both;
-- `HostCounters`: psutil by default, every callable replaceable for deterministic tests.
+- `HostCounters` (cockpit.telemetry_host): psutil by default, every callable replaceable for
+  deterministic tests.
 
 `Sampler.sample()` turns them into a `Sample` of plain data. It never raises, and never blocks much
 longer than `call_timeout_s`:
@@ -17,23 +18,22 @@ longer than `call_timeout_s`:
   thread), its GPU shows `state="stalled"` with its last good values marked stale, and it is asked
   again once the stuck call returns or after a back-off. A second GPU stalling while one call is
   still stuck means the library itself hangs: `Sample.nvml="stalled"` and no NVML call is made until
-  a stuck call returns or the back-off ends. At most `MAX_STUCK_THREADS` threads are ever abandoned;
+  a stuck call returns or the back-off ends (cockpit.watchdog: at most `MAX_STUCK_THREADS` threads
+  are ever abandoned);
 - rates (disk, network, trainer CPU) come from counter differences between samples.
 """
 
 from __future__ import annotations
 
-import os
-import queue
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
 
-import psutil
+from cockpit.telemetry_host import HostCounters, Rate, safe
+from cockpit.watchdog import CallStalled, Watchdog
 
 # field -> (pynvml function, names of pynvml constants passed after the handle). Values come back
 # in NVML's units: `utilization` has .gpu/.memory (%), `memory` .used/.total (bytes), `*_mw`
@@ -95,8 +95,6 @@ _NEVER_ASK_AGAIN = {NVML_NOT_SUPPORTED, NVML_FUNCTION_NOT_FOUND, NVML_NO_PERMISS
 _LOST = {NVML_GPU_IS_LOST, NVML_RESET_REQUIRED}
 
 GPU_LOST_TEXT = "GPU is lost: check `nvidia-smi` and `dmesg | grep -i xid`; the node may need a reboot"
-MAX_STUCK_THREADS = 4
-MIN_RATE_S = 0.1  # rates over a shorter interval are noise
 _LIBRARY = "library"  # the watchdog tag of calls that are not about one GPU
 
 
@@ -231,257 +229,6 @@ def throttle_names(mask: int) -> list[str]:
     return names + [f"unknown_0x{1 << b:x}" for b in range(64) if rest >> b & 1]
 
 
-# ---- the watchdog ---------------------------------------------------------------------------------
-
-
-class CallStalled(Exception):
-    """An NVML call did not return in time, or was not started because too many are stuck."""
-
-
-class _Job:
-    __slots__ = ("args", "done", "error", "fn", "result", "tag")
-
-    def __init__(self, fn: Callable, args: tuple, tag: Any) -> None:
-        self.fn, self.args, self.tag = fn, args, tag
-        self.done = threading.Event()
-        self.result: Any = None
-        self.error: BaseException | None = None
-
-
-class _Worker:
-    def __init__(self, watchdog: _Watchdog) -> None:
-        self.watchdog = watchdog
-        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self.abandoned = False
-        self.thread = threading.Thread(target=self._run, name="cockpit-nvml", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            try:
-                job.result = job.fn(*job.args)
-            except BaseException as exc:
-                job.error = exc
-            with self.watchdog.lock:
-                job.done.set()
-                if self.abandoned:
-                    self.watchdog.stuck[job.tag] -= 1
-                    if not self.watchdog.stuck[job.tag]:
-                        del self.watchdog.stuck[job.tag]
-                    return
-
-
-class _Watchdog:
-    """Runs calls on one worker thread; a call that overruns leaves its thread behind."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.stuck: dict[Any, int] = {}  # tag -> calls still stuck on abandoned threads
-        self._worker: _Worker | None = None
-
-    def stuck_count(self) -> int:
-        with self.lock:
-            return sum(self.stuck.values())
-
-    def is_stuck(self, tag: Any) -> bool:
-        with self.lock:
-            return tag in self.stuck
-
-    def stuck_elsewhere(self, tag: Any) -> int:
-        """Calls stuck under other tags than this one."""
-        with self.lock:
-            return sum(n for t, n in self.stuck.items() if t != tag)
-
-    def call(self, timeout_s: float, tag: Any, fn: Callable, *args: Any) -> Any:
-        with self.lock:
-            if self._worker is None:
-                if sum(self.stuck.values()) >= MAX_STUCK_THREADS:
-                    raise CallStalled(f"{MAX_STUCK_THREADS} NVML calls are stuck; not starting another")
-                self._worker = _Worker(self)
-            worker = self._worker
-        job = _Job(fn, args, tag)
-        worker.jobs.put(job)
-        if not job.done.wait(max(timeout_s, 0.0)):
-            with self.lock:
-                if not job.done.is_set():
-                    worker.abandoned = True
-                    self._worker = None
-                    self.stuck[tag] = self.stuck.get(tag, 0) + 1
-                    raise CallStalled(f"did not return within {timeout_s:.1f} s")
-        if job.error is not None:
-            raise job.error
-        return job.result
-
-    def close(self) -> None:
-        with self.lock:
-            worker, self._worker = self._worker, None
-        if worker is not None:
-            worker.jobs.put(None)
-
-
-# ---- the host -------------------------------------------------------------------------------------
-
-
-class _CpuPercent:
-    """Per-core CPU % since the previous call; None on the first call.
-
-    Computed from psutil.cpu_times rather than psutil.cpu_percent, whose memory is per thread and
-    shared with any other caller.
-    """
-
-    def __init__(self) -> None:
-        self._last: list[tuple[float, float]] | None = None
-        self._result: list[float] | None = None
-
-    def __call__(self) -> list[float] | None:
-        now = [_busy_total(t) for t in psutil.cpu_times(percpu=True)]
-        last = self._last
-        if last is None or len(last) != len(now):
-            self._last, self._result = now, None
-            return None
-        if min(t1 - t0 for (_, t0), (_, t1) in zip(last, now)) < MIN_RATE_S:
-            return self._result  # too soon after the last call to tell
-        self._last = now
-        self._result = [
-            min(100.0, max(0.0, 100.0 * (b1 - b0) / (t1 - t0))) for (b0, t0), (b1, t1) in zip(last, now)
-        ]
-        return self._result
-
-
-def _busy_total(times: Any) -> tuple[float, float]:
-    """Busy and total seconds of one core, the way psutil counts them (guest time is in user)."""
-    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
-    return total - times.idle - getattr(times, "iowait", 0.0), total
-
-
-def _usable_cpu_count() -> int | None:
-    try:
-        count = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        count = os.cpu_count()
-    quota = _cgroup_cpu_quota()
-    if count and quota:
-        count = min(count, max(1, int(quota)))
-    return count
-
-
-def _cgroup_cpu_quota() -> float | None:
-    """CPUs allowed by a cgroup quota (containers on rented boxes often have one), else None."""
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]  # cgroup v2
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
-    try:
-        quota_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())  # cgroup v1
-        period_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
-        return quota_us / period_us if quota_us > 0 and period_us > 0 else None
-    except (OSError, ValueError):
-        return None
-
-
-def _ram() -> tuple[int, int]:
-    vm = psutil.virtual_memory()
-    return vm.total - vm.available, vm.total
-
-
-def _swap() -> tuple[int, int]:
-    sw = psutil.swap_memory()
-    return sw.used, sw.total
-
-
-def _disk_bytes() -> tuple[int, int] | None:
-    io = psutil.disk_io_counters(perdisk=False)
-    return None if io is None else (io.read_bytes, io.write_bytes)
-
-
-def _net_bytes() -> tuple[int, int] | None:
-    nics = psutil.net_io_counters(pernic=True)
-    real = [c for name, c in nics.items() if name != "lo" and not name.startswith("lo")]
-    if not real:
-        return None
-    return sum(c.bytes_recv for c in real), sum(c.bytes_sent for c in real)
-
-
-def _process_tree(pid: int) -> tuple[float, int] | None:
-    """CPU seconds and RSS of a process and its descendants; None when it is gone.
-
-    A process's children_* times hold its reaped children, so the sum stays continuous when a
-    data-loader worker exits.
-    """
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return None
-    cpu_s, rss = 0.0, 0
-    for proc in procs:
-        try:
-            with proc.oneshot():
-                t = proc.cpu_times()
-                cpu_s += t.user + t.system + t.children_user + t.children_system
-                rss += proc.memory_info().rss
-        except psutil.Error:
-            if proc is root:
-                return None
-    return cpu_s, rss
-
-
-def _process_name(pid: int) -> str | None:
-    try:
-        return psutil.Process(pid).name()
-    except psutil.Error:
-        return None  # gone, or (in a container) a host pid this namespace cannot see
-
-
-@dataclass
-class HostCounters:
-    """The host edge as raw counters; the defaults read psutil, tests swap any of them."""
-
-    cpu_percent_per_core: Callable[[], list[float] | None] = field(default_factory=_CpuPercent)
-    cpu_count_usable: Callable[[], int | None] = _usable_cpu_count
-    memory: Callable[[], tuple[int, int]] = _ram  # used, total
-    swap: Callable[[], tuple[int, int]] = _swap  # used, total
-    disk_bytes: Callable[[], tuple[int, int] | None] = _disk_bytes  # read, written since boot
-    net_bytes: Callable[[], tuple[int, int] | None] = _net_bytes  # received, sent since boot
-    process_tree: Callable[[int], tuple[float, int] | None] = _process_tree  # cpu seconds, rss
-    process_name: Callable[[int], str | None] = _process_name
-
-
-def _safe(fn: Callable, *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except Exception:
-        return None
-
-
-class _Rate:
-    """Per-second rates of a tuple of counters; None at first and after a counter went back.
-
-    Counters tick coarsely (CPU time in 10 ms steps), so a baseline younger than MIN_RATE_S is
-    kept and the previous rates are given again instead of a noisy one.
-    """
-
-    def __init__(self) -> None:
-        self._last: tuple[float, tuple] | None = None
-        self._rates: tuple[float | None, ...] | None = None
-
-    def __call__(self, t: float, counters: tuple | None) -> tuple[float | None, ...] | None:
-        last = self._last
-        if counters is None or last is None or t < last[0] or len(counters) != len(last[1]):
-            self._last, self._rates = (None if counters is None else (t, counters)), None
-            return None
-        dt = t - last[0]
-        if dt < MIN_RATE_S:
-            return self._rates
-        self._last = (t, counters)
-        self._rates = tuple(None if now < was else (now - was) / dt for now, was in zip(counters, last[1]))
-        return self._rates
-
-
 # ---- the sampler ----------------------------------------------------------------------------------
 
 
@@ -526,7 +273,7 @@ class Sampler:
         self.host = host if host is not None else HostCounters()
         self.stall_backoff_s = stall_backoff_s
         self.max_backoff_s = max_backoff_s
-        self._watchdog = _Watchdog()
+        self._watchdog = Watchdog()
         self._lock = threading.Lock()
         self._count = 0
         self._state = "init"  # init | ok | no_gpu | no_driver | stalled (while starting)
@@ -535,9 +282,9 @@ class Sampler:
         self._library_retry_at = 0.0
         self._library_backoff_s = 0.0
         self._library_stuck_at = 0  # stuck calls when the library was judged hung
-        self._disk, self._net = _Rate(), _Rate()
+        self._disk, self._net = Rate(), Rate()
         self._trainer_pid: int | None = None
-        self._trainer_cpu = _Rate()  # CPU seconds of the trainer's process tree
+        self._trainer_cpu = Rate()  # CPU seconds of the trainer's process tree
 
     def sample(self) -> Sample:
         with self._lock:
@@ -717,7 +464,7 @@ class Sampler:
         used = getattr(proc, "usedGpuMemory", None)
         if used is not None and used >= 1 << 63:  # NVML_VALUE_NOT_AVAILABLE (MIG, WDDM)
             used = None
-        return {"pid": proc.pid, "used_bytes": used, "name": _safe(self.host.process_name, proc.pid)}
+        return {"pid": proc.pid, "used_bytes": used, "name": safe(self.host.process_name, proc.pid)}
 
     def _lost(self, gpu: _Gpu) -> GpuSample:
         return GpuSample(gpu.index, gpu.slow.get("name"), gpu.slow.get("uuid"), state="lost", error=gpu.lost)
@@ -740,19 +487,19 @@ class Sampler:
 
     def _sample_host(self, ts: float) -> HostSample:
         h, out = self.host, HostSample()
-        per_core = _safe(h.cpu_percent_per_core)
+        per_core = safe(h.cpu_percent_per_core)
         if per_core:
             out.cpu_per_core_pct = [float(v) for v in per_core]
             out.cpu_pct = sum(out.cpu_per_core_pct) / len(out.cpu_per_core_pct)
-        out.cpu_count_usable = _safe(h.cpu_count_usable)
-        out.ram_used_bytes, out.ram_total_bytes = _safe(h.memory) or (None, None)
-        out.swap_used_bytes, out.swap_total_bytes = _safe(h.swap) or (None, None)
-        out.disk_read_bytes_s, out.disk_write_bytes_s = self._disk(ts, _safe(h.disk_bytes)) or (None, None)
-        out.net_rx_bytes_s, out.net_tx_bytes_s = self._net(ts, _safe(h.net_bytes)) or (None, None)
+        out.cpu_count_usable = safe(h.cpu_count_usable)
+        out.ram_used_bytes, out.ram_total_bytes = safe(h.memory) or (None, None)
+        out.swap_used_bytes, out.swap_total_bytes = safe(h.swap) or (None, None)
+        out.disk_read_bytes_s, out.disk_write_bytes_s = self._disk(ts, safe(h.disk_bytes)) or (None, None)
+        out.net_rx_bytes_s, out.net_tx_bytes_s = self._net(ts, safe(h.net_bytes)) or (None, None)
         pid = out.trainer_pid = self.trainer_pid
-        tree = _safe(h.process_tree, pid) if pid is not None else None
+        tree = safe(h.process_tree, pid) if pid is not None else None
         if pid != self._trainer_pid or tree is None:  # a new trainer: a new baseline
-            self._trainer_pid, self._trainer_cpu = pid, _Rate()
+            self._trainer_pid, self._trainer_cpu = pid, Rate()
         if tree is not None:
             cpu_s, out.trainer_rss_bytes = tree
             (cpu_per_s,) = self._trainer_cpu(ts, (cpu_s,)) or (None,)

@@ -45,6 +45,8 @@ def imported(code: str) -> set[str]:
         "cockpit.doctor",
         "cockpit.telemetry",
         "cockpit.telemetry_log",
+        "cockpit.telemetry_host",
+        "cockpit.watchdog",
         "cockpit.nvml_fake",
         "cockpit.watch",
         "cockpit.replay",

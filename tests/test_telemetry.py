@@ -21,7 +21,7 @@ import pynvml
 import pytest
 from conftest import ROOT
 
-from cockpit import telemetry
+from cockpit import telemetry, watchdog
 from cockpit.nvml_fake import FakeGpu, FakeNvml, gone_pid
 from cockpit.telemetry import (
     GPU_LOST_TEXT,
@@ -364,7 +364,7 @@ def test_abandoned_threads_are_bounded():
     before = threading.active_count()
     for _ in range(10):
         assert s.sample().gpus[0].state == "stalled"
-    assert threading.active_count() - before <= telemetry.MAX_STUCK_THREADS
+    assert threading.active_count() - before <= watchdog.MAX_STUCK_THREADS
     fake.unblock()
     wait_until(lambda: s.sample().gpus[0].state == "ok")
 

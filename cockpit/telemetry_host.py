@@ -1,0 +1,174 @@
+"""The host side of telemetry: CPU, RAM, swap, disk and network counters, the trainer's tree.
+
+`HostCounters` is the edge: every callable reads psutil (or cgroup files) by default and can be
+swapped in tests. `Rate` turns counters into per-second rates between samples.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+MIN_RATE_S = 0.1  # rates over a shorter interval are noise
+
+
+class _CpuPercent:
+    """Per-core CPU % since the previous call; None on the first call.
+
+    Computed from psutil.cpu_times rather than psutil.cpu_percent, whose memory is per thread and
+    shared with any other caller.
+    """
+
+    def __init__(self) -> None:
+        self._last: list[tuple[float, float]] | None = None
+        self._result: list[float] | None = None
+
+    def __call__(self) -> list[float] | None:
+        now = [_busy_total(t) for t in psutil.cpu_times(percpu=True)]
+        last = self._last
+        if last is None or len(last) != len(now):
+            self._last, self._result = now, None
+            return None
+        if min(t1 - t0 for (_, t0), (_, t1) in zip(last, now)) < MIN_RATE_S:
+            return self._result  # too soon after the last call to tell
+        self._last = now
+        self._result = [
+            min(100.0, max(0.0, 100.0 * (b1 - b0) / (t1 - t0))) for (b0, t0), (b1, t1) in zip(last, now)
+        ]
+        return self._result
+
+
+def _busy_total(times: Any) -> tuple[float, float]:
+    """Busy and total seconds of one core, the way psutil counts them (guest time is in user)."""
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    return total - times.idle - getattr(times, "iowait", 0.0), total
+
+
+def _usable_cpu_count() -> int | None:
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count()
+    quota = _cgroup_cpu_quota()
+    if count and quota:
+        count = min(count, max(1, int(quota)))
+    return count
+
+
+def _cgroup_cpu_quota() -> float | None:
+    """CPUs allowed by a cgroup quota (containers on rented boxes often have one), else None."""
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]  # cgroup v2
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())  # cgroup v1
+        period_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def _ram() -> tuple[int, int]:
+    vm = psutil.virtual_memory()
+    return vm.total - vm.available, vm.total
+
+
+def _swap() -> tuple[int, int]:
+    sw = psutil.swap_memory()
+    return sw.used, sw.total
+
+
+def _disk_bytes() -> tuple[int, int] | None:
+    io = psutil.disk_io_counters(perdisk=False)
+    return None if io is None else (io.read_bytes, io.write_bytes)
+
+
+def _net_bytes() -> tuple[int, int] | None:
+    nics = psutil.net_io_counters(pernic=True)
+    real = [c for name, c in nics.items() if name != "lo" and not name.startswith("lo")]
+    if not real:
+        return None
+    return sum(c.bytes_recv for c in real), sum(c.bytes_sent for c in real)
+
+
+def _process_tree(pid: int) -> tuple[float, int] | None:
+    """CPU seconds and RSS of a process and its descendants; None when it is gone.
+
+    A process's children_* times hold its reaped children, so the sum stays continuous when a
+    data-loader worker exits.
+    """
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    cpu_s, rss = 0.0, 0
+    for proc in procs:
+        try:
+            with proc.oneshot():
+                t = proc.cpu_times()
+                cpu_s += t.user + t.system + t.children_user + t.children_system
+                rss += proc.memory_info().rss
+        except psutil.Error:
+            if proc is root:
+                return None
+    return cpu_s, rss
+
+
+def _process_name(pid: int) -> str | None:
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return None  # gone, or (in a container) a host pid this namespace cannot see
+
+
+@dataclass
+class HostCounters:
+    """The host edge as raw counters; the defaults read psutil, tests swap any of them."""
+
+    cpu_percent_per_core: Callable[[], list[float] | None] = field(default_factory=_CpuPercent)
+    cpu_count_usable: Callable[[], int | None] = _usable_cpu_count
+    memory: Callable[[], tuple[int, int]] = _ram  # used, total
+    swap: Callable[[], tuple[int, int]] = _swap  # used, total
+    disk_bytes: Callable[[], tuple[int, int] | None] = _disk_bytes  # read, written since boot
+    net_bytes: Callable[[], tuple[int, int] | None] = _net_bytes  # received, sent since boot
+    process_tree: Callable[[int], tuple[float, int] | None] = _process_tree  # cpu seconds, rss
+    process_name: Callable[[int], str | None] = _process_name
+
+
+def safe(fn: Callable, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+class Rate:
+    """Per-second rates of a tuple of counters; None at first and after a counter went back.
+
+    Counters tick coarsely (CPU time in 10 ms steps), so a baseline younger than MIN_RATE_S is
+    kept and the previous rates are given again instead of a noisy one.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[float, tuple] | None = None
+        self._rates: tuple[float | None, ...] | None = None
+
+    def __call__(self, t: float, counters: tuple | None) -> tuple[float | None, ...] | None:
+        last = self._last
+        if counters is None or last is None or t < last[0] or len(counters) != len(last[1]):
+            self._last, self._rates = (None if counters is None else (t, counters)), None
+            return None
+        dt = t - last[0]
+        if dt < MIN_RATE_S:
+            return self._rates
+        self._last = (t, counters)
+        self._rates = tuple(None if now < was else (now - was) / dt for now, was in zip(counters, last[1]))
+        return self._rates
