@@ -56,6 +56,7 @@ def imported(code: str) -> set[str]:
         "cockpit.preflight",
         "cockpit.preflight_run",
         "cockpit.checks_gpu",
+        "cockpit.checks_perf",
         "cockpit.probe_client",
     ],
 )

@@ -12,6 +12,7 @@ import pytest
 from conftest import FIXTURES, ROOT
 
 from cockpit import checks_gpu as cg
+from cockpit import checks_perf as perf
 from cockpit.nvml_fake import GIB, FakeGpu, FakeNvml
 from cockpit.probe_client import ProbeAnswer, add_message, run_probe
 
@@ -108,8 +109,10 @@ def test_degraded_h100_two_gpus():
 
 def test_allreduce_pass_and_error():
     st = state([FakeGpu(), FakeGpu()])
-    assert cg.check_allreduce({"allreduce": {"world_size": 2, "bus_gb_per_s": 380.0}}, st).status == "pass"
-    assert cg.check_allreduce({"allreduce": {"world_size": 2, "error": "NCCL timeout"}}, st).status == "fail"
+    assert perf.check_allreduce({"allreduce": {"world_size": 2, "bus_gb_per_s": 380.0}}, st).status == "pass"
+    assert (
+        perf.check_allreduce({"allreduce": {"world_size": 2, "error": "NCCL timeout"}}, st).status == "fail"
+    )
 
 
 def test_nvml_health_checks():
@@ -133,7 +136,7 @@ def test_not_supported_skips():
     for check in (cg.check_persistence, cg.check_memory_health, cg.check_throttle, cg.check_power_limit,
                   cg.check_pcie_link, cg.check_processes):  # fmt: skip
         assert check(st).status == "skip", check.__name__
-    assert cg.check_h2d(probe("h200"), st)[0].status == "skip"
+    assert perf.check_h2d(probe("h200"), st)[0].status == "skip"
 
 
 def test_pcie_idle_downclock_is_not_a_fault_but_under_load_is():
@@ -151,17 +154,17 @@ def test_card_lookup_and_unknown_card():
     assert cg.find_card("NVIDIA A100-SXM4-80GB").id == "a100-80gb-sxm"
     assert cg.find_card("NVIDIA H100 NVL") is None and cg.find_card("Tesla T4") is None
     answer = {"matmul": [{"device": 0, "tflops": 60.0, "n": 4096, "dtype": "float16"}]}
-    assert cg.check_matmul(answer, state([FakeGpu(name="Tesla T4")]))[0].status == "skip"
-    assert cg.check_matmul({}, state())[0].status == "skip"
+    assert perf.check_matmul(answer, state([FakeGpu(name="Tesla T4")]))[0].status == "skip"
+    assert perf.check_matmul({}, state())[0].status == "skip"
 
 
 def test_software_versions_from_metadata():
     answer = {"packages": {"packages": {"trl": {"version": "1.0.0", "requires": ["transformers>=4.56.2"]},
                                         "transformers": {"version": "4.50.0", "requires": []}}}}  # fmt: skip
-    result = cg.check_software(answer)
+    result = perf.check_software(answer)
     assert result.status == "fail" and "trl 1.0.0 requires transformers>=4.56.2" in result.value
-    assert cg.check_software({}).status == "skip"
-    assert cg.check_software(probe("h200")).status == "pass"
+    assert perf.check_software({}).status == "skip"
+    assert perf.check_software(probe("h200")).status == "pass"
 
 
 def test_probe_failure_is_reported():
