@@ -284,18 +284,12 @@ def cmd_estimate(args) -> int:
         return EXIT_USAGE
     fits = None if args.vram is None else est.verdict(result, int(args.vram * est.GIB))
     if args.json:
-        data = (
-            est.to_dict(workload, result)
+        inputs = (
+            est.workload_inputs(workload)
             if workload
-            else {
-                "inputs": {"model": shape.name, "bits": args.bits, "context": args.context},
-                "parts": [
-                    {"key": p.key, "label": p.label, "bytes": p.bytes, "note": p.note} for p in result.parts
-                ],
-                "peak_bytes": result.peak_bytes,
-                "load_peak_bytes": result.load_peak_bytes,
-            }
+            else {"model": shape.name, "bits": args.bits, "context": args.context}
         )
+        data = est.to_dict(result, inputs)
         data["fits_vram"] = fits  # fits | tight | no | null
         print(json.dumps(data, indent=1))
         return 0

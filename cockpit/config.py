@@ -424,10 +424,7 @@ def with_absolute_paths(cfg: TrainConfig, base: Path | None = None) -> TrainConf
 
 def looks_like_path(name: str) -> bool:
     return (
-        name.startswith(("/", "./", "../", "~"))
-        or name in (".", "..")
-        or os.sep + os.sep in name
-        or (Path(name).expanduser().exists())
+        name.startswith(("/", "./", "../", "~")) or name in (".", "..") or (Path(name).expanduser().exists())
     )
 
 

@@ -298,23 +298,28 @@ def workload_from_config(cfg, shape: ModelShape, trainer: str = "trl") -> Worklo
     )
 
 
-def to_dict(w: Workload, estimate: MemoryEstimate) -> dict:
+def workload_inputs(w: Workload) -> dict:
+    """The stated inputs of a training estimate, for `--json` and the screens."""
     return {
-        "inputs": {
-            "model": w.shape.name,
-            "shape_source": w.shape.source,
-            "params": w.shape.params,
-            "method": w.method,
-            "quant_bits": w.quant_bits if w.method == "qlora" else None,
-            "lora_r": w.lora_r if w.method != "full" else None,
-            "lora_targets": w.lora_targets if w.method != "full" else None,
-            "seq_len": w.seq_len,
-            "micro_batch": w.micro_batch,
-            "gradient_checkpointing": w.gradient_checkpointing,
-            "optimizer": w.optimizer,
-            "precision": w.precision,
-            "trainer": w.trainer,
-        },
+        "model": w.shape.name,
+        "shape_source": w.shape.source,
+        "params": w.shape.params,
+        "method": w.method,
+        "quant_bits": w.quant_bits if w.method == "qlora" else None,
+        "lora_r": w.lora_r if w.method != "full" else None,
+        "lora_targets": w.lora_targets if w.method != "full" else None,
+        "seq_len": w.seq_len,
+        "micro_batch": w.micro_batch,
+        "gradient_checkpointing": w.gradient_checkpointing,
+        "optimizer": w.optimizer,
+        "precision": w.precision,
+        "trainer": w.trainer,
+    }
+
+
+def to_dict(estimate: MemoryEstimate, inputs: dict) -> dict:
+    return {
+        "inputs": inputs,
         "parts": [{"key": p.key, "label": p.label, "bytes": p.bytes, "note": p.note} for p in estimate.parts],
         "peak_bytes": estimate.peak_bytes,
         "load_peak_bytes": estimate.load_peak_bytes,

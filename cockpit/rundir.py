@@ -132,7 +132,7 @@ def _write_private(path: Path, text: str) -> None:
 
 def _register(run: RunDir, default_root: Path) -> None:
     """Runs outside the default root get a symlink there, so `cockpit runs` finds every run."""
-    if run.path.parent.resolve() == default_root.resolve() if default_root.exists() else False:
+    if default_root.exists() and run.path.parent.resolve() == default_root.resolve():
         return
     default_root.mkdir(parents=True, exist_ok=True, mode=0o700)
     link = default_root / run.run_id
