@@ -160,6 +160,48 @@ class DebugSection:
         choices=("other", "oom", "disk_full"),
     )
     step_sleep_s: float = _f(0.0, "test aid: sleep this long in every optimizer step", min=0, max=60)
+    fail_rank: int | None = _f(
+        None, "test aid: with several processes, only this global rank raises at fail_at_step", min=0
+    )
+
+
+@dataclass
+class DistributedSection:
+    strategy: str = _f(
+        "auto",
+        "with gpus > 1 or nnodes > 1: ddp (a whole replica per GPU), fsdp (weights, gradients and optimizer "
+        "states sharded over the GPUs), or auto (ddp for lora/qlora; for full, ddp when a replica fits one "
+        "card by the memory model, else fsdp)",
+        choices=("auto", "ddp", "fsdp"),
+    )
+    launcher: str = _f(
+        "torchrun",
+        "what starts one process per GPU: torchrun (python -m torch.distributed.run) or accelerate",
+        choices=("torchrun", "accelerate"),
+    )
+    nnodes: int = _f(
+        1, "machines in the job; each runs cockpit train with its own node_rank", min=1, max=1024
+    )
+    node_rank: int = _f(0, "this machine's index, 0 .. nnodes-1; node 0 hosts the rendezvous", min=0)
+    rdzv_endpoint: str | None = _f(
+        None, "host:port on node 0 that every node can reach (required when nnodes > 1)"
+    )
+    master_port: int | None = _f(
+        None,
+        "one machine: port of the local rendezvous (default: torchrun picks a free one)",
+        min=1,
+        max=65535,
+    )
+    timeout_s: int = _f(
+        600, "seconds a collective waits for the other ranks before the run fails", min=30, max=86400
+    )
+    fsdp_sharding: str = _f(
+        "full_shard",
+        "fsdp: full_shard (each decoder layer gathered for its forward and again for its backward: least "
+        "memory) or shard_grad_op (kept gathered in between: faster, more memory)",
+        choices=("full_shard", "shard_grad_op"),
+    )
+    fsdp_cpu_offload: bool = _f(False, "fsdp: keep the shards in host memory (far slower; last resort)")
 
 
 @dataclass
@@ -170,6 +212,10 @@ class TrainConfig:
     lora: LoraSection = field(default_factory=LoraSection)
     quantization: QuantizationSection = field(default_factory=QuantizationSection)
     training: TrainingSection = field(default_factory=TrainingSection)
+    gpus: int = _f(
+        1, "GPUs (one process each) on this machine; > 1 starts the trainer through torchrun", min=1, max=64
+    )
+    distributed: DistributedSection = field(default_factory=DistributedSection)
     output: OutputSection = field(default_factory=OutputSection)
     cost: CostSection = field(default_factory=CostSection)
     debug: DebugSection = field(default_factory=DebugSection)
@@ -395,6 +441,7 @@ def _check_combinations(cfg: TrainConfig) -> None:
             f"lora.target_modules: {targets!r}; give a list of module names (e.g. [q_proj, v_proj]) "
             "or the string 'all-linear'"
         )
+    _check_distributed(cfg)
     t = cfg.training
     if (
         cfg.debug.fail_at_step is not None
@@ -403,6 +450,39 @@ def _check_combinations(cfg: TrainConfig) -> None:
     ):
         raise ConfigError(
             f"debug.fail_at_step: {cfg.debug.fail_at_step} is after training.max_steps ({t.max_steps})"
+        )
+
+
+def _check_distributed(cfg: TrainConfig) -> None:
+    d = cfg.distributed
+    if d.node_rank >= d.nnodes:
+        raise ConfigError(
+            f"distributed.node_rank: {d.node_rank} with nnodes {d.nnodes}; "
+            f"node ranks go from 0 to {d.nnodes - 1}"
+        )
+    if d.rdzv_endpoint is not None and not re.fullmatch(r"\[?[\w.:-]+\]?:\d{1,5}", d.rdzv_endpoint):
+        raise ConfigError(
+            f"distributed.rdzv_endpoint: {d.rdzv_endpoint!r}; expected host:port of node 0, "
+            "e.g. 10.0.0.1:29500"
+        )
+    if d.nnodes > 1 and d.rdzv_endpoint is None:
+        raise ConfigError(
+            f"distributed.rdzv_endpoint: required with nnodes {d.nnodes}; set it to host:port of node 0 "
+            "(an address every node reaches, e.g. 10.0.0.1:29500), the same on every node"
+        )
+    if d.nnodes > 1 and d.master_port is not None:
+        raise ConfigError(
+            "distributed.master_port: only for one machine; with several, the port is part of rdzv_endpoint"
+        )
+    if cfg.method == "qlora" and cfg.quantization.bits == 8 and d.strategy == "fsdp":
+        raise ConfigError(
+            "distributed.strategy: fsdp shards 4-bit QLoRA weights only (bitsandbytes' quant_storage); with "
+            "quantization.bits 8 use strategy ddp (or auto)"
+        )
+    world = cfg.gpus * d.nnodes
+    if cfg.debug.fail_rank is not None and cfg.debug.fail_rank >= world:
+        raise ConfigError(
+            f"debug.fail_rank: {cfg.debug.fail_rank}, but the job has {world} ranks (0 to {world - 1})"
         )
 
 
