@@ -8,7 +8,7 @@ figures can be carried to other cards. Each point runs like bench/memory_points.
 (real `cockpit train --no-ui`, synthetic weights, full-length sequences, NVML sampled
 from outside) with more steps for a steadier median.
 
-  python bench/speed_sweep.py [--only NAME ...] [--budget-s 480] [--out sweep.jsonl]
+  python bench/speed_sweep.py [--only NAME ...] [--budget-s 300] [--out sweep.jsonl]
 """
 
 from __future__ import annotations
@@ -36,24 +36,22 @@ def point(arch: str, method: str, mb: int, ckpt: bool, seq: int = 512, **extra) 
 
 
 SWEEP = {
-    **{f"sw-l2-7b-qlora-mb{mb}": point("llama-2-7b", "qlora", mb, False) for mb in (1, 2, 4, 8)},
-    **{f"sw-l2-7b-qlora-ckpt-mb{mb}": point("llama-2-7b", "qlora", mb, True) for mb in (1, 4, 16)},
-    **{f"sw-l32-1b-full-mb{mb}": point("llama-3.2-1b", "full", mb, False) for mb in (1, 4, 16)},
-    **{f"sw-q25-1.5b-lora-mb{mb}": point("qwen2.5-1.5b", "lora", mb, False) for mb in (1, 8)},
-    **{
-        f"sw-l2-7b-lora-all-ckpt-mb{mb}": point(
-            "llama-2-7b", "lora", mb, True, **{"lora.target_modules": "all-linear"}
-        )
-        for mb in (1, 4)
-    },
+    # a micro-batch sweep at one model separates per-step overhead from arithmetic
+    **{f"sw-l2-7b-qlora-mb{mb}": point("llama-2-7b", "qlora", mb, False) for mb in (1, 4, 16)},
+    "sw-l2-7b-qlora-ckpt-mb8": point("llama-2-7b", "qlora", 8, True),
+    **{f"sw-l32-1b-full-mb{mb}": point("llama-3.2-1b", "full", mb, False) for mb in (1, 16)},
+    "sw-q25-1.5b-lora-mb8": point("qwen2.5-1.5b", "lora", 8, False),
+    "sw-l2-7b-lora-all-ckpt-mb8": point(
+        "llama-2-7b", "lora", 8, True, **{"lora.target_modules": "all-linear"}
+    ),
 }
 
 if __name__ == "__main__":
-    mp.STEPS = 10
+    mp.STEPS = 8
     mp.CONFIGS.clear()
     mp.CONFIGS.update(SWEEP)
     if "--out" not in sys.argv:
         sys.argv += ["--out", "speed_sweep.jsonl"]
     if "--budget-s" not in sys.argv:
-        sys.argv += ["--budget-s", "480"]
+        sys.argv += ["--budget-s", "300"]
     mp.main()

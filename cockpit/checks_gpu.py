@@ -590,6 +590,16 @@ def check_probe_ran(answer_problem: str | None, probe: dict) -> CheckResult | No
             "the probe finishes",
             "run `python -m train_backend.probe --quick` to see its error",
         )
+    if "probe_error" in probe:  # the probe itself broke part-way: what it did not reach is unknown
+        return _result(
+            "gpu.probe",
+            "gpu",
+            "GPU probe",
+            "fail",
+            f"the GPU probe failed part-way: {probe['probe_error'].get('error', '?')}",
+            "the probe finishes",
+            "run `python -m train_backend.probe --quick` to see the whole traceback",
+        )
     if "no_gpu" in probe and "torch" in probe and probe["torch"].get("cuda") is not None:
         return _result(
             "gpu.probe",

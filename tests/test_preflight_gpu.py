@@ -172,6 +172,9 @@ def test_probe_failure_is_reported():
     assert results["gpu.probe"].status == "fail"
     no_gpu = {"torch": {"cuda": "13.0"}, "no_gpu": {"reason": "no CUDA GPU is visible to torch"}}
     assert by_id(cg.gpu_checks(state(), no_gpu))["gpu.probe"].status == "fail"
+    broke = {"torch": {"cuda": "13.0"}, "probe_error": {"error": "RuntimeError: CUDA error: busy"}}
+    probe_result = by_id(cg.gpu_checks(state(), broke))["gpu.probe"]
+    assert probe_result.status == "fail" and "CUDA error: busy" in probe_result.value
 
 
 def test_add_message_folds_per_device_findings():
