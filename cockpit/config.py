@@ -218,6 +218,20 @@ class TrainConfig:
     distributed: DistributedSection = field(default_factory=DistributedSection)
     output: OutputSection = field(default_factory=OutputSection)
     cost: CostSection = field(default_factory=CostSection)
+    emulate_vram_gib: float | None = _f(
+        None,
+        "rehearse a smaller card: cap PyTorch's allocator so the run behaves as on a GPU of this many GiB "
+        "(as nvidia-smi counts it; the CUDA context measured at start is taken out of it, docs/oom.md). "
+        "CUDA only",
+        min=0,
+        exclusive_min=True,
+        max=4096,
+    )
+    expandable_segments: bool = _f(
+        False,
+        "PyTorch allocator option expandable_segments (PYTORCH_CUDA_ALLOC_CONF): less fragmentation, "
+        "same speed",
+    )
     debug: DebugSection = field(default_factory=DebugSection)
 
     def to_dict(self) -> dict:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+from cockpit.oom import cgroup_memory, silent_oom
 from cockpit.protocol import LineDecoder, encode
 from cockpit.rundir import RunDir
 
@@ -77,6 +78,14 @@ def launch(run: RunDir, extra_env: dict[str, str] | None = None) -> subprocess.P
         "boot_id": boot_id(),
         "started": time.time(),
     }
+    # the host's OOM killer leaves no message: its count in the trainer's cgroup, now, tells later
+    memory = cgroup_memory(Path(f"/proc/{proc.pid}/cgroup"))
+    if memory is not None:
+        record["memory_cgroup"] = {
+            "path": memory.path,
+            "version": memory.version,
+            "oom_kills": memory.oom_kills,
+        }
     tmp = run.trainer_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))
     os.chmod(tmp, 0o600)
@@ -296,6 +305,36 @@ def record_exit(run: RunDir, returncode: int | None) -> None:
         tail = run.log_path.read_text(errors="replace")[-2000:]
     except OSError:
         pass
+    oom = _oom_without_event(run, returncode, sig, tail)
     _end_partial_line(run.events_path)
     with open(run.events_path, "ab") as f:
-        f.write(encode("exit", returncode=returncode, signal=sig, reason=f"trainer {reason}", log_tail=tail))
+        if oom is not None:
+            f.write(encode("error", **oom, returncode=returncode, signal=sig, log_tail=tail))
+        else:
+            f.write(
+                encode("exit", returncode=returncode, signal=sig, reason=f"trainer {reason}", log_tail=tail)
+            )
+
+
+def _oom_without_event(run: RunDir, returncode: int | None, sig: int | None, tail: str) -> dict | None:
+    """The error event for an out-of-memory death that left none (cockpit.oom.silent_oom), or None."""
+    from cockpit.runstate import RunState
+
+    found = silent_oom(returncode, sig, tail, (run.read_trainer() or {}).get("memory_cgroup"))
+    if found is None:
+        return None
+    state = RunState()
+    follower = EventFollower(run.events_path)
+    for item in follower.finish():
+        state.apply(item)
+    follower.close()
+    return {
+        "kind": "oom",
+        "message": found.message,
+        "hint": found.hint,
+        "phase": state.phase,
+        "step": state.step or None,
+        "oom": found.info,
+        "source": "client",
+        "checkpoints": [p.name for p in run.complete_checkpoints()],
+    }
