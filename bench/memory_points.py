@@ -238,6 +238,7 @@ def measure(name: str, workdir: Path, env: dict) -> dict:
             params_total=model.get("params_total"),
             params_trainable=model.get("params_trainable"),
             step_s_median=round(step_s, 4),
+            step_s_all=[round(e["step_time_s"], 4) for e in logs],
             tokens_per_s=round(seq * mb / step_s),
             final_loss=logs[-1]["loss"],
         )

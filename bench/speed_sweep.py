@@ -39,15 +39,24 @@ SWEEP = {
     # a micro-batch sweep at one model separates per-step overhead from arithmetic
     **{f"sw-l2-7b-qlora-mb{mb}": point("llama-2-7b", "qlora", mb, False) for mb in (1, 4, 16)},
     "sw-l2-7b-qlora-ckpt-mb8": point("llama-2-7b", "qlora", 8, True),
-    **{f"sw-l32-1b-full-mb{mb}": point("llama-3.2-1b", "full", mb, False) for mb in (1, 16)},
+    **{f"sw-l32-1b-full-mb{mb}": point("llama-3.2-1b", "full", mb, False) for mb in (2, 16)},
     "sw-q25-1.5b-lora-mb8": point("qwen2.5-1.5b", "lora", 8, False),
     "sw-l2-7b-lora-all-ckpt-mb8": point(
         "llama-2-7b", "lora", 8, True, **{"lora.target_modules": "all-linear"}
     ),
+    # GQA, a 128k vocabulary, long sequences, an 8-bit optimizer
+    "sw-l31-8b-qlora-all-ckpt-1k-mb4": point(
+        "llama-3.1-8b",
+        "qlora",
+        4,
+        True,
+        seq=1024,
+        **{"lora.target_modules": "all-linear", "lora.r": 16, "training.optimizer": "paged_adamw_8bit"},
+    ),
 }
 
 if __name__ == "__main__":
-    mp.STEPS = 8
+    mp.STEPS = 12
     mp.CONFIGS.clear()
     mp.CONFIGS.update(SWEEP)
     if "--out" not in sys.argv:

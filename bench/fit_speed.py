@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Fit the speed model's four coefficients to measured throughput, and test it left-one-out.
+
+The points are runs of the product on an H200 (bench/speed_sweep.py, bench/memory_points.py):
+real `cockpit train --no-ui`, full-length sequences, one micro-batch per optimizer step, the
+median step time of the steady steps. The model (cockpit/speed.py) is not linear in its
+coefficients, so they are fitted by Nelder-Mead on the squared log error (a relative error:
+a 10% miss on a 2k tokens/s run weighs as much as on a 40k one).
+
+  python bench/fit_speed.py [POINTS.jsonl ...]      (default: bench/results/*speed-sweep*.jsonl)
+
+Prints the coefficients, each point's in-sample and left-one-out error, and the medians;
+docs/estimator.md records the output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fit_estimator import point_workload  # noqa: E402
+
+from cockpit import speed  # noqa: E402
+from cockpit.catalog import load_catalog  # noqa: E402
+
+COEFFICIENTS = ("EFF_MAX", "T_HALF", "ADAPTER_BYTES", "LAYER_OVERHEAD_S")
+
+
+def points(files: list[Path]) -> list[tuple[str, object, float]]:
+    out = []
+    for file in files:
+        for line in file.read_text().splitlines():
+            p = json.loads(line)
+            if not p.get("tokens_per_s"):
+                continue
+            w = dataclasses.replace(point_workload(p), grad_accum=1, precision="bf16")
+            out.append((p["name"], w, float(p["tokens_per_s"])))
+    return out
+
+
+def predict(w, card, values) -> float:
+    saved = [getattr(speed, c) for c in COEFFICIENTS]
+    try:
+        for name, value in zip(COEFFICIENTS, values):
+            setattr(speed, name, value)
+        return speed.estimate_speed(w, card).tokens_per_s
+    finally:
+        for name, value in zip(COEFFICIENTS, saved):
+            setattr(speed, name, value)
+
+
+def loss(log_values: np.ndarray, data, card) -> float:
+    values = np.exp(log_values)
+    if values[0] > 1.0:  # more than the card's peak is not a efficiency
+        return 1e9
+    return sum((math.log(predict(w, card, values)) - math.log(m)) ** 2 for _, w, m in data)
+
+
+def nelder_mead(f, x0: np.ndarray, steps: int = 1500, scale: float = 0.5) -> np.ndarray:
+    simplex = [x0] + [x0 + scale * np.eye(len(x0))[i] for i in range(len(x0))]
+    values = [f(x) for x in simplex]
+    for _ in range(steps):
+        order = np.argsort(values)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        centroid = np.mean(simplex[:-1], axis=0)
+        reflected = centroid + (centroid - simplex[-1])
+        fr = f(reflected)
+        if fr < values[0]:
+            expanded = centroid + 2 * (centroid - simplex[-1])
+            fe = f(expanded)
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = centroid + 0.5 * (simplex[-1] - centroid)
+            fc = f(contracted)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:
+                simplex = [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex]
+                values = [f(x) for x in simplex]
+    return simplex[int(np.argmin(values))]
+
+
+def fit(data, card) -> np.ndarray:
+    start = np.log([getattr(speed, c) for c in COEFFICIENTS])
+    return np.exp(nelder_mead(lambda x: loss(x, data, card), start))
+
+
+def main() -> None:
+    files = [Path(a) for a in sys.argv[1:]] or sorted(
+        (ROOT / "bench" / "results").glob("*speed-sweep*.jsonl")
+    )
+    data = points(files)
+    card = load_catalog().get("h200")
+    coef = fit(data, card)
+    print("coefficients: " + ", ".join(f"{n} = {v:.4g}" for n, v in zip(COEFFICIENTS, coef)))
+    in_errors, loo_errors = [], []
+    for k, (name, w, measured) in enumerate(data):
+        left_out = fit([d for i, d in enumerate(data) if i != k], card)
+        in_fit, loo_fit = predict(w, card, coef), predict(w, card, left_out)
+        in_errors.append(abs(in_fit - measured) / measured)
+        loo_errors.append(abs(loo_fit - measured) / measured)
+        print(
+            f"{name:30s} measured {measured:7.0f}  fit {in_fit:7.0f} ({(in_fit - measured) / measured:+6.1%})"
+            f"  left out {loo_fit:7.0f} ({(loo_fit - measured) / measured:+6.1%})"
+        )
+    print(f"in-sample: median {statistics.median(in_errors):.1%}, worst {max(in_errors):.1%}")
+    print(f"left-one-out: median {statistics.median(loo_errors):.1%}, worst {max(loo_errors):.1%}")
+
+
+if __name__ == "__main__":
+    main()

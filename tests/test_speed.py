@@ -1,0 +1,107 @@
+"""The speed model: its shape (what makes a run faster or slower), time and cost, and its
+calibration against the throughput the product measured on an H200."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from cockpit import speed
+from cockpit.catalog import load_catalog
+from cockpit.estimate import EstimateError, Workload
+from cockpit.modelshape import load_shape
+
+ROOT = Path(__file__).resolve().parent.parent
+SWEEPS = sorted((ROOT / "bench" / "results").glob("*speed-sweep*.jsonl"))
+L2_7B = load_shape("llama-2-7b")
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog()  # conftest points COCKPIT_CONFIG at an empty folder
+
+
+def workload(**changes) -> Workload:
+    base = Workload(shape=L2_7B, seq_len=512, micro_batch=4, grad_accum=1, gradient_checkpointing=False)
+    return dataclasses.replace(base, **changes)
+
+
+def test_bigger_micro_batches_are_faster_per_token_until_compute_bound(catalog):
+    h200 = catalog.get("h200")
+    rates = [speed.estimate_speed(workload(micro_batch=mb), h200).tokens_per_s for mb in (1, 4, 16, 64)]
+    assert rates == sorted(rates)
+    assert rates[3] / rates[2] < rates[1] / rates[0]  # gains flatten out
+    big = speed.estimate_speed(workload(micro_batch=64), h200)
+    assert big.bound == "compute"
+
+
+def test_what_costs_time(catalog):
+    h200 = catalog.get("h200")
+    rate = speed.estimate_speed(workload(micro_batch=8), h200).tokens_per_s
+    ckpt = speed.estimate_speed(workload(micro_batch=8, gradient_checkpointing=True), h200).tokens_per_s
+    lora = speed.estimate_speed(workload(micro_batch=8, method="lora"), h200)
+    full = speed.estimate_speed(workload(micro_batch=8, method="full", optimizer="adamw_torch"), h200)
+    all_linear = speed.estimate_speed(workload(micro_batch=8, lora_targets="all-linear"), h200)
+    assert 0.6 < ckpt / rate < 0.9  # recomputation: one more forward
+    assert lora.tokens_per_s > rate and lora.parts_s["dequantisation"] == 0  # no 4-bit dequantisation
+    assert full.tokens_per_s < lora.tokens_per_s and full.optimizer_step_s > lora.optimizer_step_s
+    assert all_linear.tokens_per_s < rate
+
+
+def test_cards_scale_with_their_figures(catalog):
+    w = workload(micro_batch=16)
+    by_card = {
+        c: speed.estimate_speed(w, catalog.get(c)).tokens_per_s for c in ("h200-sxm", "a100-80gb-sxm", "rtx-4090")
+    }
+    assert by_card["h200-sxm"] > by_card["a100-80gb-sxm"] > by_card["rtx-4090"] > 0
+    assert speed.speed_inputs(catalog.get("rtx-4090"))["extrapolated"] is True
+    assert speed.speed_inputs(catalog.get("h200"))["extrapolated"] is False
+
+
+def test_time_and_cost_follow_tokens_and_price(catalog):
+    card = catalog.get("h200")
+    run = speed.estimate_run(workload(), card, dataset_tokens=10_000_000, epochs=2, price_per_hour=3.6)
+    assert run.tokens == 20_000_000
+    assert run.time_s == pytest.approx(20_000_000 / run.speed.tokens_per_s)
+    assert run.cost_usd == pytest.approx(3.6 * run.time_s / 3600)
+    assert speed.estimate_run(workload(), card, 1000, 1, None).cost_usd is None
+    with pytest.raises(ValueError, match="positive"):
+        speed.estimate_run(workload(), card, 0, 1, 1.0)
+
+
+def test_gradient_accumulation_adds_micro_batches_and_one_optimizer_step(catalog):
+    card = catalog.get("h200")
+    one = speed.estimate_speed(workload(grad_accum=1), card)
+    four = speed.estimate_speed(workload(grad_accum=4), card)
+    assert four.step_s == pytest.approx(4 * one.micro_batch_s + one.optimizer_step_s)
+    assert four.tokens_per_s >= one.tokens_per_s
+
+
+def test_bad_input_is_a_message(catalog):
+    with pytest.raises(EstimateError, match="micro-batch"):
+        speed.estimate_speed(workload(micro_batch=0), catalog.get("h200"))
+    with pytest.raises(ValueError, match="TFLOPS"):
+        speed.estimate_speed(workload(), speed.CardSpeed("mystery", 0, 100))
+
+
+@pytest.mark.skipif(not SWEEPS, reason="no recorded speed sweep under bench/results")
+def test_within_25_percent_of_every_measured_h200_run(catalog):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from fit_speed import points
+
+    data = points(SWEEPS)
+    assert len(data) >= 8
+    card = catalog.get("h200")
+    errors = {}
+    for name, w, measured in data:
+        predicted = speed.estimate_speed(w, card).tokens_per_s
+        errors[name] = predicted / measured - 1
+    worst = max(errors, key=lambda n: abs(errors[n]))
+    assert abs(errors[worst]) <= 0.25, f"{worst}: {errors[worst]:+.1%} ({json.dumps(errors)})"
+    assert math.isfinite(sum(errors.values()))
