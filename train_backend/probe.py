@@ -199,8 +199,8 @@ def allreduce_bus_bandwidth(world: int, quick: bool, timeout_s: float = 120.0) -
 
 
 def run(emitter: Emitter, quick: bool, multi: bool) -> None:
-    def finding(name: str, **data) -> None:
-        emitter.emit("probe", finding=name, data=data)
+    def finding(finding_name: str, /, **data) -> None:  # data may hold a "name" (the device's)
+        emitter.emit("probe", finding=finding_name, data=data)
 
     def attempt(name: str, fn, *args, device: int | None = None) -> dict | None:
         started = time.monotonic()
