@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fit the speed model's four coefficients to measured throughput, and test it left-one-out.
+"""Fit the speed model's five coefficients to measured throughput, and test it left-one-out.
 
 The points are runs of the product on an H200 (bench/speed_sweep.py, bench/memory_points.py):
 real `cockpit train --no-ui`, full-length sequences, one micro-batch per optimizer step, the
@@ -33,7 +33,7 @@ from fit_estimator import point_workload  # noqa: E402
 from cockpit import speed  # noqa: E402
 from cockpit.catalog import load_catalog  # noqa: E402
 
-COEFFICIENTS = ("EFF_MAX", "T_HALF", "ADAPTER_BYTES", "LAYER_OVERHEAD_S")
+COEFFICIENTS = ("EFF_MAX", "T_HALF", "ADAPTER_BYTES", "LAYER_OVERHEAD_S", "STEP_OVERHEAD_S")
 
 
 def points(files: list[Path]) -> list[tuple[str, object, float]]:

@@ -17,7 +17,7 @@ Pure Python, no torch. A micro-batch of T tokens costs
   pass, on the host: the same on every card.
 
 An optimizer step then reads and writes the trainable parameters' states once per
-gradient-accumulation cycle. Three coefficients are fitted on runs of the product on an
+gradient-accumulation cycle, plus the trainer's own host time per step. Five coefficients are fitted on runs of the product on an
 H200 (bench/fit_speed.py, docs/estimator.md); other cards scale the arithmetic by their
 dense bf16 TFLOPS and the memory traffic by their bandwidth, which is an extrapolation
 and is labelled so.
@@ -33,6 +33,7 @@ EFF_MAX = 0.62  # share of the dense bf16 peak that large matmuls reach (fitted,
 T_HALF = 1400.0  # tokens per micro-batch at which half of EFF_MAX is reached (fitted)
 ADAPTER_BYTES = 24.0  # bytes moved per token per adapted input feature, forward + backward (fitted)
 LAYER_OVERHEAD_S = 0.0010  # host time per decoder layer per pass (fitted)
+STEP_OVERHEAD_S = 0.03  # host time per optimizer step: the trainer's loop, logging, clipping (fitted)
 DEQUANT_BYTES = {4: 4.5, 8: 5.0}  # per weight per pass: read packed, write 16-bit, read back
 OPTIMIZER_BYTES = {  # per trainable parameter per optimizer step: read and write weight and states
     "adamw_torch": 16,
@@ -126,7 +127,7 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
         "overhead": overhead_s,
     }
     micro_s = sum(parts.values())
-    optimizer_s = trainable_params(w) * OPTIMIZER_BYTES[w.optimizer] / bandwidth
+    optimizer_s = trainable_params(w) * OPTIMIZER_BYTES[w.optimizer] / bandwidth + STEP_OVERHEAD_S
     step_s = micro_s * w.grad_accum + optimizer_s
     bound = {
         "arithmetic": "compute",
