@@ -1,14 +1,13 @@
 """The whole preflight: GPU (NVML + the torch probe subprocess), host, disk and network.
 
-Host, disk and network checks run concurrently with the probe; results reach `on_result`
-as they finish, so a screen or `--no-ui` fills in live. No torch in this process: the
+Host, disk and network checks run concurrently with the probe; results reach the callbacks
+as they finish, so the screen or `--no-ui` fills in live. No torch in this process: the
 probe (`train_backend.probe`) measures what needs it and answers over the channel.
 """
 
 from __future__ import annotations
 
 import platform
-import threading
 import time
 from collections.abc import Callable
 
@@ -20,6 +19,62 @@ from cockpit.telemetry import PynvmlSource
 PROBE_TIMEOUT_S = {True: 90.0, False: 240.0}  # quick, full: the probe's torch import alone takes seconds
 
 
+def full_preflight(
+    quick: bool,
+    model_bytes: int | None = None,
+    multi: bool = False,
+    nvml_source: Callable[[], object] = PynvmlSource,
+) -> preflight.Preflight:
+    """The whole preflight as a `Preflight`: each plan reads NVML afresh, then the GPU side (one
+    check answering every GPU, performance and software result from the probe) runs beside the
+    host, disk and network checks."""
+    found: dict = {"driver": None, "packages": {}}
+
+    def build() -> list[preflight.Check]:
+        state = checks_gpu.read_nvml(nvml_source())
+        found["driver"] = state.driver_version
+        vram = [g["memory"]["total_bytes"] for g in state.gpus if (g.get("memory") or {}).get("total_bytes")]
+
+        def gpu_side() -> list[CheckResult]:
+            if state.error:  # versions, and whether torch sees a GPU NVML does not
+                answer = run_probe(quick=True, timeout_s=PROBE_TIMEOUT_S[True])
+            else:
+                answer = run_probe(
+                    quick=quick,
+                    timeout_s=PROBE_TIMEOUT_S[quick],
+                    multi=multi,
+                    sample=lambda: checks_gpu.sample_load(nvml_source()),
+                )
+            packages = (answer.findings.get("packages") or {}).get("packages") or {}
+            found["packages"] = {name: info.get("version") for name, info in packages.items()}
+            return checks_gpu.gpu_checks(
+                state, answer.findings, load=answer.samples, answer_problem=answer.problem()
+            )
+
+        gpu = preflight.Check(
+            "gpu", gpu_side, "gpu", "GPU probe (NVML + torch)", timeout_s=PROBE_TIMEOUT_S[quick] + 30
+        )
+        rest = preflight.plan(
+            quick,
+            vram_bytes=max(vram) if vram else None,
+            model_bytes=model_bytes,
+            gpu_count=max(1, len(state.gpus)),
+        )
+        return [gpu, *rest]
+
+    def meta() -> dict:
+        return {
+            "cockpit": __version__,
+            "python": platform.python_version(),
+            "quick": quick,
+            "driver": found["driver"],
+            "packages": dict(found["packages"]),
+        }
+
+    # the GPU probe holds one slot for its whole run: the other checks still get four
+    return preflight.Preflight(build, concurrency=5, meta=meta)
+
+
 def run_preflight(
     quick: bool,
     on_result: Callable[[CheckResult], None] | None = None,
@@ -27,57 +82,9 @@ def run_preflight(
     multi: bool = False,
 ) -> tuple[list[CheckResult], dict]:
     started = time.time()
-    lock = threading.Lock()
-
-    def emit(result: CheckResult) -> None:
-        if on_result is not None:
-            with lock:
-                on_result(result)
-
-    state = checks_gpu.read_nvml(PynvmlSource())
-    vram = [g.get("mem_total_bytes") for g in state.gpus if g.get("mem_total_bytes")]
-    gpu_results: list[CheckResult] = []
-    probe_meta: dict = {}
-
-    def gpu_side() -> None:
-        if state.error:
-            answer = run_probe(
-                quick=True, timeout_s=PROBE_TIMEOUT_S[True]
-            )  # versions, and whether torch sees one
-        else:
-            answer = run_probe(
-                quick=quick,
-                timeout_s=PROBE_TIMEOUT_S[quick],
-                multi=multi,
-                sample=lambda: checks_gpu.sample_load(PynvmlSource()),
-            )
-        packages = (answer.findings.get("packages") or {}).get("packages") or {}
-        probe_meta.update({name: info.get("version") for name, info in packages.items()})
-        for result in checks_gpu.gpu_checks(
-            state, answer.findings, load=answer.samples, answer_problem=answer.problem()
-        ):
-            gpu_results.append(result)
-            emit(result)
-
-    gpu_thread = threading.Thread(target=gpu_side, name="preflight-gpu", daemon=True)
-    gpu_thread.start()
-    plan = preflight.plan(
-        quick,
-        vram_bytes=max(vram) if vram else None,
-        model_bytes=model_bytes,
-        gpu_count=max(1, len(state.gpus)),
-    )
-    other = preflight.run_checks(plan, on_result=emit)
-    gpu_thread.join(PROBE_TIMEOUT_S[quick] + 30)
-    meta = {
-        "cockpit": __version__,
-        "python": platform.python_version(),
-        "quick": quick,
-        "driver": state.driver_version,
-        "packages": probe_meta,
-        "duration_s": round(time.time() - started, 2),
-    }
-    return gpu_results + other, meta
+    session = full_preflight(quick, model_bytes, multi)
+    results = session.run(on_result=on_result)
+    return results, {**session.meta(), "duration_s": round(time.time() - started, 2)}
 
 
 def result_line(result: CheckResult) -> str:

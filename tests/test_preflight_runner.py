@@ -109,3 +109,103 @@ def test_quick_plan_runs_for_real(tmp_path):
     assert by_id["host.ram_vram"].status == "skip"
     assert by_id["network.hub"].status == "fail"
     json.dumps(preflight.report(results))
+
+
+def test_a_check_may_answer_several_results_and_on_check_gets_them_together():
+    def probe() -> list[CheckResult]:
+        time.sleep(0.1)
+        return [_result("gpu.visible"), _result("gpu.bf16", "warn")]
+
+    finished: list[tuple[str, list[str]]] = []
+    seen: list[str] = []
+    results = preflight.run_checks(
+        [preflight.Check("gpu", probe, "gpu"), _sleeper("host.cpu", 0.0)],
+        on_result=lambda r: seen.append(r.id),
+        on_check=lambda c, rs: finished.append((c.id, [r.id for r in rs])),
+    )
+    assert [r.id for r in results] == ["gpu.visible", "gpu.bf16", "host.cpu"]  # plan order, flattened
+    assert finished == [("host.cpu", ["host.cpu"]), ("gpu", ["gpu.visible", "gpu.bf16"])]
+    assert seen == ["host.cpu", "gpu.visible", "gpu.bf16"]
+
+
+def test_a_check_answering_something_else_becomes_a_warning():
+    [empty] = preflight.run_checks([("gpu", lambda: [])])
+    [wrong] = preflight.run_checks([("host.x", lambda: "ok")])
+    assert empty.status == wrong.status == "warn" and "not a CheckResult" in wrong.value
+
+
+def _counting(runs: dict, check_id: str, answers: list[str], status: str = "pass") -> preflight.Check:
+    def run():
+        runs[check_id] = runs.get(check_id, 0) + 1
+        return [_result(a, status) for a in answers]
+
+    return preflight.Check(check_id, run, check_id.split(".")[0])
+
+
+def test_preflight_reruns_only_the_check_that_answered():
+    runs: dict[str, int] = {}
+    builds = []
+
+    def build():
+        builds.append(1)
+        return [
+            _counting(runs, "gpu", ["gpu.visible", "gpu.bf16"]),
+            _counting(runs, "host.cpu", ["host.cpu"]),
+        ]
+
+    session = preflight.Preflight(build, meta=lambda: {"driver": "580.82.07"})
+    assert session.check_of("host.cpu") is None
+    assert [r.id for r in session.run()] == ["gpu.visible", "gpu.bf16", "host.cpu"]
+    assert session.check_of("gpu.bf16").id == "gpu"
+    finished = []
+    again = session.rerun("host.cpu", on_check=lambda c, rs: finished.append(c.id))
+    assert [r.id for r in again] == ["host.cpu"] and finished == ["host.cpu"]
+    assert runs == {"gpu": 1, "host.cpu": 2}
+    # a check with several answers runs whole and answers them all again
+    assert [r.id for r in session.rerun("gpu.bf16")] == ["gpu.visible", "gpu.bf16"]
+    assert runs == {"gpu": 2, "host.cpu": 2} and len(builds) == 1
+    session.run()
+    assert len(builds) == 2 and session.meta() == {"driver": "580.82.07"}
+
+
+def test_rerun_of_an_unknown_result_says_so():
+    session = preflight.Preflight([_sleeper("host.ok", 0.0)])
+    try:
+        session.rerun("host.ok")
+    except KeyError as exc:
+        assert "run the whole plan first" in str(exc)
+    else:
+        raise AssertionError("rerun before any run must raise")
+    session.run()
+    assert session.rerun("host.ok")[0].id == "host.ok"
+
+
+def test_rerun_of_a_hung_check_times_out():
+    forever = threading.Event()
+    calls = []
+
+    def hangs_the_second_time():
+        calls.append(1)
+        if len(calls) > 1:
+            forever.wait(30)
+        return _result("net.hub")
+
+    session = preflight.Preflight([("net.hub", hangs_the_second_time)], timeout_s=0.3)
+    session.run()
+    started = time.monotonic()
+    [again] = session.rerun("net.hub")
+    assert time.monotonic() - started < 1.0 and "timed out" in again.value
+    forever.set()
+
+
+def test_hub_check_timeouts_come_from_the_plan(tmp_path):
+    paths = {"cache": tmp_path}
+    [hub] = [c for c in preflight.plan(True, paths, hub_timeout_s=1.5) if c.id == "network.hub"]
+    assert hub.run.keywords == {"connect_timeout_s": 1.5, "total_timeout_s": 1.5}
+
+
+def test_report_date_can_be_given():
+    import datetime as dt
+
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    assert preflight.report([_result("a")], now=when)["date"] == "2026-01-02T03:04:05+00:00"
