@@ -1,0 +1,406 @@
+"""What to change after an out-of-memory error: every remedy with its predicted peak, whether it
+fits the card with the safety margin, its speed cost and its effect on results, ranked.
+
+Pure Python (no torch, no textual). Inputs: the failed run's config, its `error` event (the
+parsed allocator numbers and where it struck), its `data` event (token lengths), the device
+it ran on and the GPU catalog. The peaks come from the memory model (`cockpit.estimate`);
+where the OOM proves the model low for this run (the process held more, plus what it asked
+for, than the model predicts), the shortfall is added to every prediction, so a remedy is
+never judged against a figure the run has already exceeded.
+
+Speed is relative tokens/s from the speed model (`cockpit.speed`) on the card the run is on
+(or the reference H200 where that card is unknown). Ranking (`rank_key`): what fits first;
+then what keeps the results before what changes them; then the fastest.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from cockpit.catalog import Card, Catalog
+from cockpit.estimate import (
+    CUDA_CONTEXT_BYTES,
+    GIB,
+    SAFETY_MARGIN,
+    MemoryEstimate,
+    Workload,
+    estimate_memory,
+    workload_from_config,
+)
+from cockpit.modelshape import ModelShape
+from cockpit.remedy_options import Choice, Knob, knobs
+from cockpit.speed import CardSpeed, estimate_speed
+
+VERDICT_ORDER = {"fits": 0, "tight": 1, "no": 2, "unknown": 3}
+MAX_COMBINATIONS_SHOWN = 3
+REFERENCE_CARD = CardSpeed("H200 SXM (reference)", 989.0, 4800.0)  # catalog figures of h200-sxm
+# auto mode applies only what keeps the results: no change, or 8-bit optimizer states
+AUTO_EFFECT_RANK = 1
+
+
+@dataclass(frozen=True)
+class Target:
+    """The card the run must fit, and where its size comes from."""
+
+    bytes: int | None
+    source: str
+
+    @property
+    def usable_bytes(self) -> int | None:
+        return None if self.bytes is None else int(self.bytes * (1 - SAFETY_MARGIN))
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the failure itself says, in bytes (None where the message carries no figure)."""
+
+    kind: str  # allocator | cublas_alloc | accelerator | bitsandbytes | host
+    phase: str | None
+    step: int | None
+    seq_len: int | None
+    batch_rows: int | None
+    requested_bytes: int | None
+    in_use_bytes: int | None  # the process, CUDA context included
+    allocated_bytes: int | None
+    reserved_unallocated_bytes: int | None
+    non_pytorch_bytes: int | None  # in use outside the allocator: CUDA context, libraries
+    free_bytes: int | None
+    demand_bytes: int | None  # at least this was needed: what it held plus what it asked for
+    demand_basis: str
+    injected: bool = False
+    host: bool = False
+
+
+@dataclass(frozen=True)
+class Option:
+    """One remedy: a single change or a combination, predicted on the target card."""
+
+    keys: tuple[str, ...]
+    title: str
+    config: dict[str, Any]
+    peak_bytes: int | None
+    headroom_bytes: int | None
+    verdict: str  # fits | tight | no | unknown
+    speed: float | None  # relative tokens/s, 1.0 = as before
+    speed_reasons: tuple[str, ...]
+    effect: str
+    effect_rank: int  # 0 none, 1 near-identical, 2 quality, 3 truncation, 4 adapter capacity
+    resume: str
+    from_step_zero: bool = False
+    applicable: bool = True  # False: another card, not a relaunch here
+    card: Card | None = None
+
+    @property
+    def auto(self) -> bool:
+        """Whether `--on-oom auto` may apply it: it fits and keeps the run's results and steps."""
+        return (
+            self.applicable
+            and self.verdict == "fits"
+            and self.effect_rank <= AUTO_EFFECT_RANK
+            and not self.from_step_zero
+        )
+
+
+@dataclass(frozen=True)
+class Analysis:
+    target: Target
+    observation: Observation
+    workload: Workload | None
+    estimate: MemoryEstimate | None
+    gap_bytes: int  # added to every prediction: how far the OOM proves the model low
+    options: list[Option]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> Option | None:
+        return self.options[0] if self.options and self.options[0].verdict == "fits" else None
+
+    def auto_choice(self) -> Option | None:
+        return next((o for o in self.options if o.auto), None)
+
+
+# ---------------------------------------------------------------- reading the failure
+
+
+def observe(error: dict) -> Observation:
+    oom = error.get("oom") or {}
+    memory = oom.get("memory") or {}
+    in_use = oom.get("process_bytes")
+    reserved = oom.get("reserved_bytes")
+    requested = oom.get("requested_bytes")
+    non_pytorch = in_use - reserved if in_use is not None and reserved is not None else None
+    demand, basis = None, "no allocator figures in this kind of OOM: predictions are the memory model's"
+    if in_use is not None and requested is not None:
+        demand = in_use + requested
+        basis = "in use by the process + the allocation that failed"
+    elif reserved is not None and requested is not None:
+        demand = reserved + requested + CUDA_CONTEXT_BYTES
+        basis = "reserved by PyTorch + the allocation that failed + a typical CUDA context (estimated)"
+    elif memory.get("reserved_bytes") is not None:
+        demand = memory["reserved_bytes"] + CUDA_CONTEXT_BYTES
+        basis = "reserved by PyTorch at the failure + a typical CUDA context (estimated)"
+    return Observation(
+        kind=str(oom.get("kind") or "allocator"),
+        phase=oom.get("phase") or error.get("phase"),
+        step=oom.get("step") or error.get("step"),
+        seq_len=oom.get("seq_len"),
+        batch_rows=oom.get("batch_rows"),
+        requested_bytes=requested,
+        in_use_bytes=in_use,
+        allocated_bytes=oom.get("allocated_bytes"),
+        reserved_unallocated_bytes=oom.get("reserved_unallocated_bytes"),
+        non_pytorch_bytes=non_pytorch,
+        free_bytes=oom.get("free_bytes"),
+        demand_bytes=demand,
+        demand_basis=basis,
+        injected=bool(oom.get("injected")),
+        host=bool(oom.get("host")) or oom.get("kind") == "host",
+    )
+
+
+def device_card(device: dict, catalog: Catalog | None) -> Card | None:
+    """The catalog's card for a device name like "NVIDIA H200" (closest memory when several match)."""
+    name = str(device.get("name") or "").replace("NVIDIA", "").strip()
+    if not name or catalog is None:
+        return None
+    found = catalog.find(name)
+    total = device.get("total_bytes")
+    if len(found) > 1 and total:
+        found.sort(key=lambda c: abs(c.vram_gib * GIB - total))
+    return found[0] if found else None
+
+
+def target_card(cfg, oom: dict, device: dict, catalog: Catalog | None) -> Target:
+    """Emulated size first (the run was told to behave so), then the OOM message, the device, the catalog."""
+    if cfg.emulate_vram_gib is not None:
+        return Target(int(cfg.emulate_vram_gib * GIB), f"emulated {cfg.emulate_vram_gib:g} GiB card")
+    if oom.get("total_bytes"):
+        return Target(int(oom["total_bytes"]), f"GPU {oom.get('gpu') or 0} in the OOM message")
+    if device.get("total_bytes"):
+        return Target(int(device["total_bytes"]), f"{device.get('name')} (the trainer's report)")
+    card = device_card(device, catalog)
+    if card is not None:
+        return Target(int(card.vram_gib * GIB), f"{card.name} (catalog)")
+    return Target(None, "unknown card")
+
+
+def verdict_of(peak: int | None, target: Target) -> tuple[str, int | None]:
+    if peak is None or target.bytes is None:
+        return "unknown", None
+    if peak > target.bytes:
+        return "no", target.bytes - peak
+    return ("fits" if peak <= target.usable_bytes else "tight"), target.bytes - peak
+
+
+# ---------------------------------------------------------------- the analysis
+
+
+def analyse(
+    cfg,
+    error: dict,
+    shape: ModelShape | None,
+    data: dict | None = None,
+    device: dict | None = None,
+    catalog: Catalog | None = None,
+) -> Analysis:
+    """Every remedy for the failed `cfg`, ranked; `shape` None when the model's shape is unknown."""
+    data, device = data or {}, device or {}
+    observation = observe(error)
+    target = target_card(cfg, error.get("oom") or {}, device, catalog)
+    notes: list[str] = []
+    if observation.injected:
+        notes.append(
+            "this OOM was injected (debug.fail_at_step): its figures describe a full card, not this run; "
+            "a relaunch turns the injection off"
+        )
+    if observation.host:
+        return _host_analysis(cfg, observation, target, notes)
+    if shape is None:
+        notes.append("the model's shape is unknown: no predictions (see the message above)")
+        return Analysis(target, observation, None, None, 0, [], notes)
+
+    base = workload_from_config(cfg, shape)
+    longest = data.get("tokens_max")
+    packing = bool(getattr(cfg.training, "packing", False))
+    if isinstance(longest, int) and longest < base.seq_len and not packing:
+        # batches are padded to their longest sample, never to max_length
+        base = replace(base, seq_len=longest)
+        notes.append(
+            f"sequences in the estimate: {longest} tokens (the longest sample; max_length is "
+            f"{cfg.training.max_length})"
+        )
+    estimate = estimate_memory(base)
+    gap = 0
+    if observation.demand_bytes is not None and observation.demand_bytes > estimate.peak_bytes:
+        gap = observation.demand_bytes - estimate.peak_bytes
+        notes.append(
+            f"the OOM shows this run needs at least {observation.demand_bytes / GIB:.2f} GiB "
+            f"({observation.demand_basis}), {gap / GIB:.2f} GiB more than the memory model's "
+            f"{estimate.peak_gib:.2f} GiB: every prediction below adds it"
+        )
+    device_kind = str(device.get("kind") or "cuda")
+    card = device_card(device, catalog) if device_kind == "cuda" else None
+    speed_card = card or REFERENCE_CARD
+    notes.append(f"speed: the speed model's tokens/s on {speed_card.name}, relative to the failed run")
+    all_knobs = knobs(cfg, base, observation, data, device_kind)
+    options = [_option(base, (c,), gap, target, speed_card) for k in all_knobs for c in k.choices]
+    singles = sorted(_best_per_knob(options), key=rank_key)
+    # a combination is worth showing when nothing alone fits, or when it beats the best single change
+    best_single = rank_key(singles[0]) if singles and singles[0].verdict == "fits" else None
+    combos = [
+        o
+        for o in _combinations(base, all_knobs, gap, target, speed_card)
+        if o.verdict == "fits" and (best_single is None or rank_key(o) < best_single)
+    ]
+    ranked = sorted(singles + _distinct(sorted(combos, key=rank_key))[:MAX_COMBINATIONS_SHOWN], key=rank_key)
+    ranked += _bigger_card(cfg, base, estimate.peak_bytes + gap, target, card, catalog)
+    return Analysis(target, observation, base, estimate, gap, ranked, notes)
+
+
+def rank_key(option: Option) -> tuple:
+    """What fits first; then what keeps the results (or nearly: 8-bit optimizer states, a few
+    outliers cut) before what changes them, least first; then the fastest; then the mildest, the
+    fewest changes, the lowest peak."""
+    return (
+        VERDICT_ORDER[option.verdict],
+        0 if option.effect_rank <= AUTO_EFFECT_RANK else option.effect_rank,
+        -(option.speed or 0.0),
+        option.effect_rank,
+        len(option.keys),
+        option.peak_bytes or 0,
+    )
+
+
+def relative_speed(base: Workload, changed: Workload, card: CardSpeed) -> float:
+    return estimate_speed(changed, card).tokens_per_s / estimate_speed(base, card).tokens_per_s
+
+
+def _option(base: Workload, choices: tuple[Choice, ...], gap: int, target: Target, card: CardSpeed) -> Option:
+    workload, config, saved = base, {}, 0
+    for choice in choices:
+        workload = replace(workload, **choice.fields)
+        config.update(choice.config)
+        saved += choice.saves_bytes
+    peak = estimate_memory(workload).peak_bytes + gap - saved
+    verdict, headroom = verdict_of(peak, target)
+    speed = relative_speed(base, workload, card)
+    reasons = tuple(c.speed_reason for c in choices if c.speed_reason)
+    worst = max(choices, key=lambda c: c.effect_rank)
+    effects = [c.effect for c in choices if c.effect != "none"] or ["none"]
+    resume = (
+        "from step 0 (the adapter changes shape)"
+        if any(c.from_step_zero for c in choices)
+        else (
+            "from the last checkpoint, with fresh optimizer states"
+            if any(c.fresh_optimizer for c in choices)
+            else "from the last checkpoint"
+        )
+    )
+    return Option(
+        keys=tuple(c.key for c in choices),
+        title=" + ".join(c.title for c in choices),
+        config=config,
+        peak_bytes=peak,
+        headroom_bytes=headroom,
+        verdict=verdict,
+        speed=round(speed, 3),
+        speed_reasons=reasons,
+        effect="; ".join(effects),
+        effect_rank=worst.effect_rank,
+        resume=resume,
+        from_step_zero=any(c.from_step_zero for c in choices),
+    )
+
+
+def _best_per_knob(options: list[Option]) -> list[Option]:
+    """Per knob, the mildest choice that fits (the largest micro-batch, the longest max_length...),
+    else the strongest one, so the table shows what each knob can do at best."""
+    by_knob: dict[str, list[Option]] = {}
+    for option in options:
+        by_knob.setdefault(option.keys[0], []).append(option)
+    chosen = []
+    for group in by_knob.values():  # choices come mildest first
+        fitting = [o for o in group if o.verdict == "fits"]
+        chosen.append(fitting[0] if fitting else min(group, key=lambda o: o.peak_bytes or 0))
+    return chosen
+
+
+def _combinations(base: Workload, all_knobs: list[Knob], gap: int, target: Target, card: CardSpeed):
+    """Every combination of two or more knobs (one choice each): both models are cheap."""
+    for size in range(2, len(all_knobs) + 1):
+        for group in itertools.combinations(all_knobs, size):
+            for choices in itertools.product(*(k.choices for k in group)):
+                yield _option(base, choices, gap, target, card)
+
+
+def _distinct(options: list[Option]) -> list[Option]:
+    """Drop a combination that only adds changes to a better-ranked one."""
+    kept: list[Option] = []
+    for option in options:
+        if not any(set(k.keys) <= set(option.keys) for k in kept):
+            kept.append(option)
+    return kept
+
+
+def _bigger_card(
+    cfg, base: Workload, peak: int, target: Target, current: Card | None, catalog: Catalog | None
+) -> list[Option]:
+    """The cheapest catalog card the unchanged run fits with the margin."""
+    if catalog is None:
+        return []
+    fitting = [c for c in catalog.cards if peak <= c.vram_gib * GIB * (1 - SAFETY_MARGIN)]
+    if target.bytes is not None:
+        fitting = [c for c in fitting if c.vram_gib * GIB > target.bytes]
+    if not fitting:
+        return []
+    card = min(fitting, key=lambda c: (c.price_per_hour, c.vram_gib))
+    if current is not None and cfg.emulate_vram_gib is None:
+        speed = round(estimate_speed(base, card).tokens_per_s / estimate_speed(base, current).tokens_per_s, 3)
+        reason = f"the speed model on {card.name} against {current.name}"
+    else:
+        speed, reason = None, "the card the run is on is emulated or unknown"
+    verdict, headroom = verdict_of(peak, Target(int(card.vram_gib * GIB), card.name))
+    price = "default price" if card.price_is_default else "your price"
+    return [
+        Option(
+            keys=("card",),
+            title=f"a bigger card: {card.name} ({card.vram_gib:g} GiB)",
+            config={},
+            peak_bytes=peak,
+            headroom_bytes=headroom,
+            verdict=verdict,
+            speed=speed,
+            speed_reasons=(reason,),
+            effect=f"none; another instance at ${card.price_per_hour:.2f}/h ({price}, {card.price_date})",
+            effect_rank=0,
+            resume="copy the run directory to the new instance, then cockpit restart",
+            applicable=False,
+            card=card,
+        )
+    ]
+
+
+def _host_analysis(cfg, observation: Observation, target: Target, notes: list[str]) -> Analysis:
+    """Host RAM ran out: the GPU memory model does not apply; fewer loader processes is the lever here."""
+    notes.append("host RAM ran out, not GPU memory: the memory model predicts GPU memory only")
+    options = []
+    workers = cfg.training.dataloader_num_workers
+    if workers > 0:
+        options.append(
+            Option(
+                keys=("dataloader_workers",),
+                title=f"dataloader workers {workers} -> 0",
+                config={"training.dataloader_num_workers": 0},
+                peak_bytes=None,
+                headroom_bytes=None,
+                verdict="unknown",
+                speed=None,
+                speed_reasons=("batches are prepared in the training process: slower when input-bound",),
+                effect="none",
+                effect_rank=0,
+                resume="from the last checkpoint",
+            )
+        )
+    return Analysis(target, observation, None, None, 0, options, notes)

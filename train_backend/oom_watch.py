@@ -1,0 +1,253 @@
+"""What the trainer records so that an out-of-memory error can be explained and fixed.
+
+- `PhaseTracker`: where the run is, finely enough to say where an OOM struck (model load,
+  first forward, forward, backward, optimizer step, evaluation, checkpoint save), the step,
+  and the shape of the batch in flight. Cheap: it wraps three trainer methods and listens to
+  three callbacks; no per-module hooks.
+- `memory_snapshot`: the allocator's counters at the failure (no NVML: torch only).
+- `emulate_vram`: cap the allocator so the run behaves as on a smaller card
+  (`emulate_vram_gib`); `allocator_options`: `expandable_segments` before CUDA starts.
+- `keep_optimizer_compatible`: a relaunch that changed the optimizer (e.g. to 8-bit)
+  resumes the weights and the schedule, not the old optimizer's states.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cockpit.config import ConfigError, TrainConfig
+from train_backend.channel import Emitter
+
+GIB = 2**30
+# the trainer's coarse phases -> the OOM's phase when it strikes outside the training loop
+COARSE = {
+    "starting": "startup",
+    "loading_model": "model_load",
+    "quantising": "model_load",
+    "preparing_data": "data",
+    "saving": "final_save",
+}
+
+
+class PhaseTracker:
+    """The phase, step and batch in flight; read by the trainer when something fails."""
+
+    def __init__(self) -> None:
+        self.phase = "startup"
+        self.step: int | None = None
+        self.seq_len: int | None = None
+        self.batch_rows: int | None = None
+        self.forwards_done = 0
+        self.emulation: dict | None = None  # what emulate_vram set up
+
+    def enter(self, coarse: str) -> None:
+        """The trainer's own phases (starting, loading_model, ...); training is tracked finely."""
+        if coarse in COARSE:
+            self.phase = COARSE[coarse]
+
+    def _next_forward(self, step: int) -> None:
+        self.step = step
+        self.phase = "forward" if self.forwards_done else "first_forward"
+        self.seq_len = self.batch_rows = None
+
+    def watch(self, trainer) -> None:
+        """Wrap the trainer's loss, checkpoint and evaluation calls and add the step callback."""
+        from transformers import TrainerCallback
+
+        tracker = self
+        compute_loss = trainer.compute_loss
+        save_checkpoint = trainer._save_checkpoint
+        evaluate = trainer.evaluate
+
+        def tracked_loss(model, inputs, *args, **kwargs):
+            training = model.training
+            ids = inputs.get("input_ids") if isinstance(inputs, dict) else None
+            if ids is not None and hasattr(ids, "shape") and len(ids.shape) == 2:
+                tracker.batch_rows, tracker.seq_len = int(ids.shape[0]), int(ids.shape[1])
+            if training:
+                tracker.phase = "forward" if tracker.forwards_done else "first_forward"
+            result = compute_loss(model, inputs, *args, **kwargs)
+            if training:
+                tracker.forwards_done += 1
+                tracker.phase = "backward"
+            return result
+
+        def tracked_save(*args, **kwargs):
+            before, tracker.phase = tracker.phase, "checkpoint_save"
+            save_checkpoint(*args, **kwargs)
+            tracker.phase = before
+
+        def tracked_evaluate(*args, **kwargs):
+            before, tracker.phase = tracker.phase, "evaluation"
+            try:
+                return evaluate(*args, **kwargs)
+            finally:
+                tracker.phase = before
+
+        trainer.compute_loss = tracked_loss
+        trainer._save_checkpoint = tracked_save
+        trainer.evaluate = tracked_evaluate
+
+        class StepPhases(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kw):
+                tracker._next_forward(state.global_step + 1)
+
+            def on_pre_optimizer_step(self, args, state, control, **kw):
+                tracker.phase = "optimizer_step"
+
+            def on_substep_end(self, args, state, control, **kw):
+                tracker.phase = "forward"
+
+            def on_step_end(self, args, state, control, **kw):
+                tracker._next_forward(state.global_step + 1)
+
+        trainer.add_callback(StepPhases())
+
+    def details(self) -> dict:
+        """The `oom` event's fields from the trainer: where, which step, which batch, memory."""
+        return {
+            "phase": self.phase,
+            "step": self.step,
+            "seq_len": self.seq_len,
+            "batch_rows": self.batch_rows,
+            "memory": memory_snapshot(),
+            "emulated_vram": self.emulation,
+        }
+
+
+def memory_snapshot() -> dict:
+    """The allocator's counters now (after an OOM: what was held when it struck). Never raises."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            import psutil
+
+            return {"rss_bytes": psutil.Process().memory_info().rss}
+        free, total = torch.cuda.mem_get_info()
+        return {
+            "allocated_bytes": torch.cuda.memory_allocated(),
+            "reserved_bytes": torch.cuda.memory_reserved(),
+            "max_allocated_bytes": torch.cuda.max_memory_allocated(),
+            "max_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "device_free_bytes": free,
+            "device_total_bytes": total,
+        }
+    except Exception as exc:  # the snapshot must never hide the error being reported
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def allocator_options(cfg: TrainConfig) -> None:
+    """`expandable_segments: true` -> PyTorch's allocator option; set before CUDA starts."""
+    if not cfg.expandable_segments:
+        return
+    name = "PYTORCH_ALLOC_CONF" if "PYTORCH_ALLOC_CONF" in os.environ else "PYTORCH_CUDA_ALLOC_CONF"
+    current = os.environ.get(name, "")
+    if "expandable_segments" not in current:
+        os.environ[name] = ",".join(x for x in (current, "expandable_segments:True") if x)
+
+
+def emulate_vram(cfg: TrainConfig, device_kind: str) -> dict | None:
+    """Cap PyTorch's allocator so the process behaves as on a card of `emulate_vram_gib`.
+
+    nvidia-smi counts the CUDA context and anything else outside the allocator against the
+    card; the fraction caps the allocator alone. So the cap is the limit minus what is already
+    used outside the allocator now (after CUDA starts). Kernels loaded later (cuBLAS, bitsandbytes,
+    attention) grow the context outside the cap: the emulated card is that much larger.
+    """
+    if cfg.emulate_vram_gib is None:
+        return None
+    limit = int(cfg.emulate_vram_gib * GIB)
+    if device_kind != "cuda":
+        return {"limit_bytes": limit, "applied": False}
+    import torch
+
+    torch.cuda.init()
+    free, total = torch.cuda.mem_get_info()
+    outside = max(0, total - free - torch.cuda.memory_reserved())
+    allowed = limit - outside
+    if limit > total or allowed <= 0:
+        raise ConfigError(
+            f"emulate_vram_gib: {cfg.emulate_vram_gib:g} GiB cannot be emulated on this GPU "
+            f"({total / GIB:.2f} GiB, of which {outside / GIB:.2f} GiB are already in use outside PyTorch). "
+            "Give a size below the card's and above what is in use."
+        )
+    torch.cuda.set_per_process_memory_fraction(allowed / total)
+    return {
+        "limit_bytes": limit,
+        "applied": True,
+        "allowed_bytes": allowed,
+        "outside_bytes_at_start": outside,
+        "device_total_bytes": total,
+    }
+
+
+def checkpoint_optimizer(checkpoint: Path) -> str | None:
+    """The optimizer a checkpoint's states belong to (from its training_args.bin), or None."""
+    path = Path(checkpoint) / "training_args.bin"
+    if not path.is_file():
+        return None
+    try:
+        import torch
+
+        args = torch.load(path, weights_only=False)  # our own file, written by the trainer
+    except Exception:
+        return None
+    optim = getattr(args, "optim", None)
+    return str(getattr(optim, "value", optim)) if optim is not None else None
+
+
+def keep_optimizer_compatible(trainer, checkpoint: Path | None, cfg: TrainConfig, emitter: Emitter) -> None:
+    """When the optimizer changed since `checkpoint` (an OOM remedy: 8-bit states), resume the
+    weights and the learning-rate schedule but let the new optimizer start its own states."""
+    if checkpoint is None:
+        return
+    before = checkpoint_optimizer(checkpoint)
+    if before is None or before == cfg.training.optimizer:
+        return
+    import torch
+
+    def load_schedule_only(folder) -> None:
+        path = Path(folder) / "scheduler.pt"
+        if path.is_file():
+            trainer.lr_scheduler.load_state_dict(torch.load(path, weights_only=True))
+
+    trainer._load_optimizer_and_scheduler = load_schedule_only
+    emitter.emit(
+        "warning",
+        message=f"the optimizer changed ({before} -> {cfg.training.optimizer}): its states start afresh "
+        f"from {checkpoint.name}; weights and learning-rate schedule continue",
+        hint="",
+    )
+
+
+def injected_oom_message(card_gib: float | None = None) -> str:
+    """A `torch.OutOfMemoryError` message in the newer format for a full card (test aid).
+
+    The card is `card_gib` (the run's emulate_vram_gib) or 23.65 GiB; the figures keep the
+    proportions of a real message seen on a 24 GB card.
+    """
+    card = (card_gib or 23.65) * GIB
+
+    def size(share: float) -> str:
+        return format_size(int(card * share / 23.65))
+
+    return (
+        f"CUDA out of memory. Tried to allocate {size(2.00)}. GPU 0 has a total capacity of {size(23.65)} of "
+        f"which {size(1.02)} is free. Including non-PyTorch memory, this process has {size(22.61)} memory in "
+        f"use. Of the allocated memory {size(20.10)} is allocated by PyTorch, and {size(2.00)} is reserved "
+        "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation. "
+        "(injected by debug.fail_at_step)"
+    )
+
+
+def format_size(n_bytes: int) -> str:
+    """As PyTorch's allocator writes sizes in its messages."""
+    if n_bytes <= 1024:
+        return f"{n_bytes} bytes"
+    for unit, scale in (("KiB", 2**10), ("MiB", 2**20)):
+        if n_bytes <= scale * 1024:
+            return f"{n_bytes / scale:.2f} {unit}"
+    return f"{n_bytes / GIB:.2f} GiB"
