@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+from cockpit import distributed
 from cockpit.oom import cgroup_memory, silent_oom
 from cockpit.protocol import LineDecoder, encode
 from cockpit.rundir import RunDir
@@ -44,8 +45,11 @@ def project_root() -> str:
 
 
 def launch(run: RunDir, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start `python -m train_backend train RUN` detached; record who it is in trainer.json."""
+    """Start `python -m train_backend train RUN` detached (or, for several GPUs, the launcher of one
+    such process per GPU: cockpit.distributed); record who it is in trainer.json."""
+    command, launch_env = _trainer_command(run)
     env = dict(os.environ)
+    env.update(launch_env)
     env.update(extra_env or {})
     env["PYTHONUNBUFFERED"] = "1"
     # the trainer imports this very tree, whether installed or run from a checkout
@@ -55,7 +59,7 @@ def launch(run: RunDir, extra_env: dict[str, str] | None = None) -> subprocess.P
     try:
         _end_partial_line(run.events_path)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "train_backend", "train", str(run.path)],
+            command,
             stdin=subprocess.DEVNULL,
             stdout=events,
             stderr=log,
@@ -91,6 +95,16 @@ def launch(run: RunDir, extra_env: dict[str, str] | None = None) -> subprocess.P
     os.chmod(tmp, 0o600)
     os.replace(tmp, run.trainer_path)
     return proc
+
+
+def _trainer_command(run: RunDir) -> tuple[list[str], dict[str, str]]:
+    from cockpit.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(run.config_path)
+    except ConfigError:  # the trainer reports it as the run's error
+        return [sys.executable, "-m", "train_backend", "train", str(run.path)], {}
+    return distributed.trainer_command(cfg, run.path), distributed.launch_env(cfg)
 
 
 def _end_partial_line(path: Path) -> None:
@@ -164,9 +178,11 @@ def stop(
     _signal_group(pgid, signal.SIGTERM)
     if _wait_gone(run, term_s):
         _signal_group(pgid, signal.SIGKILL)  # stray workers of the group
+        distributed.kill_ranks(run.path)  # ranks of several GPUs live in sessions of their own
         return "terminated"
     say("still there: SIGKILL")
     _signal_group(pgid, signal.SIGKILL)
+    distributed.kill_ranks(run.path)
     _wait_gone(run, 5.0)
     return "killed"
 

@@ -19,15 +19,17 @@ def main(argv: list[str]) -> int:
         return 2
     # before any library import: protocol stays alone on the real stdout
     from train_backend.channel import Emitter, take_stdout
+    from train_backend.distributed import RankEmitter, World
 
     os.umask(0o077)  # everything in the run directory is the owner's alone
-    protocol_fd = take_stdout()
+    run_path = Path(argv[1]).resolve()
+    world = World.from_env(run_path)  # one of several processes started by torchrun
+    emitter = Emitter(take_stdout()) if world is None else RankEmitter(world.bootstrap(), world)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from cockpit.rundir import RunDir
     from train_backend.trainer import run_training
 
-    emitter = Emitter(protocol_fd)
-    return run_training(RunDir(Path(argv[1]).resolve()), emitter)
+    return run_training(RunDir(run_path), emitter, world)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import statistics
 import threading
@@ -44,6 +45,10 @@ class Controls:
             self.paused.clear()
         self.wake.set()
         self.emitter.emit("command", name=name, accepted=accepted, detail=detail)
+
+    def agree(self) -> None:
+        """Make every process act on the same requests; one process has nothing to agree with
+        (several GPUs: train_backend.distributed.RankControls)."""
 
     def on_fault(self, fault: Fault) -> None:
         self.emitter.emit("warning", message=f"control channel: {fault.describe()}", hint="")
@@ -104,7 +109,8 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
 
         def on_step_begin(self, args, state, control, **kw):
             fail_at = cfg.debug.fail_at_step
-            if fail_at is not None and state.global_step + 1 == fail_at:
+            this_rank = cfg.debug.fail_rank is None or cfg.debug.fail_rank == int(os.environ.get("RANK", "0"))
+            if fail_at is not None and state.global_step + 1 == fail_at and this_rank:
                 if cfg.debug.fail_kind == "oom":
                     raise torch.OutOfMemoryError(injected_oom_message())
                 if cfg.debug.fail_kind == "other":
@@ -114,6 +120,7 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
             self.step_ends.append(time.time())
             if cfg.debug.step_sleep_s:
                 time.sleep(cfg.debug.step_sleep_s)
+            controls.agree()
             if controls.save.is_set():
                 controls.save.clear()
                 control.should_save = True
@@ -130,6 +137,7 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
             while controls.paused.is_set() and not controls.stop.is_set():
                 controls.wake.wait(1.0)
                 controls.wake.clear()
+                controls.agree()
             self.paused_s += time.time() - began
             # the pause is not training time: restart the throughput window
             self.window_start = (time.time(), self.tokens_seen, state.global_step)
@@ -146,7 +154,9 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
             t0, tok0, step0 = self.window_start or (self.train_start, 0, 0)
             dt = max(now - t0, 1e-9)
             steps = state.global_step - step0
-            samples = steps * args.per_device_train_batch_size * args.gradient_accumulation_steps
+            samples = (
+                steps * args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+            )
             intervals = [b - a for a, b in zip(self.step_ends, self.step_ends[1:])]
             emitter.emit(
                 "log",

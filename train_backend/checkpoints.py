@@ -34,7 +34,11 @@ def make_trainer_class(emitter: Emitter, run: rundir.RunDir, cfg: TrainConfig):
             staging_root = run.checkpoints_dir / rundir.STAGING_NAME
             staged = staging_root / f"checkpoint-{step}"
             final = run.checkpoints_dir / f"checkpoint-{step}"
-            shutil.rmtree(staged, ignore_errors=True)
+            # several processes: all write into the staging folder, one per node publishes it
+            local_main = self.accelerator.is_local_main_process
+            if local_main:
+                shutil.rmtree(staged, ignore_errors=True)
+            self.accelerator.wait_for_everyone()
             started = time.time()
             self._staging = True
             try:
@@ -43,6 +47,10 @@ def make_trainer_class(emitter: Emitter, run: rundir.RunDir, cfg: TrainConfig):
                     raise OSError(errno.ENOSPC, "No space left on device (injected by debug.fail_at_step)")
             finally:
                 self._staging = False
+            self.accelerator.wait_for_everyone()
+            if not local_main:
+                self.accelerator.wait_for_everyone()
+                return
             marker = {"step": step, "saved_at": time.time(), "save_s": round(time.time() - started, 3)}
             (staged / rundir.COMPLETE_MARKER).write_text(json.dumps(marker))
             fsync_tree(staged)
@@ -64,6 +72,7 @@ def make_trainer_class(emitter: Emitter, run: rundir.RunDir, cfg: TrainConfig):
                 save_s=marker["save_s"],
                 removed=[p.name for p in removed],
             )
+            self.accelerator.wait_for_everyone()
 
     return CockpitSFTTrainer
 

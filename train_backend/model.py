@@ -36,7 +36,7 @@ def detect_device() -> Device:
     import torch
 
     if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())  # a rank's own GPU
         return Device("cuda", props.name, (props.major, props.minor), props.total_memory)
     import platform
 
@@ -142,7 +142,8 @@ def torch_dtype(precision: str):
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
 
 
-def load_model(cfg: TrainConfig, model_path: str, precision: str, device: Device):
+def load_model(cfg: TrainConfig, model_path: str, precision: str, device: Device, sharded: bool = False):
+    """`sharded`: FSDP will shard the model, so it loads on the host, not onto one GPU."""
     import torch
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
@@ -152,8 +153,8 @@ def load_model(cfg: TrainConfig, model_path: str, precision: str, device: Device
         "trust_remote_code": cfg.model.trust_remote_code,
         "attn_implementation": cfg.model.attn_implementation,
     }
-    if device.kind == "cuda":
-        kwargs["device_map"] = {"": 0}
+    if device.kind == "cuda" and not sharded:
+        kwargs["device_map"] = {"": torch.cuda.current_device()}  # under DDP each rank its own GPU
     if cfg.method == "qlora":
         q = cfg.quantization
         if q.bits == 4:
@@ -162,6 +163,8 @@ def load_model(cfg: TrainConfig, model_path: str, precision: str, device: Device
                 bnb_4bit_quant_type=q.quant_type,
                 bnb_4bit_use_double_quant=q.double_quant,
                 bnb_4bit_compute_dtype=compute,
+                # FSDP shards float tensors only, all of one dtype: store the 4-bit weights as such
+                bnb_4bit_quant_storage=compute if sharded else torch.uint8,
             )
         else:
             kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)

@@ -16,6 +16,7 @@ from train_backend import model as model_mod
 from train_backend.callbacks import Controls, make_callback, memory_fields
 from train_backend.channel import CommandListener, Emitter
 from train_backend.checkpoints import fsync_tree, make_trainer_class
+from train_backend.distributed import RankControls, World, choose_strategy, local_first
 from train_backend.errors import classify, format_traceback
 
 
@@ -70,14 +71,19 @@ def start_recorder(run: rundir.RunDir) -> None:
         print(f"[cockpit] telemetry recorder not started: {exc}", file=sys.stderr)
 
 
-def run_training(run: rundir.RunDir, emitter: Emitter) -> int:
-    """The whole run; returns the process exit code. Every failure becomes one `error` event."""
-    controls = Controls(emitter)
+def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = None) -> int:
+    """The whole run; returns the process exit code. Every failure becomes one `error` event.
+
+    `world`: this process's place among several (torchrun); None for one process.
+    """
+    controls = Controls(emitter) if world is None else RankControls(emitter, world)
+    owner = world is None or world.writes_events  # the one process per node that owns the run dir
     signal.signal(signal.SIGTERM, controls.on_signal)
     signal.signal(signal.SIGINT, controls.on_signal)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # an SSH drop is not a reason to stop
-    CommandListener(str(run.control_path), controls.on_command, controls.on_fault).start()
-    start_recorder(run)
+    if owner:
+        CommandListener(str(run.control_path), controls.on_command, controls.on_fault).start()
+        start_recorder(run)
     phase = "starting"
     step = None
 
@@ -98,6 +104,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter) -> int:
 
         versions = _versions()
         device = model_mod.detect_device()
+        if world is not None:
+            world.init_process_group(device.kind, cfg.distributed.timeout_s)
         model_mod.check_device_fits_method(cfg, device)
         precision = model_mod.choose_precision(cfg, device)
         resume = run.complete_checkpoints()
@@ -119,16 +127,21 @@ def run_training(run: rundir.RunDir, emitter: Emitter) -> int:
             price_per_hour=cfg.cost.price_per_hour,
         )
         transformers.set_seed(cfg.training.seed)
+        controls.agree()
         if controls.stop.is_set():
             return stopped_early()
 
         enter("loading_model", f"resolving {cfg.model.name}")
-        model_path = model_mod.resolve_model_path(cfg, precision, device)
+        with local_first(world):  # one download or synthetic build per node
+            model_path = model_mod.resolve_model_path(cfg, precision, device)
+        if world is not None:
+            choose_strategy(world, cfg, model_path, device.total_bytes)
         tokenizer = model_mod.load_tokenizer(cfg, model_path)
 
         enter("preparing_data", f"loading {cfg.dataset.path}")
         prepared = data_mod.prepare(cfg.dataset, tokenizer, cfg.training.max_length)
         emitter.emit("data", **prepared.stats)
+        controls.agree()
         if controls.stop.is_set():
             return stopped_early()
 
@@ -136,13 +149,17 @@ def run_training(run: rundir.RunDir, emitter: Emitter) -> int:
             "quantising" if cfg.method == "qlora" else "loading_model", f"loading weights of {cfg.model.name}"
         )
         started = time.time()
-        model = model_mod.load_model(cfg, model_path, precision, device)
+        sharded = world is not None and world.strategy == "fsdp"
+        model = model_mod.load_model(cfg, model_path, precision, device, sharded=sharded)
         load_s = time.time() - started
+        controls.agree()
         if controls.stop.is_set():
             return stopped_early()
 
         peft_config = None if cfg.method == "full" else model_mod.lora_config(cfg)
         args = build_sft_config(cfg, run, precision, device.kind)
+        if world is not None:
+            args = world.adapt_sft_config(args, cfg)
         trainer_cls = make_trainer_class(emitter, run, cfg)
         trainer = trainer_cls(
             model=model,
@@ -183,11 +200,15 @@ def run_training(run: rundir.RunDir, emitter: Emitter) -> int:
         if cfg.output.save_final:
             enter("saving", "final adapter" if peft_config else "final model")
             staged = run.path / f".{rundir.FINAL_NAME}.staging"
-            shutil.rmtree(staged, ignore_errors=True)
-            trainer.save_model(str(staged))
-            tokenizer.save_pretrained(str(staged))
-            fsync_tree(staged)
-            os.rename(staged, run.final_dir)
+            if owner:
+                shutil.rmtree(staged, ignore_errors=True)
+            trainer.accelerator.wait_for_everyone()
+            trainer.save_model(str(staged))  # several processes: all take part, the main one writes
+            trainer.accelerator.wait_for_everyone()
+            if owner:
+                tokenizer.save_pretrained(str(staged))
+                fsync_tree(staged)
+                os.rename(staged, run.final_dir)
             final = str(run.final_dir)
         enter("done")
         emitter.emit(
