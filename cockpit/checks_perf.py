@@ -19,7 +19,13 @@ def check_peer_access(probe: dict) -> CheckResult:
         return _result("gpu.peer_access", "gpu", "Peer access between GPUs", "skip", "fewer than 2 GPUs")
     blocked = [f"{a}->{b}" for a, b, ok in pairs if not ok]
     status = "warn" if blocked else "pass"
-    value = f"blocked {', '.join(blocked)}" if blocked else f"all {len(pairs)} pairs"
+    gpus = len({a for a, _, _ in pairs})
+    shown = ", ".join(blocked[:6]) + (f" and {len(blocked) - 6} more" if len(blocked) > 6 else "")
+    value = (
+        f"blocked {shown} ({len(blocked)} of {len(pairs)} pairs, {gpus} GPUs)"
+        if blocked
+        else f"all {len(pairs)} pairs of {gpus} GPUs"
+    )
     return _result(
         "gpu.peer_access",
         "gpu",

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STRATEGIES = ("ddp", "fsdp")
+DDP_MARGIN = 0.05  # what a DDP replica must leave free on the card (the estimate's own error)
 LAUNCHER_MODULE = "train_backend.launcher"
 # NVLink SHARP (multicast) stays off unless the user turns it on: on shared hosts a program
 # using it can take every GPU of the host out of service (see docs/multi_gpu.md)
@@ -137,13 +138,13 @@ class StrategyChoice:
 
 
 def choose_strategy(
-    requested: str, method: str, replica_bytes: int | None, card_bytes: int | None
+    requested: str, method: str, ddp_bytes: int | None, card_bytes: int | None
 ) -> StrategyChoice:
-    """DDP for LoRA/QLoRA; for a full fine-tune DDP only when a whole replica fits one card.
+    """DDP for LoRA/QLoRA; for a full fine-tune DDP only when its per-GPU memory fits one card.
 
-    `replica_bytes`: the memory model's one-GPU peak for this workload (None: unknown shape);
-    `card_bytes`: what one card offers (None: unknown). Unknowns make auto pick FSDP for a
-    full fine-tune, the choice that fits more.
+    `ddp_bytes`: the memory model's per-GPU peak under DDP (a whole replica, its gradient buckets
+    and NCCL's buffers; None: unknown shape); `card_bytes`: what one card offers (None: unknown).
+    Unknowns make auto shard a full fine-tune, the choice that fits more.
     """
     if requested in STRATEGIES:
         return StrategyChoice(requested, f"distributed.strategy: {requested}")
@@ -151,20 +152,13 @@ def choose_strategy(
         return StrategyChoice(
             "ddp", f"{method}: the frozen base and the adapter fit one card; ddp copies them"
         )
-    if replica_bytes is not None and card_bytes is not None and replica_bytes <= card_bytes:
-        gib = 2**30
-        return StrategyChoice(
-            "ddp",
-            f"full fine-tune: a replica needs ~{replica_bytes / gib:.1f} GiB, one card has "
-            f"{card_bytes / gib:.1f} GiB",
-        )
-    if replica_bytes is None or card_bytes is None:
+    if ddp_bytes is None or card_bytes is None:
         return StrategyChoice("fsdp", "full fine-tune, replica size unknown: sharded to be safe")
-    return StrategyChoice(
-        "fsdp",
-        f"full fine-tune: a replica needs ~{replica_bytes / 2**30:.1f} GiB, one card has "
-        f"{card_bytes / 2**30:.1f} GiB; sharded over the GPUs",
-    )
+    need = f"full fine-tune: a DDP replica needs ~{ddp_bytes / 2**30:.1f} GiB per GPU, one card has "
+    need += f"{card_bytes / 2**30:.1f} GiB"
+    if ddp_bytes <= card_bytes * (1 - DDP_MARGIN):
+        return StrategyChoice("ddp", need)
+    return StrategyChoice("fsdp", need + "; sharded over the GPUs")
 
 
 # ---------------------------------------------------------------- ranks

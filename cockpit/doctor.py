@@ -564,6 +564,7 @@ class Doctor:
             ("foreign_process", foreign_process, window_s),
             ("fp32_on_bf16_card", fp32_on_bf16_card, window_s),
             ("no_gpu", no_gpu, window_s),
+            *((rule_id, rule, window_s) for rule_id, rule in doctor_multi.RULES),
         )
         self._history_s = max(span for _, _, span in self.rules)
         self._history: deque[Observation] = deque(maxlen=MAX_OBSERVATIONS)
@@ -587,6 +588,7 @@ class Doctor:
         attempts = _field(state, "attempts")
         if attempts:
             pids.add(_field(attempts[-1], "pid"))
+        pids.update(doctor_multi.rank_pids(state))  # several GPUs: every rank is the trainer
         pids.discard(None)
         self._history.append(Observation.of(sample, _field(state, "status"), frozenset(pids)))
         self._state = state
@@ -608,3 +610,6 @@ class Doctor:
             since = self._active.setdefault(rule_id, now_ts if finding.since_ts is None else finding.since_ts)
             found.append(replace(finding, since_ts=since))
         return sorted(found, key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
+
+
+from cockpit import doctor_multi  # noqa: E402  (its rules use this module's types)

@@ -14,7 +14,7 @@ settings; three coefficients are calibrated on measured runs (docs/estimator.md)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cockpit.modelshape import ModelShape
 
@@ -35,6 +35,10 @@ OPTIMIZER_STATE_BYTES = {  # per trainable parameter; None: two states in the pa
     "sgd": 0,
 }
 TRAINERS = ("trl", "hf")
+SHARDINGS = ("ddp", "fsdp")  # with gpus > 1: a whole replica per GPU, or weights/grads/states sharded
+# NCCL's own buffers and communicator state per GPU (typically 0.2-1 GiB; not yet calibrated here:
+# bench/multi_gpu.py measures a DDP run's device memory against the same run on one GPU)
+NCCL_BUFFERS_BYTES = int(0.5 * GIB)
 # what a prediction must leave free on the card: the model's own error (<10% on measured
 # points) and memory other processes or fragmentation take
 SAFETY_MARGIN = 0.05
@@ -57,6 +61,8 @@ class Workload:
     optimizer: str = "paged_adamw_32bit"
     precision: str = "bf16"  # bf16 | fp16 | fp32
     trainer: str = "trl"  # trl: the product (TRL SFTTrainer); hf: plain HF Trainer + peft
+    gpus: int = 1  # processes of the job (GPUs over all machines); the estimate is per GPU
+    sharding: str = "ddp"  # with gpus > 1: ddp (replicated) or fsdp (sharded, each layer gathered in turn)
 
     @property
     def tokens_per_micro_batch(self) -> int:
@@ -110,6 +116,12 @@ def check(w: Workload) -> None:
             raise EstimateError(f"{name} {value!r}: expected a whole number from {low} to {high}")
     if w.method == "qlora" and w.quant_bits not in (4, 8):
         raise EstimateError(f"quantisation bits {w.quant_bits!r}: expected 4 or 8")
+    if not isinstance(w.gpus, int) or not 1 <= w.gpus <= 4096:
+        raise EstimateError(f"GPU count {w.gpus!r}: expected a whole number from 1 to 4096")
+    if w.sharding not in SHARDINGS:
+        raise EstimateError(f"sharding {w.sharding!r}: expected ddp or fsdp")
+    if w.sharding == "fsdp" and w.gpus > 1 and w.method == "qlora" and w.quant_bits == 8:
+        raise EstimateError("FSDP shards 4-bit QLoRA weights only; with 8-bit weights use ddp")
     unknown = w.shape.unknown_targets(w.lora_targets) if w.method != "full" else []
     if unknown:
         names = ", ".join(w.shape.linear_shapes())
@@ -254,7 +266,89 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
     # loading holds the weights and, while quantising, one 16-bit layer at a time
     static = sum(p.bytes for p in parts if p.key in ("weights", "quant_constants"))
     biggest_layer = max(a * b for a, b in s.linear_shapes().values()) * 2
+    if w.gpus > 1:
+        parts = _per_gpu_parts(w, parts, act_bytes)
+        if w.sharding == "fsdp":  # loaded on the host, then sharded onto the GPUs
+            static = sum(p.bytes for p in parts if p.key in ("weights", "quant_constants"))
+            biggest_layer = 0
     return MemoryEstimate(tuple(parts), static + context + biggest_layer)
+
+
+def _per_gpu_parts(w: Workload, parts: list[Part], act_bytes: int) -> list[Part]:
+    """One GPU's share under DDP (everything replicated, plus gradient buckets) or FSDP (weights,
+    gradients and optimizer states divided by the GPU count; the layers in flight gathered whole)."""
+    s, n = w.shape, w.gpus
+    nccl = Part(
+        "nccl", "NCCL buffers", NCCL_BUFFERS_BYTES, "communicator state; an assumption, not calibrated"
+    )
+    if w.sharding == "ddp":
+        if w.method == "full":
+            bucket = s.params * 4
+        else:
+            trainable = s.lora_params(w.lora_r, w.lora_targets)
+            bucket = trainable * (2 if (w.trainer == "trl" and w.method == "qlora") else 4)
+        note = "a copy of every gradient for the all-reduce (gradient_as_bucket_view off)"
+        out = [*parts[:-1], Part("ddp_buckets", "DDP gradient buckets", bucket, note), nccl, parts[-1]]
+        return out
+    sharded = ("weights", "quant_constants", "gradients", "optimizer", "adapter")
+    out = []
+    for p in parts:
+        if p.key in sharded:
+            out.append(
+                Part(p.key, f"{p.label} (1/{n})", -(-p.bytes // n), f"{p.note}; sharded over {n} GPUs")
+            )
+        elif p.key != "autocast_copies":  # FSDP gathers 16-bit layers instead of keeping a full copy
+            out.append(p)
+    layer = s.layer_linear_params + s.layer_other_params
+    root = s.params - s.num_layers * layer  # embeddings, lm_head, final norm: one unit, held all step
+    if w.method == "qlora":
+        per_weight = 0.5 if w.quant_bits == 4 else 1.0
+        layer_bytes = int(s.layer_linear_params * per_weight + s.layer_other_params * 2)
+        root_bytes, grad_bytes = root * 2, 0
+    else:
+        layer_bytes, root_bytes = layer * act_bytes, root * act_bytes
+        grad_bytes = layer * 4 if w.method == "full" else 0  # one layer's gradient before reduce-scatter
+    gathered = root_bytes + 2 * layer_bytes + grad_bytes
+    out.insert(
+        len(out) - 1,
+        Part(
+            "gathered",
+            "gathered layers",
+            gathered,
+            "the root unit (embeddings, lm_head) + the current and the prefetched decoder layer"
+            + (" + one layer's full gradient" if grad_bytes else ""),
+        ),
+    )
+    out.insert(len(out) - 1, nccl)
+    return out
+
+
+@dataclass(frozen=True)
+class GpuCountOption:
+    """A job of `gpus` of one card: which strategy it runs and what each GPU then holds."""
+
+    gpus: int
+    sharding: str
+    reason: str
+    estimate: MemoryEstimate
+    verdict: str  # fits | tight | no (per GPU, against the card's memory)
+
+
+def multi_gpu_options(
+    w: Workload, vram_bytes: int, counts: tuple[int, ...] = (2, 4, 8)
+) -> list[GpuCountOption]:
+    """The card picker's 2x/4x/8x rows: for each GPU count, the strategy `distributed.strategy: auto`
+    runs (cockpit.distributed.choose_strategy: DDP when its per-GPU share fits the card) and the
+    per-GPU estimate under it."""
+    from cockpit.distributed import choose_strategy
+
+    options = []
+    for n in counts:
+        ddp = estimate_memory(replace(w, gpus=n, sharding="ddp"))
+        choice = choose_strategy("auto", w.method, ddp.peak_bytes, vram_bytes)
+        est = ddp if choice.strategy == "ddp" else estimate_memory(replace(w, gpus=n, sharding="fsdp"))
+        options.append(GpuCountOption(n, choice.strategy, choice.reason, est, verdict(est, vram_bytes)))
+    return options
 
 
 def estimate_inference(shape: ModelShape, bits: int, context_tokens: int, batch: int = 1) -> MemoryEstimate:
@@ -295,7 +389,17 @@ def workload_from_config(cfg, shape: ModelShape, trainer: str = "trl") -> Worklo
         optimizer=t.optimizer,
         precision="bf16" if t.precision == "auto" else t.precision,
         trainer=trainer,
+        gpus=cfg.gpus * cfg.distributed.nnodes,
+        sharding=_config_sharding(cfg),
     )
+
+
+def _config_sharding(cfg) -> str:
+    """What the trainer runs: the strategy asked for, else auto's rule without the card
+    (a full fine-tune counts as sharded: the trainer picks DDP only when a replica fits)."""
+    if cfg.distributed.strategy in SHARDINGS:
+        return cfg.distributed.strategy
+    return "fsdp" if cfg.method == "full" else "ddp"
 
 
 def workload_inputs(w: Workload) -> dict:
@@ -314,6 +418,7 @@ def workload_inputs(w: Workload) -> dict:
         "optimizer": w.optimizer,
         "precision": w.precision,
         "trainer": w.trainer,
+        **({"gpus": w.gpus, "sharding": w.sharding} if w.gpus > 1 else {}),
     }
 
 

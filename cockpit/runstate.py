@@ -59,6 +59,7 @@ class RunState:
     price_per_hour: float | None = None
     data: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
+    distributed: dict = field(default_factory=dict)  # several GPUs: world size, strategy, rank pids
     plan: dict = field(default_factory=dict)  # train_begin
     step: int = 0
     total_steps: int | None = None
@@ -116,6 +117,7 @@ class RunState:
         self.precision = m.get("precision")
         self.versions = m.get("versions") or {}
         self.price_per_hour = number(m.get("price_per_hour"))
+        self.distributed = m.get("distributed") or {}
         self.status = "starting"
         self.error = None
         self.outcome = None
@@ -131,6 +133,7 @@ class RunState:
 
     def _on_model(self, m: dict) -> None:
         self.model = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
+        self.distributed = m.get("distributed") or self.distributed
 
     def _on_train_begin(self, m: dict) -> None:
         self.plan = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}

@@ -191,12 +191,16 @@ def choose_strategy(world: World, cfg, model_path: str, card_bytes: int | None) 
 
 
 def _replica_bytes(cfg, model_path: str) -> int | None:
+    """Per-GPU memory of this run under DDP, by the memory model."""
+    import dataclasses
+
     from cockpit import estimate, modelshape
 
     try:
         config = json.loads((Path(model_path) / "config.json").read_text())
         shape = modelshape.from_config_dict(config, cfg.model.name, "config.json")
-        return estimate.estimate_memory(estimate.workload_from_config(cfg, shape)).peak_bytes
+        workload = dataclasses.replace(estimate.workload_from_config(cfg, shape), sharding="ddp")
+        return estimate.estimate_memory(workload).peak_bytes
     except Exception:  # a hub id, an unknown architecture: no estimate, auto shards
         return None
 
