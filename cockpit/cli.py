@@ -58,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
             help="override a config key, e.g. --set training.max_steps=50 (repeatable)",
         )
         sp.add_argument("--check", action="store_true", help="validate the config and exit")
+        sp.add_argument(
+            "--skip-preflight",
+            action="store_true",
+            help="start without the quick preflight (GPU via NVML, host, disks, hub: ~1 s)",
+        )
         with_ui(sp)
 
     sp = sub.add_parser("estimate", help="predict peak GPU memory of a config, in parts (no GPU needed)")
@@ -82,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--json", action="store_true", help="print the report as JSON (after the checks)")
     sp.add_argument(
-        "--no-ui", action="store_true", help="plain lines as checks finish (the only view so far)"
+        "--no-ui", action="store_true", help="plain lines as checks finish (so is output to a non-terminal)"
     )
     sp.add_argument(
         "--model", help="the planned model (shape or hub id): judge RAM, disk and download for it"
@@ -191,15 +196,23 @@ def _start(cfg: config.TrainConfig, args) -> int:
         print("config OK")
         return 0
     config.with_absolute_paths(cfg)
+    problems = []
+    if not args.skip_preflight:  # warn before money is spent; never block the start
+        from cockpit.preflight_start import run_start_preflight
+
+        checked = run_start_preflight(cfg)
+        problems = checked.problems
+        if args.no_ui:
+            print("\n".join(checked.lines()), flush=True)
     run = rundir.create(
         Path(cfg.output.dir) if cfg.output.dir else None, cfg.model.name, config.dump_config(cfg)
     )
     proc = supervisor.launch(run)
     print(f"run {run.run_id} started (trainer pid {proc.pid}); directory {run.path}", file=sys.stderr)
-    return _show(run, proc, args)
+    return _show(run, proc, args, preflight_problems=problems)
 
 
-def _show(run: rundir.RunDir, proc, args, replay: bool = False) -> int:
+def _show(run: rundir.RunDir, proc, args, replay: bool = False, preflight_problems=()) -> int:
     from cockpit.session import RunSession
 
     session = RunSession(run, proc=proc, replay=replay)
@@ -214,7 +227,7 @@ def _show(run: rundir.RunDir, proc, args, replay: bool = False) -> int:
     if not replay:  # a live trainer: sample its GPUs and host now; the app stops the watch on exit
         pid = proc.pid if proc is not None else (run.read_trainer() or {}).get("pid")
         watch = LiveWatch(pid).start()
-    code = CockpitApp(session, watch=watch).run() or 0
+    code = CockpitApp(session, watch=watch, preflight_problems=list(preflight_problems)).run() or 0
     if code == EXIT_DETACHED and not replay:
         run_id = run.run_id
         print(f"detached; training goes on. Watch: cockpit attach {run_id}   Stop: cockpit stop {run_id}")
@@ -325,6 +338,15 @@ def cmd_preflight(args) -> int:
         except modelshape.ShapeError as exc:
             print(f"--model: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    if not (args.json or args.no_ui) and sys.stdout.isatty():
+        from cockpit.preflight_run import full_preflight
+        from screens.preflight_app import PreflightApp  # the TUI, only on this branch
+
+        app = PreflightApp(full_preflight(args.quick, model_bytes, args.multi), quick=args.quick)
+        code = app.run()
+        if app.last_export is not None:
+            print(f"report written to {app.last_export}")
+        return 2 if code is None else code  # None: the app died; no verdict is a failure
     say = (lambda r: None) if args.json else (lambda r: print(result_line(r), flush=True))
     results, meta = run_preflight(args.quick, on_result=say, model_bytes=model_bytes, multi=args.multi)
     code = exit_code(results)

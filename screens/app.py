@@ -28,6 +28,7 @@ from textual.worker import get_current_worker
 from cockpit.headless import EXIT_DETACHED, exit_code
 from cockpit.session import RunSession
 from cockpit.telemetry_log import TELEMETRY_NAME, read_history
+from screens.preflight_notice import PreflightNotice
 from screens.run_view import EventLines, RunView
 from screens.telemetry_feed import LogTailReader
 
@@ -103,9 +104,11 @@ class CockpitApp(App[int]):
         watch: Any = None,
         clock: Callable[[], float] | None = None,
         poll_interval_s: float = 0.1,
+        preflight_problems: list | None = None,
     ):
         super().__init__()
         self.session = session
+        self.preflight_problems = list(preflight_problems or [])  # what the start's quick preflight found
         self.watch = watch
         self.poll_interval_s = poll_interval_s
         # a replay's "now" is the recorded time it has reached
@@ -117,6 +120,8 @@ class CockpitApp(App[int]):
 
     async def on_mount(self) -> None:
         await self.push_screen(self.run_view)
+        if self.preflight_problems:
+            await self.push_screen(PreflightNotice(self.preflight_problems))
 
     def on_run_view_ready(self, _message: RunView.Ready) -> None:
         # the threads start once every widget they update exists
