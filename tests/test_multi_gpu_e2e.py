@@ -152,7 +152,8 @@ def free_port() -> int:
 
 
 def test_two_nodes_on_loopback(tmp_path, env):
-    """Two `cockpit train` on one machine as nodes 0 and 1 of one job (one process each)."""
+    """Two `cockpit train` on one machine as nodes 0 and 1 of one job (one process each); node 1
+    starts its rank through `accelerate launch`, node 0 through torchrun: either joins the job."""
     endpoint = f"127.0.0.1:{free_port()}"
     procs = []
     for node in (0, 1):
@@ -163,6 +164,7 @@ def test_two_nodes_on_loopback(tmp_path, env):
             "distributed.nnodes": 2,
             "distributed.node_rank": node,
             "distributed.rdzv_endpoint": endpoint,
+            "distributed.launcher": "torchrun" if node == 0 else "accelerate",
         }
         config = write_config(tmp_path / f"node{node}.yaml", cfg)
         procs.append(

@@ -159,7 +159,7 @@ class World:
             # every trainable parameter gets a gradient every step (LoRA adapters; full weights)
             out["ddp_find_unused_parameters"] = False
             return out
-        out["fsdp"] = "full_shard" if cfg.distributed.fsdp_sharding == "full_shard" else "shard_grad_op"
+        out["fsdp"] = True
         out["fsdp_config"] = {
             "version": 2,
             "reshard_after_forward": cfg.distributed.fsdp_sharding == "full_shard",
@@ -188,6 +188,9 @@ def choose_strategy(world: World, cfg, model_path: str, card_bytes: int | None) 
         card_bytes = min(card_bytes, int(emulated * 2**30))
     choice = plan.choose_strategy(cfg.distributed.strategy, cfg.method, replica, card_bytes)
     world.strategy, world.strategy_reason = choice.strategy, choice.reason
+    if world.strategy == "fsdp" and world.backend == "gloo":  # accelerate shards on GPUs only
+        world.strategy = "ddp"
+        world.strategy_reason += "; on the CPU accelerate runs FSDP as DDP, so DDP it is"
 
 
 def _replica_bytes(cfg, model_path: str) -> int | None:
