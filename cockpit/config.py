@@ -30,6 +30,15 @@ OPTIMIZERS = (
 )
 SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr", "polynomial")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+# the keys `speed: auto` chooses unless your config sets them (cockpit/speed_auto.py)
+SPEED_AUTO_KEYS = (
+    "model.attn_implementation",
+    "training.micro_batch_size",
+    "training.gradient_accumulation_steps",
+    "training.gradient_checkpointing",
+    "training.packing",
+    "training.dataloader_num_workers",
+)
 SECRET_KEY_PATTERN = re.compile(r"token|secret|password|api[_-]?key", re.IGNORECASE)
 
 
@@ -151,6 +160,27 @@ class CostSection:
 
 
 @dataclass
+class SpeedSection:
+    mode: str = _f(
+        "auto",
+        "auto: the trainer picks packing, micro-batch, checkpointing, attention kernel, fused kernels and "
+        "loader workers for this card and data, and logs each choice with its reason; off: run the "
+        "settings as written",
+        choices=("auto", "off"),
+    )
+    fused_kernels: str = _f(
+        "auto", "auto: Liger's Triton kernels (RMSNorm, RoPE, SwiGLU) where installed, on a GPU; off: never",
+        choices=("auto", "off"),
+    )
+    cache_tokens: bool = _f(True, "keep the tokenized dataset in the run directory, so a restart skips it")
+    keep: list[str] | None = _f(
+        None,
+        "keys that speed: auto leaves as written; every one of them your config sets is added on its own "
+        f"(auto keys: {', '.join(SPEED_AUTO_KEYS)})",
+    )
+
+
+@dataclass
 class DebugSection:
     fail_at_step: int | None = _f(None, "test aid: raise an error at this step", min=1)
     fail_kind: str = _f(
@@ -218,6 +248,7 @@ class TrainConfig:
     distributed: DistributedSection = field(default_factory=DistributedSection)
     output: OutputSection = field(default_factory=OutputSection)
     cost: CostSection = field(default_factory=CostSection)
+    speed: SpeedSection = field(default_factory=SpeedSection)
     emulate_vram_gib: float | None = _f(
         None,
         "rehearse a smaller card: cap PyTorch's allocator so the run behaves as on a GPU of this many GiB "
@@ -303,7 +334,24 @@ def config_from_dotted(values: dict) -> TrainConfig:
 def config_from_dict(raw: dict) -> TrainConfig:
     cfg = _build(TrainConfig, raw, "")
     _check_combinations(cfg)
+    _pin_explicit_speed_keys(cfg, raw)
     return cfg
+
+
+def _pin_explicit_speed_keys(cfg: TrainConfig, raw: dict) -> None:
+    """An auto key the config sets is the user's choice: `speed: auto` keeps it (speed.keep)."""
+    unknown = [k for k in cfg.speed.keep or [] if k not in SPEED_AUTO_KEYS]
+    if unknown:
+        raise ConfigError(
+            f"speed.keep: {', '.join(map(repr, unknown))} is not a key speed: auto chooses; "
+            f"those are: {', '.join(SPEED_AUTO_KEYS)}"
+        )
+    present = set()
+    for key in SPEED_AUTO_KEYS:
+        section, name = key.split(".")
+        if isinstance(raw.get(section), dict) and name in raw[section]:
+            present.add(key)
+    cfg.speed.keep = sorted(set(cfg.speed.keep or []) | present) or None
 
 
 def _build(cls: type, raw: Any, prefix: str) -> Any:
@@ -537,8 +585,18 @@ def all_keys() -> list[str]:
 
 
 def dump_config(cfg: TrainConfig) -> str:
-    """The resolved config as YAML (what the run directory keeps)."""
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
+    """The resolved config as YAML (what the run directory keeps).
+
+    An auto key left at its default and not kept is left out, so that reading the file
+    back leaves it to `speed: auto` as the user's config did.
+    """
+    data = cfg.to_dict()
+    defaults = TrainConfig().to_dict()
+    for key in SPEED_AUTO_KEYS:
+        section, name = key.split(".")
+        if key not in (cfg.speed.keep or []) and data[section][name] == defaults[section][name]:
+            del data[section][name]
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
 def template() -> str:
@@ -565,7 +623,10 @@ def template() -> str:
         section = getattr(defaults, f.name)
         for g in fields(hint):
             lines.append(f"  # {g.metadata['doc']}")
-            lines.append(f"  {g.name}: {_yaml_scalar(getattr(section, g.name))}")
+            value = f"{g.name}: {_yaml_scalar(getattr(section, g.name))}"
+            if f"{f.name}.{g.name}" in SPEED_AUTO_KEYS:  # set, it would pin the value (speed.keep)
+                value = f"# {value}   (speed: auto chooses; uncomment to set it yourself)"
+            lines.append(f"  {value}")
         lines.append("")
     return "\n".join(lines)
 

@@ -75,6 +75,8 @@ def describe(item: dict | Fault) -> str | None:
             f"model: {item.get('name')} ({item.get('method')}), {item.get('params_trainable'):,} of "
             f"{item.get('params_total'):,} params trainable, loaded in {item.get('load_s')} s"
         )
+    if kind == "speed_plan":
+        return speed_plan_lines(item)
     if kind == "train_begin":
         return (
             f"training: {item.get('total_steps')} steps from {item.get('start_step')}, micro-batch "
@@ -95,6 +97,16 @@ def describe(item: dict | Fault) -> str | None:
     if kind == "exit":
         return f"trainer {item.get('reason', 'exited')}"
     return None
+
+
+def speed_plan_lines(item: dict) -> str:
+    """The speed plan: one line per choice, with its reason (who chose it: auto, yours, fixed)."""
+    lines = [f"speed: {item.get('mode')}"]
+    for choice in item.get("choices") or []:
+        lines.append(
+            f"  {choice.get('name')}: {choice.get('value')} [{choice.get('source')}] - {choice.get('reason')}"
+        )
+    return "\n".join(lines)
 
 
 def log_line(state: RunState, now_ts: float | None) -> str:

@@ -25,6 +25,7 @@ EVENT_TYPES = frozenset(
         "phase",
         "data",
         "model",
+        "speed_plan",
         "train_begin",
         "log",
         "checkpoint",

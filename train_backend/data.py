@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -22,6 +22,7 @@ class PreparedData:
     dataset: object  # datasets.Dataset with one column: text, messages or input_ids
     format: str
     stats: dict
+    lengths: list[int] = field(default_factory=list)  # each sample's tokens, before truncation
 
 
 def load_raw(section: DatasetSection):
@@ -107,7 +108,7 @@ def prepare(section: DatasetSection, tokenizer, max_length: int) -> PreparedData
     lengths = token_lengths(kept, fmt, tokenizer)
     stats = length_stats(lengths, max_length)
     stats.update(samples=len(kept), dropped=dropped, source_rows=total, format=fmt, column=column)
-    return PreparedData(kept, fmt, stats)
+    return PreparedData(kept, fmt, stats, lengths)
 
 
 def _usable(example: dict, fmt: str) -> bool:

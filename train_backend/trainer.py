@@ -12,6 +12,7 @@ import time
 from cockpit import rundir
 from cockpit.config import TrainConfig, load_config
 from train_backend import data as data_mod
+from train_backend import fast
 from train_backend import model as model_mod
 from train_backend.callbacks import Controls, make_callback, memory_fields
 from train_backend.channel import CommandListener, Emitter
@@ -20,11 +21,14 @@ from train_backend.distributed import RankControls, World, choose_strategy, loca
 from train_backend.errors import classify, format_traceback
 
 
-def build_sft_config(cfg: TrainConfig, run: rundir.RunDir, precision: str, device_kind: str):
+def build_sft_config(
+    cfg: TrainConfig, run: rundir.RunDir, precision: str, device_kind: str, extra: dict | None = None
+):
+    """`extra`: arguments the speed plan adds or replaces (train_backend.fast.sft_kwargs)."""
     from trl import SFTConfig
 
     t = cfg.training
-    return SFTConfig(
+    kwargs = dict(
         output_dir=str(run.checkpoints_dir),
         per_device_train_batch_size=t.micro_batch_size,
         gradient_accumulation_steps=t.gradient_accumulation_steps,
@@ -55,6 +59,8 @@ def build_sft_config(cfg: TrainConfig, run: rundir.RunDir, precision: str, devic
         disable_tqdm=True,
         dataset_text_field="text",
     )
+    kwargs.update(extra or {})
+    return SFTConfig(**kwargs)
 
 
 def start_recorder(run: rundir.RunDir) -> None:
@@ -141,6 +147,9 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         enter("preparing_data", f"loading {cfg.dataset.path}")
         prepared = data_mod.prepare(cfg.dataset, tokenizer, cfg.training.max_length)
         emitter.emit("data", **prepared.stats)
+        plan = fast.make_plan(cfg, device, precision, prepared.lengths, model_path)  # speed: auto
+        cfg = plan.config
+        emitter.emit("speed_plan", **plan.to_event())
         controls.agree()
         if controls.stop.is_set():
             return stopped_early()
@@ -151,24 +160,27 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         started = time.time()
         sharded = world is not None and world.strategy == "fsdp"
         model = model_mod.load_model(cfg, model_path, precision, device, sharded=sharded)
+        fast.apply_fused_kernels(plan, model)
         load_s = time.time() - started
         controls.agree()
         if controls.stop.is_set():
             return stopped_early()
 
         peft_config = None if cfg.method == "full" else model_mod.lora_config(cfg)
-        args = build_sft_config(cfg, run, precision, device.kind)
+        train_data, data_kwargs, cache = fast.cached_dataset(plan, run.path, prepared.dataset, cfg, tokenizer)
+        args = build_sft_config(cfg, run, precision, device.kind, fast.sft_kwargs(plan, data_kwargs))
         if world is not None:
             args = world.adapt_sft_config(args, cfg)
-        trainer_cls = make_trainer_class(emitter, run, cfg)
+        trainer_cls = fast.trainer_class(plan, make_trainer_class(emitter, run, cfg))
         trainer = trainer_cls(
             model=model,
             args=args,
-            train_dataset=prepared.dataset,
+            train_dataset=train_data,
             processing_class=tokenizer,
             peft_config=peft_config,
             callbacks=[make_callback(emitter, controls, cfg)],
         )
+        fast.finish_trainer(plan, trainer, tokenizer, cache if owner else None)
         total, trainable = model_mod.parameter_counts(trainer.model)
         emitter.emit(
             "model",

@@ -1,0 +1,202 @@
+"""speed: auto decides from stated facts: the card's memory, the data's lengths, what imports."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from cockpit import config, speed_auto
+from cockpit.estimate import GIB, SAFETY_MARGIN, Workload, estimate_memory
+from cockpit.headless import describe
+from cockpit.modelshape import load_shape
+
+LLAMA7 = load_shape("synthetic:llama-2-7b")
+H200, _ = speed_auto.card_for("NVIDIA H200", int(139.8 * GIB))
+FIXED = [512] * 224
+_RNG = random.Random(0)
+RAGGED = [_RNG.randint(32, 512) for _ in range(224)]
+
+
+def gpu(memory_gib: float = 22.0, **kw) -> speed_auto.Facts:
+    values = dict(
+        device_kind="cuda",
+        precision="bf16",
+        device_name="NVIDIA H200",
+        memory_bytes=int(memory_gib * GIB),
+        memory_note=f"emulate_vram_gib {memory_gib:g}",
+        capability="9.0",
+        cpu_count=16,
+        liger="0.8.5",
+        liger_model=True,
+        card=H200,
+    )
+    values.update(kw)
+    return speed_auto.Facts(**values)
+
+
+def qlora(**dotted) -> config.TrainConfig:
+    return config.config_from_dotted({"model.name": "synthetic:llama-2-7b", **dotted})
+
+
+def choice(plan, name):
+    return next(c for c in plan.choices if c.name == name)
+
+
+def test_fixed_length_data_is_not_packed_and_the_micro_batch_grows_inside_the_budget():
+    plan = speed_auto.plan(qlora(), gpu(22), FIXED, LLAMA7)
+    t = plan.config.training
+    assert plan.packing == "none" and not t.packing
+    assert "1.00 of them in a row" in choice(plan, "packing").reason
+    assert t.micro_batch_size > 4  # the article's 4, grown
+    assert 16 <= t.micro_batch_size * t.gradient_accumulation_steps < 16 + t.gradient_accumulation_steps
+    assert plan.predicted_peak_bytes <= 22 * GIB * (1 - SAFETY_MARGIN)
+    seed_like = Workload(shape=LLAMA7, micro_batch=4, grad_accum=4, gradient_checkpointing=True)
+    from cockpit.speed import estimate_speed
+
+    assert plan.predicted_tokens_per_s > 1.5 * estimate_speed(seed_like, H200).tokens_per_s
+    # the fewest checkpointed layers: one step fewer and the same micro-batch would not fit
+    if plan.checkpoint_layers:
+        w = Workload(
+            shape=LLAMA7,
+            micro_batch=t.micro_batch_size,
+            grad_accum=t.gradient_accumulation_steps,
+            gradient_checkpointing=False,
+        )
+        assert estimate_memory(w).peak_bytes > plan.budget_bytes  # without checkpointing it does not fit
+
+
+def test_ragged_data_is_packed_into_rows_keeping_the_samples_per_step():
+    plan = speed_auto.plan(qlora(), gpu(22), RAGGED, LLAMA7)
+    t = plan.config.training
+    per_row = speed_auto.samples_per_row(RAGGED, 512)
+    assert plan.packing == "rows" and plan.samples_per_row == pytest.approx(per_row, abs=1e-3)
+    assert 1.6 < per_row < 2.0  # uniform 32..512 averages ~272 tokens
+    rows = round(16 / per_row)
+    assert rows <= t.micro_batch_size * t.gradient_accumulation_steps < rows + t.gradient_accumulation_steps
+    assert "rows per step" in choice(plan, "micro-batch").value
+    assert not plan.sft_packing  # rows are packed by the trainer, not by TRL's flattening
+
+
+def test_flash_attention_packs_padding_free_and_an_unknown_kernel_does_not_pack():
+    plan = speed_auto.plan(qlora(), gpu(22, flash_attention="flash_attention_2"), RAGGED, LLAMA7)
+    assert plan.config.model.attn_implementation == "flash_attention_2"
+    assert plan.packing == "flat" and plan.sft_packing
+    eager = speed_auto.plan(qlora(**{"model.attn_implementation": "eager"}), gpu(22), RAGGED, LLAMA7)
+    assert eager.packing == "rows" and choice(eager, "attention").source == "yours"
+    speed_auto.PACKING_BY_ATTENTION.pop("eager")
+    try:
+        off = speed_auto.plan(qlora(**{"model.attn_implementation": "eager"}), gpu(22), RAGGED, LLAMA7)
+    finally:
+        speed_auto.PACKING_BY_ATTENTION["eager"] = "rows"
+    assert off.packing == "none" and "does not keep packed samples apart" in choice(off, "packing").reason
+
+
+def test_a_big_card_needs_no_checkpointing_and_a_small_one_checkpoints_more():
+    big = speed_auto.plan(qlora(), gpu(139.8, memory_note="the card"), FIXED, LLAMA7)
+    assert big.checkpoint_layers == 0 and big.config.training.micro_batch_size == 16
+    assert not big.config.training.gradient_checkpointing
+    small = speed_auto.plan(qlora(), gpu(12), FIXED, LLAMA7)
+    assert small.checkpoint_layers > 0 and small.config.training.gradient_checkpointing
+    assert small.predicted_peak_bytes <= 12 * GIB * (1 - SAFETY_MARGIN)
+    assert small.checkpoint_every >= 1 and -(-32 // small.checkpoint_every) == small.checkpoint_layers
+
+
+def test_explicit_values_win_and_say_so():
+    cfg = config.config_from_dict(
+        {
+            "model": {"name": "synthetic:llama-2-7b"},
+            "training": {"micro_batch_size": 4, "gradient_checkpointing": False, "dataloader_num_workers": 1},
+        }
+    )
+    assert cfg.speed.keep == [
+        "training.dataloader_num_workers",
+        "training.gradient_checkpointing",
+        "training.micro_batch_size",
+    ]
+    plan = speed_auto.plan(cfg, gpu(22), FIXED, LLAMA7)
+    t = plan.config.training
+    assert (t.micro_batch_size, t.gradient_accumulation_steps, t.gradient_checkpointing) == (4, 4, False)
+    assert t.dataloader_num_workers == 1
+    for name in ("micro-batch", "gradient checkpointing", "loader workers"):
+        assert choice(plan, name).source == "yours" and "set in your config" in choice(plan, name).reason
+
+
+def test_nothing_fits_keeps_the_config_and_warns():
+    plan = speed_auto.plan(qlora(), gpu(4), FIXED, LLAMA7)
+    assert plan.config.training.micro_batch_size == 4
+    assert "expect an out-of-memory error" in choice(plan, "micro-batch").reason
+
+
+def test_speed_off_runs_the_config_as_written():
+    cfg = qlora(**{"speed.mode": "off", "training.packing": True})
+    plan = speed_auto.plan(cfg, gpu(22), RAGGED, LLAMA7)
+    assert plan.config is cfg and plan.mode == "off" and plan.sft_packing  # TRL's own packing
+    assert [c.name for c in plan.choices] == ["speed", "cross-entropy"]
+
+
+def test_on_the_cpu_nothing_changes_but_needless_checkpointing_and_loader_workers():
+    cpu = speed_auto.Facts("cpu", "fp32", host_available_bytes=8 * GIB, cpu_count=2)
+    plan = speed_auto.plan(
+        qlora(**{"model.name": "synthetic:tiny"}), cpu, RAGGED, load_shape("synthetic:tiny")
+    )
+    t = plan.config.training
+    assert plan.packing == "none" and not plan.liger and t.dataloader_num_workers == 0
+    assert (t.micro_batch_size, t.gradient_accumulation_steps) == (4, 4)
+    assert not t.gradient_checkpointing and "not needed" in choice(plan, "gradient checkpointing").reason
+    assert "CUDA GPU" in choice(plan, "fused kernels").reason
+
+
+def test_liger_is_used_only_where_it_imports_and_knows_the_model():
+    assert speed_auto.plan(qlora(), gpu(22), FIXED, LLAMA7).liger
+    missing = gpu(22, liger=None, liger_note="liger-kernel is not installed (pip install liger-kernel)")
+    plan = speed_auto.plan(qlora(), missing, FIXED, LLAMA7)
+    assert not plan.liger and "pip install liger-kernel" in choice(plan, "fused kernels").reason
+    assert not speed_auto.plan(qlora(**{"speed.fused_kernels": "off"}), gpu(22), FIXED, LLAMA7).liger
+
+
+def test_an_unknown_model_shape_keeps_the_batch_as_written():
+    plan = speed_auto.plan(qlora(), gpu(22), FIXED, None, "architecture 'mamba' is not modelled")
+    assert plan.config.training.micro_batch_size == 4
+    assert "mamba" in choice(plan, "micro-batch").reason
+
+
+def test_best_fit_decreasing():
+    assert speed_auto.bfd_rows([5, 3, 2], 5) == 2
+    assert speed_auto.bfd_rows([4, 4, 4, 4], 5) == 4
+    assert speed_auto.bfd_rows([3, 3, 2, 2], 5) == 2
+    assert speed_auto.bfd_rows([9, 1], 5) == 2  # longer than a row: truncated to it
+    assert speed_auto.samples_per_row([2] * 8, 8) == 4.0
+
+
+def test_cards_are_found_by_their_torch_names():
+    assert speed_auto.card_for("NVIDIA GeForce RTX 4090", 24 * GIB)[0].name.endswith("4090")
+    assert "H200" in speed_auto.card_for("NVIDIA H200", 140 * GIB)[0].name
+    card, note = speed_auto.card_for("Imaginary Card 9000", 10 * GIB)
+    assert "H200" in card.name and "not in the catalog" in note
+
+
+def test_the_config_keeps_explicit_keys_through_the_run_directory(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("training:\n  micro_batch_size: 4\n  max_steps: 5\n")
+    cfg = config.load_config(path)
+    assert cfg.speed.keep == ["training.micro_batch_size"]
+    dumped = config.dump_config(cfg)
+    assert "gradient_checkpointing" not in dumped and "micro_batch_size: 4" in dumped
+    (tmp_path / "run.yaml").write_text(dumped)
+    again = config.load_config(tmp_path / "run.yaml")
+    assert again.speed.keep == ["training.micro_batch_size"] and again == cfg
+    (tmp_path / "t.yaml").write_text(config.template())
+    assert config.load_config(tmp_path / "t.yaml").speed.keep is None  # cockpit init pins nothing
+    with pytest.raises(config.ConfigError, match=r"speed\.keep: 'training\.epochs' is not a key"):
+        config.config_from_dict({"speed": {"keep": ["training.epochs"]}})
+
+
+def test_the_plan_is_an_event_the_headless_view_prints():
+    plan = speed_auto.plan(qlora(), gpu(22), RAGGED, LLAMA7)
+    event = json.loads(json.dumps(plan.to_event()))
+    text = describe({"type": "speed_plan", **event})
+    lines = text.splitlines()
+    assert lines[0] == "speed: auto" and len(lines) == 1 + len(plan.choices)
+    assert any(line.startswith("  packing: rows of 512 [auto] - samples average") for line in lines)
