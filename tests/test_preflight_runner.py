@@ -126,6 +126,7 @@ def test_a_check_may_answer_several_results_and_on_check_gets_them_together():
     assert [r.id for r in results] == ["gpu.visible", "gpu.bf16", "host.cpu"]  # plan order, flattened
     assert finished == [("host.cpu", ["host.cpu"]), ("gpu", ["gpu.visible", "gpu.bf16"])]
     assert seen == ["host.cpu", "gpu.visible", "gpu.bf16"]
+    assert all(r.duration_s >= 0.1 for r in results[:2])  # untimed results take their check's time
 
 
 def test_a_check_answering_something_else_becomes_a_warning():

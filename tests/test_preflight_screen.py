@@ -253,3 +253,21 @@ async def test_footer_names_every_key():
         await finished(pilot)
         shown = {k: a.binding.description for k, a in app.active_bindings.items() if a.binding.show}
     assert {"r", "a", "e", "q"} <= set(shown) and all(shown[k] for k in "raeq")
+
+
+async def test_the_real_quick_preflight_fills_the_screen_here(env):
+    """The real plan and probe: it finishes (here with no GPU: saying why) and quits with its verdict."""
+    from cockpit.checks import exit_code
+    from cockpit.preflight_run import full_preflight
+
+    app = PreflightApp(full_preflight(True), quick=True)
+    async with app.run_test(size=(100, 32)) as pilot:
+        await until(pilot, lambda: app.started_at is not None and not app.running_all, "the checks", 120)
+        shown = rows(app)
+        assert {"r:gpu.visible", "r:network.hub", "r:host.cpu"} <= set(shown)
+        assert shown["r:software.versions"] == "pass" and "running" not in shown.values()
+        visible = app.view.check_list.rows["r:gpu.visible"].result
+        assert visible.status == "pass" or ("NVML" in visible.value and "NVML" in details(app))
+        results = app.view.check_list.results
+        await pilot.press("q")
+    assert app.return_value == exit_code(results)
