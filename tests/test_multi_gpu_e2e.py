@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -112,13 +113,19 @@ def test_a_killed_rank_is_named(tmp_path, env):
     assert_all_gone(rank_pids(run.path))
 
 
-def test_stop_and_save_reach_every_rank(tmp_path, env):
+def test_pause_save_and_stop_reach_every_rank(tmp_path, env):
     run, proc = start(
         tmp_path, {**TWO, "training.max_steps": 200, "output.save_steps": 1000, "debug.step_sleep_s": 0.2}
     )
     wait_event(run.path, lambda e: e["type"] == "log" and e["step"] >= 2, timeout=90)
     pids = rank_pids(run.path)
     assert len(pids) == 2
+    supervisor.send_command(run, "pause", sender="test")
+    paused = wait_event(run.path, lambda e: e["type"] == "paused", timeout=60)
+    time.sleep(1.5)  # every rank waits, agreeing each second that the pause holds
+    assert max(e.get("step", 0) for e in events(run.path) if e["type"] == "log") <= paused["step"]
+    supervisor.send_command(run, "resume", sender="test")
+    wait_event(run.path, lambda e: e["type"] == "log" and e["step"] > paused["step"], timeout=60)
     supervisor.send_command(run, "save", sender="test")
     saved = wait_event(run.path, lambda e: e["type"] == "checkpoint", timeout=60)
     ckpt = Path(saved["path"])
@@ -131,6 +138,22 @@ def test_stop_and_save_reach_every_rank(tmp_path, env):
     assert done["type"] == "done" and done["status"] == "stopped"
     last = rundir.complete_checkpoints(run.checkpoints_dir)[-1]
     assert last.name == f"checkpoint-{done['step']}"  # both ranks stopped at the same step and saved it
+    assert {p.name for p in last.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
+    assert_all_gone(pids)
+
+
+def test_sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint(tmp_path, env):
+    run, proc = start(
+        tmp_path, {**TWO, "training.max_steps": 200, "output.save_steps": 1000, "debug.step_sleep_s": 0.2}
+    )
+    wait_event(run.path, lambda e: e["type"] == "log" and e["step"] >= 2, timeout=90)
+    pids = rank_pids(run.path)
+    os.kill(proc.pid, signal.SIGTERM)  # what `cockpit stop` escalates to; torchrun passes it on
+    proc.wait(timeout=40)
+    done = events(run.path)[-1]
+    assert done["type"] == "done" and done["status"] == "stopped"
+    last = rundir.complete_checkpoints(run.checkpoints_dir)[-1]
+    assert last.name == f"checkpoint-{done['step']}"
     assert {p.name for p in last.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
     assert_all_gone(pids)
 
