@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from importlib import resources
 from pathlib import Path
@@ -38,6 +39,21 @@ def _parser() -> argparse.ArgumentParser:
             help="plain output: seconds between step lines (0: every log event)",
         )
 
+    def with_oom(sp):
+        sp.add_argument(
+            "--on-oom",
+            choices=("ask", "auto", "stop"),
+            default="stop",
+            help="--no-ui, after an out-of-memory error: ask which remedy to apply (on a terminal), apply "
+            "the best one that keeps the results and relaunch (auto, at most 3 times), or stop (default)",
+        )
+        sp.add_argument(
+            "--emulate-vram",
+            type=_vram_gib,
+            metavar="GIB",
+            help="behave as on a GPU with this much memory, e.g. 24GiB (sets emulate_vram_gib; CUDA only)",
+        )
+
     sp = sub.add_parser("init", help="write a commented config template")
     sp.add_argument("path", nargs="?", default="cockpit.yaml")
     sp.add_argument("--force", action="store_true", help="overwrite an existing file")
@@ -58,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
             help="override a config key, e.g. --set training.max_steps=50 (repeatable)",
         )
         sp.add_argument("--check", action="store_true", help="validate the config and exit")
+        with_oom(sp)
         sp.add_argument(
             "--skip-preflight",
             action="store_true",
@@ -124,6 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("run", nargs="?")
     with_ui(sp)
+    with_oom(sp)
 
     sp = sub.add_parser("stop", help="stop a run: checkpoint, then SIGTERM, then SIGKILL")
     sp.add_argument("run", nargs="?")
@@ -191,7 +209,20 @@ def cmd_demo(args) -> int:
     return _start(cfg, args)
 
 
+def _vram_gib(text: str) -> float:
+    """`24GiB`, `24G`, `24` (GiB) or `24576MiB` -> GiB."""
+    match = re.fullmatch(r"\s*([\d.]+)\s*(GiB|G|MiB|M)?\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give GiB as nvidia-smi counts them (MiB / 1024), e.g. 24GiB or 24576MiB"
+        )
+    number = float(match.group(1))
+    return number / 1024 if match.group(2) in ("MiB", "M") else number
+
+
 def _start(cfg: config.TrainConfig, args) -> int:
+    if args.emulate_vram is not None:
+        cfg.emulate_vram_gib = args.emulate_vram
     if args.check:
         print("config OK")
         return 0
@@ -219,7 +250,10 @@ def _show(run: rundir.RunDir, proc, args, replay: bool = False, preflight_proble
     if args.no_ui:
         from cockpit.headless import follow
 
-        return follow(session, log_every_s=args.log_every)
+        code = follow(session, log_every_s=args.log_every)
+        while (session := _relaunch_after_oom(run, session.state, args)) is not None:
+            code = follow(session, log_every_s=args.log_every)  # the relaunched trainer
+        return code
     from cockpit.watch import LiveWatch
     from screens.app import CockpitApp  # the only place the TUI is imported
 
@@ -227,11 +261,25 @@ def _show(run: rundir.RunDir, proc, args, replay: bool = False, preflight_proble
     if not replay:  # a live trainer: sample its GPUs and host now; the app stops the watch on exit
         pid = proc.pid if proc is not None else (run.read_trainer() or {}).get("pid")
         watch = LiveWatch(pid).start()
-    code = CockpitApp(session, watch=watch, preflight_problems=list(preflight_problems)).run() or 0
+    app = CockpitApp(session, watch=watch, preflight_problems=list(preflight_problems))
+    code = app.run() or 0
+    if app.relaunched is not None:  # the OOM wizard started a new trainer: follow it
+        return _show(run, app.relaunched, args)
     if code == EXIT_DETACHED and not replay:
         run_id = run.run_id
         print(f"detached; training goes on. Watch: cockpit attach {run_id}   Stop: cockpit stop {run_id}")
     return code
+
+
+def _relaunch_after_oom(run: rundir.RunDir, state, args):
+    """--on-oom ask|auto after a headless run that ran out of memory: a session on the relaunched
+    trainer, or None."""
+    if getattr(args, "on_oom", "stop") == "stop":
+        return None
+    from cockpit.relaunch import headless_on_oom
+
+    args.oom_relaunches = getattr(args, "oom_relaunches", 0) + 1
+    return headless_on_oom(run, state, args.on_oom, args.oom_relaunches)
 
 
 def cmd_attach(args) -> int:
@@ -271,6 +319,10 @@ def cmd_restart(args) -> int:
         )
         return EXIT_USAGE
     config.load_config(run.config_path)  # still valid?
+    if args.emulate_vram is not None:
+        from cockpit.relaunch import apply_changes
+
+        apply_changes(run, {"emulate_vram_gib": args.emulate_vram}, "--emulate-vram")
     checkpoints = run.complete_checkpoints()
     start = f"from {checkpoints[-1].name}" if checkpoints else "from the start (no complete checkpoint)"
     proc = supervisor.launch(run)

@@ -96,6 +96,10 @@ def describe(item: dict | Fault) -> str | None:
         return f"done: {item.get('status')} at step {item.get('step')}, train loss {loss}{out}"
     if kind == "exit":
         return f"trainer {item.get('reason', 'exited')}"
+    if kind == "config_change":
+        changes = ", ".join(f"{k}={v}" for k, v in (item.get("changes") or {}).items())
+        why = f"OOM remedy: {item.get('title')}" if item.get("reason") == "oom" else item.get("reason")
+        return f"config changed ({why}): {changes}; the old config is in {item.get('previous')}"
     return None
 
 

@@ -37,6 +37,7 @@ EVENT_TYPES = frozenset(
         "done",
         "exit",
         "probe",
+        "config_change",
     }
 )
 # Client -> trainer, through the run directory's control FIFO.

@@ -46,6 +46,7 @@ class Target:
 
     bytes: int | None
     source: str
+    emulated: bool = False
 
     @property
     def usable_bytes(self) -> int | None:
@@ -71,6 +72,7 @@ class Observation:
     demand_basis: str
     injected: bool = False
     host: bool = False
+    details: dict = field(default_factory=dict)  # the event's `oom` as written
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,7 @@ class Option:
     from_step_zero: bool = False
     applicable: bool = True  # False: another card, not a relaunch here
     card: Card | None = None
+    choices: tuple[Choice, ...] = ()
 
     @property
     def auto(self) -> bool:
@@ -112,6 +115,21 @@ class Analysis:
     gap_bytes: int  # added to every prediction: how far the OOM proves the model low
     options: list[Option]
     notes: list[str] = field(default_factory=list)
+    speed_card: CardSpeed | None = None  # what the speeds were computed on
+
+    def combine(self, options: list[Option]) -> Option:
+        """Several remedies at once, predicted together. ValueError when they cannot combine."""
+        if self.workload is None:
+            raise ValueError("no predictions for this run: nothing to combine")
+        choices: dict[str, Choice] = {}
+        for option in options:
+            if not option.applicable:
+                raise ValueError(f"{option.title} is another card, not a change to this run")
+            for choice in option.choices:
+                if choice.key in choices and choices[choice.key] != choice:
+                    raise ValueError(f"{option.title} and another pick both set {choice.key}: keep one")
+                choices[choice.key] = choice
+        return _option(self.workload, tuple(choices.values()), self.gap_bytes, self.target, self.speed_card)
 
     @property
     def best(self) -> Option | None:
@@ -131,7 +149,8 @@ def observe(error: dict) -> Observation:
     reserved = oom.get("reserved_bytes")
     requested = oom.get("requested_bytes")
     non_pytorch = in_use - reserved if in_use is not None and reserved is not None else None
-    demand, basis = None, "no allocator figures in this kind of OOM: predictions are the memory model's"
+    demand = None
+    basis = "no allocator figures in this kind of OOM: the predictions are the memory model's alone"
     if in_use is not None and requested is not None:
         demand = in_use + requested
         basis = "in use by the process + the allocation that failed"
@@ -157,6 +176,7 @@ def observe(error: dict) -> Observation:
         demand_basis=basis,
         injected=bool(oom.get("injected")),
         host=bool(oom.get("host")) or oom.get("kind") == "host",
+        details=dict(oom),
     )
 
 
@@ -175,7 +195,7 @@ def device_card(device: dict, catalog: Catalog | None) -> Card | None:
 def target_card(cfg, oom: dict, device: dict, catalog: Catalog | None) -> Target:
     """Emulated size first (the run was told to behave so), then the OOM message, the device, the catalog."""
     if cfg.emulate_vram_gib is not None:
-        return Target(int(cfg.emulate_vram_gib * GIB), f"emulated {cfg.emulate_vram_gib:g} GiB card")
+        return Target(int(cfg.emulate_vram_gib * GIB), f"emulated {cfg.emulate_vram_gib:g} GiB card", True)
     if oom.get("total_bytes"):
         return Target(int(oom["total_bytes"]), f"GPU {oom.get('gpu') or 0} in the OOM message")
     if device.get("total_bytes"):
@@ -204,8 +224,11 @@ def analyse(
     data: dict | None = None,
     device: dict | None = None,
     catalog: Catalog | None = None,
+    precision: str | None = None,
 ) -> Analysis:
-    """Every remedy for the failed `cfg`, ranked; `shape` None when the model's shape is unknown."""
+    """Every remedy for the failed `cfg`, ranked; `shape` None when the model's shape is unknown.
+
+    `precision`: what the trainer chose (its hello), when the config says auto."""
     data, device = data or {}, device or {}
     observation = observe(error)
     target = target_card(cfg, error.get("oom") or {}, device, catalog)
@@ -222,6 +245,8 @@ def analyse(
         return Analysis(target, observation, None, None, 0, [], notes)
 
     base = workload_from_config(cfg, shape)
+    if precision in ("bf16", "fp16", "fp32") and cfg.training.precision == "auto":
+        base = replace(base, precision=precision)
     longest = data.get("tokens_max")
     packing = bool(getattr(cfg.training, "packing", False))
     if isinstance(longest, int) and longest < base.seq_len and not packing:
@@ -232,6 +257,8 @@ def analyse(
             f"{cfg.training.max_length})"
         )
     estimate = estimate_memory(base)
+    if observation.demand_bytes is None:
+        notes.append(observation.demand_basis)
     gap = 0
     if observation.demand_bytes is not None and observation.demand_bytes > estimate.peak_bytes:
         gap = observation.demand_bytes - estimate.peak_bytes
@@ -256,18 +283,20 @@ def analyse(
     ]
     ranked = sorted(singles + _distinct(sorted(combos, key=rank_key))[:MAX_COMBINATIONS_SHOWN], key=rank_key)
     ranked += _bigger_card(cfg, base, estimate.peak_bytes + gap, target, card, catalog)
-    return Analysis(target, observation, base, estimate, gap, ranked, notes)
+    return Analysis(target, observation, base, estimate, gap, ranked, notes, speed_card)
 
 
 def rank_key(option: Option) -> tuple:
     """What fits first; then what keeps the results (or nearly: 8-bit optimizer states, a few
-    outliers cut) before what changes them, least first; then the fastest; then the mildest, the
-    fewest changes, the lowest peak."""
+    outliers cut) before what changes them, least first; then the fastest; then the fewest changes
+    and the lowest peak. What does not fit comes last, closest to fitting first."""
+    order = VERDICT_ORDER[option.verdict]
+    if order > VERDICT_ORDER["tight"]:
+        return (order, 0, 0.0, len(option.keys), option.peak_bytes or 0)
     return (
-        VERDICT_ORDER[option.verdict],
+        order,
         0 if option.effect_rank <= AUTO_EFFECT_RANK else option.effect_rank,
         -(option.speed or 0.0),
-        option.effect_rank,
         len(option.keys),
         option.peak_bytes or 0,
     )
@@ -311,6 +340,7 @@ def _option(base: Workload, choices: tuple[Choice, ...], gap: int, target: Targe
         effect_rank=worst.effect_rank,
         resume=resume,
         from_step_zero=any(c.from_step_zero for c in choices),
+        choices=choices,
     )
 
 

@@ -110,7 +110,7 @@ def _micro_batch(w: Workload) -> Knob:
         choices.append(
             Choice(
                 "micro_batch",
-                f"micro-batch {w.micro_batch} -> {size}, accumulation {w.grad_accum} -> {accum}",
+                f"micro-batch {w.micro_batch} -> {size}, accum {w.grad_accum} -> {accum}",
                 {"training.micro_batch_size": size, "training.gradient_accumulation_steps": accum},
                 {"micro_batch": size, "grad_accum": accum},
                 f"effective batch kept at {effective} ({size} x {accum})",

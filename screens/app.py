@@ -108,6 +108,7 @@ class CockpitApp(App[int]):
     ):
         super().__init__()
         self.session = session
+        self.relaunched = None  # a trainer the OOM wizard started: the CLI follows it after exit
         self.preflight_problems = list(preflight_problems or [])  # what the start's quick preflight found
         self.watch = watch
         self.poll_interval_s = poll_interval_s

@@ -27,6 +27,7 @@ from cockpit import fmt, supervisor
 from cockpit.replay import sample_of_bin
 from cockpit.session import RunSession
 from screens.confirm import Confirm
+from screens.oom_wizard import offer_oom_wizard, open_oom_wizard
 from screens.run_figures import (  # noqa: F401 - the tests and other screens import them from here
     EventLines,
     checkpoint_rows,
@@ -64,6 +65,7 @@ class RunView(Screen):
         Binding("g", "toggle_telemetry", "GPU/host"),
         Binding("l", "toggle_log", "Log"),
         Binding("h", "toggle_span", "Span"),
+        Binding("o", "oom_wizard", "OOM wizard", show=False),
     ]
 
     class Ready(Message):
@@ -177,6 +179,7 @@ class RunView(Screen):
         for line in lines:
             log.write(line)
         self.updates_shown += 1
+        offer_oom_wizard(self)  # an OOM: the wizard opens by itself, once
 
     def show_log(self, lines: Sequence[str]) -> None:
         """The last lines of backend.log."""
@@ -302,6 +305,9 @@ class RunView(Screen):
     def action_toggle_span(self) -> None:
         self.span_s = None if self.span_s else RECENT_SPAN_S
         self._show_telemetry_panels()
+
+    def action_oom_wizard(self) -> None:
+        open_oom_wizard(self)
 
     def action_save(self) -> None:
         self._send("save", "asked for a checkpoint after the current step")

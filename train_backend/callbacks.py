@@ -11,6 +11,7 @@ import time
 from cockpit.config import TrainConfig
 from cockpit.protocol import Fault
 from train_backend.channel import Emitter
+from train_backend.oom_watch import injected_oom_message
 
 
 class Controls:
@@ -112,7 +113,7 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
             this_rank = cfg.debug.fail_rank is None or cfg.debug.fail_rank == int(os.environ.get("RANK", "0"))
             if fail_at is not None and state.global_step + 1 == fail_at and this_rank:
                 if cfg.debug.fail_kind == "oom":
-                    raise torch.OutOfMemoryError(injected_oom_message())
+                    raise torch.OutOfMemoryError(injected_oom_message(cfg.emulate_vram_gib))
                 if cfg.debug.fail_kind == "other":
                     raise RuntimeError(f"injected fault at step {fail_at} (debug.fail_at_step)")
 
@@ -179,15 +180,3 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
             self.step_ends = self.step_ends[-1:]
 
     return CockpitCallback()
-
-
-def injected_oom_message() -> str:
-    """The newer allocator format, as PyTorch prints it (for tests of the OOM path)."""
-    return (
-        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which "
-        "1.02 GiB is free. Including non-PyTorch memory, this process has 22.61 GiB memory in use. Of the "
-        "allocated memory 20.10 GiB is allocated by PyTorch, and 2.00 GiB is reserved by PyTorch but "
-        "unallocated. If reserved but unallocated memory is large try setting "
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation. "
-        "(injected by debug.fail_at_step)"
-    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import os
 from dataclasses import dataclass, field
 from importlib import resources
@@ -144,13 +145,20 @@ def length_stats(lengths: list[int], max_length: int) -> dict:
         return ordered[min(n - 1, int(p * (n - 1) + 0.5))]
 
     used = [min(x, max_length) for x in ordered]
+    # samples longer than each power of two: what a shorter max_length would cut (the OOM wizard)
+    over, edge = {}, 64
+    while edge < ordered[-1]:
+        over[str(edge)] = n - bisect.bisect_right(ordered, edge)
+        edge *= 2
     return {
         "tokens_min": ordered[0],
         "tokens_mean": round(sum(ordered) / n, 1),
         "tokens_p50": pct(0.5),
         "tokens_p95": pct(0.95),
+        "tokens_p99": pct(0.99),
         "tokens_max": ordered[-1],
         "tokens_total": sum(used),
         "truncated": sum(1 for x in ordered if x > max_length),
         "max_length": max_length,
+        "tokens_over": over,
     }

@@ -50,12 +50,16 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
     oom = parse_oom_message(text)
     if oom is not None or type(exc).__name__ == "OutOfMemoryError":
         info = oom.to_dict() if oom is not None else {"kind": "allocator"}
+        info["exception"] = type(exc).__name__
+        info["injected"] = "(injected by debug.fail_at_step)" in text
         return Classified(
             "oom",
             str(exc).split("\n")[0][:500],
-            "The GPU ran out of memory. Turn on training.gradient_checkpointing, lower "
-            "training.micro_batch_size (raise gradient_accumulation_steps to keep the effective batch), "
-            "or shorten training.max_length. The CUDA context is not reusable: start a new run or resume.",
+            "The GPU ran out of memory. The OOM wizard ranks the changes that fit, with their cost (it opens "
+            "in the live view; headless: --on-oom ask or auto). By hand: turn on "
+            "training.gradient_checkpointing, lower training.micro_batch_size (raise "
+            "gradient_accumulation_steps to keep the effective batch), or shorten training.max_length. "
+            "The CUDA context is not reusable after an OOM: continue in a new process (cockpit restart RUN).",
             info,
         )
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):

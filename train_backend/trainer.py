@@ -12,7 +12,7 @@ import time
 from cockpit import rundir
 from cockpit.config import TrainConfig, load_config
 from train_backend import data as data_mod
-from train_backend import fast
+from train_backend import fast, oom_watch
 from train_backend import model as model_mod
 from train_backend.callbacks import Controls, make_callback, memory_fields
 from train_backend.channel import CommandListener, Emitter
@@ -65,11 +65,9 @@ def build_sft_config(
 
 def start_recorder(run: rundir.RunDir) -> None:
     """The telemetry recorder (cockpit.recorder): our child, in our process group, so it ends with us."""
-    # several GPUs: watch the launcher, whose process tree holds every rank of this node
-    watched = os.environ.get("COCKPIT_LAUNCHER_PID", str(os.getpid()))
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "cockpit.recorder", str(run.path), watched],
+            [sys.executable, "-m", "cockpit.recorder", str(run.path), str(os.getpid())],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=sys.stderr.fileno(),
@@ -94,10 +92,12 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         start_recorder(run)
     phase = "starting"
     step = None
+    tracker = oom_watch.PhaseTracker()  # where an OOM strikes
 
     def enter(name: str, message: str = "") -> None:
         nonlocal phase
         phase = name
+        tracker.enter(name)
         emitter.emit("phase", phase=name, message=message)
 
     def stopped_early() -> int:
@@ -107,6 +107,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
     try:
         enter("starting", "reading config")
         cfg = load_config(run.config_path)
+        oom_watch.allocator_options(cfg)  # before CUDA starts
         import torch
         import transformers
 
@@ -116,6 +117,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             world.init_process_group(device.kind, cfg.distributed.timeout_s)
         model_mod.check_device_fits_method(cfg, device)
         precision = model_mod.choose_precision(cfg, device)
+        tracker.emulation = oom_watch.emulate_vram(cfg, device.kind)
         resume = run.complete_checkpoints()
         staging = run.checkpoints_dir / rundir.STAGING_NAME
         if staging.exists():
@@ -133,7 +135,15 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             versions=versions,
             resume_from=str(resume[-1]) if resume else None,
             price_per_hour=cfg.cost.price_per_hour,
+            emulated_vram=tracker.emulation,
         )
+        if tracker.emulation is not None and not tracker.emulation["applied"]:
+            emitter.emit(
+                "warning",
+                message="emulate_vram_gib has no effect without a CUDA GPU; the OOM wizard still judges "
+                "what fits against it",
+                hint="",
+            )
         transformers.set_seed(cfg.training.seed)
         controls.agree()
         if controls.stop.is_set():
@@ -183,6 +193,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             callbacks=[make_callback(emitter, controls, cfg)],
         )
         fast.finish_trainer(plan, trainer, tokenizer, cache if owner else None)
+        tracker.watch(trainer)
+        oom_watch.keep_optimizer_compatible(trainer, resume[-1] if resume else None, cfg, emitter)
         total, trainable = model_mod.parameter_counts(trainer.model)
         emitter.emit(
             "model",
@@ -239,6 +251,10 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         if isinstance(exc, SystemExit):
             raise
         verdict = classify(exc, phase, str(run.path))
+        if verdict.oom is not None:
+            verdict.oom.update(tracker.details())
+            if step is None and phase == "training":
+                step = tracker.step
         emitter.emit(
             "error",
             kind=verdict.kind,

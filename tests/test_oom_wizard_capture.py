@@ -1,0 +1,175 @@
+"""Catching an OOM: the allocator's messages as PyTorch writes them, the kinds without figures,
+bitsandbytes' C-level exit and the host's OOM killer (a fake cgroup), the injected test message,
+and the token-length figures the wizard's max_length remedy needs."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from cockpit import supervisor
+from cockpit.oom import cgroup_memory, parse_oom_message, silent_oom
+from cockpit.protocol import encode
+from cockpit.rundir import RunDir
+from train_backend.data import length_stats
+from train_backend.errors import classify
+from train_backend.oom_watch import format_size, injected_oom_message
+
+GIB, MIB = 2**30, 2**20
+# PyTorch's allocator when nothing at all is free (format_size writes "0 bytes"), and without the
+# process line (no NVML in the process)
+NOTHING_FREE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity "
+    "of 8.00 GiB of which 0 bytes is free. Of the allocated memory 14.51 GiB is allocated by PyTorch, and "
+    "15.90 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try "
+    "setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+)
+# in a container the process is listed by its pid, not as "this process"
+CONTAINER = (
+    "OutOfMemoryError: CUDA out of memory. Tried to allocate 256.00 MiB. GPU 0 has a total capacity of "
+    "47.53 GiB of which 16.88 MiB is free. Process 3652628 has 47.51 GiB memory in use. Of the allocated "
+    "memory 47.14 GiB is allocated by PyTorch, and 57.79 MiB is reserved by PyTorch but unallocated."
+)
+ACCELERATOR = (
+    "torch.AcceleratorError: CUDA error: out of memory\nSearch for `cudaErrorMemoryAllocation' in "
+    "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+    "might be incorrect."
+)
+CUBLAS = "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+# bitsandbytes' CUDA_CHECK_RETURN: fprintf(stderr, "Error %s at line %d in file %s\n", ...); exit(1)
+BNB_EXIT = "Error out of memory at line 172 in file /src/csrc/pythonInterface.cpp\n"
+
+
+def test_nothing_free_and_no_process_line():
+    info = parse_oom_message(NOTHING_FREE)
+    assert info.kind == "allocator" and info.format == "new"
+    assert info.free_bytes == 0 and info.requested_bytes == 20 * MIB and info.total_bytes == 8 * GIB
+    assert info.process_bytes is None
+    assert info.reserved_bytes == int(14.51 * GIB) + int(15.90 * MIB)
+
+
+def test_a_process_listed_by_pid_is_not_taken_for_this_one():
+    info = parse_oom_message(CONTAINER)
+    assert info.process_bytes is None and info.allocated_bytes == int(47.14 * GIB)
+    assert info.free_bytes == int(16.88 * MIB)
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (RuntimeError(ACCELERATOR), "accelerator"),
+        (RuntimeError(CUBLAS), "cublas_alloc"),
+        (RuntimeError(NOTHING_FREE), "allocator"),
+    ],
+)
+def test_kinds_without_figures_are_ooms_not_gpu_failures(exc, kind, tmp_path):
+    verdict = classify(exc, "training", str(tmp_path))
+    assert verdict.kind == "oom" and verdict.oom["kind"] == kind
+    assert verdict.oom["injected"] is False and "OOM wizard" in verdict.hint
+
+
+def test_bitsandbytes_c_exit_becomes_an_oom_error():
+    found = silent_oom(1, None, "loading...\n" + BNB_EXIT, None)
+    assert found.info["kind"] == "bitsandbytes" and "pythonInterface.cpp" in found.message
+    assert silent_oom(1, None, "Traceback: ValueError\n", None) is None
+    assert silent_oom(0, None, BNB_EXIT, None) is None
+
+
+def test_torch_sizes_and_the_injected_message_parse_back():
+    assert [format_size(n) for n in (0, 1024, 1025, 20 * MIB, int(23.65 * GIB))] == [
+        "0 bytes",
+        "1024 bytes",
+        "1.00 KiB",
+        "20.00 MiB",
+        "23.65 GiB",
+    ]
+    default = parse_oom_message(injected_oom_message())
+    assert default.total_bytes == int(23.65 * GIB) and default.requested_bytes == 2 * GIB
+    small = parse_oom_message(injected_oom_message(1.25))
+    assert small.total_bytes == pytest.approx(1.25 * GIB, rel=1e-3)
+    assert small.process_bytes + small.requested_bytes == pytest.approx(
+        (22.61 + 2) / 23.65 * 1.25 * GIB, rel=1e-2
+    )
+
+
+# ---------------------------------------------------------------- the host's OOM killer
+
+
+def fake_cgroup_v2(tmp_path, kills: int, inner: str = "/user.slice/trainer.scope"):
+    root = tmp_path / "cgroup"
+    folder = root / inner.lstrip("/")
+    folder.mkdir(parents=True)
+    (folder / "memory.events").write_text(
+        f"low 0\nhigh 0\nmax 12\noom 1\noom_kill {kills}\noom_group_kill 0\n"
+    )
+    (folder / "memory.max").write_text(f"{64 * GIB}\n")
+    (folder / "memory.peak").write_text(f"{63 * GIB}\n")
+    proc = tmp_path / "proc-cgroup"
+    proc.write_text(f"0::{inner}\n")
+    return proc, root, folder
+
+
+def test_cgroup_v2_and_v1_are_read(tmp_path):
+    proc, root, folder = fake_cgroup_v2(tmp_path, 2)
+    memory = cgroup_memory(proc, root)
+    assert (memory.version, memory.oom_kills, memory.limit_bytes) == (2, 2, 64 * GIB)
+    assert memory.path == str(folder)
+    v1_root = tmp_path / "v1"
+    v1 = v1_root / "memory" / "job"
+    v1.mkdir(parents=True)
+    (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # no limit
+    v1_proc = tmp_path / "v1-cgroup"
+    v1_proc.write_text("12:pids:/job\n4:memory:/job\n0::/\n")
+    memory = cgroup_memory(v1_proc, v1_root)
+    assert (memory.version, memory.oom_kills, memory.limit_bytes) == (1, 3, None)
+    assert cgroup_memory(tmp_path / "missing", root) is None
+
+
+def killed_run(tmp_path, kills_at_launch: int):
+    path = tmp_path / "run"
+    path.mkdir()
+    run = RunDir(path)
+    lines = [
+        encode("hello", pid=1, run_id="run", device={"kind": "cuda"}),
+        encode("phase", phase="quantising", message="loading weights"),
+    ]
+    run.events_path.write_bytes(b"".join(lines))
+    run.log_path.write_text("Loading checkpoint shards: 40%\n")
+    _, _, folder = fake_cgroup_v2(tmp_path, kills_at_launch)
+    record = {"pid": 1, "memory_cgroup": {"path": str(folder), "version": 2, "oom_kills": kills_at_launch}}
+    run.trainer_path.write_text(json.dumps(record))
+    return run, folder
+
+
+def last_event(run: RunDir) -> dict:
+    return json.loads(run.events_path.read_text().splitlines()[-1])
+
+
+def test_sigkill_with_a_new_oom_kill_is_a_host_oom(tmp_path):
+    run, folder = killed_run(tmp_path, kills_at_launch=0)
+    (folder / "memory.events").write_text("oom 1\noom_kill 1\n")  # the kernel killed the trainer
+    supervisor.record_exit(run, -signal.SIGKILL)
+    event = last_event(run)
+    assert event["type"] == "error" and event["kind"] == "oom" and event["source"] == "client"
+    assert event["oom"]["kind"] == "host" and event["oom"]["host"] is True
+    assert (event["oom"]["oom_kills_before"], event["oom"]["oom_kills_after"]) == (0, 1)
+    assert event["phase"] == "quantising" and event["signal"] == signal.SIGKILL
+    assert "OOM killer" in event["message"] and "RAM" in event["hint"]
+
+
+def test_a_plain_kill_is_not_taken_for_an_oom(tmp_path):
+    run, _ = killed_run(tmp_path, kills_at_launch=0)  # the count did not move: someone ran kill -9
+    supervisor.record_exit(run, -signal.SIGKILL)
+    event = last_event(run)
+    assert event["type"] == "exit" and event["reason"] == "trainer killed by SIGKILL"
+
+
+def test_token_lengths_say_what_a_shorter_max_length_would_cut():
+    stats = length_stats([10, 70, 130, 300, 600, 2000], 512)
+    assert stats["tokens_over"] == {"64": 5, "128": 4, "256": 3, "512": 2, "1024": 1}
+    assert stats["tokens_p99"] == 2000 and stats["truncated"] == 2
+    assert length_stats([5, 9], 512)["tokens_over"] == {}
