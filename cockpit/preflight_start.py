@@ -163,11 +163,23 @@ def run_start_preflight(
     endpoint: str | None = None,
     budget_s: float = BUDGET_S,
 ) -> StartPreflight:
-    """Run the start checks, all at once, within `budget_s`; never raises for a check."""
+    """Run the start checks, all at once, within `budget_s`. Never raises: a start is never blocked,
+    and a preflight that could not be planned says so as a warning."""
     started = time.monotonic()
-    wait_s = min(FACTS_WAIT_S, budget_s / 3)
-    state, model_bytes = _facts(cfg, nvml_source or NVML_SOURCE, wait_s)
-    left_s = max(0.2, budget_s - (time.monotonic() - started))
-    checks = start_plan(cfg, state, model_bytes, dirs, endpoint, hub_timeout_s=max(0.2, left_s * 0.8))
+    try:
+        wait_s = min(FACTS_WAIT_S, budget_s / 3)
+        state, model_bytes = _facts(cfg, nvml_source or NVML_SOURCE, wait_s)
+        left_s = max(0.2, budget_s - (time.monotonic() - started))
+        checks = start_plan(cfg, state, model_bytes, dirs, endpoint, hub_timeout_s=max(0.2, left_s * 0.8))
+    except Exception as exc:
+        problem = CheckResult(
+            "preflight.start",
+            "host",
+            "Quick preflight",
+            "warn",
+            f"could not run: {type(exc).__name__}: {exc}",
+            fix="run `cockpit preflight --no-ui` to see each check; report this error if it repeats",
+        )
+        return StartPreflight([problem], time.monotonic() - started)
     results = preflight.run_checks(checks, concurrency=len(checks), timeout_s=left_s)
     return StartPreflight(results, time.monotonic() - started)

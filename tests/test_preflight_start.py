@@ -107,6 +107,16 @@ def test_the_hub_is_checked_only_when_the_run_needs_it(tmp_path, monkeypatch):
     assert "HF_HUB_OFFLINE" in preflight_start.hub_unneeded(config.load_config(None, ["model.name=org/m"]))
 
 
+def test_a_preflight_that_cannot_be_planned_is_a_warning_not_a_crash(tmp_path, monkeypatch):
+    def broken(*_a, **_k):
+        raise OSError("mountinfo unreadable")
+
+    monkeypatch.setattr(preflight_start, "start_plan", broken)
+    checked = preflight_start.run_start_preflight(demo_config(), nvml_source=FakeNvml, dirs=dirs(tmp_path))
+    [problem] = checked.problems
+    assert problem.status == "warn" and "OSError: mountinfo unreadable" in problem.value and problem.fix
+
+
 def test_imports_neither_torch_nor_textual():
     code = (
         "import sys, json\n"
