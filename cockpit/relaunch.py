@@ -12,6 +12,7 @@ context of the failed one is not trusted after an OOM).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -96,7 +97,7 @@ def apply_changes(run: RunDir, changes: dict[str, Any], reason: str, **record: A
 
 def apply_option(run: RunDir, option: Option, analysis: Analysis, chosen_by: str) -> Applied:
     """Apply a remedy and record the prediction it was chosen on."""
-    changes = dict(option.config)
+    changes = {**analysis.pinned, **option.config}  # what ran, changed by the remedy
     if analysis.observation.injected:
         changes["debug.fail_at_step"] = None  # the test aid fired once; its job is done
     return apply_changes(
@@ -141,14 +142,69 @@ def relaunch(run: RunDir) -> subprocess.Popen:
 # ---------------------------------------------------------------- analysis of a run
 
 
+def last_speed_plan(run: RunDir) -> dict | None:
+    """The `speed_plan` event of the trainer that failed (the last one in the run's events)."""
+    plan = None
+    try:
+        with open(run.events_path, "rb") as f:
+            for line in f:
+                if b'"speed_plan"' in line:
+                    try:
+                        plan = json.loads(line)
+                    except ValueError:
+                        continue
+    except OSError:
+        return None
+    return plan
+
+
+def as_run(state, plan: dict | None) -> tuple[dict[str, Any], list[str]]:
+    """The settings `speed: auto` chose for the failed trainer, as config keys, and notes.
+
+    The wizard predicts from what ran, and a relaunch pins these keys so that `speed: auto` does
+    not choose again around the remedy: the relaunch runs what was predicted. Partial
+    checkpointing has no config key: it is left to `speed: auto`, and counted as none.
+    """
+    settings: dict[str, Any] = {}
+    notes: list[str] = []
+    begin = state.plan or {}
+    source = plan or begin
+    for key, name in (
+        ("training.micro_batch_size", "micro_batch_size"),
+        ("training.gradient_accumulation_steps", "gradient_accumulation_steps"),
+    ):
+        if source.get(name) is not None:
+            settings[key] = source[name]
+    if plan is not None:
+        settings["training.packing"] = plan.get("packing", "none") != "none"
+        layers, total = plan.get("checkpoint_layers") or 0, plan.get("num_layers")
+        if layers == 0 or (total and layers >= total):
+            settings["training.gradient_checkpointing"] = layers > 0
+        else:
+            notes.append(
+                f"the run checkpointed {layers} of {total} layers (speed: auto): counted as none here, "
+                "and left to speed: auto on a relaunch"
+            )
+    elif begin.get("gradient_checkpointing") is not None:
+        settings["training.gradient_checkpointing"] = bool(begin["gradient_checkpointing"])
+    return settings, notes
+
+
 def analyse_run(run: RunDir, state) -> Analysis:
-    """The remedies for a run whose state ended in an OOM error (reads its config, the model's
-    shape and the GPU catalog; a shape or catalog that cannot be read leaves a note)."""
+    """The remedies for a run whose state ended in an OOM error: from its config with the settings
+    it ran with, the model's shape and the GPU catalog (what cannot be read leaves a note)."""
     from cockpit import catalog as catalog_mod
     from cockpit import modelshape
 
-    cfg = config_mod.load_config(run.config_path)
-    notes = []
+    raw = yaml.safe_load(run.config_path.read_text(encoding="utf-8")) or {}
+    pinned, notes = as_run(state, last_speed_plan(run))
+    partial = bool(notes)
+    for dotted, value in pinned.items():
+        section, name = dotted.split(".")
+        raw.setdefault(section, {})[name] = value
+    cfg = config_mod.config_from_dict(raw)
+    if partial:
+        cfg.training.gradient_checkpointing = False
     try:
         shape = modelshape.load_shape(cfg.model.name, cfg.model.revision or "main")
     except modelshape.ShapeError as exc:
@@ -161,6 +217,7 @@ def analyse_run(run: RunDir, state) -> Analysis:
         notes.append(f"no card suggestions: {exc}")
     analysis = analyse(cfg, state.error or {}, shape, state.data, state.device, catalog, state.precision)
     analysis.notes[:0] = notes
+    analysis.pinned.update(pinned)
     return analysis
 
 

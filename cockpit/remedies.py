@@ -116,6 +116,7 @@ class Analysis:
     options: list[Option]
     notes: list[str] = field(default_factory=list)
     speed_card: CardSpeed | None = None  # what the speeds were computed on
+    pinned: dict[str, Any] = field(default_factory=dict)  # settings the failed run ran with (speed: auto)
 
     def combine(self, options: list[Option]) -> Option:
         """Several remedies at once, predicted together. ValueError when they cannot combine."""

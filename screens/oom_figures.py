@@ -5,11 +5,13 @@ Pure: an analysis in, rows and text out; the screen draws them.
 
 from __future__ import annotations
 
+from rich.table import Table
 from rich.text import Text
 
 from cockpit.estimate import GIB
 from cockpit.remedies import Analysis, Option
-from widgets.stats import Row
+
+Row = tuple[str, "str | Text"]  # label, value
 
 VERDICT_STYLE = {"fits": "bold green", "tight": "yellow", "no": "red", "unknown": "dim"}
 PHASE_WORDS = {
@@ -143,3 +145,13 @@ def option_text(option: Option, what: str = "") -> Text:
 
 def notes_text(analysis: Analysis) -> Text:
     return Text("\n".join(f"- {note}" for note in analysis.notes), style="dim")
+
+
+def rows_table(rows: list[Row]) -> Table:
+    """Label/value rows: the label dim, the value cut with an ellipsis when the panel is narrow."""
+    table = Table.grid(padding=(0, 1))
+    table.add_column(no_wrap=True, style="dim")
+    table.add_column(no_wrap=True, overflow="ellipsis")
+    for label, value in rows:
+        table.add_row(label, value)
+    return table

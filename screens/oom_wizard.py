@@ -31,9 +31,9 @@ from screens.oom_figures import (
     option_text,
     predicted_rows,
     remedy_cells,
+    rows_table,
     what_happened,
 )
-from widgets.stats import StatsPanel
 
 COMPACT_BELOW_ROWS = 30  # shorter terminals show the memory breakdown on `m` only, for the table
 
@@ -62,8 +62,8 @@ class OomWizard(Screen[Any]):
     def compose(self) -> ComposeResult:
         yield Static("analysing the failure...", id="what")
         with Horizontal(id="where"):
-            yield StatsPanel(id="observed")
-            yield StatsPanel(id="predicted")
+            yield Static(id="observed")
+            yield Static(id="predicted")
         table: DataTable = DataTable(id="remedies", cursor_type="row", zebra_stripes=True)
         table.add_columns(*REMEDY_COLUMNS)
         yield table
@@ -104,8 +104,8 @@ class OomWizard(Screen[Any]):
     def show_analysis(self, analysis: Analysis) -> None:
         self.analysis = analysis
         self.query_one("#what", Static).update(what_happened(analysis))
-        self.query_one("#observed", StatsPanel).show_rows(observed_rows(analysis))
-        self.query_one("#predicted", StatsPanel).show_rows(predicted_rows(analysis))
+        self.query_one("#observed", Static).update(rows_table(observed_rows(analysis)))
+        self.query_one("#predicted", Static).update(rows_table(predicted_rows(analysis)))
         self._fill_table()
         self._show_detail()
 
