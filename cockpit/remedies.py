@@ -35,6 +35,7 @@ from cockpit.speed import CardSpeed, estimate_speed
 
 VERDICT_ORDER = {"fits": 0, "tight": 1, "no": 2, "unknown": 3}
 MAX_COMBINATIONS_SHOWN = 3
+COMBINATION_MIN_GAIN = 1.1  # more changes at once must buy at least 10% more tokens/s
 REFERENCE_CARD = CardSpeed("H200 SXM (reference)", 989.0, 4800.0)  # catalog figures of h200-sxm
 # auto mode applies only what keeps the results: no change, or 8-bit optimizer states
 AUTO_EFFECT_RANK = 1
@@ -275,12 +276,11 @@ def analyse(
     all_knobs = knobs(cfg, base, observation, data, device_kind)
     options = [_option(base, (c,), gap, target, speed_card) for k in all_knobs for c in k.choices]
     singles = sorted(_best_per_knob(options), key=rank_key)
-    # a combination is worth showing when nothing alone fits, or when it beats the best single change
-    best_single = rank_key(singles[0]) if singles and singles[0].verdict == "fits" else None
+    best_single = singles[0] if singles and singles[0].verdict == "fits" else None
     combos = [
         o
         for o in _combinations(base, all_knobs, gap, target, speed_card)
-        if o.verdict == "fits" and (best_single is None or rank_key(o) < best_single)
+        if o.verdict == "fits" and _worth_combining(o, best_single)
     ]
     ranked = sorted(singles + _distinct(sorted(combos, key=rank_key))[:MAX_COMBINATIONS_SHOWN], key=rank_key)
     ranked += _bigger_card(cfg, base, estimate.peak_bytes + gap, target, card, catalog)
@@ -343,6 +343,17 @@ def _option(base: Workload, choices: tuple[Choice, ...], gap: int, target: Targe
         from_step_zero=any(c.from_step_zero for c in choices),
         choices=choices,
     )
+
+
+def _worth_combining(combo: Option, best_single: Option | None) -> bool:
+    """A combination is shown when nothing alone fits, when it keeps the results better than the
+    best single change, or when it is clearly faster (COMBINATION_MIN_GAIN) at the same effect."""
+    if best_single is None:
+        return True
+    combo_key, single_key = rank_key(combo), rank_key(best_single)
+    if combo_key[1] != single_key[1]:
+        return combo_key[1] < single_key[1]
+    return (combo.speed or 0) >= (best_single.speed or 0) * COMBINATION_MIN_GAIN
 
 
 def _best_per_knob(options: list[Option]) -> list[Option]:
