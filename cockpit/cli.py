@@ -83,20 +83,21 @@ def _parser() -> argparse.ArgumentParser:
         with_ui(sp)
 
     sp = sub.add_parser("estimate", help="predict peak GPU memory of a config, in parts (no GPU needed)")
-    sp.add_argument("config", nargs="?", help="YAML config (default: every key at its default)")
-    sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
-    sp.add_argument("--model", help="shortcut for --set model.name=...")
-    sp.add_argument(
-        "--trainer",
-        choices=("trl", "hf"),
-        default="trl",
-        help="trl: what cockpit runs (default); hf: a plain HF Trainer + peft script",
-    )
+    _workload_args(sp)
     sp.add_argument("--vram", type=float, metavar="GIB", help="say whether it fits a card of this many GiB")
     sp.add_argument("--inference", action="store_true", help="inference instead: weights + KV cache")
     sp.add_argument("--bits", type=int, choices=(4, 8, 16), default=4, help="with --inference")
     sp.add_argument("--context", type=int, default=4096, help="with --inference: tokens of context")
     sp.add_argument("--json", action="store_true")
+
+    sp = sub.add_parser("cards", help="every card for a run: fit, peak, speed, time and cost (no GPU needed)")
+    _workload_args(sp)
+    _run_size_args(sp)
+    sp.add_argument("--json", action="store_true", help="the table as JSON, with every input stated")
+
+    sp = sub.add_parser("pick", help="the card picker: edit the run, compare every card, write a config")
+    _workload_args(sp)
+    _run_size_args(sp)
 
     sp = sub.add_parser("preflight", help="is this box healthy and set up right? (GPU, host, disk, network)")
     sp.add_argument(
@@ -165,6 +166,93 @@ def _parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=text)
         sp.add_argument("run", nargs="?")
     return p
+
+
+# flags that stand for config keys, for the commands about one run's needs (estimate, cards, pick)
+WORKLOAD_FLAGS = {
+    "model": "model.name",
+    "method": "method",
+    "seq": "training.max_length",
+    "batch": "training.micro_batch_size",
+    "accum": "training.gradient_accumulation_steps",
+    "checkpointing": "training.gradient_checkpointing",
+    "lora_r": "lora.r",
+    "targets": "lora.target_modules",
+    "optimizer": "training.optimizer",
+}
+
+
+def _workload_args(sp: argparse.ArgumentParser) -> None:
+    """The run to estimate: a config and/or flags, each a shortcut for one config key."""
+    sp.add_argument("config", nargs="?", help="YAML config (default: every key at its default)")
+    sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
+    sp.add_argument(
+        "--model", help="model.name: synthetic:<arch> (a shipped shape), a folder with config.json, a hub id"
+    )
+    sp.add_argument("--method", help="method: qlora, lora or full")
+    sp.add_argument("--seq", metavar="TOKENS", help="training.max_length")
+    sp.add_argument("--batch", metavar="N", help="training.micro_batch_size")
+    sp.add_argument("--accum", metavar="N", help="training.gradient_accumulation_steps")
+    sp.add_argument(
+        "--checkpointing", action=argparse.BooleanOptionalAction, help="training.gradient_checkpointing"
+    )
+    sp.add_argument("--lora-r", metavar="R", help="lora.r")
+    sp.add_argument("--targets", metavar="NAMES", help="lora.target_modules: q_proj,v_proj or all-linear")
+    sp.add_argument("--optimizer", help="training.optimizer, e.g. paged_adamw_8bit")
+    sp.add_argument(
+        "--trainer",
+        choices=("trl", "hf"),
+        default="trl",
+        help="trl: what cockpit runs (default); hf: a plain HF Trainer + peft script",
+    )
+
+
+def _run_size_args(sp: argparse.ArgumentParser) -> None:
+    """How much the run trains on, for time and cost (training.max_steps, when set, wins)."""
+    sp.add_argument("--tokens", metavar="N", help="dataset tokens, e.g. 5M or 250k")
+    sp.add_argument("--samples", metavar="N", help="dataset samples (with --mean-tokens)")
+    sp.add_argument("--mean-tokens", metavar="N", help="mean tokens per sample (with --samples)")
+    sp.add_argument("--epochs", type=float, help="passes over the dataset (default: training.epochs)")
+    sp.add_argument("--budget", type=float, metavar="USD", help="flag the fastest card within this cost")
+
+
+def _workload_overrides(args) -> list[str]:
+    """--set items, then the flags as `key=value` (the flags win)."""
+    out = list(args.overrides)
+    for dest, key in WORKLOAD_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = str(value).lower()
+        elif dest == "targets" and value.strip() != "all-linear":
+            value = "[" + ",".join(t for t in re.split(r"[\s,]+", value) if t) + "]"
+        out.append(f"{key}={value}")
+    return out
+
+
+def _load_workload(args):
+    """(config, model shape, workload) from the config and flags.
+
+    Raises ConfigError, modelshape.ShapeError (the model), estimate.EstimateError (the settings)."""
+    from cockpit import estimate as est
+    from cockpit import modelshape
+
+    cfg = config.load_config(args.config, _workload_overrides(args))
+    shape = modelshape.load_shape(cfg.model.name, cfg.model.revision or "main")
+    return cfg, shape, est.workload_from_config(cfg, shape, args.trainer)
+
+
+def _dataset_text(args) -> str:
+    """--tokens, or --samples x --mean-tokens, as the picker's dataset field reads it."""
+    from cockpit.cards import CardsError
+
+    if (args.samples is None) != (args.mean_tokens is None):
+        example = "--samples 9846 --mean-tokens 350"
+        raise CardsError("dataset", f"give --samples together with --mean-tokens, e.g. {example}")
+    if args.tokens is not None and args.samples is not None:
+        raise CardsError("dataset", "give --tokens or --samples with --mean-tokens, not both")
+    return f"{args.samples}x{args.mean_tokens}" if args.samples is not None else args.tokens or ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -334,15 +422,12 @@ def cmd_estimate(args) -> int:
     from cockpit import estimate as est
     from cockpit import modelshape
 
-    overrides = list(args.overrides) + ([f"model.name={args.model}"] if args.model else [])
-    cfg = config.load_config(args.config, overrides)
     try:
-        shape = modelshape.load_shape(cfg.model.name, cfg.model.revision or "main")
+        cfg, shape, workload = _load_workload(args)
         if args.inference:
             result = est.estimate_inference(shape, args.bits, args.context)
             workload = None
         else:
-            workload = est.workload_from_config(cfg, shape, args.trainer)
             result = est.estimate_memory(workload)
     except (modelshape.ShapeError, est.EstimateError) as exc:
         print(f"cannot estimate: {exc}", file=sys.stderr)
@@ -371,6 +456,61 @@ def cmd_estimate(args) -> int:
             "no": "does NOT fit",
         }[fits]
         print(f"{words} a {args.vram:g} GiB card ({args.vram - result.peak_gib:+.2f} GiB headroom)")
+    return 0
+
+
+def cmd_cards(args) -> int:
+    from cockpit import cards, catalog, modelshape
+    from cockpit import estimate as est
+    from cockpit.cards_text import table_text
+
+    try:
+        cfg, _shape, workload = _load_workload(args)
+        epochs = cfg.training.epochs if args.epochs is None else args.epochs
+        size = cards.parse_dataset(_dataset_text(args), epochs, cfg.training.max_steps)
+        table = cards.card_table(workload, catalog.load_catalog(), size, args.budget)
+    except (modelshape.ShapeError, est.EstimateError) as exc:
+        print(f"cannot estimate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except cards.CardsError as exc:
+        print(f"{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except catalog.CatalogError as exc:
+        print(f"card catalog: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(table.to_dict(), indent=1) if args.json else table_text(table))
+    return 0
+
+
+def cmd_pick(args) -> int:
+    import datetime as dt
+
+    from cockpit import cards, catalog
+
+    cfg = config.load_config(args.config, _workload_overrides(args))
+    try:
+        dataset = _dataset_text(args)
+        cards_catalog = catalog.load_catalog()
+    except cards.CardsError as exc:
+        print(f"{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except catalog.CatalogError as exc:
+        print(f"card catalog: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from screens.picker_app import PickerApp  # the TUI, only on this branch
+
+    app = PickerApp(
+        cfg,
+        catalog=cards_catalog,
+        clock=dt.datetime.now,
+        trainer=args.trainer,
+        dataset=dataset,
+        epochs=args.epochs,
+        budget=args.budget,
+    )
+    app.run()
+    for path in app.written:
+        print(f"wrote {path}; set dataset.path in it, then start it: cockpit train {path}")
     return 0
 
 

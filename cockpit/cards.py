@@ -1,0 +1,392 @@
+"""The card table: every catalog card for one training run, with fit, speed, time and cost.
+
+Pure Python (no textual, no torch), shared by `cockpit cards` and the picker screen. For each
+card: the memory model's verdict (fits / tight / no) with the predicted peak and headroom, the
+speed model's tokens/s, and the time and cost of the run at the card's price (the user's, or the
+dated default). A card the run does not fit gets the first single change that makes it fit
+(`cockpit.fitting`), with the speed, time and cost of the run so changed. Two rows are flagged:
+the cheapest card the run fits as given (with the safety margin), and the fastest such card
+within the budget.
+
+The run's size is dataset tokens x epochs (tokens given, or samples x mean tokens per sample,
+each sample cut at the max length), or `training.max_steps` x the tokens of one optimizer
+step. Speeds assume full rows of max-length tokens (packed, or samples at least that long).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from datetime import date
+
+from cockpit import fmt
+from cockpit.catalog import Card, Catalog, price_label
+from cockpit.estimate import (
+    GIB,
+    SAFETY_MARGIN,
+    MemoryEstimate,
+    Workload,
+    estimate_memory,
+    workload_inputs,
+)
+from cockpit.estimate import to_dict as estimate_dict
+from cockpit.fitting import CardFit, Change, fit_card
+from cockpit.speed import CALIBRATED_ON, SpeedEstimate, estimate_run, estimate_speed, speed_inputs
+
+TOKENS_MAX = 10**13  # ten trillion tokens: more is a unit mistake, not a fine-tune
+SAMPLES_MAX = 10**11
+MEAN_TOKENS_MAX = 1 << 21
+EPOCHS_MAX = 1000.0
+BUDGET_MAX = 10**7
+SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+COUNT = r"\s*([0-9][0-9_,]*(?:\.[0-9]+)?(?:e[0-9]+)?)\s*([kmbgt]?)\s*"
+
+
+class CardsError(ValueError):
+    """An input of the card table that cannot be used; `field` names it (dataset, epochs, budget)."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(message)
+        self.field = field_name
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def parse_count(text: str, what: str, field_name: str, high: float) -> float:
+    """`10M`, `1.5b`, `250k`, `9,846`, `2e6` -> a positive number, at most `high`."""
+    match = re.fullmatch(COUNT, str(text).lower())
+    if not match:
+        raise CardsError(field_name, f"{what} {text!r}: expected a number like 5M, 250k or 9846")
+    value = float(match.group(1).replace(",", "").replace("_", "")) * SUFFIXES[match.group(2)]
+    if value <= 0:
+        raise CardsError(field_name, f"{what} {text!r}: must be more than 0")
+    if value > high:
+        raise CardsError(field_name, f"{what} {text!r}: more than {high:.0e}; check the unit (k, M, B)")
+    return value
+
+
+@dataclass(frozen=True)
+class RunSize:
+    """How much the run trains on. Without tokens, samples or max_steps there is no time or cost."""
+
+    dataset_tokens: int | None = None
+    samples: int | None = None
+    mean_tokens: float | None = None
+    epochs: float = 1.0
+    max_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.epochs, (int, float)) and 0 < self.epochs <= EPOCHS_MAX):
+            raise CardsError("epochs", f"epochs {self.epochs!r}: expected a number above 0, at most 1000")
+        for name, value, high in (
+            ("dataset tokens", self.dataset_tokens, TOKENS_MAX),
+            ("samples", self.samples, SAMPLES_MAX),
+            ("mean tokens per sample", self.mean_tokens, MEAN_TOKENS_MAX),
+        ):
+            if value is not None and not 0 < value <= high:
+                raise CardsError("dataset", f"{name} {value!r}: expected more than 0 and at most {high:.0e}")
+        if (self.samples is None) != (self.mean_tokens is None):
+            raise CardsError("dataset", "give samples together with their mean tokens (e.g. 9846x350)")
+        if self.samples is not None and self.dataset_tokens is not None:
+            raise CardsError("dataset", "give dataset tokens or samples x mean tokens, not both")
+
+    @property
+    def known(self) -> bool:
+        return self.max_steps is not None or self.dataset_tokens is not None or self.samples is not None
+
+    def tokens(self, w: Workload) -> int | None:
+        """Tokens the run processes with workload `w` (all epochs), or None when unknown."""
+        if self.max_steps is not None:
+            return self.max_steps * w.grad_accum * w.tokens_per_micro_batch
+        if self.samples is not None:  # each sample is cut at the max length
+            return int(self.samples * min(self.mean_tokens, w.seq_len) * self.epochs)
+        if self.dataset_tokens is not None:
+            return int(self.dataset_tokens * self.epochs)
+        return None
+
+    def describe(self, w: Workload) -> str:
+        tokens = self.tokens(w)
+        if tokens is None:
+            return "dataset size not given: no time or cost"
+        if self.max_steps is not None:
+            return f"max_steps {self.max_steps} x {w.grad_accum * w.tokens_per_micro_batch} tokens/step"
+        if self.samples is not None:
+            cut = " (cut at max length)" if self.mean_tokens > w.seq_len else ""
+            size = f"{self.samples:,} samples x {min(self.mean_tokens, w.seq_len):g} tokens{cut}"
+        else:
+            size = f"{_tokens(self.dataset_tokens)} tokens"
+        return f"{size} x {self.epochs:g} epoch{'s' if self.epochs != 1 else ''} = {_tokens(tokens)} tokens"
+
+    def to_dict(self, w: Workload) -> dict:
+        return {
+            "dataset_tokens": self.dataset_tokens,
+            "samples": self.samples,
+            "mean_tokens": self.mean_tokens,
+            "epochs": self.epochs,
+            "max_steps": self.max_steps,
+            "run_tokens": self.tokens(w),
+        }
+
+
+def parse_dataset(text: str, epochs: float = 1.0, max_steps: int | None = None) -> RunSize:
+    """`10M` (tokens) or `9846x350` (samples x mean tokens per sample); empty: size unknown
+    (unless `max_steps`, the config's training.max_steps, which wins over the dataset size)."""
+    if max_steps is not None:
+        return replace(parse_dataset(text, epochs), max_steps=max_steps)
+    text = str(text or "").strip()
+    if not text:
+        return RunSize(epochs=epochs)
+    samples, sep, mean = text.lower().replace("*", "x").partition("x")
+    if sep:
+        return RunSize(
+            samples=int(parse_count(samples, "samples", "dataset", SAMPLES_MAX)),
+            mean_tokens=parse_count(mean, "mean tokens per sample", "dataset", MEAN_TOKENS_MAX),
+            epochs=epochs,
+        )
+    return RunSize(
+        dataset_tokens=int(parse_count(text, "dataset tokens", "dataset", TOKENS_MAX)), epochs=epochs
+    )
+
+
+def check_budget(budget_usd: float | None, size: RunSize) -> float | None:
+    if budget_usd is None:
+        return None
+    if not 0 < budget_usd <= BUDGET_MAX:
+        raise CardsError(
+            "budget", f"budget {budget_usd!r}: expected US dollars above 0, at most {BUDGET_MAX:.0e}"
+        )
+    if not size.known:
+        raise CardsError("budget", "a budget needs the dataset size (tokens, or samples x mean tokens)")
+    return float(budget_usd)
+
+
+# ---------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """Speed, and with a known size, time and cost of one configuration on one card."""
+
+    speed: SpeedEstimate
+    tokens: int | None
+    time_s: float | None
+    cost_usd: float | None
+
+    def to_dict(self) -> dict:
+        return {
+            "tokens_per_s": round(self.speed.tokens_per_s, 1),
+            "step_s": round(self.speed.step_s, 4),
+            "bound": self.speed.bound,
+            "parts_s": {k: round(v, 5) for k, v in self.speed.parts_s.items()},
+            "tokens": self.tokens,
+            "time_s": None if self.time_s is None else round(self.time_s, 1),
+            "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 4),
+        }
+
+
+@dataclass(frozen=True)
+class CardRow:
+    card: Card
+    fit: CardFit  # the run as given on this card
+    price_label: str
+    as_given: RunFigures | None  # None when the run does not fit as given: nothing to time
+    with_change: RunFigures | None  # the run with fit.change, when there is one
+    within_budget: bool | None = None
+    cheapest: bool = False
+    fastest: bool = False
+
+    @property
+    def shown(self) -> RunFigures | None:
+        """The figures of the row: as given where it runs, else with the change that makes it fit."""
+        return self.as_given if self.fit.verdict != "no" else self.with_change
+
+    @property
+    def shown_workload_is_changed(self) -> bool:
+        return self.fit.verdict == "no" and self.with_change is not None
+
+    def phrase(self) -> str:
+        """`RTX 4090: fits with gradient checkpointing (20.1 GiB): 1.2k tok/s, 2:15:00, $0.99`."""
+        name, fit = self.card.name, self.fit
+        if fit.verdict == "fits":
+            head = f"{name}: fits, {fit.headroom_bytes / GIB:.1f} GiB free"
+        elif fit.change is not None:
+            head = f"{name}: fits with {fit.change.description} ({fit.change.peak_bytes / GIB:.1f} GiB)"
+        elif fit.verdict == "tight":
+            head = f"{name}: tight, {fit.headroom_bytes / GIB:.1f} GiB free (inside the safety margin)"
+        else:
+            need = (fit.peak_bytes - self.card.vram_gib * GIB * (1 - SAFETY_MARGIN)) / GIB
+            head = f"{name}: does not fit, and no single change fits it ({need:.1f} GiB short)"
+        figures = self.with_change if fit.change is not None else self.as_given
+        return head if figures is None else f"{head}: {figures_text(figures)}"
+
+    def to_dict(self, today: date) -> dict:
+        change: Change | None = self.fit.change
+        vram = int(self.card.vram_gib * GIB)
+        return {
+            "card": self.card.id,
+            "name": self.card.name,
+            "vram_gib": self.card.vram_gib,
+            "verdict": self.fit.verdict,
+            "peak_bytes": self.fit.peak_bytes,
+            "headroom_bytes": self.fit.headroom_bytes,
+            "price": {
+                "usd_per_hour": self.card.price_per_hour,
+                "is_default": self.card.price_is_default,
+                "date": self.card.price_date,
+                "source": self.card.price_source,
+                "label": price_label(self.card, today),
+            },
+            "speed_inputs": speed_inputs(self.card),
+            "as_given": None if self.as_given is None else self.as_given.to_dict(),
+            "change": None
+            if change is None
+            else {
+                "key": change.key,
+                "description": change.description,
+                "config": change.config,
+                "effect": change.effect,
+                "peak_bytes": change.peak_bytes,
+                "headroom_bytes": vram - change.peak_bytes,
+                "figures": None if self.with_change is None else self.with_change.to_dict(),
+            },
+            "within_budget": self.within_budget,
+            "cheapest": self.cheapest,
+            "fastest_within_budget": self.fastest,
+            "phrase": self.phrase(),
+        }
+
+
+def figures_text(figures: RunFigures) -> str:
+    text = f"{fmt.rate(figures.speed.tokens_per_s)} tok/s"
+    if figures.time_s is not None:
+        text += f", {fmt.duration(figures.time_s)}"
+    if figures.cost_usd is not None:
+        text += f", {money(figures.cost_usd)}"
+    return text
+
+
+def money(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if 0 < value < 0.005:
+        return "<$0.01"
+    return f"${value:,.0f}" if value >= 1000 else f"${value:.2f}"
+
+
+def _tokens(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:g}"
+
+
+def _figures(w: Workload, card: Card, size: RunSize) -> RunFigures:
+    tokens = size.tokens(w)
+    if tokens is None:
+        return RunFigures(estimate_speed(w, card), None, None, None)
+    run = estimate_run(w, card, tokens, 1.0, card.price_per_hour)
+    return RunFigures(run.speed, run.tokens, run.time_s, run.cost_usd)
+
+
+# ---------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class CardTable:
+    workload: Workload
+    estimate: MemoryEstimate
+    size: RunSize
+    budget_usd: float | None
+    today: date
+    rows: tuple[CardRow, ...]
+    prices_from: str  # the user's cards.yaml, or "default prices"
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def cheapest(self) -> CardRow | None:
+        return next((r for r in self.rows if r.cheapest), None)
+
+    @property
+    def fastest(self) -> CardRow | None:
+        return next((r for r in self.rows if r.fastest), None)
+
+    @property
+    def cheapest_by(self) -> str:
+        return "run cost" if self.size.known else "price per hour"
+
+    def row(self, card_id: str) -> CardRow:
+        return next(r for r in self.rows if r.card.id == card_id)
+
+    def to_dict(self) -> dict:
+        w = self.workload
+        inputs = {
+            **workload_inputs(w),
+            "grad_accum": w.grad_accum,
+            "run": self.size.to_dict(w),
+            "budget_usd": self.budget_usd,
+            "today": self.today.isoformat(),
+            "prices_from": self.prices_from,
+            "safety_margin": SAFETY_MARGIN,
+            "speed_calibrated_on": CALIBRATED_ON,
+            "speed_assumes": "full rows of max-length tokens (packed, or samples at least that long)",
+        }
+        return {
+            **estimate_dict(self.estimate, inputs),  # inputs, the memory parts, peak and load peak
+            "cheapest": None if self.cheapest is None else self.cheapest.card.id,
+            "cheapest_by": self.cheapest_by,
+            "fastest_within_budget": None if self.fastest is None else self.fastest.card.id,
+            "rows": [r.to_dict(self.today) for r in self.rows],
+            "warnings": list(self.warnings),
+        }
+
+
+def card_table(
+    w: Workload,
+    catalog: Catalog,
+    size: RunSize | None = None,
+    budget_usd: float | None = None,
+    today: date | None = None,
+) -> CardTable:
+    """One row per catalog card, in catalog order, with the cheapest and fastest rows flagged.
+
+    Raises EstimateError (the workload) or CardsError (the size or the budget)."""
+    size = size or RunSize()
+    today = today or date.today()
+    budget_usd = check_budget(budget_usd, size)
+    warnings = list(catalog.warnings)
+    if w.gpus != 1:
+        warnings.append(f"the config asks for {w.gpus} GPUs; this table is for one GPU of each card")
+        w = replace(w, gpus=1, sharding="ddp")
+    estimate = estimate_memory(w)
+    rows = []
+    for card in catalog.cards:
+        fit = fit_card(w, card)
+        as_given = _figures(w, card, size) if fit.verdict != "no" else None
+        with_change = _figures(fit.change.workload, card, size) if fit.change is not None else None
+        shown = as_given if fit.verdict != "no" else with_change
+        within = None
+        if budget_usd is not None and shown is not None and shown.cost_usd is not None:
+            within = shown.cost_usd <= budget_usd
+        rows.append(CardRow(card, fit, price_label(card, today), as_given, with_change, within))
+
+    fitting = [r for r in rows if r.fit.verdict == "fits"]
+    cheapest = min(fitting, key=_cost_key(size), default=None)
+    in_budget = [r for r in fitting if budget_usd is None or r.within_budget]
+    fastest = max(in_budget, key=lambda r: r.as_given.speed.tokens_per_s, default=None)
+    if budget_usd is not None and fitting and fastest is None:
+        warnings.append(
+            f"no card that fits costs {money(budget_usd)} or less; the cheapest that fits costs "
+            f"{money(cheapest.as_given.cost_usd)} ({cheapest.card.name})"
+        )
+    rows = [replace(r, cheapest=r is cheapest, fastest=r is fastest) for r in rows]
+    prices_from = str(catalog.user_file) if catalog.user_file else "default prices (no cards.yaml)"
+    return CardTable(w, estimate, size, budget_usd, today, tuple(rows), prices_from, tuple(warnings))
+
+
+def _cost_key(size: RunSize):
+    if size.known:
+        return lambda r: (r.as_given.cost_usd, r.as_given.time_s)
+    return lambda r: (r.card.price_per_hour, -r.as_given.speed.tokens_per_s)
