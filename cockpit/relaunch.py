@@ -272,7 +272,11 @@ def headless_on_oom(
     if mode == "stop" or not is_oom_failure(state):
         return None
     say = lambda text: print(text, file=out, flush=True)  # noqa: E731
-    analysis = analyse_run(run, state)
+    try:
+        analysis = analyse_run(run, state)
+    except (config_mod.ConfigError, OSError, ValueError) as exc:
+        say(f"--on-oom {mode}: the OOM could not be analysed ({exc}); nothing applied")
+        return None
     say(report(analysis))
     if mode == "auto":
         if attempt > MAX_AUTO_ATTEMPTS:

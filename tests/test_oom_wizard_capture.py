@@ -173,3 +173,113 @@ def test_token_lengths_say_what_a_shorter_max_length_would_cut():
     assert stats["tokens_over"] == {"64": 5, "128": 4, "256": 3, "512": 2, "1024": 1}
     assert stats["tokens_p99"] == 2000 and stats["truncated"] == 2
     assert length_stats([5, 9], 512)["tokens_over"] == {}
+
+
+# ---------------------------------------------------------------- the trainer's side
+
+
+def test_the_phase_tracker_follows_a_step(tmp_path):
+    from types import SimpleNamespace
+
+    from train_backend.oom_watch import PhaseTracker
+
+    seen = []
+
+    class Trainer:
+        def __init__(self):
+            self.callbacks = []
+
+        def compute_loss(self, model, inputs, num_items_in_batch=None):
+            seen.append(tracker.phase)
+            return 1.0
+
+        def _save_checkpoint(self, model, trial):
+            seen.append(tracker.phase)
+
+        def evaluate(self, *args, **kwargs):
+            seen.append(tracker.phase)
+
+        def add_callback(self, callback):
+            self.callbacks.append(callback)
+
+    tracker, trainer = PhaseTracker(), Trainer()
+    tracker.enter("quantising")
+    assert tracker.phase == "model_load"
+    tracker.watch(trainer)
+    (steps,) = trainer.callbacks
+    state = SimpleNamespace(global_step=4)
+    steps.on_train_begin(None, state, None)
+    batch = {"input_ids": SimpleNamespace(shape=(4, 512))}
+    trainer.compute_loss(SimpleNamespace(training=True), batch)
+    assert seen[-1] == "first_forward" and tracker.phase == "backward" and tracker.step == 5
+    assert (tracker.batch_rows, tracker.seq_len) == (4, 512)
+    steps.on_pre_optimizer_step(None, state, None)
+    assert tracker.phase == "optimizer_step"
+    state.global_step = 5
+    steps.on_step_end(None, state, None)
+    assert tracker.step == 6 and tracker.phase == "forward" and tracker.seq_len is None
+    trainer._save_checkpoint(None, None)
+    trainer.evaluate()
+    assert seen[-2:] == ["checkpoint_save", "evaluation"] and tracker.phase == "forward"
+    details = tracker.details()
+    assert details["phase"] == "forward" and details["step"] == 6 and "rss_bytes" in details["memory"]
+
+
+def test_a_changed_optimizer_resumes_the_schedule_not_the_states(tmp_path):
+    from types import SimpleNamespace
+
+    import torch
+
+    from cockpit.config import config_from_dotted
+    from train_backend.oom_watch import checkpoint_optimizer, keep_optimizer_compatible
+
+    checkpoint = tmp_path / "checkpoint-10"
+    checkpoint.mkdir()
+    torch.save(SimpleNamespace(optim="paged_adamw_32bit"), checkpoint / "training_args.bin")
+    weights = [torch.nn.Parameter(torch.zeros(2))]
+    old = torch.optim.lr_scheduler.LambdaLR(torch.optim.SGD(weights, lr=1.0), lambda step: 0.5**step)
+    for _ in range(3):
+        old.optimizer.step()
+        old.step()
+    torch.save(old.state_dict(), checkpoint / "scheduler.pt")
+    assert checkpoint_optimizer(checkpoint) == "paged_adamw_32bit"
+
+    emitted = []
+    emitter = SimpleNamespace(emit=lambda kind, **fields: emitted.append((kind, fields)))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(torch.optim.SGD(weights, lr=1.0), lambda step: 0.5**step)
+    trainer = SimpleNamespace(lr_scheduler=scheduler, _load_optimizer_and_scheduler=None)
+    same = config_from_dotted({"training.optimizer": "paged_adamw_32bit"})
+    keep_optimizer_compatible(trainer, checkpoint, same, emitter)
+    assert trainer._load_optimizer_and_scheduler is None and not emitted  # same optimizer: HF resumes all
+    changed = config_from_dotted({"training.optimizer": "paged_adamw_8bit"})
+    keep_optimizer_compatible(trainer, checkpoint, changed, emitter)
+    trainer._load_optimizer_and_scheduler(str(checkpoint))
+    assert scheduler.last_epoch == 3  # the schedule goes on
+    assert emitted[0][0] == "warning" and "paged_adamw_32bit -> paged_adamw_8bit" in emitted[0][1]["message"]
+
+
+def test_emulate_vram_needs_a_gpu_to_apply(tmp_path):
+    from cockpit.config import config_from_dotted
+    from train_backend.oom_watch import emulate_vram
+
+    assert emulate_vram(config_from_dotted({}), "cpu") is None
+    done = emulate_vram(config_from_dotted({"emulate_vram_gib": 24}), "cpu")
+    assert done == {"limit_bytes": 24 * GIB, "applied": False}
+
+
+@pytest.mark.parametrize(
+    ("text", "gib"), [("24GiB", 24.0), ("24", 24.0), ("12.5G", 12.5), ("24576MiB", 24.0), (" 16 GiB", 16.0)]
+)
+def test_emulate_vram_flag_reads_gib(text, gib):
+    from cockpit.cli import _vram_gib
+
+    assert _vram_gib(text) == gib
+
+
+def test_emulate_vram_flag_refuses_gb():
+    import argparse
+
+    from cockpit.cli import _vram_gib
+
+    with pytest.raises(argparse.ArgumentTypeError, match="GiB"):
+        _vram_gib("24GB")
