@@ -24,6 +24,7 @@ from cockpit.estimate import (
     CUDA_CONTEXT_BYTES,
     GIB,
     SAFETY_MARGIN,
+    EstimateError,
     MemoryEstimate,
     Workload,
     estimate_memory,
@@ -258,7 +259,11 @@ def analyse(
             f"sequences in the estimate: {longest} tokens (the longest sample; max_length is "
             f"{cfg.training.max_length})"
         )
-    estimate = estimate_memory(base)
+    try:
+        estimate = estimate_memory(base)
+    except EstimateError as exc:
+        notes.append(f"the memory model cannot size this run: {exc}")
+        return Analysis(target, observation, None, None, 0, [], notes)
     if observation.demand_bytes is None:
         notes.append(observation.demand_basis)
     gap = 0
