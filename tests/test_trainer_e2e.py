@@ -75,7 +75,11 @@ def test_full_run_headless(tmp_path, env):
     assert data["samples"] == 345 and data["tokens_min"] > 0 and data["tokens_max"] >= data["tokens_p95"]
     # plain (non-terminal) output: timestamped lines, one per step with --log-every 0
     assert len(step_lines(proc.stdout)) == 8 and "done: finished at step 8" in proc.stdout
-    assert proc.stdout.splitlines()[0][:4].isdigit()
+    # the quick preflight's summary comes first, then the run's own timestamped lines
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("preflight (quick"), lines[0]
+    block_end = next((i for i, line in enumerate(lines) if "--skip-preflight" in line), 0)
+    assert lines[block_end + 1][:4].isdigit(), lines[: block_end + 2]
 
     # run directory: owner-only, complete checkpoints, final adapter, no secret anywhere
     assert stat.S_IMODE(run.stat().st_mode) == 0o700
