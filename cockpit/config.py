@@ -169,7 +169,8 @@ class SpeedSection:
         choices=("auto", "off"),
     )
     fused_kernels: str = _f(
-        "auto", "auto: Liger's Triton kernels (RMSNorm, RoPE, SwiGLU) where installed, on a GPU; off: never",
+        "auto",
+        "auto: Liger's Triton kernels (RMSNorm, RoPE, SwiGLU) where installed, on a GPU; off: never",
         choices=("auto", "off"),
     )
     cache_tokens: bool = _f(True, "keep the tokenized dataset in the run directory, so a restart skips it")
@@ -332,6 +333,14 @@ def config_from_dotted(values: dict) -> TrainConfig:
 
 
 def config_from_dict(raw: dict) -> TrainConfig:
+    speed = raw.get("speed")
+    if isinstance(speed, dict):  # YAML reads a bare `off` as false
+        raw = {
+            **raw,
+            "speed": {
+                k: "off" if v is False and k in ("mode", "fused_kernels") else v for k, v in speed.items()
+            },
+        }
     cfg = _build(TrainConfig, raw, "")
     _check_combinations(cfg)
     _pin_explicit_speed_keys(cfg, raw)

@@ -200,3 +200,41 @@ def test_the_plan_is_an_event_the_headless_view_prints():
     lines = text.splitlines()
     assert lines[0] == "speed: auto" and len(lines) == 1 + len(plan.choices)
     assert any(line.startswith("  packing: rows of 512 [auto] - samples average") for line in lines)
+
+
+def test_a_bare_off_in_yaml_turns_speed_off(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("speed: {mode: off, fused_kernels: off}\n")
+    cfg = config.load_config(path)
+    assert (cfg.speed.mode, cfg.speed.fused_kernels) == ("off", "off")
+    (tmp_path / "again.yaml").write_text(config.dump_config(cfg))
+    assert config.load_config(tmp_path / "again.yaml").speed.mode == "off"
+
+
+def test_the_benchmark_reads_the_reference_loss_from_its_log(monkeypatch):
+    from conftest import ROOT
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import fast_vs_seed
+
+    log = "{'loss': '11.2183', 'grad_norm': '0.5'}\n{'loss': 11.19, 'epoch': 0.5}\n{'train_loss': '11.3'}"
+    assert [float(x) for x in fast_vs_seed.LOSS_RE.findall(log)] == [11.2183, 11.19]
+
+
+@pytest.mark.slow
+def test_the_benchmark_smoke_run_writes_its_table(tmp_path, env):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "bench" / "fast_vs_seed.py"), "--smoke", "--shapes", "mixed"]
+    cmd += ["--budget-s", "0", "--out", str(out), "--workdir", str(tmp_path / "work")]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((out / "fast_vs_seed.json").read_text())
+    assert [r["run"] for r in result["runs"]] == ["speed: off", "speed: auto"]
+    assert all(r["tokens_per_s"] > 0 and r["final_loss"] > 0 for r in result["runs"])
+    assert result["runs"][1]["plan"]["mode"] == "auto" and "mixed" in result["summary"]
+    assert (out / "fast_vs_seed.md").read_text().startswith("| run (in order) |")

@@ -119,8 +119,6 @@ def sft_kwargs(plan, dataset_kwargs: dict | None) -> dict:
         kwargs["packing_strategy"] = "bfd"  # with flash-attention: padding-free, one flattened row
     if plan.checkpoint_layers and plan.checkpoint_every > 1:
         kwargs["gradient_checkpointing_kwargs"] = {"every_n_layers": plan.checkpoint_every}
-    if plan.mode == "auto" and plan.config.training.dataloader_num_workers > 0:
-        kwargs["dataloader_persistent_workers"] = True
     if dataset_kwargs:
         kwargs["dataset_kwargs"] = dataset_kwargs
     return kwargs
