@@ -53,7 +53,7 @@ class OomWizard(Screen[Any]):
     def __init__(self, session, analyse=None):
         super().__init__()
         self.session = session
-        self.analyse = analyse or relaunch_mod.analyse_run  # tests hand in their own
+        self.analyse = analyse or relaunch_mod.analyse_run  # (run, state) -> Analysis, injectable
         self.analysis: Analysis | None = None
         self.picked: list[Option] = []
         self.failure: str | None = None
