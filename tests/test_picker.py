@@ -1,0 +1,301 @@
+"""The card picker, driven with pilot: edit the inputs and see the table follow, bad input marked
+next to its field, a hub model fetched in a worker, the breakdown, and Enter on a card writing a
+config that `cockpit train` accepts.
+
+The app gets the shipped catalog priced as on a fixed day, a fixed clock, and a folder of its own
+for the configs it writes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cockpit import config as config_mod
+from cockpit import modelshape
+from cockpit.catalog import load_catalog
+from cockpit.estimate import GIB
+from screens.picker_app import PickerApp
+from screens.picker_inputs import default_path
+from screens.picker_save import SaveConfig
+from widgets.card_table import CardTableView
+from widgets.memory_breakdown import MemoryBreakdown
+
+NOW = dt.datetime(2026, 12, 1, 10, 0)
+ARTICLE_13B = ["model.name=synthetic:llama-2-13b", "training.gradient_checkpointing=false"]
+
+
+@pytest.fixture(autouse=True)
+def no_user_cards(tmp_path, monkeypatch):
+    monkeypatch.setenv("COCKPIT_CONFIG", str(tmp_path / "no-config"))
+
+
+def make_app(tmp_path: Path, overrides=ARTICLE_13B, **kw) -> PickerApp:
+    cfg = config_mod.load_config(None, list(overrides))
+    kw.setdefault("dataset", "10M")
+    catalog = load_catalog(today=NOW.date())
+    return PickerApp(cfg, catalog=catalog, clock=lambda: NOW, out_dir=tmp_path / "out", **kw)
+
+
+def screen_text(app: PickerApp) -> str:
+    """What the terminal shows, with runs of spaces and line ends as one space (messages wrap)."""
+    return " ".join(" ".join(strip.text for strip in app.screen._compositor.render_strips()).split())
+
+
+def notices(app: PickerApp) -> str:
+    """The notifications raised so far (toasts wrap and overlap the screen)."""
+    return "\n".join(n.message for n in app._notifications)
+
+
+def table_of(app: PickerApp):
+    return app.screen.query_one(CardTableView).table
+
+
+async def type_into(pilot, field_id: str, text: str) -> None:
+    """Focus a field and type over it, key by key, as a user would."""
+    field = pilot.app.screen.query_one(f"#{field_id}")
+    field.focus()
+    await pilot.press("end", *["backspace"] * len(field.value), *list(text))
+    await pilot.pause()
+
+
+async def set_field(pilot, field_id: str, text: str) -> None:
+    """Put `text` in a field at once (one change, as a paste), which keeps the tests quick."""
+    field = pilot.app.screen.query_one(f"#{field_id}")
+    field.focus()
+    field.value = text
+    await pilot.pause()
+
+
+async def test_editing_an_input_refills_the_table(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 32), notifications=True) as pilot:
+        await pilot.pause()
+        before = table_of(app)
+        assert before.row("rtx-4090").fit.verdict == "tight" and before.row("l4").fit.verdict == "no"
+        assert "L4: fits with gradient checkpointing" in screen_text(app)
+
+        app.screen.query_one("#ckpt").focus()
+        assert "checkpointing off" in screen_text(app)
+        await pilot.press("space")  # checkpointing on
+        await pilot.pause()
+        assert "checkpointing on" in screen_text(app)
+        after = table_of(app)
+        assert after.workload.gradient_checkpointing and after.row("l4").fit.verdict == "fits"
+        assert after.estimate.peak_bytes < before.estimate.peak_bytes
+
+        await type_into(pilot, "seq", "2048")
+        longer = table_of(app)
+        assert longer.workload.seq_len == 2048 and longer.estimate.peak_bytes > after.estimate.peak_bytes
+        peak = f"peak {longer.estimate.peak_bytes / GIB:.1f} GiB on any card"
+        assert peak in screen_text(app)
+
+        await set_field(pilot, "dataset", "20M")
+        assert table_of(app).size.dataset_tokens == 20_000_000
+        await set_field(pilot, "budget", "0.5")
+        cheap = table_of(app)
+        assert cheap.budget_usd == 0.5
+        assert cheap.fastest is None or cheap.fastest.as_given.cost_usd <= 0.5
+
+
+async def test_bad_input_is_marked_next_to_its_field(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 32), notifications=True) as pilot:
+        await pilot.pause()
+        await type_into(pilot, "seq", "-5")
+        text = screen_text(app)
+        assert "max length: training.max_length: -5 (int) is out of range; it must be >= 8" in text
+        assert "fix the marked inputs; the table shows the last valid settings" in text
+        assert app.screen.query_one("#seq").has_class("-bad")
+        assert table_of(app).workload.seq_len == 51  # the last valid value typed on the way
+        assert app.screen.query_one(CardTableView).has_class("-stale")
+        # Enter on a card now refuses: the table is not for what the fields say
+        app.screen.query_one(CardTableView).focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, SaveConfig)
+
+        await set_field(pilot, "seq", "512")
+        assert not app.screen.query_one("#seq").has_class("-bad")
+        await set_field(pilot, "model", "synthetic:gpt-9")
+        assert "unknown synthetic architecture 'gpt-9'" in screen_text(app)
+        await set_field(pilot, "model", "llama-2-7b")  # a bare shape name is the synthetic model
+        assert table_of(app).workload.shape.name == "synthetic:llama-2-7b"
+        await set_field(pilot, "targets", "qkv")
+        assert "targets: LoRA targets qkv are not linear layers" in screen_text(app)
+        await set_field(pilot, "targets", "all-linear")
+        await set_field(pilot, "dataset", "1e20")
+        assert "check the unit" in screen_text(app)
+        await set_field(pilot, "dataset", "")
+        await set_field(pilot, "budget", "ten")
+        assert "budget 'ten': expected US dollars" in screen_text(app)
+        await set_field(pilot, "budget", "10")
+        assert "a budget needs the dataset size" in screen_text(app)
+
+
+async def test_a_local_config_json_missing_fields(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama", "hidden_size": 4096}')
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 32), notifications=True) as pilot:
+        await pilot.pause()
+        await set_field(pilot, "model", str(folder))
+        assert "config.json lacks vocab_size, intermediate_size" in screen_text(app)
+
+
+async def test_a_hub_model_is_fetched_on_enter_in_a_worker(tmp_path):
+    asked = []
+
+    def loader(name: str, revision: str):
+        asked.append((name, revision))
+        if name == "org/missing":
+            raise modelshape.ShapeError("org/missing: the hub at https://hub.example answered 404")
+        return modelshape.load_shape("synthetic:llama-3.1-8b")
+
+    app = make_app(tmp_path, shape_loader=loader)
+    async with app.run_test(size=(100, 32), notifications=True) as pilot:
+        await pilot.pause()
+        await set_field(pilot, "model", "meta-llama/Llama-3.1-8B")
+        assert asked == [("synthetic:llama-2-13b", "main")]  # read once; typing a hub id fetches nothing
+        assert "press Enter here to fetch its config.json from the hub" in screen_text(app)
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert asked[1:] == [("meta-llama/Llama-3.1-8B", "main")]
+        assert table_of(app).workload.shape.model_type == "llama"
+        await set_field(pilot, "model", "org/missing")
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert "answered 404" in screen_text(app)
+
+
+async def test_breakdown_follows_the_selected_card(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 32), notifications=True) as pilot:
+        await pilot.pause()
+        panel = app.screen.query_one(MemoryBreakdown)
+        assert not panel.display
+        await pilot.press("b")
+        await pilot.pause()
+        assert panel.display
+        assert "where the memory goes: L4, with gradient checkpointing" in screen_text(app)
+        assert "checkpointed block inputs" in screen_text(app)  # the changed run's parts
+        await pilot.press("down", "down", "down")  # RTX 4090: tight, as set above
+        await pilot.pause()
+        text = screen_text(app)
+        assert "where the memory goes: RTX 4090, as set above" in text and "activations" in text
+        await pilot.press("b")
+        await pilot.pause()
+        assert not panel.display
+
+
+async def test_enter_on_a_card_writes_a_config_train_accepts(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 32), notifications=True) as pilot:
+        await pilot.pause()
+        await pilot.press("enter")  # L4: fits with gradient checkpointing
+        await pilot.pause()
+        assert isinstance(app.screen, SaveConfig)
+        await pilot.press("enter")
+        await pilot.pause()
+        path = default_path("synthetic:llama-2-13b", "l4", tmp_path / "out")
+        assert app.written == [path] and path.name == "cockpit-llama-2-13b-l4.yaml"
+        assert f"then: cockpit train {path}" in notices(app)
+
+    cfg = config_mod.load_config(path)
+    l4 = load_catalog(today=NOW.date()).get("l4")
+    assert cfg.model.name == "synthetic:llama-2-13b" and cfg.method == "qlora"
+    assert cfg.training.gradient_checkpointing is True  # the change that makes it fit
+    assert cfg.cost.price_per_hour == l4.price_per_hour
+    assert cfg.training.max_length == 512 and cfg.lora.target_modules == ["q_proj", "v_proj"]
+    text = path.read_text()
+    assert "# written by cockpit pick on 2026-12-01 10:00 for L4" in text
+    assert "with gradient checkpointing" in text and "cockpit train THIS_FILE" in text
+
+
+async def test_an_existing_file_is_never_overwritten_silently(tmp_path):
+    app = make_app(tmp_path)
+    path = default_path("synthetic:llama-2-13b", "rtx-4090", tmp_path / "out")
+    path.parent.mkdir(parents=True)
+    path.write_text("mine\n")
+    async with app.run_test(size=(100, 32), notifications=True) as pilot:
+        await pilot.pause()
+        await pilot.press("down", "down", "down", "enter")  # RTX 4090, as given (tight)
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, SaveConfig)
+        assert "exists. Enter again overwrites it; or edit the path." in screen_text(app)
+        assert path.read_text() == "mine\n"
+        await pilot.press("enter")  # the second Enter on the same path
+        await pilot.pause()
+        assert app.written == [path]
+    cfg = config_mod.load_config(path)
+    assert cfg.training.gradient_checkpointing is False and cfg.training.micro_batch_size == 4
+
+
+async def test_a_card_nothing_fits_writes_nothing(tmp_path):
+    app = make_app(tmp_path, ["model.name=synthetic:llama-2-70b", "method=full"])
+    async with app.run_test(size=(100, 32), notifications=True) as pilot:
+        await pilot.pause()
+        assert table_of(app).cheapest is None
+        await pilot.press("enter")  # L4: no single change fits a 70B full fine-tune
+        await pilot.pause()
+        assert not isinstance(app.screen, SaveConfig) and app.written == []
+        assert "L4: does not fit, and no single change makes it fit" in notices(app)
+
+
+async def test_keyboard_alone_at_80x24(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+        assert "Write config" in text and "Edit inputs" in text and "Breakdown" in text
+        await pilot.press("e")  # to the model field
+        assert app.focused.id == "model"
+        await pilot.press("tab", "tab", "tab")  # method, checkpointing, max length
+        assert app.focused.id == "seq"
+        await pilot.press("escape")
+        assert isinstance(app.focused, CardTableView)
+
+
+async def test_written_config_leaves_untouched_speed_keys_to_speed_auto(tmp_path):
+    app = make_app(tmp_path, ["model.name=synthetic:llama-2-7b"])
+    async with app.run_test(size=(100, 32), notifications=True) as pilot:
+        await pilot.pause()
+        await set_field(pilot, "batch", "2")  # set in the form: pinned; checkpointing untouched: not
+        await set_field(pilot, "epochs", "3")
+        await pilot.press("escape", "enter")  # L4 fits the 7B recipe as given
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+    (path,) = app.written
+    written = yaml.safe_load(path.read_text())
+    assert written["training"]["micro_batch_size"] == 2 and written["training"]["epochs"] == 3.0
+    assert "gradient_checkpointing" not in written["training"]
+    cfg = config_mod.load_config(path)
+    assert cfg.speed.keep == ["training.micro_batch_size"]
+
+
+def test_cockpit_pick_starts_the_app_and_repeats_what_it_wrote(tmp_path, monkeypatch, capsys):
+    from cockpit.cli import main
+
+    started = {}
+
+    def run(app):
+        started["fields"] = app.initial
+        app.written.append(tmp_path / "cockpit-llama-2-7b-l4.yaml")
+
+    monkeypatch.setattr(PickerApp, "run", run)
+    args = ["pick", "--model", "synthetic:llama-2-7b", "--seq", "1024", "--tokens", "5M", "--budget", "3"]
+    assert main(args) == 0
+    assert started["fields"]["seq"] == "1024" and started["fields"]["dataset"] == "5M"
+    assert started["fields"]["budget"] == "3"
+    assert f"start it: cockpit train {tmp_path / 'cockpit-llama-2-7b-l4.yaml'}" in capsys.readouterr().out
+    assert main(["pick", "--batch", "0"]) == 2  # a bad setting on the command line: before any screen
+    assert "training.micro_batch_size: 0 (int) is out of range" in capsys.readouterr().err
