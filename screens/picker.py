@@ -54,7 +54,6 @@ class PickerScreen(Screen[None]):
     CSS_PATH = "picker.tcss"
     AUTO_FOCUS = "#cards"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "write", "Write config"),  # shown here; the table's Enter selects the row
         Binding("e", "edit", "Edit inputs"),
         Binding("b", "breakdown", "Breakdown"),
         Binding("escape", "cards", "Cards"),
@@ -99,6 +98,8 @@ class PickerScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#breakdown").border_title = "where the memory goes"
+        for warning in self.picker.catalog.warnings:  # e.g. default prices months old
+            self.notify(warning, severity="warning", timeout=15)
         self.recompute()
         model = str(self.fields["model"]).strip()
         if needs_hub(model):

@@ -299,3 +299,15 @@ def test_cockpit_pick_starts_the_app_and_repeats_what_it_wrote(tmp_path, monkeyp
     assert f"start it: cockpit train {tmp_path / 'cockpit-llama-2-7b-l4.yaml'}" in capsys.readouterr().out
     assert main(["pick", "--batch", "0"]) == 2  # a bad setting on the command line: before any screen
     assert "training.micro_batch_size: 0 (int) is out of range" in capsys.readouterr().err
+
+
+async def test_old_default_prices_are_said(tmp_path):
+    later = dt.datetime(2027, 6, 1, 9, 0)
+    cfg = config_mod.load_config(None, ARTICLE_13B)
+    catalog = load_catalog(today=later.date())
+    app = PickerApp(cfg, catalog=catalog, clock=lambda: later, dataset="10M", out_dir=tmp_path)
+    async with app.run_test(size=(100, 32), notifications=True) as pilot:
+        await pilot.pause()
+        assert "rental prices move weekly" in notices(app)
+        assert table_of(app).row("l4").price_label == "default price from 2026-11 (212 days old)"
+        assert "$0.62 212d" in screen_text(app)
