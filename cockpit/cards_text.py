@@ -30,7 +30,7 @@ COLUMNS: tuple[tuple[str, str, int, bool], ...] = (
     ("tok_s", "tok/s", 6, True),
     ("time", "time", 8, True),
     ("cost", "cost", 8, True),
-    ("price", "$/hour", 9, False),
+    ("price", "$/hour", 10, False),
 )
 # a few words for the fit column: the single change that makes the run fit
 CHANGE_WORDS = {
