@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 
+def nvml_index() -> int:
+    """The NVML index of the GPU this process's CUDA sees first: NVML ignores
+    CUDA_VISIBLE_DEVICES, so two benchmarks on two GPUs of one box must each ask for theirs."""
+    first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
+
+
 class DevicePeak:
-    """NVML 'used' memory of GPU 0 above the baseline taken at construction, sampled every 10 ms.
+    """NVML 'used' memory of this process's GPU (`nvml_index`) above the baseline taken at
+    construction, sampled every 10 ms.
 
     Keeps a timeline of (time, bytes above baseline) so a caller can split the peak at
     an event (e.g. the load-time peak before training from the training peak).
@@ -17,7 +26,7 @@ class DevicePeak:
         import pynvml
 
         pynvml.nvmlInit()
-        self.nv, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.nv, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(nvml_index())
         self.base = pynvml.nvmlDeviceGetMemoryInfo(self.handle).used
         self.interval_s = interval_s
         self.timeline: list[tuple[float, int]] = []

@@ -311,9 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not a.smoke:
         import pynvml
+        from common import nvml_index
 
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index())
         result.update(gpu=pynvml.nvmlDeviceGetName(handle), driver=pynvml.nvmlSystemGetDriverVersion())
         result["versions"] = next((r["versions"] for r in runs if r.get("versions")), None)
     (a.out / "fast_vs_seed.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fit the speed model's five coefficients to measured throughput, and test it left-one-out.
+"""Fit the speed model's coefficients to measured throughput, and test it left-one-out.
 
 The points are runs of the product on an H200 (bench/speed_sweep.py, bench/memory_points.py):
 real `cockpit train --no-ui`, full-length sequences, one micro-batch per optimizer step, the
@@ -33,18 +33,40 @@ from fit_estimator import point_workload  # noqa: E402
 from cockpit import speed  # noqa: E402
 from cockpit.catalog import load_catalog  # noqa: E402
 
-COEFFICIENTS = ("EFF_MAX", "T_HALF", "ADAPTER_BYTES", "LAYER_OVERHEAD_S", "STEP_OVERHEAD_S")
+COEFFICIENTS = (
+    "EFF_MAX",
+    "T_HALF",
+    "ADAPTER_BYTES",
+    "HOST_LAYER_S",
+    "HOST_KBIT_LINEAR_S",
+    "HOST_ADAPTER_S",
+    "STEP_OVERHEAD_S",
+)
+
+
+def default_files() -> list[Path]:
+    """Every run of the product measured on an H200: the speed sweeps and the memory points."""
+    results = ROOT / "bench" / "results"
+    return sorted(results.glob("*speed-sweep*.jsonl")) + sorted(results.glob("*memory-points*.jsonl"))
 
 
 def points(files: list[Path]) -> list[tuple[str, object, float]]:
-    out = []
+    """One point per configuration: runs of the same configuration in several device calls
+    (which drift by up to a third between machines) count once, at their geometric mean."""
+    runs: dict[str, list] = {}
     for file in files:
         for line in file.read_text().splitlines():
             p = json.loads(line)
             if not p.get("tokens_per_s"):
                 continue
             w = dataclasses.replace(point_workload(p), grad_accum=1, precision="bf16")
-            out.append((p["name"], w, float(p["tokens_per_s"])))
+            runs.setdefault(repr(w), []).append((p["name"], w, float(p["tokens_per_s"])))
+    out = []
+    for same in runs.values():
+        names = sorted({name for name, _, _ in same})
+        rate = math.exp(statistics.fmean(math.log(r) for _, _, r in same))
+        label = names[0] + (f" (x{len(same)})" if len(same) > 1 else "")
+        out.append((label, same[0][1], rate))
     return out
 
 
@@ -98,9 +120,7 @@ def fit(data, card) -> np.ndarray:
 
 
 def main() -> None:
-    files = [Path(a) for a in sys.argv[1:]] or sorted(
-        (ROOT / "bench" / "results").glob("*speed-sweep*.jsonl")
-    )
+    files = [Path(a) for a in sys.argv[1:]] or default_files()
     data = points(files)
     card = load_catalog().get("h200")
     coef = fit(data, card)

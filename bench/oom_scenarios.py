@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from common import DevicePeak  # noqa: E402
+from common import DevicePeak, nvml_index  # noqa: E402
 
 GIB = 2**30
 QV = ["q_proj", "v_proj"]
@@ -377,7 +377,7 @@ def main() -> None:
     import pynvml
 
     pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index())
     names = a.only or list(SCENARIOS)
     report = {
         "header": {

@@ -1,26 +1,25 @@
 """The speed model: training tokens per second on a card, then time and cost of a run.
 
-Pure Python, no torch. A micro-batch of T tokens costs
+Pure Python, no torch. The host queues a micro-batch's kernels while the GPU runs earlier
+ones, so a micro-batch takes the longer of two times:
 
-    overhead + dequantisation + adapters + arithmetic
+- host: Python and kernel launches, per decoder layer and pass (forward, backward, and the
+  recomputation under gradient checkpointing), more for each 4-bit linear (bitsandbytes'
+  autograd function) and each LoRA-adapted layer (peft's wrapper, dropout); the same on
+  every card. It is why a 7B QLoRA step takes ~0.25 s on an H200 whether it carries 512 or
+  2048 tokens;
+- device: the matmul FLOPs of forward and backward (2 FLOPs per weight per token per pass:
+  forward, the input gradient, the weight gradient only where the weight trains, one more
+  forward under checkpointing) at the card's dense bf16 peak times an efficiency that grows
+  with the tokens in the micro-batch (eff = EFF_MAX * T / (T + T_HALF)), plus causal
+  attention (quadratic in the sequence) at EFF_MAX; QLoRA's dequantisation (each pass
+  writes every 4-bit weight out in 16 bits and reads it back) and the adapters' memory
+  traffic, at the card's bandwidth.
 
-- arithmetic: the matmul FLOPs of forward and backward (2 FLOPs per weight per token for
-  each pass: forward, the input gradient, and the weight gradient only when the weight
-  trains; one more forward under gradient checkpointing) plus causal attention, at the
-  card's dense bf16 peak times an efficiency that grows with the tokens in the
-  micro-batch (small matmuls leave the tensor cores idle): eff = EFF_MAX * T / (T + T_HALF);
-- dequantisation (QLoRA): every pass over a 4-bit weight first writes it out in 16 bits
-  and reads it back, bandwidth-bound, independent of T;
-- adapters: LoRA's dropout and the low-rank path read and write the adapted layers'
-  inputs: bytes per token per adapted input feature, bandwidth-bound;
-- overhead: launching each layer's kernels and the Python around them, per layer per
-  pass, on the host: the same on every card.
-
-An optimizer step then reads and writes the trainable parameters' states once per
-gradient-accumulation cycle, plus the trainer's own host time per step. Five coefficients are fitted on runs of the product on an
-H200 (bench/fit_speed.py, docs/estimator.md); other cards scale the arithmetic by their
-dense bf16 TFLOPS and the memory traffic by their bandwidth, which is an extrapolation
-and is labelled so.
+An optimizer step adds the states' traffic and the trainer's own host time per step. The
+coefficients are fitted on runs of the product on H200s (bench/fit_speed.py,
+docs/estimator.md). Other cards scale the device time by their dense bf16 TFLOPS and
+bandwidth and keep the host time: an extrapolation, labelled so.
 """
 
 from __future__ import annotations
@@ -32,7 +31,9 @@ from cockpit.estimate import Workload, check
 EFF_MAX = 0.62  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
 T_HALF = 1400.0  # tokens per micro-batch at which half of EFF_MAX is reached (fitted)
 ADAPTER_BYTES = 24.0  # bytes moved per token per adapted input feature, forward + backward (fitted)
-LAYER_OVERHEAD_S = 0.0010  # host time per decoder layer per pass (fitted)
+HOST_LAYER_S = 0.0010  # host time per decoder layer per pass (fitted)
+HOST_KBIT_LINEAR_S = 0.0003  # more host time per quantised linear per pass (fitted)
+HOST_ADAPTER_S = 0.0002  # more host time per LoRA-adapted linear per pass (fitted)
 STEP_OVERHEAD_S = 0.03  # host time per optimizer step: the trainer's loop, logging, clipping (fitted)
 DEQUANT_BYTES = {4: 4.5, 8: 5.0}  # per weight per pass: read packed, write 16-bit, read back
 OPTIMIZER_BYTES = {  # per trainable parameter per optimizer step: read and write weight and states
@@ -61,9 +62,9 @@ class SpeedEstimate:
     tokens_per_s: float
     micro_batch_s: float
     optimizer_step_s: float
-    parts_s: dict[str, float]  # one micro-batch: arithmetic, dequantisation, adapters, overhead
+    parts_s: dict[str, float]  # one micro-batch: host, and the device's arithmetic, dequantisation, adapters
     step_s: float  # one optimizer step: every micro-batch of a gradient-accumulation cycle
-    bound: str  # what dominates a micro-batch: compute, memory, overhead
+    bound: str  # what sets a micro-batch's time: host (overhead), compute, memory
     card: str
 
 
@@ -76,17 +77,20 @@ class RunEstimate:
 
 
 def matmul_flops_per_token(w: Workload) -> float:
-    """FLOPs of one token through the model, forward and backward (and recompute)."""
+    """Matmul FLOPs of one token through the model's linears, forward and backward (and recompute)."""
     s = w.shape
     linear = s.num_layers * s.layer_linear_params + s.vocab_size * s.hidden_size  # lm_head is a matmul
     passes = 2 + (1 if w.method == "full" else 0) + (1 if w.gradient_checkpointing else 0)
     flops = 2.0 * linear * passes
-    # causal attention: QK^T and AV, half the square, in every pass but the weight gradient
-    attention_passes = 1 + 2 + (1 if w.gradient_checkpointing else 0)
-    flops += 2.0 * s.num_layers * w.seq_len * s.q_out * attention_passes
     if w.method != "full":  # the adapters' own matmuls: forward, input and weight gradients
         flops += 2.0 * 3 * w.shape.lora_params(w.lora_r, w.lora_targets)
     return flops
+
+
+def attention_flops_per_token(w: Workload) -> float:
+    """Causal attention (QK^T and AV over half the square): forward, backward (~2.5x), recompute."""
+    passes = 1 + 2.5 + (1 if w.gradient_checkpointing else 0)
+    return 2.0 * w.shape.num_layers * w.seq_len * w.shape.q_out * passes
 
 
 def adapted_input_features(w: Workload) -> int:
@@ -95,6 +99,15 @@ def adapted_input_features(w: Workload) -> int:
     shapes_ = w.shape.linear_shapes()
     names = list(shapes_) if w.lora_targets == "all-linear" else [t for t in w.lora_targets if t in shapes_]
     return w.shape.num_layers * sum(shapes_[n][0] for n in names)
+
+
+def adapted_linears(w: Workload) -> int:
+    if w.method == "full":
+        return 0
+    names = w.shape.linear_shapes()
+    return w.shape.num_layers * (
+        len(names) if w.lora_targets == "all-linear" else len(set(w.lora_targets) & set(names))
+    )
 
 
 def trainable_params(w: Workload) -> int:
@@ -113,28 +126,34 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
     bandwidth = card.bandwidth_gbs * 1e9
     efficiency = EFF_MAX * tokens / (tokens + T_HALF)
     arithmetic_s = matmul_flops_per_token(w) * tokens / (peak_flops * efficiency)
+    arithmetic_s += attention_flops_per_token(w) * tokens / (peak_flops * EFF_MAX)
     passes = 2 + (1 if w.gradient_checkpointing else 0)  # forward, backward, recompute
     dequant_s = 0.0
+    kbit_linears = 0
     if w.method == "qlora":
         quantised = w.shape.num_layers * w.shape.layer_linear_params
         dequant_s = passes * quantised * DEQUANT_BYTES[w.quant_bits] / bandwidth
+        kbit_linears = w.shape.num_layers * len(w.shape.linear_shapes())
     adapters_s = tokens * adapted_input_features(w) * ADAPTER_BYTES / bandwidth
-    overhead_s = passes * w.shape.num_layers * LAYER_OVERHEAD_S
+    host_s = passes * (
+        w.shape.num_layers * HOST_LAYER_S
+        + kbit_linears * HOST_KBIT_LINEAR_S
+        + adapted_linears(w) * HOST_ADAPTER_S
+    )
     parts = {
+        "host": host_s,
         "arithmetic": arithmetic_s,
         "dequantisation": dequant_s,
         "adapters": adapters_s,
-        "overhead": overhead_s,
     }
-    micro_s = sum(parts.values())
+    device_s = arithmetic_s + dequant_s + adapters_s
+    micro_s = max(host_s, device_s)
     optimizer_s = trainable_params(w) * OPTIMIZER_BYTES[w.optimizer] / bandwidth + STEP_OVERHEAD_S
     step_s = micro_s * w.grad_accum + optimizer_s
-    bound = {
-        "arithmetic": "compute",
-        "dequantisation": "memory",
-        "adapters": "memory",
-        "overhead": "overhead",
-    }[max(parts, key=parts.get)]
+    if host_s >= device_s:
+        bound = "overhead"
+    else:
+        bound = "compute" if arithmetic_s >= dequant_s + adapters_s else "memory"
     return SpeedEstimate(
         tokens_per_s=tokens * w.grad_accum / step_s,
         micro_batch_s=micro_s,

@@ -60,6 +60,7 @@ def test_a_real_cuda_oom_is_one_classified_error_event(tmp_path, env):
             "training.max_steps": 2,
             "training.gradient_checkpointing": False,
             "training.optimizer": "adamw_torch",
+            "speed.mode": "off",  # as written: speed: auto would fit the micro-batch to the card
         },
     )
     proc = cockpit(["train", str(config), "--no-ui"], env, timeout=900)
@@ -69,5 +70,6 @@ def test_a_real_cuda_oom_is_one_classified_error_event(tmp_path, env):
     oom = error["oom"]
     assert oom["kind"] == "allocator" and oom["format"] == "new"
     assert oom["requested_bytes"] > 0 and oom["total_bytes"] > 100 * 2**30
-    assert oom["allocated_bytes"] > 0 and error["phase"] == "training"
+    assert oom["allocated_bytes"] > 0
+    assert error["phase"] in ("training", "first_forward", "forward", "backward", "optimizer_step"), error
     print(json.dumps({"message": error["message"], "oom": oom}))
