@@ -28,13 +28,13 @@ from dataclasses import dataclass
 
 from cockpit.estimate import Workload, check
 
-EFF_MAX = 0.62  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
-T_HALF = 1400.0  # tokens per micro-batch at which half of EFF_MAX is reached (fitted)
-ADAPTER_BYTES = 24.0  # bytes moved per token per adapted input feature, forward + backward (fitted)
-HOST_LAYER_S = 0.0010  # host time per decoder layer per pass (fitted)
-HOST_KBIT_LINEAR_S = 0.0003  # more host time per quantised linear per pass (fitted)
-HOST_ADAPTER_S = 0.0002  # more host time per LoRA-adapted linear per pass (fitted)
-STEP_OVERHEAD_S = 0.03  # host time per optimizer step: the trainer's loop, logging, clipping (fitted)
+EFF_MAX = 0.575  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
+T_HALF = 2390.0  # tokens per micro-batch at which half of EFF_MAX is reached (fitted)
+ADAPTER_BYTES = 23.7  # bytes moved per token per adapted input feature, forward + backward (fitted)
+HOST_LAYER_S = 0.00087  # host time per decoder layer per pass (fitted)
+HOST_KBIT_LINEAR_S = 0.00032  # more host time per quantised linear per pass (fitted)
+HOST_ADAPTER_S = 0.00056  # more host time per LoRA-adapted linear per pass (fitted)
+STEP_OVERHEAD_S = 0.050  # host time per optimizer step: the trainer's loop, logging, clipping (fitted)
 DEQUANT_BYTES = {4: 4.5, 8: 5.0}  # per weight per pass: read packed, write 16-bit, read back
 OPTIMIZER_BYTES = {  # per trainable parameter per optimizer step: read and write weight and states
     "adamw_torch": 16,
