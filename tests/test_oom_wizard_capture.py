@@ -283,3 +283,31 @@ def test_emulate_vram_flag_refuses_gb():
 
     with pytest.raises(argparse.ArgumentTypeError, match="GiB"):
         _vram_gib("24GB")
+
+
+def test_card_emulation_lowers_its_cap_when_kernels_load_outside_the_allocator(monkeypatch):
+    """After CUDA starts, lazily loaded kernels grow the memory outside PyTorch's allocator; the
+    cap follows at the next step so the emulated card keeps its size as nvidia-smi counts it."""
+    torch = pytest.importorskip("torch")
+    from train_backend import oom_watch
+
+    monkeypatch.setattr(oom_watch, "_EMULATION", {})  # module state: gone after this test
+    gib = 2**30
+    total, reserved = 140 * gib, 0
+    outside = [int(0.5 * gib)]
+    fractions = []
+    monkeypatch.setattr(torch.cuda, "init", lambda: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (total - outside[0] - reserved, total))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: reserved)
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f: fractions.append(f))
+    from cockpit.config import config_from_dotted
+
+    cfg = config_from_dotted({"emulate_vram_gib": 24})
+    emulation = oom_watch.emulate_vram(cfg, "cuda")
+    assert emulation["allowed_bytes"] == 24 * gib - outside[0]
+    oom_watch.recap_vram()
+    assert len(fractions) == 1  # nothing grew: no new cap
+    outside[0] = int(1.4 * gib)  # cuBLAS, bitsandbytes and attention kernels loaded
+    oom_watch.recap_vram()
+    assert fractions[-1] * total == pytest.approx(24 * gib - 1.4 * gib, rel=1e-9)
+    assert emulation["outside_bytes_max"] == outside[0]

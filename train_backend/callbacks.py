@@ -10,6 +10,7 @@ import time
 
 from cockpit.config import TrainConfig
 from cockpit.protocol import Fault
+from train_backend import oom_watch
 from train_backend.channel import Emitter
 from train_backend.oom_watch import injected_oom_message
 
@@ -109,6 +110,7 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
             )
 
         def on_step_begin(self, args, state, control, **kw):
+            oom_watch.recap_vram()
             fail_at = cfg.debug.fail_at_step
             this_rank = cfg.debug.fail_rank is None or cfg.debug.fail_rank == int(os.environ.get("RANK", "0"))
             if fail_at is not None and state.global_step + 1 == fail_at and this_rank:

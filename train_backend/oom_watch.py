@@ -154,7 +154,8 @@ def emulate_vram(cfg: TrainConfig, device_kind: str) -> dict | None:
     nvidia-smi counts the CUDA context and anything else outside the allocator against the
     card; the fraction caps the allocator alone. So the cap is the limit minus what is already
     used outside the allocator now (after CUDA starts). Kernels loaded later (cuBLAS, bitsandbytes,
-    attention) grow the context outside the cap: the emulated card is that much larger.
+    attention) grow the context outside the cap: `recap_vram` lowers the cap by that growth at
+    each step's begin, so only the first step runs on a card larger by it.
     """
     if cfg.emulate_vram_gib is None:
         return None
@@ -174,13 +175,37 @@ def emulate_vram(cfg: TrainConfig, device_kind: str) -> dict | None:
             "Give a size below the card's and above what is in use."
         )
     torch.cuda.set_per_process_memory_fraction(allowed / total)
-    return {
-        "limit_bytes": limit,
-        "applied": True,
-        "allowed_bytes": allowed,
-        "outside_bytes_at_start": outside,
-        "device_total_bytes": total,
-    }
+    _EMULATION.clear()
+    _EMULATION.update(
+        limit_bytes=limit,
+        applied=True,
+        allowed_bytes=allowed,
+        outside_bytes_at_start=outside,
+        outside_bytes_max=outside,
+        device_total_bytes=total,
+    )
+    return _EMULATION
+
+
+_EMULATION: dict = {}  # what emulate_vram set up; recap_vram keeps it current
+
+
+def recap_vram() -> None:
+    """Lower the cap by what grew outside the allocator since it was set (kernels loaded lazily
+    by the first steps: cuBLAS, bitsandbytes, attention), so the emulated card keeps its size as
+    nvidia-smi counts it from the second step on. Called at every step's begin: one
+    cudaMemGetInfo, a few microseconds."""
+    if not _EMULATION.get("applied"):
+        return
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    outside = max(0, total - free - torch.cuda.memory_reserved())
+    if outside <= _EMULATION["outside_bytes_max"]:
+        return
+    allowed = max(1, _EMULATION["limit_bytes"] - outside)
+    torch.cuda.set_per_process_memory_fraction(allowed / total)
+    _EMULATION.update(allowed_bytes=allowed, outside_bytes_max=outside)
 
 
 def checkpoint_optimizer(checkpoint: Path) -> str | None:
