@@ -117,12 +117,18 @@ def trainer_command(cfg, run_path: Path) -> list[str]:
     return [sys.executable, "-m", LAUNCHER_MODULE, str(run_path), launcher, *args]
 
 
-def launch_env(cfg) -> dict[str, str]:
-    """Variables the ranks need beyond the user's own (which win)."""
+def launch_env(cfg, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Variables the ranks need beyond the user's own (which win).
+
+    One process on a box of several GPUs would get all of them and HF Trainer would wrap the
+    model in nn.DataParallel (which TRL refuses): a one-GPU run sees only the first GPU it is
+    allowed (the first of CUDA_VISIBLE_DEVICES, else GPU 0)."""
+    environ = os.environ if environ is None else environ
     if not is_distributed(cfg):
-        return {}
-    env = {k: v for k, v in DEFAULT_ENV.items() if k not in os.environ}
-    if "OMP_NUM_THREADS" not in os.environ:
+        visible = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "0").split(",") if d.strip()]
+        return {"CUDA_VISIBLE_DEVICES": visible[0]} if visible else {}
+    env = {k: v for k, v in DEFAULT_ENV.items() if k not in environ}
+    if "OMP_NUM_THREADS" not in environ:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         env["OMP_NUM_THREADS"] = str(max(1, cores // max(1, cfg.gpus)))
     return env

@@ -50,7 +50,10 @@ def test_config_refuses_a_job_that_cannot_start(values, needle):
 def test_one_gpu_keeps_the_plain_trainer_command():
     cfg = config_from_dotted({})
     assert dist.trainer_command(cfg, "/r") == [sys.executable, "-m", "train_backend", "train", "/r"]
-    assert dist.launch_env(cfg) == {}
+    # one process on a box of several GPUs sees one of them (else HF Trainer's nn.DataParallel)
+    assert dist.launch_env(cfg, {}) == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert dist.launch_env(cfg, {"CUDA_VISIBLE_DEVICES": "2,3"}) == {"CUDA_VISIBLE_DEVICES": "2"}
+    assert dist.launch_env(cfg, {"CUDA_VISIBLE_DEVICES": ""}) == {}  # no GPU stays no GPU
 
 
 def test_several_gpus_go_through_the_launcher_and_torchrun():
