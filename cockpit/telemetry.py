@@ -12,14 +12,18 @@ Two edges, each one small interface with a real implementation and a fake:
 longer than `call_timeout_s`:
 - capability probe: the first read of a GPU asks every field; a field that answers NotSupported
   (or FunctionNotFound, NoPermission) is never asked again and stays None;
-- slow fields (`NVML_SLOW_FIELDS`: names, process list, PCIe link, power limits, max clock) are read
-  every `slow_every`-th sample and reused in between;
+- slow fields (`NVML_SLOW_FIELDS`: names, process list, PCIe link, power limits, max clock; the
+  host's usable CPU count and swap) are read every `slow_every`-th sample and reused in between;
+  the trainer's descendants are listed every few seconds (`telemetry_host.ProcessTree`);
 - watchdog: NVML calls run on one worker thread. A call that overruns is abandoned (a daemon
   thread), its GPU shows `state="stalled"` with its last good values marked stale, and it is asked
   again once the stuck call returns or after a back-off. A second GPU stalling while one call is
   still stuck means the library itself hangs: `Sample.nvml="stalled"` and no NVML call is made until
   a stuck call returns or the back-off ends (cockpit.watchdog: at most `MAX_STUCK_THREADS` threads
   are ever abandoned);
+- the host is read every `host_every`-th sample (a live view samples GPUs faster than the host
+  figures move; each host read costs about as much as all the GPU fields), and the samples in
+  between carry its last reading;
 - rates (disk, network, trainer CPU) come from counter differences between samples.
 """
 
@@ -260,9 +264,12 @@ class Sampler:
         host: HostCounters | None = None,
         stall_backoff_s: float = 5.0,
         max_backoff_s: float = 60.0,
+        host_every: int = 1,
     ) -> None:
         if slow_every < 1:
             raise ValueError(f"slow_every must be 1 or more (every n-th sample), got {slow_every}")
+        if host_every < 1:
+            raise ValueError(f"host_every must be 1 or more (every n-th sample), got {host_every}")
         if call_timeout_s <= 0:
             raise ValueError(f"call_timeout_s must be positive, got {call_timeout_s}")
         self.nvml: NvmlSource = nvml if nvml is not None else PynvmlSource()
@@ -273,6 +280,8 @@ class Sampler:
         self.host = host if host is not None else HostCounters()
         self.stall_backoff_s = stall_backoff_s
         self.max_backoff_s = max_backoff_s
+        self.host_every = host_every
+        self._host_sample: HostSample | None = None
         self._watchdog = Watchdog()
         self._lock = threading.Lock()
         self._count = 0
@@ -285,6 +294,7 @@ class Sampler:
         self._disk, self._net = Rate(), Rate()
         self._trainer_pid: int | None = None
         self._trainer_cpu = Rate()  # CPU seconds of the trainer's process tree
+        self._host_slow: tuple | None = None  # usable CPUs, swap used and total: read with the slow fields
 
     def sample(self) -> Sample:
         with self._lock:
@@ -292,7 +302,9 @@ class Sampler:
                 ts = float(self.clock())
             except Exception:
                 ts = time.time()
-            host = self._sample_host(ts)
+            if self._host_sample is None or self._count % self.host_every == 0:
+                self._host_sample = self._sample_host(ts)
+            host = self._host_sample  # between host reads, a sample carries the last one
             try:
                 gpus, nvml, detail = self._sample_gpus()
             except Exception as exc:  # a bug here must not take the live view down
@@ -491,9 +503,10 @@ class Sampler:
         if per_core:
             out.cpu_per_core_pct = [float(v) for v in per_core]
             out.cpu_pct = sum(out.cpu_per_core_pct) / len(out.cpu_per_core_pct)
-        out.cpu_count_usable = safe(h.cpu_count_usable)
+        if self._count % self.slow_every == 0 or self._host_slow is None:  # they hardly move
+            self._host_slow = (safe(h.cpu_count_usable), *(safe(h.swap) or (None, None)))
+        out.cpu_count_usable, out.swap_used_bytes, out.swap_total_bytes = self._host_slow
         out.ram_used_bytes, out.ram_total_bytes = safe(h.memory) or (None, None)
-        out.swap_used_bytes, out.swap_total_bytes = safe(h.swap) or (None, None)
         out.disk_read_bytes_s, out.disk_write_bytes_s = self._disk(ts, safe(h.disk_bytes)) or (None, None)
         out.net_rx_bytes_s, out.net_tx_bytes_s = self._net(ts, safe(h.net_bytes)) or (None, None)
         pid = out.trainer_pid = self.trainer_pid

@@ -6,7 +6,9 @@ swapped in tests. `Rate` turns counters into per-second rates between samples.
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 import psutil
 
 MIN_RATE_S = 0.1  # rates over a shorter interval are noise
+RELIST_S = 2.0  # the trainer's descendants (data-loader workers) are listed again this often
 
 
 class _CpuPercent:
@@ -98,28 +101,59 @@ def _net_bytes() -> tuple[int, int] | None:
     return sum(c.bytes_recv for c in real), sum(c.bytes_sent for c in real)
 
 
-def _process_tree(pid: int) -> tuple[float, int] | None:
+class ProcessTree:
     """CPU seconds and RSS of a process and its descendants; None when it is gone.
 
-    A process's children_* times hold its reaped children, so the sum stays continuous when a
-    data-loader worker exits.
+    Listing the descendants reads every process's stat file (psutil's parent map), the costliest
+    host read by far, so they are listed again only every `relist_s`; in between, the listed ones
+    are read. The CPU sum is a counter for rates and stays continuous: a process's children_*
+    times hold its reaped children (a data-loader worker that exits), and a descendant counts
+    from the listing that first finds it, not with the CPU it used before (that would show as a
+    spike), so a new worker's first `relist_s` at most go uncounted.
     """
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return None
-    cpu_s, rss = 0.0, 0
-    for proc in procs:
+
+    def __init__(self, relist_s: float = RELIST_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.relist_s = relist_s
+        self.clock = clock
+        self._follow(None)
+
+    def _follow(self, root: psutil.Process | None) -> None:
+        self._root = root
+        self._descendants: list[psutil.Process] = []
+        self._listed_at = -math.inf
+        self._known: set[psutil.Process] = set()  # descendants counted so far (pid and start time)
+        self._before_known_s = 0.0  # the CPU they had used when first listed
+
+    def __call__(self, pid: int) -> tuple[float, int] | None:
         try:
-            with proc.oneshot():
-                t = proc.cpu_times()
-                cpu_s += t.user + t.system + t.children_user + t.children_system
-                rss += proc.memory_info().rss
+            if self._root is None or self._root.pid != pid:
+                self._follow(psutil.Process(pid))
+            root, now = self._root, self.clock()
+            listed = now - self._listed_at >= self.relist_s
+            if listed:
+                self._descendants, self._listed_at = root.children(recursive=True), now
         except psutil.Error:
-            if proc is root:
-                return None
-    return cpu_s, rss
+            self._root = None
+            return None
+        cpu_s, rss = 0.0, 0
+        for proc in [root, *self._descendants]:
+            try:
+                with proc.oneshot():
+                    t = proc.cpu_times()
+                    used_s = t.user + t.system + t.children_user + t.children_system
+                    rss += proc.memory_info().rss
+            except psutil.Error:
+                if proc is root:
+                    self._root = None
+                    return None
+                continue  # gone: once its parent reaps it, its time is in the parent's children_*
+            if listed and proc is not root and proc not in self._known:
+                self._known.add(proc)
+                self._before_known_s += used_s
+            cpu_s += used_s
+        if listed:
+            self._known.intersection_update(self._descendants)
+        return cpu_s - self._before_known_s, rss
 
 
 def _process_name(pid: int) -> str | None:
@@ -139,7 +173,7 @@ class HostCounters:
     swap: Callable[[], tuple[int, int]] = _swap  # used, total
     disk_bytes: Callable[[], tuple[int, int] | None] = _disk_bytes  # read, written since boot
     net_bytes: Callable[[], tuple[int, int] | None] = _net_bytes  # received, sent since boot
-    process_tree: Callable[[int], tuple[float, int] | None] = _process_tree  # cpu seconds, rss
+    process_tree: Callable[[int], tuple[float, int] | None] = field(default_factory=ProcessTree)  # cpu s, rss
     process_name: Callable[[int], str | None] = _process_name
 
 

@@ -17,6 +17,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+import psutil
 import pynvml
 import pytest
 from conftest import ROOT
@@ -34,6 +35,7 @@ from cockpit.telemetry import (
     Sampler,
     throttle_names,
 )
+from cockpit.telemetry_host import ProcessTree
 from cockpit.telemetry_log import TelemetryRecorder, read_history
 
 GIB = 1 << 30
@@ -410,6 +412,77 @@ def test_a_failing_host_counter_is_none_not_a_crash():
     s = sampler(FakeNvml(1), host=fake_host(memory=broken, disk_bytes=broken)).sample()
     assert s.host.ram_used_bytes is None and s.host.disk_read_bytes_s is None
     assert s.host.cpu_pct == 75.0 and s.nvml == "ok"
+
+
+def test_a_live_view_reads_the_host_every_other_sample_and_its_slow_figures_every_fifth_time():
+    reads: dict[str, int] = {"memory": 0, "swap": 0, "cpus": 0}
+
+    def counted(name: str, value):
+        def read():
+            reads[name] += 1
+            return value
+
+        return read
+
+    host = fake_host(
+        memory=counted("memory", (8 * GIB, 64 * GIB)),
+        swap=counted("swap", (0, 4 * GIB)),
+        cpu_count_usable=counted("cpus", 2),
+    )
+    fake = FakeNvml(1)
+    s = sampler(fake, host=host, host_every=2)
+    samples = [s.sample() for _ in range(12)]
+    assert fake.count("utilization") == 12  # the GPU at every sample
+    assert reads["memory"] == 6  # the host at samples 1, 3, 5, ...
+    assert reads["swap"] == reads["cpus"] == 2  # and its slow figures at its 1st and 6th read
+    assert samples[1].host is samples[0].host and samples[2].host is not samples[1].host
+    assert samples[11].host.swap_total_bytes == 4 * GIB and samples[11].host.cpu_count_usable == 2
+    with pytest.raises(ValueError, match="host_every"):
+        Sampler(fake, host_every=0)
+
+
+BURN_CPU_30_S = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
+
+
+def test_the_trainer_tree_is_listed_every_few_seconds_and_a_new_child_counts_without_a_spike(monkeypatch):
+    listings = []
+    real_children = psutil.Process.children
+
+    def children(self, recursive=False):
+        listings.append(self.pid)
+        return real_children(self, recursive=recursive)
+
+    monkeypatch.setattr(psutil.Process, "children", children)
+    clock = Clock(0.0)
+    tree = ProcessTree(relist_s=2.0, clock=clock)
+    _, rss_before = tree(os.getpid())
+    burner = subprocess.Popen([sys.executable, "-c", BURN_CPU_30_S])
+    try:
+        child = psutil.Process(burner.pid)
+
+        def child_cpu_s() -> float:
+            t = child.cpu_times()
+            return t.user + t.system
+
+        wait_until(lambda: child_cpu_s() >= 0.3, timeout_s=20)
+        clock.t = 1.0
+        cpu_unlisted, _ = tree(os.getpid())  # within relist_s: the new child is not listed yet
+        clock.t = 2.5
+        cpu_listed, rss_listed = tree(os.getpid())
+        used_before_listing = child_cpu_s()
+        assert len(listings) == 2 and rss_listed > rss_before
+        # its CPU before the listing that found it is no spike in the trainer's rate
+        assert cpu_listed - cpu_unlisted < 0.1 < used_before_listing
+        wait_until(lambda: child_cpu_s() >= used_before_listing + 0.2, timeout_s=20)
+        used_since = child_cpu_s() - used_before_listing
+        clock.t = 3.0
+        cpu_later, _ = tree(os.getpid())  # not listed again, but read: it counts from now on
+        assert len(listings) == 2
+        assert cpu_later - cpu_listed >= used_since - 0.05
+    finally:
+        burner.kill()
+        burner.wait()
+    assert tree(2**22 + 12345) is None  # no such process
 
 
 # ---- background sampling ---------------------------------------------------------------------------
