@@ -1,30 +1,46 @@
 """Live GPU/host telemetry and the doctor's findings for a client showing a live run.
 
-The client samples NVML itself (twice a second, off its main thread) for the live figures;
-the recorder process beside the trainer keeps the history on disk. Headless and TUI use
-this one class so both show the same figures and the same findings.
+The client samples NVML itself (a little more than twice a second, off its main thread) for the
+live figures; the recorder process beside the trainer keeps the history on disk. Headless and
+TUI use this one class so both show the same figures and the same findings: headless asks for
+the newest (`update`), the TUI has each new sample pushed to it (`subscribe`), so no thread of
+its own wakes up to ask.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from cockpit.doctor import Doctor, Finding
 from cockpit.runstate import RunState
 from cockpit.telemetry import BackgroundSampler, Sample, Sampler
 
 GIB = 2**30
+SAMPLE_INTERVAL_S = 0.45  # GPU figures at least twice a second, with margin for a late sample
+HOST_EVERY = 2  # host figures (CPU, RAM, disk, network, the trainer's CPU) about once a second
+JUDGE_EVERY_S = 1.0  # the doctor's rules look at windows of a minute: judged once a second
+
+# called with (sample, findings, None), or (None, [], why) when judging a sample failed
+OnNews = Callable[[Sample | None, list[Finding], str | None], None]
 
 
 class LiveWatch:
-    def __init__(self, trainer_pid: int | None, interval_s: float = 0.5, sampler: Sampler | None = None):
+    def __init__(
+        self, trainer_pid: int | None, interval_s: float = SAMPLE_INTERVAL_S, sampler: Sampler | None = None
+    ):
         self._lock = threading.Lock()
         self._latest: Sample | None = None
         self._fresh = False
+        self._findings: list[Finding] = []  # the doctor's last verdict
+        self._judged_ts = float("-inf")  # the sample time it was given at
+        self._subscriber: tuple[RunState, OnNews] | None = None
         self.doctor = Doctor()
         self.trainer_pid = trainer_pid
         self.background = BackgroundSampler(
-            sampler or Sampler(trainer_pid=trainer_pid), interval_s=interval_s, on_sample=self._on_sample
+            sampler or Sampler(trainer_pid=trainer_pid, host_every=HOST_EVERY),
+            interval_s=interval_s,
+            on_sample=self._on_sample,
         )
 
     def start(self) -> LiveWatch:
@@ -34,9 +50,24 @@ class LiveWatch:
     def stop(self) -> None:
         self.background.stop(timeout_s=2.0)
 
+    def subscribe(self, state: RunState, on_news: OnNews) -> None:
+        """Hand each new sample, judged by the doctor against `state`, to `on_news`, on the
+        sampler's thread (so `on_news` must only hand it on)."""
+        self._subscriber = (state, on_news)
+
     def _on_sample(self, sample: Sample) -> None:
         with self._lock:
             self._latest, self._fresh = sample, True
+        subscriber = self._subscriber
+        if subscriber is None:
+            return
+        state, on_news = subscriber
+        try:
+            newest, findings = self.update(state)
+        except Exception as exc:  # a bug in a rule must not stop the figures
+            on_news(None, [], f"the doctor failed: {type(exc).__name__}: {exc}")
+            return
+        on_news(newest, findings, None)
 
     def update(self, state: RunState) -> tuple[Sample | None, list[Finding]]:
         """The newest sample (fed to the doctor once) and the findings that hold now."""
@@ -45,9 +76,11 @@ class LiveWatch:
             self._fresh = False
         if sample is None:
             return None, []
-        if fresh:
+        if fresh:  # every sample is evidence; the verdict is given once a second, not per question
             self.doctor.observe(sample, state, [self.trainer_pid] if self.trainer_pid else [])
-        return sample, self.doctor.findings(sample.ts)
+            if sample.ts - self._judged_ts >= JUDGE_EVERY_S or sample.ts < self._judged_ts:
+                self._findings, self._judged_ts = self.doctor.findings(sample.ts), sample.ts
+        return sample, list(self._findings)
 
 
 def gpu_status(sample: Sample | None) -> str:

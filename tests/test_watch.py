@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import time
 
@@ -75,3 +76,46 @@ def test_live_render_shows_gpu_and_findings():
     console.print(_render(RunState(run_id="r1"), time.time(), sample, [finding], watching=True))
     text = console.file.getvalue()
     assert "GPU0 97% 61.0/80.0 GiB 612 W" in text and "The GPU is throttled" in text
+
+
+def test_a_subscribed_watch_pushes_each_sample_with_a_verdict_given_once_a_second():
+    ticks = itertools.count()
+    sampler = Sampler(nvml=FakeNvml(gpus=1), clock=lambda: 1000.0 + 0.25 * next(ticks))  # 4 a second
+    watch = LiveWatch(os.getpid(), interval_s=0.01, sampler=sampler)
+    judged: list[float] = []
+    judge = watch.doctor.findings
+    watch.doctor.findings = lambda now_ts: judged.append(now_ts) or judge(now_ts)
+    news: list[tuple] = []
+    watch.subscribe(running_fp32_state(), lambda *said: news.append(said))
+    watch.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(news) < 13 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        watch.stop()
+    samples = [sample for sample, _, error in news[:13] if error is None]
+    assert len(samples) == 13 and len({id(s) for s in samples}) == 13  # every sample, once
+    assert [s.ts for s in samples] == sorted({s.ts for s in samples})
+    assert len(watch.doctor) >= 13  # each one is evidence, the verdict is given once a second
+    assert [ts for ts in judged if ts <= samples[-1].ts] == [1000.0, 1001.0, 1002.0, 1003.0]
+
+
+def test_a_doctor_that_fails_is_said_and_the_samples_go_on():
+    watch = LiveWatch(os.getpid(), interval_s=0.01, sampler=Sampler(nvml=FakeNvml(gpus=1)))
+
+    def broken(now_ts):
+        raise ZeroDivisionError("a rule divided by zero")
+
+    watch.doctor.findings = broken
+    news: list[tuple] = []
+    watch.subscribe(RunState(), lambda *said: news.append(said))
+    watch.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(news) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        watch.stop()
+    assert news[0] == (None, [], "the doctor failed: ZeroDivisionError: a rule divided by zero")
+    assert watch.background.callback_error is None  # handled: the sampler thread goes on
