@@ -2,15 +2,24 @@
 
 The session (`cockpit.session.RunSession`, a `cockpit.replay.ReplaySession`, or a test double)
 and the watch (`cockpit.watch.LiveWatch`, the replay's, or a double) are handed in. Two threads
-read, and post messages; only the handlers touch the screen:
+read; only the message handlers touch the screen:
 
-- follow: reads and folds new events and the tail of `backend.log`, posts `RunUpdated`, and
-  waits until the screen has drawn it before it reads again: events that pile up meanwhile are
-  read in one go, so a slow terminal gets fewer, larger updates instead of a queue;
-- watch: loads the run's recorded `telemetry.jsonl` (so an attach shows the whole history),
-  then asks the watch for its newest sample and findings four times a second, posting
-  `TelemetryUpdated` and waiting until it is drawn. A daemon thread: a watch that never answers
-  leaves the keys working and does not keep the app from exiting.
+- watch: loads the run's recorded `telemetry.jsonl` (so an attach shows the whole history) and
+  posts it. Then a watch that pushes (LiveWatch) is subscribed: its sampler's thread leaves each
+  new sample and the doctor's findings in a `WatchSlot`; any other watch (a replay's, a test
+  double) is asked every WATCH_INTERVAL_S by this thread, which leaves what is new in the slot.
+  A daemon thread: a watch that never answers leaves the keys working and does not keep the app
+  from exiting;
+- follow: reads and folds new events and the tail of `backend.log`, takes what the watch left,
+  and posts it all as one `RunUpdated`; it reads again only once the screen has drawn it, so
+  events that pile up meanwhile are read in one go and a slow terminal gets fewer, larger updates
+  instead of a queue.
+
+A redraw costs far more than everything else the view does, and on a busy box every thread that
+wakes up costs too, so there is one tick per new sample for events and telemetry together: a
+live watch's samples (~2.2 a second) pace the ticks and new events ride along, waiting at most
+EVENTS_WAIT_S; without a watch, events are drawn every REFRESH_S. Nothing is drawn while nothing
+changed but the clock (then once a second).
 """
 
 from __future__ import annotations
@@ -30,22 +39,26 @@ from cockpit.session import RunSession
 from cockpit.telemetry_log import TELEMETRY_NAME, read_history
 from screens.preflight_notice import PreflightNotice
 from screens.run_view import EventLines, RunView
-from screens.telemetry_feed import LogTailReader
+from screens.telemetry_feed import LogTailReader, WatchNews, WatchSlot
 
-CLOCK_TICK_S = 1.0  # redraw at least this often: elapsed time and cost move with the clock
+CLOCK_TICK_S = 1.0  # redraw at least this often while a run is live: elapsed time and cost move
 READ_RETRY_S = 2.0
-WATCH_INTERVAL_S = 0.35  # GPU figures refresh a little more than twice a second, with margin
-REFRESH_S = 0.5  # run figures redraw at most twice a second
+REFRESH_S = 0.5  # without a watch's samples to pace them, events are read and drawn twice a second
+EVENTS_WAIT_S = 1.0  # with them, events wait for the next sample's tick, at most this long
+NEWS_GAP_S = 0.3  # ticks for the watch's news at least this far apart (its samples come every 0.45 s)
+WATCH_INTERVAL_S = 0.25  # how often a watch that does not push its samples is asked
+WATCH_SILENT_S = 1.5  # a pushing watch silent for this long (three samples) is late
 WATCH_RETRY_S = 2.0
 HISTORY_POINTS = 480  # bins of the recorded history kept for the sparklines
 WATCH_STOP_WAIT_S = 3.0
 
 
 class RunUpdated(Message):
-    """The session's state took in new events; set `shown` once they are drawn.
+    """One tick: new events (`events`), the clock, and the watch's news; set `shown` once drawn.
 
     `log_tail`: the new last lines of backend.log, None when unchanged. `watch_late_s`: how long
     the watch has been asked for a sample without answering, None when it is not being asked.
+    `telemetry`: the watch's news since the last tick, None when it said nothing new.
     """
 
     def __init__(
@@ -54,12 +67,17 @@ class RunUpdated(Message):
         shown: threading.Event,
         log_tail: list[str] | None = None,
         watch_late_s: float | None = None,
+        *,
+        events: bool = True,
+        telemetry: WatchNews | None = None,
     ) -> None:
         super().__init__()
         self.lines = lines
         self.shown = shown
         self.log_tail = log_tail
         self.watch_late_s = watch_late_s
+        self.events = events
+        self.telemetry = telemetry
 
 
 class HistoryLoaded(Message):
@@ -68,21 +86,6 @@ class HistoryLoaded(Message):
     def __init__(self, bins: list[dict]) -> None:
         super().__init__()
         self.bins = bins
-
-
-class TelemetryUpdated(Message):
-    """The watch's newest sample and findings (and every sample since the last, when it keeps
-    them); `error` says why there are none."""
-
-    def __init__(
-        self, sample: Any, findings: list, samples: list, shown: threading.Event, error: str | None = None
-    ) -> None:
-        super().__init__()
-        self.sample = sample
-        self.findings = findings
-        self.samples = samples
-        self.shown = shown
-        self.error = error
 
 
 class CockpitApp(App[int]):
@@ -103,7 +106,7 @@ class CockpitApp(App[int]):
         *,
         watch: Any = None,
         clock: Callable[[], float] | None = None,
-        poll_interval_s: float = 0.1,
+        poll_interval_s: float = REFRESH_S,
         preflight_problems: list | None = None,
     ):
         super().__init__()
@@ -116,6 +119,8 @@ class CockpitApp(App[int]):
         self.clock = clock or getattr(session, "recorded_now", None) or time.time
         self.run_view = RunView(session, self.clock, watching=watch is not None)
         self._watch_stop = threading.Event()
+        self._watch_slot = WatchSlot()
+        self._watch_pushes = False  # the watch hands its samples to the slot itself
         self._watch_asked_at: float | None = None  # monotonic time of the pending watch.update()
         self._watch_thread = threading.Thread(target=self._watch_loop, name="cockpit-watch", daemon=True)
 
@@ -132,6 +137,7 @@ class CockpitApp(App[int]):
 
     def on_unmount(self) -> None:
         self._watch_stop.set()
+        self._watch_slot.wake()  # the follow thread sleeps until the slot wakes it
         stop = getattr(self.watch, "stop", None)
         if stop is not None:  # LiveWatch.stop joins its sampler: bounded, off this thread
             stopper = threading.Thread(target=stop, name="cockpit-watch-stop", daemon=True)
@@ -142,55 +148,91 @@ class CockpitApp(App[int]):
 
     def _follow(self) -> None:
         cancelled = get_current_worker().cancelled_event
-        session, event_lines = self.session, EventLines()
+        session, event_lines, slot = self.session, EventLines(), self._watch_slot
         log = LogTailReader(session.run.log_path)
-        last_shown = float("-inf")
+        last_post = last_show = float("-inf")
+        shown: threading.Event | None = None  # set once the screen has drawn the last update
         pending_lines: list[str] = []
         pending_tail = None
         pending_items = False
+        following = True  # until the session ends; then only the watch has news
         try:
-            while not cancelled.is_set():
-                try:
-                    items = session.poll()
-                    pending_lines += event_lines.lines(items)
-                except OSError as exc:
-                    items = []
-                    pending_lines.append(f"could not read the run's events: {exc}; retrying")
-                    cancelled.wait(READ_RETRY_S)
-                pending_items = pending_items or bool(items)
-                tail = log.poll()
-                pending_tail = tail if tail is not None else pending_tail
-                ended = session.ended
-                since = time.monotonic() - last_shown
-                # at most REFRESH_S apart: a redraw costs more than everything else the view does
-                changed = pending_items or pending_lines or pending_tail is not None
-                if ended or (changed and since >= REFRESH_S) or since >= CLOCK_TICK_S:
-                    asked_at = self._watch_asked_at
-                    late = None if asked_at is None else time.monotonic() - asked_at
+            while not (cancelled.is_set() or self._watch_stop.is_set()):
+                # the state is neither read nor changed while the screen draws from it
+                while shown is not None and not shown.wait(0.05):
+                    if cancelled.is_set():
+                        return
+                if following:
+                    try:
+                        items = session.poll()
+                        pending_lines += event_lines.lines(items)
+                        pending_items = pending_items or bool(items)
+                    except OSError as exc:
+                        pending_lines.append(f"could not read the run's events: {exc}; retrying")
+                        cancelled.wait(READ_RETRY_S)
+                    tail = log.poll()
+                    pending_tail = tail if tail is not None else pending_tail
+                ended = following and session.ended
+                now = time.monotonic()
+                late = self._watch_late(now)
+                # the clock moves elapsed time and cost while the run lives, and a late watch's delay
+                clock_due = now - last_show >= CLOCK_TICK_S and (following or late is not None)
+                changed = pending_items or bool(pending_lines) or pending_tail is not None
+                show_due = ended or clock_due or changed
+                paced = late is None and now - slot.put_at < EVENTS_WAIT_S  # samples are coming
+                events_wait_s = EVENTS_WAIT_S if paced else self.poll_interval_s
+                events_at, news_at = last_post + events_wait_s, last_post + NEWS_GAP_S
+                if ended or (show_due and now >= events_at) or (slot.pending and now >= news_at):
                     shown = threading.Event()
-                    if not self.post_message(RunUpdated(pending_lines, shown, pending_tail, late)):
+                    update = RunUpdated(
+                        pending_lines, shown, pending_tail, late, events=show_due, telemetry=slot.take()
+                    )
+                    if not self.post_message(update):
                         return  # the app is closing
                     pending_lines, pending_tail, pending_items = [], None, False
-                    while not shown.wait(0.05):
-                        if cancelled.is_set():
-                            return
-                    last_shown = time.monotonic()
+                    last_post, last_show = now, (now if show_due else last_show)
+                    events_at, news_at, show_due = now + events_wait_s, now + NEWS_GAP_S, False
                 if ended:
-                    return  # the trainer is gone and its last event read: nothing more will come
-                if not items:
-                    cancelled.wait(self.poll_interval_s)
+                    following = False  # the trainer is gone and its last event read
+                    if self.watch is None:
+                        while shown is not None and not shown.wait(0.05) and not cancelled.is_set():
+                            pass
+                        return
+                # sleep until the watch has news, pending events are due, or the next read
+                wake_at = now + (self.poll_interval_s if following else CLOCK_TICK_S)
+                if show_due:
+                    wake_at = min(wake_at, events_at)
+                if slot.pending:
+                    wake_at = min(wake_at, news_at)
+                slot.wait(max(0.0, wake_at - time.monotonic()))
         finally:
             session.close()
+
+    def _watch_late(self, now: float) -> float | None:
+        """How long the watch has kept the view waiting: asked without answering, or (one that
+        pushes its samples) silent for WATCH_SILENT_S or more; None while it answers."""
+        if self._watch_pushes:
+            silent_s = now - self._watch_slot.put_at
+            return silent_s if silent_s >= WATCH_SILENT_S else None
+        asked_at = self._watch_asked_at
+        return None if asked_at is None else now - asked_at
 
     def on_run_updated(self, message: RunUpdated) -> None:
         try:
             if not self._view_ready():
                 return
-            self.run_view.show(message.lines)
+            view = self.run_view
+            if message.events:
+                view.show(message.lines)
             if message.log_tail is not None:
-                self.run_view.show_log(message.log_tail)
+                view.show_log(message.log_tail)
+            news = message.telemetry
+            if news is not None and news.error is not None:
+                view.show_watch_error(news.error, news.samples)
+            elif news is not None:
+                view.show_telemetry(news.sample, news.findings, news.samples)
             if self.watch is not None:
-                self.run_view.show_watch_late(message.watch_late_s)
+                view.show_watch_late(message.watch_late_s)
         finally:
             message.shown.set()
 
@@ -206,6 +248,12 @@ class CockpitApp(App[int]):
                     return
         if watch is None:
             return
+        subscribe = getattr(watch, "subscribe", None)
+        if subscribe is not None:  # its sampler's thread brings each sample: nothing to ask
+            self._watch_slot.put_at = time.monotonic()  # silent from now on is late
+            self._watch_pushes = True
+            subscribe(self.session.state, self._watch_news)
+            return
         pop = getattr(watch, "pop_samples", None)
         while not stop.is_set():
             self._watch_asked_at = time.monotonic()
@@ -216,28 +264,18 @@ class CockpitApp(App[int]):
                 sample, findings, samples = None, [], []
                 error = f"the GPU/host watch failed: {type(exc).__name__}: {exc}"
             self._watch_asked_at = None
-            shown = threading.Event()
-            if not self.post_message(TelemetryUpdated(sample, list(findings), samples, shown, error)):
-                return
-            while not shown.wait(0.05):
-                if stop.is_set():
-                    return
+            self._watch_slot.put(sample, list(findings), samples, error)
             stop.wait(WATCH_RETRY_S if error else WATCH_INTERVAL_S)
+
+    def _watch_news(self, sample: Any, findings: list, error: str | None) -> None:
+        """A pushing watch's new sample and findings, on its sampler's thread: only handed on."""
+        if error is not None:
+            error = f"the GPU/host watch failed: {error}"
+        self._watch_slot.put(sample, list(findings), [], error)
 
     def on_history_loaded(self, message: HistoryLoaded) -> None:
         if self._view_ready():
             self.run_view.show_history(message.bins)
-
-    def on_telemetry_updated(self, message: TelemetryUpdated) -> None:
-        try:
-            if not self._view_ready():
-                return
-            if message.error is not None:
-                self.run_view.show_watch_error(message.error)
-            else:
-                self.run_view.show_telemetry(message.sample, message.findings, message.samples)
-        finally:
-            message.shown.set()
 
     def _view_ready(self) -> bool:
         """Messages from the threads can land while the app tears the screen down: drop those."""

@@ -14,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
@@ -38,7 +40,7 @@ from screens.run_figures import (  # noqa: F401 - the tests and other screens im
 from screens.telemetry_feed import SeriesBook
 from widgets.doctor_panel import DoctorPanel
 from widgets.event_log import EventLog
-from widgets.gpu_panel import GpuPanel, GpuView, gpu_title
+from widgets.gpu_panel import GpuPanel, GpuView, gpu_title, torch_text
 from widgets.host_panel import HostPanel
 from widgets.log_tail import LogTail
 from widgets.loss_plot import LossPlot
@@ -96,6 +98,9 @@ class RunView(Screen):
         self.short = False  # set from the terminal's height
         self.watch_late_s: float | None = None
         self.watch_error: str | None = None
+        self._panels_drawn: tuple | None = None  # what the GPU and host panels last drew
+        self._texts: dict[str, str | Text] = {}  # what each Static shows
+        self._titles: dict[str | None, tuple[str, str | None]] = {}  # border title, subtitle per widget
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="header"):
@@ -156,11 +161,9 @@ class RunView(Screen):
         now_ts = state.last_ts if ended or session.trainer_gone else self.clock()
         self._show_status()
         if session.replay:
-            self.query_one("#replay", Static).update(getattr(session, "replay_label", "REPLAY"))
+            self._set_text("#replay", getattr(session, "replay_label", "REPLAY"))
         phase = state.phase.replace("_", " ")
-        self.query_one("#phase", Static).update(
-            f"{phase}: {state.phase_message}" if state.phase_message else phase
-        )
+        self._set_text("#phase", f"{phase}: {state.phase_message}" if state.phase_message else phase)
         self.query_one(StepProgress).show(
             state.step, state.total_steps, state.epoch, state.plan.get("epochs")
         )
@@ -173,8 +176,10 @@ class RunView(Screen):
         error = error_text(state, interrupted)
         self.set_class(error is not None, "-failed")
         if error is not None:
-            self.query_one("#error").border_title = "the trainer is gone" if interrupted else "the run failed"
-            self.query_one("#error-text", Static).update(error)
+            self._set_title(
+                self.query_one("#error"), "the trainer is gone" if interrupted else "the run failed"
+            )
+            self._set_text("#error-text", error)
         log = self.query_one(EventLog)
         for line in lines:
             log.write(line)
@@ -210,12 +215,14 @@ class RunView(Screen):
             doctor_box.display = bool(findings)
             severity = findings[0].severity if findings else "info"
             doctor_box.set_classes(f"-{severity}")
-            doctor_box.border_title = f"doctor: {len(findings)} finding{'s' if len(findings) != 1 else ''}"
+            self._set_title(doctor_box, f"doctor: {len(findings)} finding{'s' if len(findings) != 1 else ''}")
         self.telemetry_shown += 1
         self._show_telemetry_panels()
 
-    def show_watch_error(self, error: str) -> None:
-        """The watch raised: the figures shown are its last good ones."""
+    def show_watch_error(self, error: str, samples: Sequence[Any] = ()) -> None:
+        """The watch raised: the figures shown are its last good ones (and `samples`, taken before)."""
+        for each in samples:
+            self.book.add_sample(each)
         self.watch_error = error
         self.has_telemetry = True
         self._show_telemetry_panels()
@@ -229,8 +236,10 @@ class RunView(Screen):
 
     def _show_telemetry_panels(self) -> None:
         box = self.query_one("#telemetry")
-        box.display = self.has_telemetry and self.telemetry_wanted
-        if not box.display:
+        shown = self.has_telemetry and self.telemetry_wanted
+        if box.display != shown:
+            box.display = shown
+        if not shown:
             return
         sample, state = self.sample, self.session.state
         span = self.book.span(self.span_s)
@@ -238,12 +247,16 @@ class RunView(Screen):
         if pid is None and state.attempts:
             pid = state.attempts[-1].pid
         many = sample is not None and len(sample.gpus) > MANY_GPUS
-        view = GpuView(sample, self.book, span, state.memory, pid, compact=self.short or many)
-        self.query_one(GpuPanel).show(view)
-        cpu = self.book.get("host.cpu")
-        cpu_spark = (cpu, span) if cpu is not None and span is not None else None
-        self.query_one(HostPanel).show(sample.host if sample is not None else None, cpu_spark, self.short)
-        box.border_title = f"{gpu_title(sample)} · host"
+        compact = self.short or many
+        # the panels redraw only when what they draw changed: a new sample (its sparklines end at
+        # its time), the span, the layout, or the trainer's torch counters
+        signature = (sample, span, pid, compact, torch_text(state.memory))
+        if signature != self._panels_drawn:
+            self._panels_drawn = signature
+            self.query_one(GpuPanel).show(GpuView(sample, self.book, span, state.memory, pid, compact))
+            cpu = self.book.get("host.cpu")
+            cpu_spark = (cpu, span) if cpu is not None and span is not None else None
+            self.query_one(HostPanel).show(sample.host if sample is not None else None, cpu_spark, self.short)
         subtitle = ""
         if span is not None:
             subtitle = f"last {fmt.duration(span[1] - span[0])}" if self.span_s else "whole run"
@@ -251,13 +264,26 @@ class RunView(Screen):
             subtitle = f"no new sample for {self.watch_late_s:.0f} s · {subtitle}".rstrip(" ·")
         if self.watch_error is not None:
             subtitle = f"{self.watch_error} · {subtitle}".rstrip(" ·")
-        box.border_subtitle = subtitle
+        self._set_title(box, f"{gpu_title(sample)} · host", subtitle)
 
     def _show_status(self) -> None:
         label = "stopping…" if self.stopping and self.live else self.status
-        status = self.query_one("#status", Static)
-        status.update(f" {label} ")
-        status.set_classes("-stopping" if label == "stopping…" else f"-{self.status}")
+        self._set_text("#status", f" {label} ")
+        self.query_one("#status").set_classes("-stopping" if label == "stopping…" else f"-{self.status}")
+
+    def _set_text(self, selector: str, content: str | Text) -> None:
+        """Update a Static only when its content changed: each update costs a layout pass."""
+        if self._texts.get(selector) != content:
+            self._texts[selector] = content
+            self.query_one(selector, Static).update(content)
+
+    def _set_title(self, widget: Widget, title: str, subtitle: str | None = None) -> None:
+        """Border titles repaint their widget when set, even to the same text: set them on change."""
+        if self._titles.get(widget.id) != (title, subtitle):
+            self._titles[widget.id] = (title, subtitle)
+            widget.border_title = title
+            if subtitle is not None:
+                widget.border_subtitle = subtitle
 
     # ------------------------------------------------------------ commands
 

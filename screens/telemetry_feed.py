@@ -2,6 +2,8 @@
 
 - `SeriesBook`: the sparkline histories of a run (per GPU util, memory, power; host CPU and
   RAM), fed by live samples and by the bins of the recorded `telemetry.jsonl`, bounded;
+- `WatchSlot`: where the watch thread leaves what the watch said (`WatchNews`) for the thread
+  that draws it;
 - `LogTailReader`: the last lines of `backend.log`, read at most once a second and only when
   the file changed (a trainer's progress bars rewrite it many times a second).
 
@@ -12,8 +14,10 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +111,69 @@ class SeriesBook:
             series = self.series[key] = Series(self.max_points, how)
         series.add(start, end, value)
         self.peaks[key] = max(self.peaks.get(key, 0.0), float(value))
+
+
+# ---------------------------------------------------------------- the watch's news
+
+
+@dataclass
+class WatchNews:
+    """What the watch said since the screen last drew it: its newest sample and findings, every
+    sample since (when it keeps them), or why there are none (`error`)."""
+
+    sample: Any
+    findings: list
+    samples: list = field(default_factory=list)
+    error: str | None = None
+
+
+class WatchSlot:
+    """Where the watch thread leaves its news for the follow thread, which `wait`s for it; news
+    not yet taken is merged, and what the watch says again unchanged is no news."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.put_at = float("-inf")  # when the last news came
+        self._lock = threading.Lock()
+        self._news: WatchNews | None = None
+        self._last: tuple | None = None  # (sample, findings, error) as last put
+        self._wake = threading.Event()
+
+    def put(self, sample: Any, findings: list, samples: list, error: str | None) -> bool:
+        """Keep the news and wake the waiter; False (and nothing kept) when nothing is new."""
+        said = (sample, findings, error)
+        with self._lock:
+            if not samples and self._last is not None and _same(said, self._last):
+                return False
+            self._last = said
+            if self._news is not None:
+                samples = self._news.samples + samples
+            self._news = WatchNews(sample, findings, samples, error)
+            self.put_at = self.clock()
+        self._wake.set()
+        return True
+
+    @property
+    def pending(self) -> bool:
+        return self._news is not None
+
+    def take(self) -> WatchNews | None:
+        with self._lock:
+            news, self._news = self._news, None
+            return news
+
+    def wait(self, timeout_s: float) -> None:
+        """Until news comes, `wake()` is called, or `timeout_s` has passed."""
+        self._wake.wait(timeout_s)
+        self._wake.clear()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    # the same sample object (a watch hands its newest again until a new one comes), equal findings
+    return a[0] is b[0] and a[1] == b[1] and a[2] == b[2]
 
 
 # ---------------------------------------------------------------- backend.log

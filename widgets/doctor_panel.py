@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 
 from rich.style import Style
 from rich.text import Text
-from textual.widget import Widget
+
+from widgets.styled import StyledWidget
 
 MARKS = {"alarm": "▲ ALARM", "warn": "● WARN", "info": "○ INFO"}
 
@@ -34,7 +35,7 @@ def findings_text(
     return text
 
 
-class DoctorPanel(Widget):
+class DoctorPanel(StyledWidget):
     """`show(findings)` hands it the doctor's current findings (cockpit.doctor.Finding)."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
@@ -67,5 +68,5 @@ class DoctorPanel(Widget):
 
     def render(self) -> Text:
         names = ("alarm", "warn", "info", "evidence", "fix-label")
-        styles = {n: self.get_component_rich_style(f"doctor-panel--{n}") for n in names}
+        styles = {n: self.component_style(f"doctor-panel--{n}") for n in names}
         return findings_text(self._findings, styles, self._brief)

@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 
 from rich.style import Style
 from rich.text import Text
-from textual.widget import Widget
 
 from widgets.progress import bar_cells
 from widgets.sparkline import spark
+from widgets.styled import StyledWidget
 
 GIB = 2**30
 GAUGE_WIDTH = 10
@@ -90,6 +90,17 @@ def row_count(view: GpuView) -> int:
     if view.compact:
         return header + len(sample.gpus)
     return header + sum(1 if gpu.state == "lost" else 3 for gpu in sample.gpus)
+
+
+def still_signature(view: GpuView) -> tuple | None:
+    """What the panel shows while it has no GPU figures (waiting, no driver): the same signature,
+    the same text. None when it shows figures: they come with every sample."""
+    sample = view.sample
+    if sample is None:
+        return ("waiting", view.compact)
+    if sample.nvml not in ("ok", "stalled"):
+        return (sample.nvml, sample.nvml_detail, view.compact)
+    return None
 
 
 class _Styles:
@@ -262,7 +273,7 @@ def _compact_rows(view: GpuView, gpus: Sequence[Any], width: int, prefix_w: int,
     return lines
 
 
-class GpuPanel(Widget):
+class GpuPanel(StyledWidget):
     """`show(view)` hands it a `GpuView`; it draws as many rows as the view needs."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
@@ -280,16 +291,19 @@ class GpuPanel(Widget):
         self.view = GpuView()
 
     def show(self, view: GpuView) -> None:
-        rows_before = row_count(self.view)
+        before = self.view
         self.view = view
-        self.refresh(layout=row_count(view) != rows_before)
+        signature = still_signature(view)
+        if signature is not None and signature == still_signature(before):
+            return  # it says the same words as before: no redraw
+        self.refresh(layout=row_count(view) != row_count(before))
 
     def get_content_height(self, container, viewport, width: int) -> int:
         return row_count(self.view)
 
     def render(self) -> Text:
         styles = {
-            name: self.get_component_rich_style(f"gpu-panel--{name}")
+            name: self.component_style(f"gpu-panel--{name}")
             for name in ("label", "dim", "warn", "error", "done", "todo", "spark")
         }
         return Text("\n", no_wrap=True, overflow="ellipsis").join(

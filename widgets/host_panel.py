@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 
 from rich.style import Style
 from rich.text import Text
-from textual.widget import Widget
 
 from widgets.sparkline import levels, spark
+from widgets.styled import StyledWidget
 
 GIB = 2**30
 CPU_SPARK_MAX = 30
@@ -104,7 +104,7 @@ def host_lines(
     return [first, second]
 
 
-class HostPanel(Widget):
+class HostPanel(StyledWidget):
     """`show(host, cpu_spark)` hands it a `HostSample` (or None) and the CPU sparkline's data."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"host-panel--label", "host-panel--dim", "host-panel--spark"}
@@ -124,6 +124,6 @@ class HostPanel(Widget):
         return 1 if self.compact or self.host is None else 2
 
     def render(self) -> Text:
-        styles = {n: self.get_component_rich_style(f"host-panel--{n}") for n in ("label", "dim", "spark")}
+        styles = {n: self.component_style(f"host-panel--{n}") for n in ("label", "dim", "spark")}
         lines = host_lines(self.host, self.content_size.width, self.cpu_spark, self.compact, styles)
         return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)

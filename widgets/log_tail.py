@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.text import Text
-from textual.widget import Widget
+
+from widgets.styled import StyledWidget
 
 
-class LogTail(Widget):
+class LogTail(StyledWidget):
     COMPONENT_CLASSES: ClassVar[set[str]] = {"log-tail--line"}
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None):
@@ -25,14 +26,15 @@ class LogTail(Widget):
     def show(self, lines: Sequence[str]) -> None:
         lines = tuple(lines)
         if lines != self._lines:
+            relayout = len(lines) != len(self._lines)  # its height is its line count
             self._lines = lines
-            self.refresh(layout=True)
+            self.refresh(layout=relayout)
 
     def get_content_height(self, container, viewport, width: int) -> int:
         return max(1, len(self._lines))
 
     def render(self) -> Text:
-        style = self.get_component_rich_style("log-tail--line")
+        style = self.component_style("log-tail--line")
         height = self.content_size.height
         shown = self._lines[-height:] if height else self._lines  # the newest when short of room
         return Text("\n", no_wrap=True, overflow="ellipsis").join(Text(line, style) for line in shown)

@@ -7,14 +7,18 @@ a few cells it falls back to one line of text: a plot too small to read would mi
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import groupby, repeat
+from operator import itemgetter, mul, sub, truediv
 from typing import ClassVar, NamedTuple
 
-from rich.style import Style
-from rich.text import Text
-from textual.widget import Widget
+from rich.segment import Segment
+from textual.geometry import Region
+from textual.strip import Strip
 
 from cockpit import fmt
+from widgets.styled import StyledWidget
 
 BRAILLE_BLANK = 0x2800
 # DOT_BITS[row][column]: the bit of one dot inside a braille cell of 2 columns x 4 rows
@@ -31,40 +35,47 @@ def braille_cells(
     `steps`: the (first, last) step of the x axis, when it is shared with another line.
     """
     dots_w, dots_h = columns * 2, rows * 4
-    values = [value for _, value in points]
-    first_step, last_step = steps or (min(s for s, _ in points), max(s for s, _ in points))
-    low, high = min(values), max(values)
+    steps_of, values_of = zip(*points)
+    first_step, last_step = steps or (min(steps_of), max(steps_of))
+    low, high = min(values_of), max(values_of)
     cells = [[0] * columns for _ in range(rows)]
-
-    def x_of(step: int) -> int:
-        if last_step == first_step:
-            return 0
-        x = round((step - first_step) * (dots_w - 1) / (last_step - first_step))
-        return min(dots_w - 1, max(0, x))
-
-    def y_of(value: float) -> int:
-        if high == low:
-            return dots_h // 2
-        return round((high - value) * (dots_h - 1) / (high - low))
 
     def fill_column(x: int, y_from: float, y_to: float) -> None:
         for y in range(round(min(y_from, y_to)), round(max(y_from, y_to)) + 1):
             cells[y // 4][x // 2] |= DOT_BITS[y % 4][x % 2]
 
+    # consecutive points in one dot column are drawn as one stroke from their highest to their
+    # lowest: a long run has many points per column, so positions are computed by C-level maps
+    # and the Python work is per column
+    if last_step != first_step:
+        xs = _scaled(steps_of, repeat(first_step), dots_w - 1, last_step - first_step)
+        if min(steps_of) < first_step or max(steps_of) > last_step:  # an axis shared with another line
+            xs = map(min, repeat(dots_w - 1), map(max, repeat(0), xs))
+    else:
+        xs = repeat(0, len(points))
+    flat = repeat(dots_h // 2, len(points))  # a flat line is drawn mid-height
+    ys = _scaled(repeat(high), values_of, dots_h - 1, high - low) if high != low else flat
+    runs = []  # (x, first y, last y, top y, bottom y)
+    for x, group in groupby(zip(xs, ys), key=itemgetter(0)):
+        run_ys = list(map(itemgetter(1), group))
+        runs.append((x, run_ys[0], run_ys[-1], min(run_ys), max(run_ys)))
     previous: tuple[int, int] | None = None
-    for step, value in points:
-        x, y = x_of(step), y_of(value)
-        if previous is None or previous[0] == x:
-            fill_column(x, previous[1] if previous else y, y)
-        else:
-            # each column the segment crosses gets the part of the segment above it
+    for x, first_y, last_y, top_y, bottom_y in runs:
+        if previous is not None:
+            # each column the segment from the previous point crosses gets the part of it above it
             x0, y0 = previous
             for column in range(min(x0, x), max(x0, x) + 1):
                 t_a = min(1.0, max(0.0, (column - 0.5 - x0) / (x - x0)))
                 t_b = min(1.0, max(0.0, (column + 0.5 - x0) / (x - x0)))
-                fill_column(column, y0 + (y - y0) * t_a, y0 + (y - y0) * t_b)
-        previous = (x, y)
+                fill_column(column, y0 + (first_y - y0) * t_a, y0 + (first_y - y0) * t_b)
+        fill_column(x, top_y, bottom_y)
+        previous = (x, last_y)
     return cells
+
+
+def _scaled(a: Iterable[float], b: Iterable[float], scale: int, span: float) -> Iterator[int]:
+    """round((a - b) * scale / span) for each pair (in this order of operations: the same roundings)."""
+    return map(round, map(truediv, map(mul, map(sub, a, b), repeat(scale)), repeat(span)))
 
 
 def braille_rows(points: Sequence[tuple[int, float]], columns: int, rows: int) -> list[str]:
@@ -102,15 +113,19 @@ def plot_lines(
     """
     if not points:
         return [PlotRow("", "no loss logged yet", False)]
-    values = [value for _, value in points]
+    steps_of, values = zip(*points)  # C-level passes: a run of days has many thousand points
     low, high = fmt.loss(min(values)), fmt.loss(max(values))
-    first_step, last_step = min(s for s, _ in points), max(s for s, _ in points)
+    first_step, last_step = min(steps_of), max(steps_of)
     label_width = max(len(low), len(high)) + 1
     columns, rows = width - label_width, height - 1
     if columns < MIN_PLOT_COLUMNS or rows < MIN_PLOT_ROWS:
         return [PlotRow("", f"loss max {high} min {low}, steps {first_step}-{last_step}", False)]
     loss_cells = braille_cells(points, columns, rows, (first_step, last_step))
-    lr_in_range = [(s, v) for s, v in lr_points if first_step <= s <= last_step]
+    lr_in_range = lr_points
+    if lr_points:
+        lr_steps, _ = zip(*lr_points)
+        if min(lr_steps) < first_step or max(lr_steps) > last_step:
+            lr_in_range = [(s, v) for s, v in lr_points if first_step <= s <= last_step]
     lr_cells = braille_cells(lr_in_range, columns, rows, (first_step, last_step)) if lr_in_range else None
     flat_row = (rows * 4 // 2) // 4 if low == high else None  # braille_cells draws a flat line mid-height
     lines = []
@@ -131,49 +146,111 @@ def lr_range_text(lr_points: Sequence[tuple[int, float]]) -> str:
     """The learning-rate line's scale and its current value, for the panel's subtitle."""
     if not lr_points:
         return ""
-    values = [value for _, value in lr_points]
+    _, values = zip(*lr_points)
     return f"lr {fmt.sci(min(values))}…{fmt.sci(max(values))}, now {fmt.sci(values[-1])}"
 
 
-class LossPlot(Widget):
+class _FinitePoints:
+    """The finite points of a series handed in again and again; a list that grew since the last
+    time (a run's losses) is read from where it was left, anything else from the start."""
+
+    def __init__(self) -> None:
+        self._source: Sequence | None = None
+        self._read = 0
+        self._last: tuple[int, float] | None = None  # the last point read, to tell a list that changed
+        self._points: list[tuple[int, float]] = []
+
+    def take(self, points: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+        grew = points is self._source and len(points) >= self._read
+        if not grew or (self._read and points[self._read - 1] is not self._last):
+            self._source, self._read, self._points = points, 0, []
+        self._points.extend(p for p in points[self._read :] if math.isfinite(p[1]))
+        self._read = len(points)
+        self._last = points[-1] if points else None
+        return self._points
+
+
+class LossPlot(StyledWidget):
     """Training loss (and learning rate) against step; `plot()` hands it the points."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"loss-plot--line", "loss-plot--label", "loss-plot--lr"}
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None):
         super().__init__(name=name, id=id, classes=classes)
-        self._points: tuple[tuple[int, float], ...] = ()
-        self._lr_points: tuple[tuple[int, float], ...] = ()
+        self._points: Sequence[tuple[int, float]] = ()
+        self._lr_points: Sequence[tuple[int, float]] = ()
+        self._loss_in, self._lr_in = _FinitePoints(), _FinitePoints()
+        self._subtitle = ""
+        self._rows: list[PlotRow] = []  # the plot at `_rows_size`, row by row
+        self._rows_size: tuple[int, int] | None = None
+        self._strips: dict[int, Strip] = {}
 
     @property
     def points(self) -> tuple[tuple[int, float], ...]:
-        return self._points
+        return tuple(self._points)
 
     @property
     def lr_points(self) -> tuple[tuple[int, float], ...]:
-        return self._lr_points
+        return tuple(self._lr_points)
 
     def plot(self, points: Sequence[tuple[int, float]], lr_points: Sequence[tuple[int, float]] = ()) -> None:
-        self._points = tuple((step, value) for step, value in points if math.isfinite(value))
-        self._lr_points = tuple((step, value) for step, value in lr_points if math.isfinite(value))
-        self.border_subtitle = lr_range_text(self._lr_points)
-        self.refresh()
+        """The points so far: a list that only grows (a run's) is taken in by its new points."""
+        self._points = self._loss_in.take(points)
+        self._lr_points = self._lr_in.take(lr_points)
+        subtitle = lr_range_text(self._lr_points)
+        if subtitle != self._subtitle:
+            self._subtitle = subtitle
+            self.border_subtitle = subtitle  # repaints the whole widget
+        before, size = self._rows, self._rows_size
+        self._rows_size = None
+        if size is None or size != tuple(self.content_size):
+            self.refresh()
+            return
+        # a new point moves some rows of the plot, often not all: repaint those
+        rows = self._plot_rows(size)
+        changed = [y for y, row in enumerate(rows) if y >= len(before) or row != before[y]]
+        if len(rows) != len(before):
+            changed.extend(range(len(rows), len(before)))
+        width = size[0]
+        self.refresh(*(Region(0, y, width, 1) for y in changed))
 
-    def render(self) -> Text:
+    def _plot_rows(self, size: tuple[int, int]) -> list[PlotRow]:
+        if size != self._rows_size:
+            rows = plot_lines(self._points, size[0], size[1], self._lr_points)
+            if len(rows) == 1 and not rows[0].is_plot and size[0] > 0:  # a sentence: wrapped to the width
+                rows = [PlotRow("", part, False) for part in textwrap.wrap(rows[0].text, size[0])] or rows
+            self._rows, self._rows_size, self._strips = rows, size, {}
+        return self._rows
+
+    def notify_style_update(self) -> None:
+        self._strips = {}
+        super().notify_style_update()
+
+    def render_line(self, y: int) -> Strip:
         width, height = self.content_size
-        line_style: Style = self.get_component_rich_style("loss-plot--line")
-        label_style: Style = self.get_component_rich_style("loss-plot--label")
-        lr_style: Style = self.get_component_rich_style("loss-plot--lr")
-        text = Text(no_wrap=True, overflow="crop")
-        for index, row in enumerate(plot_lines(self._points, width, height, self._lr_points)):
-            if index:
-                text.append("\n")
-            text.append(row.label, label_style)
-            if not row.is_plot:
-                text.append(row.text, label_style)
-            elif not row.lr_columns:
-                text.append(row.text, line_style)
-            else:
-                for column, char in enumerate(row.text):
-                    text.append(char, lr_style if column in row.lr_columns else line_style)
-        return text
+        rows = self._plot_rows((width, height))
+        strip = self._strips.get(y)
+        if strip is None:
+            strip = self._strips[y] = self._row_strip(rows[y] if y < len(rows) else None, width)
+        return strip
+
+    def _row_strip(self, row: PlotRow | None, width: int) -> Strip:
+        base = self.base_style
+        if row is None:
+            return Strip.blank(width, base)
+        label_style = base + self.component_style("loss-plot--label")
+        if not row.is_plot:
+            segments = [Segment(row.label + row.text, label_style)]
+        else:
+            line_style = base + self.component_style("loss-plot--line")
+            lr_style = base + self.component_style("loss-plot--lr")
+            # one segment per run of cells of one line, not one per cell
+            segments = [Segment(row.label, label_style)]
+            start = 0
+            for column in range(1, len(row.text) + 1):
+                if column == len(row.text) or (column in row.lr_columns) != (start in row.lr_columns):
+                    style = lr_style if start in row.lr_columns else line_style
+                    segments.append(Segment(row.text[start:column], style))
+                    start = column
+        strip = Strip(segments)
+        return strip.crop(0, width).extend_cell_length(width, base)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.text import Text
-from textual.widget import Widget
+
+from widgets.styled import StyledWidget
 
 PARTIAL_BLOCKS = " ▏▎▍▌▋▊▉"  # eighths of a cell, so a slow run's bar still moves
 MIN_BAR_WIDTH = 8
@@ -28,7 +29,7 @@ def bar_cells(fraction: float, width: int) -> tuple[str, str]:
     return done, " " * (width - len(done))
 
 
-class StepProgress(Widget):
+class StepProgress(StyledWidget):
     """`show()` hands it the step, the total steps (None before training) and the epoch."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
@@ -59,7 +60,7 @@ class StepProgress(Widget):
         text = Text(no_wrap=True, overflow="ellipsis")
         if width >= MIN_BAR_WIDTH:
             done, todo = bar_cells(self.step / self.total if self.total else 0.0, width)
-            text.append(done, self.get_component_rich_style("step-progress--done"))
-            text.append(todo, self.get_component_rich_style("step-progress--todo"))
-        text.append(label, self.get_component_rich_style("step-progress--label"))
+            text.append(done, self.component_style("step-progress--done"))
+            text.append(todo, self.component_style("step-progress--todo"))
+        text.append(label, self.component_style("step-progress--label"))
         return text
