@@ -194,6 +194,13 @@ class DebugSection:
     fail_rank: int | None = _f(
         None, "test aid: with several processes, only this global rank raises at fail_at_step", min=0
     )
+    collate_cpu_ms: float = _f(
+        0.0,
+        "test aid: burn this much CPU in the data collator for every batch, an expensive on-the-fly "
+        "preprocessing that makes a run input-bound (bench/input_bound.py)",
+        min=0,
+        max=60000,
+    )
 
 
 @dataclass

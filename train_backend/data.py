@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -162,3 +163,25 @@ def length_stats(lengths: list[int], max_length: int) -> dict:
         "max_length": max_length,
         "tokens_over": over,
     }
+
+
+class CpuBurningCollator:
+    """Test aid (`debug.collate_cpu_ms`): the trainer's collator, after burning `cpu_ms` of CPU time
+    per batch, as an expensive on-the-fly preprocessing would; counted in CPU time, not wall time,
+    so a busy machine does not change how much work a batch costs."""
+
+    def __init__(self, collate, cpu_ms: float) -> None:
+        self.collate = collate
+        self.cpu_ms = cpu_ms
+
+    def __call__(self, features):
+        end = time.thread_time() + self.cpu_ms / 1000.0
+        while time.thread_time() < end:
+            pass
+        return self.collate(features)
+
+
+def burn_cpu_in_collator(trainer, cpu_ms: float) -> None:
+    """Wrap the trainer's data collator in a CpuBurningCollator when `cpu_ms` > 0."""
+    if cpu_ms > 0:
+        trainer.data_collator = CpuBurningCollator(trainer.data_collator, cpu_ms)

@@ -193,6 +193,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             callbacks=[make_callback(emitter, controls, cfg)],
         )
         fast.finish_trainer(plan, trainer, tokenizer, cache if owner else None)
+        data_mod.burn_cpu_in_collator(trainer, cfg.debug.collate_cpu_ms)
         tracker.watch(trainer)
         oom_watch.keep_optimizer_compatible(trainer, resume[-1] if resume else None, cfg, emitter)
         total, trainable = model_mod.parameter_counts(trainer.model)
