@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Does watching a run slow it down? Training speed with the live view attached vs detached.
+
+The same short run (the article's QLoRA recipe on `synthetic:llama-2-7b`, 512 tokens, micro-batch
+4 x accumulation 4, ~40 s of training) four times, in the order A B B A so that a drift of the
+machine weighs on both alike:
+- detached (A): `cockpit train CONFIG` starts in a pseudo-terminal (100x30) and the user presses
+  `d` as soon as the view is drawn: the trainer goes on with no client at all;
+- attached (B): the same, but the view stays for the whole run (it redraws about twice a second,
+  with its own NVML and host sampling), then `q` once the run has finished.
+Tokens/s are the steady steps' real tokens over their median step time (the trainer's own figure
+is kept too); the ratio attached/detached is of the means. Target: >= 0.99.
+
+  python bench/attach_overhead.py --out DIR [--steps 26] [--smoke]
+
+`--smoke` runs the shipped tiny model on the CPU, once each way (the tests run it). Writes
+DIR/attach_overhead.json; exits 1 when a run did not finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_runs import (
+    FULL,
+    SMOKE,
+    PtyTui,
+    bench_env,
+    ending,
+    events_of,
+    machine,
+    newest_run,
+    prebuild,
+    run_ids,
+    throughput,
+    versions,
+    wait_trainer_gone,
+    write_config,
+    write_json,
+    write_tokens,
+)
+
+EXIT_DETACHED = 4
+TARGET_RATIO = 0.99
+
+
+def one_run(kind: str, config: Path, env: dict, shape, timeout_s: float) -> dict:
+    """One run, detached or attached, through the TUI in a pseudo-terminal."""
+    home = Path(env["COCKPIT_HOME"])
+    before = run_ids(home)
+    started = time.monotonic()
+    tui = PtyTui(["train", str(config), "--skip-preflight"], env)
+    drawn = tui.wait_for_output()
+    run = newest_run(home, before)
+    tui_cpu_s = None
+    if kind == "detached":
+        tui.press("d")  # training goes on without any client
+        code = tui.finish()
+        gone = wait_trainer_gone(run, timeout_s)
+    else:
+        gone = wait_trainer_gone(run, timeout_s)
+        time.sleep(1.5)  # the view draws the run's end
+        try:
+            times = psutil.Process(tui.proc.pid).cpu_times()
+            tui_cpu_s = times.user + times.system
+        except psutil.Error:
+            pass
+        tui.press("q")
+        code = tui.finish()
+    events = events_of(run)
+    result = {
+        "kind": kind,
+        "run": run.name,
+        "view_drawn": drawn,
+        "tui_exit": code,
+        "trainer_ended": gone,
+        "wall_s": round(time.monotonic() - started, 1),
+        **ending(events),
+        **throughput(events, shape),
+    }
+    if tui_cpu_s is not None:
+        result["tui_cpu_s"] = round(tui_cpu_s, 2)
+        result["tui_core_share"] = round(tui_cpu_s / result["wall_s"], 4)
+    print(f"{kind}: {result}", file=sys.stderr, flush=True)
+    return result
+
+
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="directory for attach_overhead.json")
+    ap.add_argument(
+        "--steps", type=int, help="optimizer steps per run (default 26, ~40 s on an H200; smoke 24)"
+    )
+    ap.add_argument("--smoke", action="store_true", help="the tiny model on the CPU, one run each way")
+    ap.add_argument("--timeout-s", type=float, default=600, help="per run")
+    a = ap.parse_args()
+    shape = SMOKE if a.smoke else FULL
+    steps = a.steps or (24 if a.smoke else 26)
+    order = ["detached", "attached"] if a.smoke else ["detached", "attached", "attached", "detached"]
+    work = Path(tempfile.mkdtemp(prefix="attach-overhead-"))
+    env = bench_env(work / "home")
+    data = write_tokens(
+        work / "tokens.jsonl", shape, shape.micro_batch_size * shape.accumulation * (steps + 2)
+    )
+    config = write_config(work / "run.yaml", shape, data, steps)
+    t0 = time.monotonic()
+    prebuild(shape, env)  # untimed, like a download
+    runs = [one_run(kind, config, env, shape, a.timeout_s) for kind in order]
+    detached = mean([r["tokens_per_s"] for r in runs if r["kind"] == "detached" and "tokens_per_s" in r])
+    attached = mean([r["tokens_per_s"] for r in runs if r["kind"] == "attached" and "tokens_per_s" in r])
+    ratio = round(attached / detached, 4) if attached and detached else None
+    result = {
+        "bench": "attach_overhead",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "smoke": a.smoke,
+        "shape": shape.name,
+        "steps": steps,
+        "tokens_per_step": shape.tokens_per_step,
+        "machine": machine(),
+        "versions": versions(events_of(work / "home" / "runs" / runs[0]["run"])),
+        "order": order,
+        "runs": runs,
+        "tokens_per_s_detached_mean": detached,
+        "tokens_per_s_attached_mean": attached,
+        "ratio_attached_over_detached": ratio,
+        "target": f">= {TARGET_RATIO}",
+        "target_met": None if ratio is None else ratio >= TARGET_RATIO,
+        "bench_s": round(time.monotonic() - t0, 1),
+    }
+    path = write_json(a.out, "attach_overhead.json", result)
+    print(f"ratio attached/detached {ratio} (target >= {TARGET_RATIO}); {path}", file=sys.stderr)
+    return 0 if all(r["status"] == "finished" for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

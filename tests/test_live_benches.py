@@ -1,0 +1,66 @@
+"""The live view's GPU benchmarks (bench/attach_overhead.py, input_bound.py, record_example.py) in
+their `--smoke` mode: the shipped tiny model on the CPU, the real trainer, the real TUI in a
+pseudo-terminal. What they measure needs the GPU machine; here they must run end to end and say
+what they saw."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def run_bench(script: str, tmp_path, env, *args: str) -> dict:
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--smoke", "--out", str(out), *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / script.replace(".py", ".json")).read_text())
+
+
+def test_attach_overhead_runs_detached_then_attached(tmp_path, env):
+    result = run_bench("attach_overhead.py", tmp_path, env, "--steps", "16")
+    detached, attached = result["runs"]
+    assert (detached["kind"], attached["kind"]) == ("detached", "attached")
+    for run in (detached, attached):
+        assert run["status"] == "finished" and run["view_drawn"] and run["trainer_ended"]
+        assert run["steps_measured"] == 16 - 2 and run["tokens_per_s"] > 0
+    assert detached["tui_exit"] == 4  # `d`: detached, training went on without it
+    assert attached["tui_exit"] == 0 and attached["tui_cpu_s"] > 0  # `q` once the run had finished
+    assert result["ratio_attached_over_detached"] == pytest.approx(
+        result["tokens_per_s_attached_mean"] / result["tokens_per_s_detached_mean"], abs=1e-3
+    )
+
+
+def test_input_bound_burns_the_collate_time_in_every_step(tmp_path, env):
+    result = run_bench("input_bound.py", tmp_path, env, "--collate-ms", "150", "--steps", "8")
+    assert result["status"] == "finished" and result["dataloader_num_workers"] == 0
+    # one micro-batch a step here, collated after 150 ms of CPU in the training process
+    assert result["collate_s_per_step"] == 0.15 and result["step_s_median"] >= 0.15
+    assert not result["gpu_telemetry"]  # no GPU: the rule has no GPU wait to judge here
+    assert result["doctor_recorded"]["bins"] >= 1  # the recorder's telemetry was read back
+
+
+def test_record_example_copies_a_small_run_that_replays(tmp_path, env):
+    result = run_bench("record_example.py", tmp_path, env, "--steps", "12")
+    example = tmp_path / "out" / "h200-run"
+    assert result["status"] == "finished" and result["under_1_mb"]
+    assert sorted(p.name for p in example.iterdir()) == [
+        "backend.log",
+        "config.yaml",
+        "events.jsonl",
+        "telemetry.jsonl",
+    ]
+    assert result["replay"]["exit_code"] == 0
+    assert any("finished" in line for line in result["replay"]["last_lines"])
