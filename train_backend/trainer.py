@@ -65,9 +65,11 @@ def build_sft_config(
 
 def start_recorder(run: rundir.RunDir) -> None:
     """The telemetry recorder (cockpit.recorder): our child, in our process group, so it ends with us."""
+    # several GPUs: watch the launcher, whose process tree holds every rank of this node
+    watched = os.environ.get("COCKPIT_LAUNCHER_PID", str(os.getpid()))
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "cockpit.recorder", str(run.path), str(os.getpid())],
+            [sys.executable, "-m", "cockpit.recorder", str(run.path), watched],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=sys.stderr.fileno(),
