@@ -259,7 +259,8 @@ def test_probe_reports_every_device_of_a_cuda_torch(monkeypatch):
     monkeypatch.setattr(probe, "allreduce_bus_bandwidth", lambda world, quick: {"bus_gb_per_s": 300.0})
 
     class Collect:
-        findings: dict = {}
+        def __init__(self) -> None:
+            self.findings: dict = {}
 
         def emit(self, kind, **fields):
             pc.add_message(self.findings, {"type": kind, **fields})
