@@ -269,7 +269,8 @@ class RunView(Screen):
     def _show_status(self) -> None:
         label = "stopping…" if self.stopping and self.live else self.status
         self._set_text("#status", f" {label} ")
-        self.query_one("#status").set_classes("-stopping" if label == "stopping…" else f"-{self.status}")
+        # query, not query_one: a redraw that lands while the screen is being torn down finds nothing
+        self.query("#status").set_classes("-stopping" if label == "stopping…" else f"-{self.status}")
 
     def _set_text(self, selector: str, content: str | Text) -> None:
         """Update a Static only when its content changed: each update costs a layout pass."""
