@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import threading
 import time
+from pathlib import Path
+
+
+def write_tokens(path: Path, vocab: int, length: int, count: int) -> None:
+    """`count` pre-tokenized samples of `length` random ids (full length: no padding), seed 0."""
+    rng = random.Random(0)
+    with open(path, "w") as f:
+        for _ in range(count):
+            f.write(json.dumps({"input_ids": [rng.randrange(3, vocab) for _ in range(length)]}) + "\n")
 
 
 def nvml_index() -> int:

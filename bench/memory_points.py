@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import random
 import statistics
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from common import DevicePeak  # noqa: E402
+from common import DevicePeak, write_tokens  # noqa: E402
 
 from cockpit import shapes  # noqa: E402
 
@@ -153,13 +152,6 @@ CONFIGS: dict[str, tuple[str, str, dict]] = {
         },
     ),
 }
-
-
-def write_tokens(path: Path, vocab: int, length: int, count: int) -> None:
-    rng = random.Random(0)
-    with open(path, "w") as f:
-        for _ in range(count):
-            f.write(json.dumps({"input_ids": [rng.randrange(3, vocab) for _ in range(length)]}) + "\n")
 
 
 def config_yaml(arch: str, method: str, overrides: dict, data: Path) -> dict:

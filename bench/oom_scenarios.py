@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import platform
-import random
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from common import DevicePeak, nvml_index  # noqa: E402
+from common import DevicePeak, nvml_index, write_tokens  # noqa: E402
 
 GIB = 2**30
 QV = ["q_proj", "v_proj"]
@@ -87,13 +86,6 @@ SCENARIOS: dict[str, Scenario] = {
         {"max_length": 1024, "micro_batch_size": 2, "gradient_checkpointing": False},
     ),
 }
-
-
-def write_tokens(path: Path, vocab: int, length: int, count: int) -> None:
-    rng = random.Random(0)
-    with open(path, "w") as f:
-        for _ in range(count):
-            f.write(json.dumps({"input_ids": [rng.randrange(3, vocab) for _ in range(length)]}) + "\n")
 
 
 def config_for(s: Scenario, data: Path, steps: int, runs: Path) -> dict:
