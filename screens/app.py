@@ -278,8 +278,9 @@ class CockpitApp(App[int]):
             self.run_view.show_history(message.bins)
 
     def _view_ready(self) -> bool:
-        """Messages from the threads can land while the app tears the screen down: drop those."""
-        return self.run_view.is_attached and not self._watch_stop.is_set()
+        """Messages from the threads can land while the app tears the screen down: drop those.
+        The app stops running before it prunes a widget, and a handler runs without yielding."""
+        return self.is_running and self.run_view.is_attached and not self._watch_stop.is_set()
 
     # ------------------------------------------------------------ leaving
 
