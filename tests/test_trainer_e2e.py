@@ -201,15 +201,17 @@ def test_commands_pause_resume_save_stop(tmp_path, env):
 
 
 @pytest.mark.parametrize(
-    ("workers", "outcome"),
+    ("workers", "outcome", "term_timeout"),
     [
-        # the worker dies of the group's SIGTERM and the trainer gives up: terminated
-        (1, "terminated"),
-        # the trainer takes SIGTERM as 'stop' but is stuck inside a 60 s step: SIGKILL
-        (0, "killed"),
+        # the worker dies of the group's SIGTERM and the trainer gives up: terminated; the grace
+        # leaves a loaded 2-core box time to end the trainer once its worker died
+        (1, "terminated", "10"),
+        # the trainer takes SIGTERM as 'stop' but is stuck inside a 60 s step: SIGKILL once the
+        # grace is over, however long it is (a short one keeps the test short)
+        (0, "killed", "3"),
     ],
 )
-def test_stop_escalates_and_leaves_no_orphan(tmp_path, env, workers, outcome):
+def test_stop_escalates_and_leaves_no_orphan(tmp_path, env, workers, outcome, term_timeout):
     config = write_config(
         tmp_path / "c.yaml",
         {"training.max_steps": 5, "debug.step_sleep_s": 60, "training.dataloader_num_workers": workers},
@@ -220,8 +222,7 @@ def test_stop_escalates_and_leaves_no_orphan(tmp_path, env, workers, outcome):
     pgid = json.loads((run / "trainer.json").read_text())["pgid"]
     wait_for(lambda: len(supervisor.group_members(pgid)) >= 1 + workers, 60, what="the dataloader worker")
     started = time.monotonic()
-    # SIGTERM's grace leaves a loaded 2-core box time to end the trainer once its worker died
-    stop = cockpit(["stop", run.name, "--timeout", "1", "--term-timeout", "10"], env)
+    stop = cockpit(["stop", run.name, "--timeout", "1", "--term-timeout", term_timeout], env)
     assert stop.stdout.strip().endswith(outcome), stop.stdout + stop.stderr
     assert "asked the trainer to stop" in stop.stderr and "SIGTERM to its process group" in stop.stderr
     assert time.monotonic() - started < 30
