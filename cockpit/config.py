@@ -201,6 +201,12 @@ class DebugSection:
         min=0,
         max=60000,
     )
+    free_bytes: int | None = _f(
+        None,
+        "test aid: the checkpoint disk-space guard sees this many bytes free, less what checkpoints/ "
+        "holds (a disk that fills as checkpoints are written)",
+        min=0,
+    )
 
 
 @dataclass
