@@ -10,13 +10,22 @@ from __future__ import annotations
 import re
 
 from cockpit.checks import CheckResult
-from cockpit.checks_gpu import KNOWN_BAD, PCIE_X16_PRACTICAL_GBS, NvmlState, _result, _version, find_card
+from cockpit.checks_gpu_probe import make_result, parse_version
+from cockpit.nvml_state import PCIE_X16_PRACTICAL_GBS, NvmlState, find_card
+
+# Known-bad combinations beyond what each package's own metadata declares (those are checked too).
+# (package, installed range, other package, minimum, why)
+KNOWN_BAD = (
+    # huggingface/transformers PR #41889: "starting with transformers v5 ... the minimum PEFT version
+    # will be 0.18.0"
+    ("transformers", ">=5", "peft", "0.18.0", "transformers 5 imports PEFT APIs first released in peft 0.18"),
+)
 
 
 def check_peer_access(probe: dict) -> CheckResult:
     pairs = (probe.get("peer_access") or {}).get("pairs")
     if not pairs:
-        return _result("gpu.peer_access", "gpu", "Peer access between GPUs", "skip", "fewer than 2 GPUs")
+        return make_result("gpu.peer_access", "gpu", "Peer access between GPUs", "skip", "fewer than 2 GPUs")
     blocked = [f"{a}->{b}" for a, b, ok in pairs if not ok]
     status = "warn" if blocked else "pass"
     gpus = len({a for a, _, _ in pairs})
@@ -26,7 +35,7 @@ def check_peer_access(probe: dict) -> CheckResult:
         if blocked
         else f"all {len(pairs)} pairs of {gpus} GPUs"
     )
-    return _result(
+    return make_result(
         "gpu.peer_access",
         "gpu",
         "Peer access between GPUs",
@@ -41,9 +50,11 @@ def check_allreduce(probe: dict, state: NvmlState, catalog=None) -> CheckResult:
     cid, title = "performance.allreduce", "NCCL all-reduce bus bandwidth"
     answer = probe.get("allreduce")
     if not answer:
-        return _result(cid, "performance", title, "skip", "not measured (one GPU, or probe without --multi)")
+        return make_result(
+            cid, "performance", title, "skip", "not measured (one GPU, or probe without --multi)"
+        )
     if answer.get("error"):
-        return _result(
+        return make_result(
             cid,
             "performance",
             title,
@@ -67,7 +78,7 @@ def check_allreduce(probe: dict, state: NvmlState, catalog=None) -> CheckResult:
         link = f"PCIe Gen{gen} x{width}"
     bus = answer["bus_gb_per_s"]
     status = "pass" if bus >= expected else "warn"
-    return _result(
+    return make_result(
         cid,
         "performance",
         title,
@@ -93,7 +104,7 @@ def check_matmul(probe: dict, state: NvmlState, catalog=None) -> list[CheckResul
         cid, title = f"performance.matmul.{i}", f"GPU {i} matmul throughput"
         if answer.get("error"):
             results.append(
-                _result(
+                make_result(
                     cid,
                     "performance",
                     title,
@@ -111,7 +122,7 @@ def check_matmul(probe: dict, state: NvmlState, catalog=None) -> list[CheckResul
         value = f"{tflops:.0f} TFLOPS {answer.get('dtype', 'bf16')} ({answer.get('n')}^3, random data)"
         if card is None:
             results.append(
-                _result(cid, "performance", title, "skip", value + f"; {name!r} is not in the catalog")
+                make_result(cid, "performance", title, "skip", value + f"; {name!r} is not in the catalog")
             )
             continue
         ref, why = reference_tflops(card)
@@ -132,7 +143,7 @@ def check_matmul(probe: dict, state: NvmlState, catalog=None) -> list[CheckResul
                 + "; ask the provider for another node"
             )
         results.append(
-            _result(
+            make_result(
                 cid,
                 "performance",
                 title,
@@ -147,7 +158,7 @@ def check_matmul(probe: dict, state: NvmlState, catalog=None) -> list[CheckResul
             )
         )
     return results or [
-        _result("performance.matmul", "performance", "Matmul throughput", "skip", "not measured")
+        make_result("performance.matmul", "performance", "Matmul throughput", "skip", "not measured")
     ]
 
 
@@ -158,7 +169,7 @@ def check_h2d(probe: dict, state: NvmlState) -> list[CheckResult]:
         cid, title = f"performance.h2d.{i}", f"GPU {i} host-to-device copy"
         if answer.get("error"):
             results.append(
-                _result(
+                make_result(
                     cid,
                     "performance",
                     title,
@@ -175,14 +186,14 @@ def check_h2d(probe: dict, state: NvmlState) -> list[CheckResult]:
         value = f"{answer['gb_per_s']:.1f} GB/s (pinned)"
         if gen not in PCIE_X16_PRACTICAL_GBS or not width:
             results.append(
-                _result(cid, "performance", title, "skip", value + "; PCIe link unknown", **answer)
+                make_result(cid, "performance", title, "skip", value + "; PCIe link unknown", **answer)
             )
             continue
         link_gbs = PCIE_X16_PRACTICAL_GBS[gen] * width / 16
         ratio = answer["gb_per_s"] / link_gbs
         status = "pass" if ratio >= 0.6 else "warn" if ratio >= 0.3 else "fail"
         results.append(
-            _result(
+            make_result(
                 cid,
                 "performance",
                 title,
@@ -196,14 +207,14 @@ def check_h2d(probe: dict, state: NvmlState) -> list[CheckResult]:
             )
         )
     return results or [
-        _result("performance.h2d", "performance", "Host-to-device copy", "skip", "not measured")
+        make_result("performance.h2d", "performance", "Host-to-device copy", "skip", "not measured")
     ]
 
 
 def _satisfies(version: tuple[int, ...], spec: str) -> bool:
     for clause in filter(None, (c.strip() for c in spec.split(","))):
         op, bound = re.match(r"(~=|==|!=|>=|<=|>|<)?\s*(.*)", clause).groups()
-        b = _version(bound)
+        b = parse_version(bound)
         v = version[: len(b)] if op in ("==", "!=") else version
         ok = {
             "==": v == b,
@@ -224,7 +235,7 @@ def check_software(probe: dict) -> CheckResult:
     cid, title = "software.versions", "Training libraries"
     packages = (probe.get("packages") or {}).get("packages")
     if not packages:
-        return _result(cid, "software", title, "skip", "the probe did not report versions")
+        return make_result(cid, "software", title, "skip", "the probe did not report versions")
     installed = {n: p["version"] for n, p in packages.items() if p.get("version")}
     value = ", ".join(f"{n} {v}" for n, v in installed.items())
     problems = []
@@ -232,16 +243,18 @@ def check_software(probe: dict) -> CheckResult:
         for req in info.get("requires", []):
             m = re.match(r"\s*([A-Za-z0-9_.-]+)\s*(.*?)\s*(;.*)?$", req)
             other, spec = m.group(1).lower().replace("_", "-"), m.group(2)
-            if other in installed and spec and not _satisfies(_version(installed[other]), spec):
+            if other in installed and spec and not _satisfies(parse_version(installed[other]), spec):
                 problems.append(
                     f"{name} {installed.get(name)} requires {other}{spec}, found {installed[other]}"
                 )
     for name, spec, other, minimum, why in KNOWN_BAD:
-        applies = name in installed and other in installed and _satisfies(_version(installed[name]), spec)
-        if applies and _version(installed[other]) < _version(minimum):
+        applies = (
+            name in installed and other in installed and _satisfies(parse_version(installed[name]), spec)
+        )
+        if applies and parse_version(installed[other]) < parse_version(minimum):
             problems.append(f"{name} {installed[name]} needs {other} >= {minimum} ({why})")
     if problems:
-        return _result(
+        return make_result(
             cid,
             "software",
             title,
@@ -251,4 +264,4 @@ def check_software(probe: dict) -> CheckResult:
             "pip install -U the named package to the version shown",
             packages=packages,
         )
-    return _result(cid, "software", title, "pass", value, "declared requirements met", packages=packages)
+    return make_result(cid, "software", title, "pass", value, "declared requirements met", packages=packages)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from statistics import fmean, median
 from typing import Any
 
-from cockpit.checks_gpu import PCIE_X16_PRACTICAL_GBS
 from cockpit.doctor import LOW_UTIL_PCT, Finding, Observation, Window, _field
+from cockpit.nvml_state import PCIE_X16_PRACTICAL_GBS
 
 STRAGGLER_GAP_PCT = 15.0  # a GPU this many points below the median of the others' util...
 STRAGGLER_MIN_OTHERS_PCT = 50.0  # ...while the others do work

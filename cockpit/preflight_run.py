@@ -11,7 +11,7 @@ import platform
 import time
 from collections.abc import Callable
 
-from cockpit import __version__, checks_gpu, preflight
+from cockpit import __version__, checks_gpu, nvml_state, preflight
 from cockpit.checks import CheckResult
 from cockpit.probe_client import run_probe
 from cockpit.telemetry import PynvmlSource
@@ -31,7 +31,7 @@ def full_preflight(
     found: dict = {"driver": None, "packages": {}}
 
     def build() -> list[preflight.Check]:
-        state = checks_gpu.read_nvml(nvml_source())
+        state = nvml_state.read_nvml(nvml_source())
         found["driver"] = state.driver_version
         vram = [g["memory"]["total_bytes"] for g in state.gpus if (g.get("memory") or {}).get("total_bytes")]
 
@@ -43,7 +43,7 @@ def full_preflight(
                     quick=quick,
                     timeout_s=PROBE_TIMEOUT_S[quick],
                     multi=multi,
-                    sample=lambda: checks_gpu.sample_load(nvml_source()),
+                    sample=lambda: nvml_state.sample_load(nvml_source()),
                 )
             packages = (answer.findings.get("packages") or {}).get("packages") or {}
             found["packages"] = {name: info.get("version") for name, info in packages.items()}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from cockpit import checks_gpu, paths, preflight, shapes
+from cockpit import checks_gpu, nvml_state, paths, preflight, shapes
 from cockpit.checks import STATUSES, CheckResult
 from cockpit.config import TrainConfig
 from cockpit.preflight_run import result_line
@@ -96,7 +96,7 @@ def _facts(cfg: TrainConfig, nvml_source: Callable[[], object], wait_s: float) -
     box: dict = {}
 
     def read_nvml() -> None:
-        box["state"] = checks_gpu.read_nvml(nvml_source())
+        box["state"] = nvml_state.read_nvml(nvml_source())
 
     def model_size() -> None:
         from cockpit import modelshape
@@ -113,13 +113,13 @@ def _facts(cfg: TrainConfig, nvml_source: Callable[[], object], wait_s: float) -
         thread.start()
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
-    state = box.get("state") or checks_gpu.NvmlState(error=f"NVML did not answer within {wait_s:g} s")
+    state = box.get("state") or nvml_state.NvmlState(error=f"NVML did not answer within {wait_s:g} s")
     return state, box.get("model_bytes")
 
 
 def start_plan(
     cfg: TrainConfig,
-    state: checks_gpu.NvmlState,
+    state: nvml_state.NvmlState,
     model_bytes: int | None,
     dirs: dict[str, Path] | None = None,
     endpoint: str | None = None,

@@ -14,7 +14,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from cockpit import checks_gpu, checks_host, checks_network
+from cockpit import checks_gpu, checks_host, checks_network, nvml_state
 from cockpit.checks import CheckResult
 from cockpit.nvml_fake import GIB, FakeGpu, FakeNvml
 from cockpit.preflight import Check
@@ -78,12 +78,12 @@ def machine(kind: str) -> list[Check]:
     """'healthy' (an H200, all pass), 'mixed' (a T4 with a driver too old for torch, a network
     disk, two CPU cores) or 'no_gpu' (no driver: NVML does not start)."""
     if kind == "healthy":
-        state = checks_gpu.read_nvml(FakeNvml([FakeGpu(**H200)]), EXTRAS)
+        state = nvml_state.read_nvml(FakeNvml([FakeGpu(**H200)]), EXTRAS)
         answer, cores, facts, vram = probe("h200"), 32, ROOMY, 141 * GIB
         cache = _disk("cache", "nvme", "pass")
         hub = _reach(38.0)
     elif kind == "mixed":
-        state = checks_gpu.read_nvml(FakeNvml([FakeGpu(**T4)]), T4_EXTRAS)
+        state = nvml_state.read_nvml(FakeNvml([FakeGpu(**T4)]), T4_EXTRAS)
         answer, cores, facts, vram = probe("t4_mismatch"), 2, TIGHT, 15 * GIB
         cache = _disk(
             "cache",
@@ -94,7 +94,7 @@ def machine(kind: str) -> list[Check]:
         )
         hub = _reach(412.0)
     elif kind == "no_gpu":
-        state = checks_gpu.read_nvml(FakeNvml(init_error="library_not_found"))
+        state = nvml_state.read_nvml(FakeNvml(init_error="library_not_found"))
         answer, cores, facts, vram = {"packages": probe("h200")["packages"]}, 8, ROOMY, None
         cache = _disk("cache", "nvme", "pass")
         hub = _reach(None, "gaierror: [Errno -3] Temporary failure in name resolution")

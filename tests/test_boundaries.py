@@ -56,6 +56,8 @@ def imported(code: str) -> set[str]:
         "cockpit.preflight",
         "cockpit.preflight_run",
         "cockpit.checks_gpu",
+        "cockpit.checks_gpu_probe",
+        "cockpit.nvml_state",
         "cockpit.checks_perf",
         "cockpit.probe_client",
     ],

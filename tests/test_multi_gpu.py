@@ -14,10 +14,10 @@ from cockpit import checks_perf as perf
 from cockpit import distributed as dist
 from cockpit import estimate as est
 from cockpit import modelshape
-from cockpit.checks_gpu import read_nvml
 from cockpit.config import ConfigError, config_from_dotted
 from cockpit.doctor import Doctor
 from cockpit.nvml_fake import FakeGpu, FakeNvml
+from cockpit.nvml_state import read_nvml
 
 # ---------------------------------------------------------------- config and launch
 

@@ -12,7 +12,9 @@ import pytest
 from conftest import FIXTURES, ROOT
 
 from cockpit import checks_gpu as cg
+from cockpit import checks_gpu_probe as gp
 from cockpit import checks_perf as perf
+from cockpit import nvml_state
 from cockpit import probe_client as pc
 from cockpit.nvml_fake import GIB, FakeGpu, FakeNvml
 from cockpit.probe_client import ProbeAnswer, add_message, run_probe
@@ -27,8 +29,8 @@ def probe(name: str) -> dict:
     return json.loads((FIXTURES / f"probe_{name}.json").read_text())
 
 
-def state(gpus=None, extras=EXTRAS_OK, **kw) -> cg.NvmlState:
-    return cg.read_nvml(FakeNvml(gpus if gpus is not None else [FakeGpu(**H200)], **kw), extras)
+def state(gpus=None, extras=EXTRAS_OK, **kw) -> nvml_state.NvmlState:
+    return nvml_state.read_nvml(FakeNvml(gpus if gpus is not None else [FakeGpu(**H200)], **kw), extras)
 
 
 def by_id(results) -> dict:
@@ -69,28 +71,28 @@ def test_t4_mismatch():
 def test_cuda_driver_minor_version_compat_and_cpu_torch():
     answer = {"torch": {"version": "2.9.0+cu128", "cuda": "12.8"}}
     st = state(extras={**EXTRAS_OK, "driver_version": "550.54.15"})
-    assert cg.check_cuda_driver(st, answer).status == "warn"
-    assert cg.check_cuda_driver(state(), answer).status == "pass"
+    assert gp.check_cuda_driver(st, answer).status == "warn"
+    assert gp.check_cuda_driver(state(), answer).status == "pass"
     st.driver_version = "520.61.05"
-    assert cg.check_cuda_driver(st, answer).status == "fail"
-    assert cg.check_cuda_driver(st, {"torch": {"version": "2.9.0+cpu", "cuda": None}}).status == "fail"
-    assert cg.check_cuda_driver(st, {}).status == "skip"
+    assert gp.check_cuda_driver(st, answer).status == "fail"
+    assert gp.check_cuda_driver(st, {"torch": {"version": "2.9.0+cpu", "cuda": None}}).status == "fail"
+    assert gp.check_cuda_driver(st, {}).status == "skip"
 
 
 def test_arch_ptx_only_warns_and_cudnn():
     answer = {"torch": {"arch_list": ["sm_80", "compute_80"], "cudnn": None, "cuda_available": True},
               "devices": [{"capability": [9, 0]}]}  # fmt: skip
-    assert cg.check_arch(answer).status == "warn"
-    assert cg.check_arch({}).status == "skip"
-    assert cg.check_cudnn(answer).status == "warn"
-    assert cg.check_cudnn({}).status == "skip"
-    assert cg.check_bf16({}).status == "skip"
+    assert gp.check_arch(answer).status == "warn"
+    assert gp.check_arch({}).status == "skip"
+    assert gp.check_cudnn(answer).status == "warn"
+    assert gp.check_cudnn({}).status == "skip"
+    assert gp.check_bf16({}).status == "skip"
 
 
 def test_bnb_paths():
-    assert cg.check_bnb({}).status == "skip"
+    assert gp.check_bnb({}).status == "skip"
     missing = {"bnb_4bit": {"ok": False, "error": "ModuleNotFoundError: No module named 'bitsandbytes'"}}
-    assert cg.check_bnb(missing).status == "warn"
+    assert gp.check_bnb(missing).status == "warn"
 
 
 def test_degraded_h100_two_gpus():
@@ -150,10 +152,10 @@ def test_pcie_idle_downclock_is_not_a_fault_but_under_load_is():
 
 
 def test_card_lookup_and_unknown_card():
-    assert cg.find_card("NVIDIA GeForce RTX 4090").id == "rtx-4090"
-    assert cg.find_card("NVIDIA H100 PCIe").id == "h100-pcie"
-    assert cg.find_card("NVIDIA A100-SXM4-80GB").id == "a100-80gb-sxm"
-    assert cg.find_card("NVIDIA H100 NVL") is None and cg.find_card("Tesla T4") is None
+    assert nvml_state.find_card("NVIDIA GeForce RTX 4090").id == "rtx-4090"
+    assert nvml_state.find_card("NVIDIA H100 PCIe").id == "h100-pcie"
+    assert nvml_state.find_card("NVIDIA A100-SXM4-80GB").id == "a100-80gb-sxm"
+    assert nvml_state.find_card("NVIDIA H100 NVL") is None and nvml_state.find_card("Tesla T4") is None
     answer = {"matmul": [{"device": 0, "tflops": 60.0, "n": 4096, "dtype": "float16"}]}
     assert perf.check_matmul(answer, state([FakeGpu(name="Tesla T4")]))[0].status == "skip"
     assert perf.check_matmul({}, state())[0].status == "skip"
@@ -204,8 +206,9 @@ def test_real_probe_on_cpu_reports_no_gpu():
         assert cuda.status == "fail" and "CPU-only" in cuda.value
     else:  # a CUDA build (what the README's plain `pip install` gives): the floors table decides
         assert f"torch CUDA {torch_cuda}, driver {h200.driver_version}" in cuda.value
-        floor = cg.CUDA_DRIVER_FLOORS.get(torch_cuda)
-        expected = "pass" if floor and cg._version(h200.driver_version) >= cg._version(floor) else "warn"
+        floor = gp.CUDA_DRIVER_FLOORS.get(torch_cuda)
+        version = gp.parse_version
+        expected = "pass" if floor and version(h200.driver_version) >= version(floor) else "warn"
         assert cuda.status == expected, (cuda.status, cuda.value)
 
 
