@@ -9,6 +9,7 @@
     FakeGpu(errors={"temp_c": NVML_ERROR_UNKNOWN}) a field fails with any code, every call
     FakeGpu(lost_at_call=7)                      the 7th read of the device and all after: GpuIsLost
     FakeGpu(processes=[(1234, 2 << 30)])         pids need not exist: psutil then finds no name
+    FakeGpu(nvlink_active=None)                  no NVLink: its fields answer NotSupported (PCIe only)
     FakeGpu(overrides={"temp_c": lambda n: 60 + n})  a value per call (n counts reads of the field)
     fake.block(0, "power_mw", 5.0)               that read sleeps 5 s (or until fake.unblock())
     FakeNvml(init_error="driver_not_loaded")     or "library_not_found", or any NVML code
@@ -68,6 +69,8 @@ class FakeGpu:
     pcie_tx_kb_s: int = 180_000
     pcie_rx_kb_s: int = 950_000
     clock_event_reasons: int = 0
+    nvlink_active: int | None = 18  # an H100 SXM has 18 NVLink links; None: no NVLink (NotSupported)
+    nvlink_speed_mbps: int | None = 26_562  # per link, about what an H100 SXM reports; None: NotSupported
     processes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, used bytes)
     unsupported: set[str] = field(default_factory=set)
     errors: dict[str, int] = field(default_factory=dict)  # field -> NVML error code
@@ -78,6 +81,10 @@ class FakeGpu:
         for name in {*self.unsupported, *self.errors, *self.overrides}:
             if name not in NVML_FIELDS:
                 raise ValueError(f"unknown NVML field {name!r}; fields are: {', '.join(NVML_FIELDS)}")
+        # a card without NVLink answers NotSupported for its links, as the real library does
+        self.unsupported = self.unsupported | {
+            name for name in ("nvlink_active", "nvlink_speed_mbps") if getattr(self, name) is None
+        }
 
     def raw(self, name: str, index: int) -> Any:
         """The field as pynvml returns it."""

@@ -1,10 +1,11 @@
 """Live telemetry: GPUs through NVML, the host through psutil, sampled off the UI thread.
 
 Two edges, each one small interface with a real implementation and a fake:
-- `NvmlSource`: `PynvmlSource` over nvidia-ml-py (imported only when NVML is first started, so this
-  module imports on a machine with no driver) and `cockpit.nvml_fake.FakeNvml` for tests and demos.
-  A source reads one named field (`NVML_FIELDS`) in NVML's own units and raises `pynvml.NVMLError`
-  subclasses, so the sampler's code path is the same for both;
+- `NvmlSource` (cockpit.nvml_source): `PynvmlSource` over nvidia-ml-py (imported only when NVML is
+  first started, so this module imports on a machine with no driver) and
+  `cockpit.nvml_fake.FakeNvml` for tests and demos. A source reads one named field (`NVML_FIELDS`)
+  in NVML's own units and raises `pynvml.NVMLError` subclasses, so the sampler's code path is the
+  same for both;
 - `HostCounters` (cockpit.telemetry_host): psutil by default, every callable replaceable for
   deterministic tests.
 
@@ -12,8 +13,8 @@ Two edges, each one small interface with a real implementation and a fake:
 longer than `call_timeout_s`:
 - capability probe: the first read of a GPU asks every field; a field that answers NotSupported
   (or FunctionNotFound, NoPermission) is never asked again and stays None;
-- slow fields (`NVML_SLOW_FIELDS`: names, process list, PCIe link, power limits, max clock; the
-  host's usable CPU count and swap) are read every `slow_every`-th sample and reused in between;
+- slow fields (`NVML_SLOW_FIELDS`: names, process list, PCIe link, NVLink, power limits, max
+  clock; the host's usable CPU count and swap) are read every `slow_every`-th sample and reused in between;
   the trainer's descendants are listed every few seconds (`telemetry_host.ProcessTree`);
 - watchdog: NVML calls run on one worker thread. A call that overruns is abandoned (a daemon
   thread), its GPU shows `state="stalled"` with its last good values marked stale, and it is asked
@@ -29,74 +30,34 @@ longer than `call_timeout_s`:
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
+from cockpit.nvml_source import (  # noqa: F401 - other modules import the NVML edge from here
+    LOST_CODES,
+    NEVER_ASK_AGAIN_CODES,
+    NVML_DRIVER_NOT_LOADED,
+    NVML_FAST_FIELDS,
+    NVML_FIELDS,
+    NVML_FUNCTION_NOT_FOUND,
+    NVML_GPU_IS_LOST,
+    NVML_LIB_RM_VERSION_MISMATCH,
+    NVML_LIBRARY_NOT_FOUND,
+    NVML_NO_PERMISSION,
+    NVML_NOT_SUPPORTED,
+    NVML_RESET_REQUIRED,
+    NVML_SLOW_FIELDS,
+    THROTTLE_REASONS,
+    NvmlSource,
+    PynvmlSource,
+    nvml_code,
+    throttle_names,
+)
 from cockpit.telemetry_host import HostCounters, Rate, safe
 from cockpit.watchdog import CallStalled, Watchdog
-
-# field -> (pynvml function, names of pynvml constants passed after the handle). Values come back
-# in NVML's units: `utilization` has .gpu/.memory (%), `memory` .used/.total (bytes), `*_mw`
-# milliwatts, `*_kb_s` KB/s (NVML samples PCIe traffic over a 20 ms window, so each such call
-# takes ~20 ms), `clock_event_reasons` a bit mask, `processes` items with .pid/.usedGpuMemory.
-NVML_FAST_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "utilization": ("nvmlDeviceGetUtilizationRates", ()),
-    "memory": ("nvmlDeviceGetMemoryInfo", ()),
-    "power_mw": ("nvmlDeviceGetPowerUsage", ()),
-    "temp_c": ("nvmlDeviceGetTemperature", ("NVML_TEMPERATURE_GPU",)),
-    "sm_clock_mhz": ("nvmlDeviceGetClockInfo", ("NVML_CLOCK_SM",)),
-    "mem_clock_mhz": ("nvmlDeviceGetClockInfo", ("NVML_CLOCK_MEM",)),
-    "pcie_tx_kb_s": ("nvmlDeviceGetPcieThroughput", ("NVML_PCIE_UTIL_TX_BYTES",)),
-    "pcie_rx_kb_s": ("nvmlDeviceGetPcieThroughput", ("NVML_PCIE_UTIL_RX_BYTES",)),
-    "clock_event_reasons": ("nvmlDeviceGetCurrentClocksEventReasons", ()),
-}
-# read every `slow_every`-th sample only
-NVML_SLOW_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "name": ("nvmlDeviceGetName", ()),
-    "uuid": ("nvmlDeviceGetUUID", ()),
-    "power_limit_mw": ("nvmlDeviceGetEnforcedPowerLimit", ()),
-    "power_default_limit_mw": ("nvmlDeviceGetPowerManagementDefaultLimit", ()),
-    "sm_clock_max_mhz": ("nvmlDeviceGetMaxClockInfo", ("NVML_CLOCK_SM",)),
-    # the current link trains down at idle to save power: judge it under load
-    "pcie_gen": ("nvmlDeviceGetCurrPcieLinkGeneration", ()),
-    "pcie_width": ("nvmlDeviceGetCurrPcieLinkWidth", ()),
-    "pcie_gen_max": ("nvmlDeviceGetMaxPcieLinkGeneration", ()),
-    "pcie_width_max": ("nvmlDeviceGetMaxPcieLinkWidth", ()),
-    "processes": ("nvmlDeviceGetComputeRunningProcesses", ()),
-}
-NVML_FIELDS = {**NVML_FAST_FIELDS, **NVML_SLOW_FIELDS}
-_OLDER_NAMES = {"nvmlDeviceGetCurrentClocksEventReasons": "nvmlDeviceGetCurrentClocksThrottleReasons"}
-
-# nvmlClocksEventReason* bits (nvml.h), in the order the UI lists them
-THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
-    (0x80, "hw_power_brake"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x8, "hw_slowdown"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x4, "sw_power_cap"),
-    (0x10, "sync_boost"),
-    (0x2, "applications_clocks_setting"),
-    (0x100, "display_clocks_setting"),
-    (0x200, "board_limit"),
-    (0x400, "reliability"),
-    (0x1, "gpu_idle"),
-)
-
-# NVML return codes (nvml.h; equal to pynvml.NVML_ERROR_*, which a test checks)
-NVML_NOT_SUPPORTED = 3
-NVML_NO_PERMISSION = 4
-NVML_DRIVER_NOT_LOADED = 9
-NVML_LIBRARY_NOT_FOUND = 12
-NVML_FUNCTION_NOT_FOUND = 13
-NVML_GPU_IS_LOST = 15
-NVML_RESET_REQUIRED = 16
-NVML_LIB_RM_VERSION_MISMATCH = 18
-_NEVER_ASK_AGAIN = {NVML_NOT_SUPPORTED, NVML_FUNCTION_NOT_FOUND, NVML_NO_PERMISSION}
-_LOST = {NVML_GPU_IS_LOST, NVML_RESET_REQUIRED}
 
 GPU_LOST_TEXT = "GPU is lost: check `nvidia-smi` and `dmesg | grep -i xid`; the node may need a reboot"
 _LIBRARY = "library"  # the watchdog tag of calls that are not about one GPU
@@ -124,6 +85,8 @@ class GpuSample:
     pcie_width_max: int | None = None
     pcie_tx_bytes_s: float | None = None
     pcie_rx_bytes_s: float | None = None
+    nvlink_active: int | None = None  # NVLink links up; None: the card has no NVLink (NotSupported)
+    nvlink_speed_mbps: int | None = None  # the links' common speed as NVML reports it, MB/s
     throttle_reasons: list[str] | None = None
     processes: list[dict] | None = None  # {pid, used_bytes, name}; name None when the pid is gone
     state: str = "ok"  # ok | lost | stalled
@@ -168,71 +131,7 @@ class Sample:
         return asdict(self)
 
 
-class NvmlSource(Protocol):
-    """The NVML edge. Every method raises `pynvml.NVMLError` (a subclass per code) on failure."""
-
-    kind: str  # "pynvml" for the real library, "fake" for a test double
-
-    def init(self) -> None: ...
-
-    def shutdown(self) -> None: ...
-
-    def device_count(self) -> int: ...
-
-    def handle(self, index: int) -> Any: ...
-
-    def read(self, handle: Any, field: str) -> Any:
-        """One entry of NVML_FIELDS for one device, in NVML's units."""
-        ...
-
-
-class PynvmlSource:
-    """The real NVML, through nvidia-ml-py (imported in `init`, so a driverless box can import us)."""
-
-    kind = "pynvml"
-
-    def __init__(self) -> None:
-        self._nv: Any = None
-
-    def init(self) -> None:
-        import pynvml
-
-        pynvml.nvmlInit()
-        self._nv = pynvml
-
-    def shutdown(self) -> None:
-        if self._nv is not None:
-            self._nv.nvmlShutdown()
-
-    def device_count(self) -> int:
-        return self._nv.nvmlDeviceGetCount()
-
-    def handle(self, index: int) -> Any:
-        return self._nv.nvmlDeviceGetHandleByIndex(index)
-
-    def read(self, handle: Any, field: str) -> Any:
-        function, constants = NVML_FIELDS[field]
-        fn = getattr(self._nv, function, None) or getattr(self._nv, _OLDER_NAMES.get(function, ""), None)
-        if fn is None:  # an nvidia-ml-py older than the field
-            raise self._nv.NVMLError(NVML_FUNCTION_NOT_FOUND)
-        return fn(handle, *(getattr(self._nv, name) for name in constants))
-
-
-def nvml_code(exc: BaseException) -> int | None:
-    """The NVML return code of a pynvml error, else None (never imports pynvml itself)."""
-    pynvml = sys.modules.get("pynvml")
-    if pynvml is not None and isinstance(exc, pynvml.NVMLError):
-        return getattr(exc, "value", None)
-    return None
-
-
-def throttle_names(mask: int) -> list[str]:
-    """Short names of a clock-event mask's bits, most severe first; a bit we do not know stays visible."""
-    names = [name for bit, name in THROTTLE_REASONS if mask & bit]
-    rest = mask & ~sum(bit for bit, _ in THROTTLE_REASONS)
-    return names + [f"unknown_0x{1 << b:x}" for b in range(64) if rest >> b & 1]
-
-
+# ---- the sampler ----------------------------------------------------------------------------------
 # ---- the sampler ----------------------------------------------------------------------------------
 
 
@@ -436,10 +335,10 @@ class Sampler:
                 raise CallStalled(f"{NVML_FIELDS[name][0]} {exc}") from None
             except Exception as exc:
                 code = nvml_code(exc)
-                if code in _LOST:
+                if code in LOST_CODES:
                     gpu.lost = GPU_LOST_TEXT if code == NVML_GPU_IS_LOST else f"{exc}: {GPU_LOST_TEXT}"
                     return self._lost(gpu)
-                if code in _NEVER_ASK_AGAIN:
+                if code in NEVER_ASK_AGAIN_CODES:
                     gpu.unsupported.add(name)
                 else:
                     failures.append(f"{name}: {exc}")

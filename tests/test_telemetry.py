@@ -92,6 +92,7 @@ def test_a_two_gpu_sample_has_every_field_in_our_units():
     assert (g0.pcie_gen, g0.pcie_width, g0.pcie_gen_max, g0.pcie_width_max) == (5, 16, 5, 16)
     assert (g0.pcie_tx_bytes_s, g0.pcie_rx_bytes_s) == (180_000 * 1024, 950_000 * 1024)
     assert g0.throttle_reasons == ["hw_thermal_slowdown", "sw_power_cap"]
+    assert (g0.nvlink_active, g0.nvlink_speed_mbps) == (18, 26_562)
     assert g0.processes == [{"pid": 4242, "used_bytes": 3 * GIB, "name": "python"}]
     assert g1.name == "NVIDIA A100-SXM4-80GB" and g1.power_w == 250.5 and g1.processes == []
     assert g0.uuid != g1.uuid
