@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from cockpit import checks_disk, checks_host, checks_network, paths
+from cockpit import checks_disk, checks_disk_speed, checks_host, checks_network, paths
 from cockpit.checks import STATUSES, CheckResult, exit_code
 
 
@@ -316,7 +316,7 @@ def plan(
                 Check(
                     f"disk.read_speed.{label}",
                     partial(
-                        checks_disk.check_disk_speed,
+                        checks_disk_speed.check_disk_speed,
                         path,
                         label,
                         model_bytes,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cockpit import checks_disk as d
+from cockpit import checks_disk_speed as ds
 
 GIB = 2**30
 
@@ -84,8 +85,8 @@ def test_free_space_against_the_plan(tmp_path):
     assert d.check_free_space(tmp_path, "runs", disk_usage=usage(5)).status == "warn"
 
 
-def _speed(seq: float, iops: float) -> d.ReadSpeed:
-    return d.ReadSpeed(seq, iops, "O_DIRECT", 1 << 20, 1 << 20, 100, 0.1, False)
+def _speed(seq: float, iops: float) -> ds.ReadSpeed:
+    return ds.ReadSpeed(seq, iops, "O_DIRECT", 1 << 20, 1 << 20, 100, 0.1, False)
 
 
 @pytest.mark.parametrize(
@@ -98,7 +99,7 @@ def _speed(seq: float, iops: float) -> d.ReadSpeed:
     ],
 )
 def test_speed_verdicts(tmp_path, seq, iops, status, words):
-    result = d.check_disk_speed(tmp_path, "cache", 13 * GIB, probe=lambda *a, **k: _speed(seq, iops))
+    result = ds.check_disk_speed(tmp_path, "cache", 13 * GIB, probe=lambda *a, **k: _speed(seq, iops))
     assert result.status == status
     assert words in result.fix
     assert result.evidence["model_load_s"] == pytest.approx(13 * GIB / (seq * 1e6))
@@ -106,8 +107,8 @@ def test_speed_verdicts(tmp_path, seq, iops, status, words):
 
 def test_probe_reads_past_the_page_cache(tmp_path):
     """The same real file, read twice: a page-cache read would make the second run jump to memory speed."""
-    first = d.measure_read_speed(tmp_path, file_bytes=64 << 20, time_budget_s=2.0)
-    second = d.measure_read_speed(tmp_path, file_bytes=64 << 20, time_budget_s=2.0)
+    first = ds.measure_read_speed(tmp_path, file_bytes=64 << 20, time_budget_s=2.0)
+    second = ds.measure_read_speed(tmp_path, file_bytes=64 << 20, time_budget_s=2.0)
     assert first.method in ("O_DIRECT", "fadvise(DONTNEED)")
     assert first.seq_bytes_read > 0 and first.random_reads > 0
     # page-cache reads of a 64 MiB file run at several GB/s, many times any first, uncached pass
@@ -116,14 +117,14 @@ def test_probe_reads_past_the_page_cache(tmp_path):
 
 
 def test_fadvise_fallback_when_o_direct_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(d, "_open_direct", lambda path: None)
-    speed = d.measure_read_speed(tmp_path, file_bytes=8 << 20, time_budget_s=0.5)
+    monkeypatch.setattr(ds, "_open_direct", lambda path: None)
+    speed = ds.measure_read_speed(tmp_path, file_bytes=8 << 20, time_budget_s=0.5)
     assert speed.method == "fadvise(DONTNEED)"
     assert speed.seq_bytes_read == 8 << 20
 
 
 def test_probe_is_bounded_in_time(tmp_path):
-    speed = d.measure_read_speed(tmp_path, file_bytes=16 << 20, time_budget_s=0.3, block_bytes=4096)
+    speed = ds.measure_read_speed(tmp_path, file_bytes=16 << 20, time_budget_s=0.3, block_bytes=4096)
     assert speed.seconds < 3
 
 
@@ -131,5 +132,5 @@ def test_unwritable_directory_is_a_skip(tmp_path):
     def refuse(*_a, **_k):
         raise PermissionError(13, "Permission denied")
 
-    result = d.check_disk_speed(tmp_path, "cache", probe=refuse)
+    result = ds.check_disk_speed(tmp_path, "cache", probe=refuse)
     assert result.status == "skip" and "writable" in result.fix
