@@ -27,7 +27,7 @@ class CheckpointSize:
     """What one checkpoint is expected to take, and where the figure comes from."""
 
     bytes: int
-    basis: str  # "checkpoint-4 measured" or "estimate: ..."
+    basis: str  # "checkpoint-4 measured 1.2 GiB" or "estimated: weights ... + ... states ..."
 
 
 def estimate_checkpoint_bytes(
@@ -50,13 +50,14 @@ def estimate_checkpoint_bytes(
     copies = f" x {weight_copies} copies" if weight_copies > 1 else ""
     return CheckpointSize(
         weights + optimizer_bytes,
-        f"estimate: weights {bytes_text(saved_weight_bytes)}{copies} + {optimizer} states "
+        f"estimated: weights {bytes_text(saved_weight_bytes)}{copies} + {optimizer} states "
         f"{bytes_text(optimizer_bytes)}",
     )
 
 
 def measured_checkpoint(folder: Path) -> CheckpointSize:
-    return CheckpointSize(folder_bytes(folder), f"{folder.name} measured")
+    size = folder_bytes(folder)
+    return CheckpointSize(size, f"{folder.name} measured {bytes_text(size)}")
 
 
 def folder_bytes(folder: Path) -> int:
@@ -85,7 +86,8 @@ class SpaceCheck:
         return (
             f"checkpoint-{self.step} not started: it needs about {bytes_text(self.needed_bytes)} "
             f"({self.basis}, + {SPACE_MARGIN:.0%} + {bytes_text(SPACE_RESERVE_BYTES)} reserve) and "
-            f"{self.path} has {bytes_text(self.free_bytes)} free"
+            f"{self.path} has {bytes_text(self.free_bytes)} free "
+            f"({bytes_text(self.needed_bytes - self.free_bytes)} short)"
         )
 
 
@@ -96,12 +98,13 @@ def check_space(step: int, size: CheckpointSize, free: int, path: Path | str) ->
 
 def disk_full_hint(*, method: str | None = None, checkpoints_kept: int | None = None) -> str:
     """The fixes for a full disk, the same whether the guard refused a save or a write failed."""
-    kept = f" (now {checkpoints_kept})" if checkpoints_kept else ""
-    fixes = [
-        "Free space on that disk (`df -h`; old runs: `cockpit runs`, then delete their folders)",
-        f"keep fewer checkpoints: output.checkpoints_kept: 1{kept}",
-        "put the runs directory on a bigger disk (output.dir) for the next run",
-    ]
+    fixes = ["Free space on that disk (`df -h`; old runs: `cockpit runs`, then delete their folders)"]
+    if checkpoints_kept is None or checkpoints_kept > 1:
+        now = f"now {checkpoints_kept}; " if checkpoints_kept else ""
+        fixes.append(
+            f"keep fewer checkpoints: output.checkpoints_kept: 1 ({now}a restart reads the run's config.yaml)"
+        )
+    fixes.append("put the runs directory on a bigger disk (output.dir) for the next run")
     text = "; ".join(fixes) + ". Then continue with `cockpit restart RUN`: complete checkpoints are intact."
     if method in (None, "full"):
         text += (
@@ -112,6 +115,8 @@ def disk_full_hint(*, method: str | None = None, checkpoints_kept: int | None = 
 
 
 def bytes_text(n: int) -> str:
-    if n < 0.1 * GIB:
+    if n < 2**20:
+        return f"{n / 1024:.1f} KiB"
+    if n < GIB:
         return f"{n / 2**20:.1f} MiB"
-    return f"{n / GIB:.1f} GiB"
+    return f"{n / GIB:.2f} GiB" if n < 10 * GIB else f"{n / GIB:.1f} GiB"

@@ -9,9 +9,10 @@ import shutil
 import time
 from pathlib import Path
 
-from cockpit import rundir
+from cockpit import checkpoint_space, rundir
 from cockpit.config import TrainConfig
 from train_backend.channel import Emitter
+from train_backend.errors import CheckpointWontFit
 
 
 def make_trainer_class(emitter: Emitter, run: rundir.RunDir, cfg: TrainConfig):
@@ -39,6 +40,12 @@ def make_trainer_class(emitter: Emitter, run: rundir.RunDir, cfg: TrainConfig):
             if local_main:
                 shutil.rmtree(staged, ignore_errors=True)
             self.accelerator.wait_for_everyone()
+            # a save that cannot fit is never started: half-written, it fills the disk and kills the run
+            check = self._agree_on_space(
+                space_check(run, cfg, model, step, self.is_fsdp_enabled) if local_main else None
+            )
+            if not check.fits:
+                raise CheckpointWontFit(check, _refusal_hint(run, cfg, step))
             started = time.time()
             self._staging = True
             try:
@@ -74,7 +81,64 @@ def make_trainer_class(emitter: Emitter, run: rundir.RunDir, cfg: TrainConfig):
             )
             self.accelerator.wait_for_everyone()
 
+        def _agree_on_space(self, check: checkpoint_space.SpaceCheck | None) -> checkpoint_space.SpaceCheck:
+            """Every rank takes the same decision. The local main process of each node measured its own
+            disk (several nodes each write their own copy, save_on_each_node); all ranks gather those
+            verdicts and refuse if any node's disk is short, so no rank starts a save the others skip."""
+            if self.accelerator.num_processes == 1:
+                return check
+            import torch.distributed as dist
+
+            verdicts: list = [None] * self.accelerator.num_processes
+            dist.all_gather_object(verdicts, check)
+            measured = [v for v in verdicts if v is not None]
+            return next((v for v in measured if not v.fits), measured[0])
+
     return CockpitSFTTrainer
+
+
+def space_check(
+    run: rundir.RunDir, cfg: TrainConfig, model, step: int, fsdp: bool
+) -> checkpoint_space.SpaceCheck:
+    """Free space of the checkpoints' file system against this checkpoint's expected size: the last
+    complete checkpoint's when there is one, else an estimate from the model's parameters."""
+    folder = run.checkpoints_dir
+    complete = run.complete_checkpoints()
+    if complete:
+        size = checkpoint_space.measured_checkpoint(complete[-1])
+    else:
+        size = estimate_from_model(model, cfg, fsdp)
+    if cfg.debug.free_bytes is not None:  # test aid: a disk that fills as checkpoints are written
+        free = max(0, cfg.debug.free_bytes - checkpoint_space.folder_bytes(folder))
+    else:
+        free = checkpoint_space.free_bytes(folder)
+    return checkpoint_space.check_space(step, size, free, folder)
+
+
+def estimate_from_model(model, cfg: TrainConfig, fsdp: bool) -> checkpoint_space.CheckpointSize:
+    trainable = trainable_bytes = all_bytes = 0
+    for p in model.parameters():  # FSDP2's DTensors report the full (unsharded) numel
+        size = p.numel() * p.element_size()  # packed 4-bit weights: numel and element size both packed
+        all_bytes += size
+        if p.requires_grad:
+            trainable += p.numel()
+            trainable_bytes += size
+    return checkpoint_space.estimate_checkpoint_bytes(
+        trainable_params=trainable,
+        trainable_bytes=trainable_bytes,
+        saved_weight_bytes=all_bytes if cfg.method == "full" else trainable_bytes,
+        optimizer=cfg.training.optimizer,
+        # under FSDP HF writes the model twice: model.safetensors and pytorch_model_fsdp.bin
+        weight_copies=2 if fsdp else 1,
+    )
+
+
+def _refusal_hint(run: rundir.RunDir, cfg: TrainConfig, step: int) -> str:
+    complete = ", ".join(p.name for p in run.complete_checkpoints()) or "none yet"
+    return (
+        f"Nothing of checkpoint-{step} was written (complete: {complete}). "
+        + checkpoint_space.disk_full_hint(method=cfg.method, checkpoints_kept=cfg.output.checkpoints_kept)
+    )
 
 
 def fsync_tree(folder: Path) -> None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import errno
 import re
-import shutil
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
+import yaml
+
+from cockpit import checkpoint_space
 from cockpit.config import ConfigError
 from cockpit.oom import parse_oom_message
 
@@ -19,6 +22,11 @@ _GPU_FAILURE = re.compile(
     r"NVML_ERROR_GPU_IS_LOST|cudaErrorDevicesUnavailable|CUDA driver version is insufficient",
     re.IGNORECASE,
 )
+# a write the file system refused (full disk or quota), as torch's zip writer, safetensors and the OS say it
+_WRITE_REFUSED = re.compile(
+    r"inline_container\.cc.*unexpected pos|PytorchStreamWriter failed writing|file write failed|"
+    r"No space left on device|Disk quota exceeded|os error (28|122)\b",
+)
 
 
 class DataError(ValueError):
@@ -27,6 +35,15 @@ class DataError(ValueError):
 
 class ModelLoadError(RuntimeError):
     """The model or tokenizer could not be loaded; the message says why and what to do."""
+
+
+class CheckpointWontFit(OSError):
+    """The disk-space guard refused a checkpoint save before it started (nothing was written)."""
+
+    def __init__(self, check: checkpoint_space.SpaceCheck, hint: str):
+        super().__init__(errno.ENOSPC, check.message())
+        self.check = check
+        self.hint = hint
 
 
 @dataclass
@@ -62,17 +79,11 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             "The CUDA context is not reusable after an OOM: continue in a new process (cockpit restart RUN).",
             info,
         )
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        free = ""
-        if run_dir:
-            usage = shutil.disk_usage(run_dir)
-            free = f" ({usage.free / 2**30:.1f} GiB free on the run directory's disk)"
-        return Classified(
-            "disk",
-            f"disk full while {phase.replace('_', ' ')}: {exc}{free}",
-            "Free space or point output.dir at a bigger disk, then resume: checkpoints already written are "
-            "intact (an unfinished one stays in checkpoints/.staging and is never resumed from).",
-        )
+    if isinstance(exc, CheckpointWontFit):
+        return Classified("disk", exc.check.message(), exc.hint)
+    refused = _refused_write(exc)
+    if refused is not None:
+        return _disk_full(refused, phase, run_dir)
     if _GPU_FAILURE.search(text):
         return Classified(
             "gpu",
@@ -88,6 +99,58 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             "(set HF_ENDPOINT for a mirror, HF_TOKEN for gated models), or synthetic:<arch>.",
         )
     return Classified("other", text[:2000], "See the traceback and backend.log in the run directory.")
+
+
+def _refused_write(exc: BaseException) -> BaseException | None:
+    """The exception in exc's chain that says the file system refused a write, if one does.
+
+    torch.save raises `inline_container.cc ... unexpected pos` with the OS error only in its context;
+    safetensors says `I/O error: No space left on device (os error 28)`."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
+            return link
+        if _WRITE_REFUSED.search(str(link)):
+            return link
+        link = link.__cause__ or link.__context__
+    return None
+
+
+def _disk_full(exc: BaseException, phase: str, run_dir: str | None) -> Classified:
+    free = ""
+    settings: dict = {}
+    if run_dir:
+        try:  # measured now: what the failed write left
+            free_now = checkpoint_space.free_bytes(run_dir)
+            free = f" ({checkpoint_space.bytes_text(free_now)} free now on {run_dir})"
+        except OSError:
+            pass
+        settings = _run_settings(run_dir)
+    first_line = str(exc).strip().split("\n")[0][:500]
+    text = f"{type(exc).__name__}: {first_line}" if not isinstance(exc, OSError) else first_line
+    hint = checkpoint_space.disk_full_hint(
+        method=settings.get("method"), checkpoints_kept=settings.get("checkpoints_kept")
+    )
+    return Classified(
+        "disk",
+        f"disk full (or over quota) while {phase.replace('_', ' ')}: {text}{free}",
+        f"{hint} An unfinished save stays in checkpoints/.staging, is never resumed from, and is removed "
+        "on restart.",
+    )
+
+
+def _run_settings(run_dir: str) -> dict:
+    """method and output.checkpoints_kept from the run's config.yaml, for the hint; {} if unreadable."""
+    try:
+        cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
+        return {
+            "method": cfg.get("method"),
+            "checkpoints_kept": (cfg.get("output") or {}).get("checkpoints_kept"),
+        }
+    except (OSError, yaml.YAMLError, AttributeError):
+        return {}
 
 
 def format_traceback(exc: BaseException) -> str:
