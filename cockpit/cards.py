@@ -188,13 +188,33 @@ class RunFigures:
 @dataclass(frozen=True)
 class CardRow:
     card: Card
-    fit: CardFit  # the run as given on this card
+    fit: CardFit  # the run as given on this card (per GPU on a row of several)
     price_label: str
     as_given: RunFigures | None  # None when the run does not fit as given: nothing to time
     with_change: RunFigures | None  # the run with fit.change, when there is one
     within_budget: bool | None = None
     cheapest: bool = False
     fastest: bool = False
+    gpus: int = 1  # a row of several GPUs of the card (cockpit.cards_multi)
+    sharding: str | None = None  # with gpus > 1: what distributed.strategy auto runs (ddp | fsdp)
+    multi: dict | None = None  # with gpus > 1: the communication model's stated inputs and figures
+
+    @property
+    def key(self) -> str:
+        """The row's id: the card's, with `-x4` for a row of 4 GPUs."""
+        return self.card.id if self.gpus == 1 else f"{self.card.id}-x{self.gpus}"
+
+    @property
+    def name(self) -> str:
+        """`A100 80GB SXM`, or `A100 80GB SXM x4 (FSDP)`."""
+        if self.gpus == 1:
+            return self.card.name
+        return f"{self.card.name} x{self.gpus} ({self.sharding.upper()})"
+
+    @property
+    def usd_per_hour(self) -> float:
+        """What the job costs an hour: the GPUs x the price per GPU-hour."""
+        return self.gpus * self.card.price_per_hour
 
     @property
     def shown(self) -> RunFigures | None:
@@ -207,16 +227,17 @@ class CardRow:
 
     def phrase(self) -> str:
         """`RTX 4090: fits with gradient checkpointing (20.1 GiB): 1.2k tok/s, 2:15:00, $0.99`."""
-        name, fit = self.card.name, self.fit
+        name, fit = self.name, self.fit
+        per = "" if self.gpus == 1 else " per GPU"
         if fit.verdict == "fits":
-            head = f"{name}: fits, {fit.headroom_bytes / GIB:.1f} GiB free"
+            head = f"{name}: fits, {fit.headroom_bytes / GIB:.1f} GiB free{per}"
         elif fit.change is not None:
-            head = f"{name}: fits with {fit.change.description} ({fit.change.peak_bytes / GIB:.1f} GiB)"
+            head = f"{name}: fits with {fit.change.description} ({fit.change.peak_bytes / GIB:.1f} GiB{per})"
         elif fit.verdict == "tight":
-            head = f"{name}: tight, {fit.headroom_bytes / GIB:.1f} GiB free (inside the safety margin)"
+            head = f"{name}: tight, {fit.headroom_bytes / GIB:.1f} GiB free{per} (inside the safety margin)"
         else:
             need = (fit.peak_bytes - self.card.vram_gib * GIB * (1 - SAFETY_MARGIN)) / GIB
-            head = f"{name}: does not fit, and no single change fits it ({need:.1f} GiB short)"
+            head = f"{name}: does not fit, and no single change fits it ({need:.1f} GiB{per} short)"
         figures = self.with_change if fit.change is not None else self.as_given
         return head if figures is None else f"{head}: {figures_text(figures)}"
 
@@ -225,7 +246,9 @@ class CardRow:
         vram = int(self.card.vram_gib * GIB)
         return {
             "card": self.card.id,
-            "name": self.card.name,
+            "name": self.name,
+            "gpus": self.gpus,
+            "sharding": self.sharding,
             "vram_gib": self.card.vram_gib,
             "verdict": self.fit.verdict,
             "peak_bytes": self.fit.peak_bytes,
@@ -237,7 +260,9 @@ class CardRow:
                 "source": self.card.price_source,
                 "label": price_label(self.card, today),
             },
+            "usd_per_hour": self.usd_per_hour,
             "speed_inputs": speed_inputs(self.card),
+            **({} if self.multi is None else {"multi_gpu": self.multi}),
             "as_given": None if self.as_given is None else self.as_given.to_dict(),
             "change": None
             if change is None
@@ -291,6 +316,20 @@ def _figures(w: Workload, card: Card, size: RunSize) -> RunFigures:
     return RunFigures(run.speed, run.tokens, run.time_s, run.cost_usd)
 
 
+def figures_of(speed: SpeedEstimate, tokens: int | None, usd_per_hour: float) -> RunFigures:
+    """Time and cost of `tokens` at `speed` and the job's price per hour (tokens None: speed only)."""
+    if tokens is None:
+        return RunFigures(speed, None, None, None)
+    time_s = tokens / speed.tokens_per_s
+    return RunFigures(speed, tokens, time_s, usd_per_hour * time_s / 3600)
+
+
+def within(figures: RunFigures | None, budget_usd: float | None) -> bool | None:
+    if budget_usd is None or figures is None or figures.cost_usd is None:
+        return None
+    return figures.cost_usd <= budget_usd
+
+
 # ---------------------------------------------------------------- the table
 
 
@@ -317,8 +356,13 @@ class CardTable:
     def cheapest_by(self) -> str:
         return "run cost" if self.size.known else "price per hour"
 
-    def row(self, card_id: str) -> CardRow:
-        return next(r for r in self.rows if r.card.id == card_id)
+    def row(self, key: str) -> CardRow:
+        """The row of a card id (one GPU), or of `<id>-x4` (4 GPUs of it)."""
+        return next(r for r in self.rows if r.key == key)
+
+    @property
+    def gpu_counts(self) -> tuple[int, ...]:
+        return tuple(sorted({r.gpus for r in self.rows}))
 
     def to_dict(self) -> dict:
         w = self.workload
@@ -335,9 +379,10 @@ class CardTable:
         }
         return {
             **estimate_dict(self.estimate, inputs),  # inputs, the memory parts, peak and load peak
-            "cheapest": None if self.cheapest is None else self.cheapest.card.id,
+            "cheapest": None if self.cheapest is None else self.cheapest.key,
             "cheapest_by": self.cheapest_by,
-            "fastest_within_budget": None if self.fastest is None else self.fastest.card.id,
+            "fastest_within_budget": None if self.fastest is None else self.fastest.key,
+            "gpu_counts": list(self.gpu_counts),
             "rows": [r.to_dict(self.today) for r in self.rows],
             "warnings": list(self.warnings),
         }
@@ -349,28 +394,34 @@ def card_table(
     size: RunSize | None = None,
     budget_usd: float | None = None,
     today: date | None = None,
+    gpu_counts: tuple[int, ...] = (1,),
 ) -> CardTable:
-    """One row per catalog card, in catalog order, with the cheapest and fastest rows flagged.
+    """One row per catalog card, in catalog order, with the cheapest and fastest rows flagged;
+    with `gpu_counts` beyond 1, each card's rows of that many GPUs follow its own.
 
     Raises EstimateError (the workload) or CardsError (the size or the budget)."""
+    from cockpit.cards_multi import check_gpu_counts, multi_row  # builds on this module's rows
+
     size = size or RunSize()
     today = today or date.today()
     budget_usd = check_budget(budget_usd, size)
+    gpu_counts = check_gpu_counts(gpu_counts)
     warnings = list(catalog.warnings)
     if w.gpus != 1:
-        warnings.append(f"the config asks for {w.gpus} GPUs; this table is for one GPU of each card")
+        if w.gpus not in gpu_counts:
+            warnings.append(f"the config asks for {w.gpus} GPUs; this table is for one GPU of each card")
         w = replace(w, gpus=1, sharding="ddp")
     estimate = estimate_memory(w)
     rows = []
     for card in catalog.cards:
-        fit = fit_card(w, card)
-        as_given = _figures(w, card, size) if fit.verdict != "no" else None
-        with_change = _figures(fit.change.workload, card, size) if fit.change is not None else None
-        shown = as_given if fit.verdict != "no" else with_change
-        within = None
-        if budget_usd is not None and shown is not None and shown.cost_usd is not None:
-            within = shown.cost_usd <= budget_usd
-        rows.append(CardRow(card, fit, price_label(card, today), as_given, with_change, within))
+        if 1 in gpu_counts:
+            fit = fit_card(w, card)
+            as_given = _figures(w, card, size) if fit.verdict != "no" else None
+            with_change = _figures(fit.change.workload, card, size) if fit.change is not None else None
+            shown = as_given if fit.verdict != "no" else with_change
+            label = price_label(card, today)
+            rows.append(CardRow(card, fit, label, as_given, with_change, within(shown, budget_usd)))
+        rows.extend(multi_row(w, card, n, size, budget_usd, today) for n in gpu_counts if n > 1)
 
     fitting = [r for r in rows if r.fit.verdict == "fits"]
     cheapest = min(fitting, key=_cost_key(size), default=None)
@@ -379,7 +430,7 @@ def card_table(
     if budget_usd is not None and fitting and fastest is None:
         warnings.append(
             f"no card that fits costs {money(budget_usd)} or less; the cheapest that fits costs "
-            f"{money(cheapest.as_given.cost_usd)} ({cheapest.card.name})"
+            f"{money(cheapest.as_given.cost_usd)} ({cheapest.name})"
         )
     rows = [replace(r, cheapest=r is cheapest, fastest=r is fastest) for r in rows]
     prices_from = str(catalog.user_file) if catalog.user_file else "default prices (no cards.yaml)"
@@ -389,4 +440,4 @@ def card_table(
 def _cost_key(size: RunSize):
     if size.known:
         return lambda r: (r.as_given.cost_usd, r.as_given.time_s)
-    return lambda r: (r.card.price_per_hour, -r.as_given.speed.tokens_per_s)
+    return lambda r: (r.usd_per_hour, -r.as_given.speed.tokens_per_s)

@@ -16,6 +16,11 @@ from cockpit.catalog import price_age_days
 from cockpit.estimate import GIB, SAFETY_MARGIN
 from cockpit.speed import CALIBRATED_ON
 
+MULTI_NOTE = (
+    "rows xN: N GPUs of the card above, run as distributed.strategy auto would (DDP or FSDP); peak and "
+    "free per GPU; tok/s of all N GPUs from a communication model NOT calibrated on a measured multi-GPU "
+    "run (extrapolated); cost and $/hour: N x the price per GPU-hour"
+)
 CHEAPEST_MARK = "$"
 FASTEST_MARK = "»"
 TEXT_WIDTH = 100
@@ -63,8 +68,16 @@ def flag_cell(row: CardRow) -> str:
     return (CHEAPEST_MARK if row.cheapest else "") + (FASTEST_MARK if row.fastest else "")
 
 
+def card_cell(row: CardRow) -> str:
+    """The card's name; a row of several GPUs follows its card's row: `  x4 FSDP`."""
+    return row.card.name if row.gpus == 1 else f"  x{row.gpus} {row.sharding.upper()}"
+
+
 def price_cell(row: CardRow, today: date) -> str:
-    """`$0.59 30d` (a default price, 30 days old) or `$0.44 own` (your cards.yaml)."""
+    """`$0.59 30d` (a default price, 30 days old) or `$0.44 own` (your cards.yaml); a row of
+    several GPUs: what they cost together an hour, `$2.36 x4`."""
+    if row.gpus > 1:
+        return f"${row.usd_per_hour:.2f} x{row.gpus}"
     price = f"${row.card.price_per_hour:.2f}"
     if not row.card.price_is_default:
         return f"{price} own"
@@ -76,7 +89,7 @@ def row_cells(row: CardRow, today: date) -> dict[str, str]:
     shown = row.shown
     return {
         "flag": flag_cell(row),
-        "card": row.card.name,
+        "card": card_cell(row),
         "vram": f"{row.card.vram_gib:.0f}G" if row.card.vram_gib >= 99.95 else f"{row.card.vram_gib:.1f}G",
         "fit": fit_cell(row),
         "peak": gib_cell(row.fit.peak_bytes),
@@ -113,17 +126,17 @@ def legend_lines(table: CardTable) -> list[str]:
         lines.append(f"no card fits the run as given ({margin}); see what makes it fit below")
     else:
         cost = cheapest.as_given.cost_usd
-        what = money(cost) if cost is not None else f"${cheapest.card.price_per_hour:.2f}/hour"
+        what = money(cost) if cost is not None else f"${cheapest.usd_per_hour:.2f}/hour"
         lines.append(
             f"{CHEAPEST_MARK} cheapest card the run fits ({margin}), by {table.cheapest_by}: "
-            f"{cheapest.card.name} ({what})"
+            f"{cheapest.name} ({what})"
         )
     if fastest is not None:
         within = "" if table.budget_usd is None else f" within {money(table.budget_usd)}"
         figures = fastest.as_given
         time = "" if figures.time_s is None else f", {fmt.duration(figures.time_s)}"
         lines.append(
-            f"{FASTEST_MARK} fastest card that fits{within}: {fastest.card.name} "
+            f"{FASTEST_MARK} fastest card that fits{within}: {fastest.name} "
             f"({fmt.rate(figures.speed.tokens_per_s)} tok/s{time})"
         )
     return lines
@@ -139,6 +152,10 @@ def table_text(table: CardTable) -> str:
         + ("" if table.budget_usd is None else f"; budget {money(table.budget_usd)}"),
         f"prices: {table.prices_from}; $/hour shows a default's age in days, or 'own' for yours",
         f"speeds: calibrated on {CALIBRATED_ON}; other cards scaled by dense bf16 TFLOPS and bandwidth",
+    ]
+    if max(table.gpu_counts) > 1:
+        lines.append(MULTI_NOTE)
+    lines += [
         "",
     ]
     widths = {key: width for key, _, width, _ in COLUMNS}
@@ -162,7 +179,7 @@ def table_text(table: CardTable) -> str:
     if changed:
         lines.append("what makes it fit (no→X in the table: its speed, time and cost are with that change):")
         lines.extend(f"  {row.phrase()}" for row in changed)
-    hopeless = [row.card.name for row in table.rows if row.fit.verdict == "no" and row.fit.change is None]
+    hopeless = [row.name for row in table.rows if row.fit.verdict == "no" and row.fit.change is None]
     if hopeless:
         lines.append(f"no single change makes it fit: {', '.join(hopeless)}")
     lines.extend(f"warning: {w}" for w in table.warnings)

@@ -94,10 +94,12 @@ def _parser() -> argparse.ArgumentParser:
     _workload_args(sp)
     _run_size_args(sp)
     sp.add_argument("--json", action="store_true", help="the table as JSON, with every input stated")
+    sp.add_argument("--gpus", default="1", metavar="COUNTS", help="rows of N GPUs per card: 1,2,4,8 or multi")
 
     sp = sub.add_parser("pick", help="the card picker: edit the run, compare every card, write a config")
     _workload_args(sp)
     _run_size_args(sp)
+    sp.add_argument("--multi", action="store_true", help="start with the 2x/4x/8x GPU rows shown (key g)")
 
     sp = sub.add_parser("preflight", help="is this box healthy and set up right? (GPU, host, disk, network)")
     sp.add_argument(
@@ -460,7 +462,7 @@ def cmd_estimate(args) -> int:
 
 
 def cmd_cards(args) -> int:
-    from cockpit import cards, catalog, modelshape
+    from cockpit import cards, cards_multi, catalog, modelshape
     from cockpit import estimate as est
     from cockpit.cards_text import table_text
 
@@ -468,7 +470,8 @@ def cmd_cards(args) -> int:
         cfg, _shape, workload = _load_workload(args)
         epochs = cfg.training.epochs if args.epochs is None else args.epochs
         size = cards.parse_dataset(_dataset_text(args), epochs, cfg.training.max_steps)
-        table = cards.card_table(workload, catalog.load_catalog(), size, args.budget)
+        counts = cards_multi.parse_gpu_counts(args.gpus)
+        table = cards.card_table(workload, catalog.load_catalog(), size, args.budget, gpu_counts=counts)
     except (modelshape.ShapeError, est.EstimateError) as exc:
         print(f"cannot estimate: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -507,6 +510,7 @@ def cmd_pick(args) -> int:
         dataset=dataset,
         epochs=args.epochs,
         budget=args.budget,
+        multi=args.multi,
     )
     app.run()
     for path in app.written:

@@ -5,7 +5,9 @@ Every edit re-checks the form (`screens.picker_inputs.evaluate`: the config's ow
 then the memory and speed models; a few milliseconds) and refills the table; a bad value is
 marked and explained under its row of fields, and the table keeps the last valid settings,
 dimmed. A hub model's config.json is fetched in a worker (Enter in the model field) and the
-answer comes back as a worker message. Enter on a card writes a training config for it.
+answer comes back as a worker message. `g` adds (or hides) rows of 2, 4 and 8 GPUs under each
+card, with per-GPU memory. Enter on a card writes a training config for it (with `gpus` and
+`distributed.strategy` on a row of several GPUs).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from textual.worker import Worker, WorkerState
 from cockpit import config as config_mod
 from cockpit import fmt, modelshape, shapes
 from cockpit.cards import CardRow, money
+from cockpit.cards_multi import MULTI_COUNTS, row_workload
 from cockpit.cards_text import CHEAPEST_MARK, FASTEST_MARK
 from cockpit.estimate import GIB, estimate_memory
 from cockpit.speed import speed_inputs
@@ -56,11 +59,12 @@ class PickerScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("e", "edit", "Edit inputs"),
         Binding("b", "breakdown", "Breakdown"),
+        Binding("g", "multi", "2/4/8 GPUs"),
         Binding("escape", "cards", "Cards"),
         Binding("q", "app.quit", "Quit"),
     ]
 
-    def __init__(self, fields: dict[str, str | bool], picker) -> None:
+    def __init__(self, fields: dict[str, str | bool], picker, multi: bool = False) -> None:
         super().__init__()
         self.picker = picker  # the app: catalog, clock, trainer, shape loader, output folder
         self.base = picker.base
@@ -68,6 +72,7 @@ class PickerScreen(Screen[None]):
         self.shapes: dict[tuple[str, str], modelshape.ModelShape | modelshape.ShapeError] = {}
         self.evaluation = Evaluation()
         self.breakdown_open = False
+        self.multi = multi  # rows of 2, 4 and 8 GPUs of each card shown (key g)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="form"):
@@ -166,7 +171,13 @@ class PickerScreen(Screen[None]):
         self.fields = self.read_fields()
         today = self.picker.today()
         self.evaluation = evaluate(
-            self.fields, self.base, self.picker.catalog, today, self.shape_for, self.picker.trainer
+            self.fields,
+            self.base,
+            self.picker.catalog,
+            today,
+            self.shape_for,
+            self.picker.trainer,
+            MULTI_COUNTS if self.multi else (1,),
         )
         ev = self.evaluation
         for number, row in enumerate(ROWS, 1):
@@ -209,14 +220,14 @@ class PickerScreen(Screen[None]):
             second = "no card fits as given; a row marked no→X fits with that change (figures with it)"
         else:
             cost = cheapest.as_given.cost_usd
-            what = money(cost) if cost is not None else f"${cheapest.card.price_per_hour:.2f}/h"
-            second = f"{CHEAPEST_MARK} cheapest that fits: {cheapest.card.name} {what}"
+            what = money(cost) if cost is not None else f"${cheapest.usd_per_hour:.2f}/h"
+            second = f"{CHEAPEST_MARK} cheapest that fits: {cheapest.name} {what}"
             if fastest is not None:
                 within = "" if ev.table.budget_usd is None else f" within {money(ev.table.budget_usd)}"
                 figures = fastest.as_given
                 when = fmt.duration(figures.time_s) if figures.time_s is not None else ""
                 when = when or f"{fmt.rate(figures.speed.tokens_per_s)} tok/s"
-                second += f" · {FASTEST_MARK} fastest{within}: {fastest.card.name} {when}"
+                second += f" · {FASTEST_MARK} fastest{within}: {fastest.name} {when}"
             elif ev.table.warnings:
                 second += f" · {ev.table.warnings[-1]}"
         summary.update(Text(f"{first}\n{second}", no_wrap=True, overflow="ellipsis"))
@@ -238,6 +249,12 @@ class PickerScreen(Screen[None]):
             f"{row.card.vram_gib:g} GiB · ${row.card.price_per_hour:.2f}/h, {row.price_label} · "
             f"speed {origin}{bound}"
         )
+        if row.gpus > 1:
+            link = f" over {row.multi['link']['label']}" if row.multi else ""
+            second = (
+                f"{row.card.vram_gib:g} GiB per GPU · ${row.usd_per_hour:.2f}/h for {row.gpus} · speed: "
+                f"{row.gpus} x one GPU less communication{link}, a model NOT calibrated (extrapolated){bound}"
+            )
         detail.update(Text(f"{row.phrase()}\n{second}", no_wrap=True, overflow="ellipsis"))
         self.show_breakdown(row)
 
@@ -247,12 +264,16 @@ class PickerScreen(Screen[None]):
         table = self.query_one(CardTableView).table
         if not self.breakdown_open or table is None:
             return
-        if row.shown_workload_is_changed:
-            estimate = estimate_memory(row.fit.change.workload)
-            panel.border_title = f"where the memory goes: {row.card.name}, with {row.fit.change.description}"
+        estimate = table.estimate if row.gpus == 1 and not row.shown_workload_is_changed else None
+        estimate = estimate or estimate_memory(row_workload(table.workload, row))
+        how = f"with {row.fit.change.description}" if row.shown_workload_is_changed else "as set above"
+        panel.border_title = f"where the memory goes: {row.name}, {how}"
+        if row.gpus == 1:
+            pass
+        elif row.sharding == "fsdp":
+            panel.border_title += f"; per GPU (FSDP divides weights, gradients, states by {row.gpus})"
         else:
-            estimate = table.estimate
-            panel.border_title = f"where the memory goes: {row.card.name}, as set above"
+            panel.border_title += f"; per GPU (DDP: a whole replica on each of the {row.gpus})"
         panel.show(estimate.parts, int(row.card.vram_gib * GIB), estimate.load_peak_bytes)
 
     # ------------------------------------------------------------ keys
@@ -262,6 +283,10 @@ class PickerScreen(Screen[None]):
 
     def action_cards(self) -> None:
         self.query_one(CardTableView).focus()
+
+    def action_multi(self) -> None:
+        self.multi = not self.multi
+        self.recompute()
 
     def action_breakdown(self) -> None:
         self.breakdown_open = not self.breakdown_open
@@ -280,7 +305,7 @@ class PickerScreen(Screen[None]):
             return
         if row.shown is None:
             self.notify(
-                f"{row.card.name}: does not fit, and no single change makes it fit; pick another card "
+                f"{row.name}: does not fit, and no single change makes it fit; pick another card "
                 "or change the settings",
                 severity="warning",
             )
@@ -290,12 +315,10 @@ class PickerScreen(Screen[None]):
         except config_mod.ConfigError as exc:
             self.notify(f"cannot write a config: {exc}", severity="error")
             return
-        path = default_path(cfg.model.name, row.card.id, self.picker.out_dir or Path("."))
+        path = default_path(cfg.model.name, row.key, self.picker.out_dir or Path("."))
         shown = str(path) if self.picker.out_dir else f"./{path.name}"
         text = config_text(cfg, ev.table, row, self.picker.clock())
-        what = row.card.name + (
-            f" (with {row.fit.change.description})" if row.shown_workload_is_changed else ""
-        )
+        what = row.name + (f" (with {row.fit.change.description})" if row.shown_workload_is_changed else "")
         self.app.push_screen(
             SaveConfig(what, shown, lambda p: self.picker.resolve(p).exists()),
             lambda chosen: self.write(chosen, text) if chosen else None,

@@ -35,6 +35,7 @@ class PickerApp(App[None]):
         budget: float | None = None,
         out_dir: Path | None = None,
         shape_loader: Callable[[str, str], modelshape.ModelShape] = modelshape.load_shape,
+        multi: bool = False,
     ):
         super().__init__()
         self.catalog = catalog
@@ -45,7 +46,7 @@ class PickerApp(App[None]):
         self.base = Base.of(cfg)
         self.initial = initial_fields(cfg, dataset, epochs, budget)
         self.written: list[Path] = []
-        self.picker = PickerScreen(self.initial, self)
+        self.picker = PickerScreen(self.initial, self, multi=multi)
 
     def today(self) -> dt.date:
         return self.clock().date()

@@ -134,6 +134,7 @@ def evaluate(
     today: date,
     shape_for: Callable[[str, str], modelshape.ModelShape | None],
     trainer: str = "trl",
+    gpu_counts: tuple[int, ...] = (1,),
 ) -> Evaluation:
     """Check every field; with none wrong, the card table. `shape_for` returns None for a hub
     model whose config.json has not been fetched yet (the screen fetches it in a worker)."""
@@ -170,7 +171,7 @@ def evaluate(
     try:
         size = parse_dataset(str(fields["dataset"]), cfg.training.epochs, cfg.training.max_steps)
         workload = workload_from_config(cfg, shape, trainer)
-        out.table = card_table(workload, catalog, size, budget, today)
+        out.table = card_table(workload, catalog, size, budget, today, gpu_counts)
     except CardsError as exc:
         out.errors[exc.field] = str(exc)
     except EstimateError as exc:
@@ -222,7 +223,9 @@ def chosen_config(base: Base, settings: dict[str, Any], row: CardRow) -> config_
     values = dict(settings)
     if row.shown_workload_is_changed:
         values.update(row.fit.change.config)
-    values["cost.price_per_hour"] = row.card.price_per_hour
+    if row.gpus > 1:  # the strategy the row's figures are for, not left to auto
+        values.update({"gpus": row.gpus, "distributed.strategy": row.sharding})
+    values["cost.price_per_hour"] = row.usd_per_hour  # the instance: every GPU of it
     for key, value in values.items():
         _set(raw, key, value)
     return config_mod.config_from_dict(raw)
@@ -234,11 +237,14 @@ def config_text(cfg: config_mod.TrainConfig, table: CardTable, row: CardRow, now
     peak = row.fit.change.peak_bytes if row.shown_workload_is_changed else row.fit.peak_bytes
     free = row.card.vram_gib * GIB - peak
     change = f", with {row.fit.change.description}" if row.shown_workload_is_changed else ""
+    per = "" if row.gpus == 1 else " per GPU"
+    each = "" if row.gpus == 1 else f" each, ${row.usd_per_hour:.2f}/hour for {row.gpus}"
     lines = [
-        f"# written by cockpit pick on {now:%Y-%m-%d %H:%M} for {row.card.name} "
-        f"({row.card.vram_gib:g} GiB), ${row.card.price_per_hour:.2f}/hour ({row.price_label})",
-        f"# estimates: peak {peak / GIB:.1f} GiB ({free / GIB:+.1f} GiB free){change}; "
-        f"{fmt.rate(figures.speed.tokens_per_s)} tokens/s",
+        f"# written by cockpit pick on {now:%Y-%m-%d %H:%M} for {row.name} "
+        f"({row.card.vram_gib:g} GiB), ${row.card.price_per_hour:.2f}/hour{each} ({row.price_label})",
+        f"# estimates: peak {peak / GIB:.1f} GiB{per} ({free / GIB:+.1f} GiB free){change}; "
+        f"{fmt.rate(figures.speed.tokens_per_s)} tokens/s"
+        + ("" if row.gpus == 1 else f" on {row.gpus} GPUs (a model, not calibrated on a multi-GPU run)"),
     ]
     if figures.time_s is not None:
         lines.append(

@@ -62,7 +62,7 @@ class CardTableView(DataTable):
         return self.table.rows[min(max(self.cursor_row, 0), len(self.table.rows) - 1)]
 
     def _fill(self) -> None:
-        keep = self.selected_row.card.id if self.selected_row is not None else None
+        keep = self.selected_row.key if self.selected_row is not None else None
         columns = self.wanted_columns()
         if columns != self._columns_shown:
             self.clear(columns=True)
@@ -74,8 +74,8 @@ class CardTableView(DataTable):
         else:
             self.clear()
         for row in self.table.rows:
-            self.add_row(*self._cells(row, columns), key=row.card.id)
-        ids = [row.card.id for row in self.table.rows]
+            self.add_row(*self._cells(row, columns), key=row.key)
+        ids = [row.key for row in self.table.rows]
         self.move_cursor(row=ids.index(keep) if keep in ids else 0)
 
     def _cells(self, row: CardRow, columns: tuple[str, ...]) -> list[Text]:
