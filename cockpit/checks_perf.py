@@ -8,6 +8,8 @@ Judged in the UI process from the probe's answer (`train_backend.probe`) and NVM
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import partial
 
 from cockpit.checks import CheckResult
 from cockpit.checks_gpu_probe import make_result, parse_version
@@ -97,34 +99,33 @@ def reference_tflops(card) -> tuple[float, str]:
     return 0.8 * card.bf16_dense_tflops, f"80% of the {card.bf16_dense_tflops:g} dense datasheet figure"
 
 
-def check_matmul(probe: dict, state: NvmlState, catalog=None) -> list[CheckResult]:
+def _per_device(
+    probe: dict, key: str, title: str, runs: str, broken_fix: str, judge: Callable[..., CheckResult]
+) -> list[CheckResult]:
+    """One check per device the probe measured (`probe[key]`): a measurement that raised fails
+    (`runs` is its threshold, `broken_fix` the fix); `judge(result, device, answer)` decides the
+    others, `result` being `make_result` with the check's id, group and title filled in."""
     results = []
-    for answer in probe.get("matmul") or []:
+    for answer in probe.get(key) or []:
         i = answer.get("device", 0)
-        cid, title = f"performance.matmul.{i}", f"GPU {i} matmul throughput"
+        result = partial(make_result, f"performance.{key}.{i}", "performance", f"GPU {i} {title}")
         if answer.get("error"):
-            results.append(
-                make_result(
-                    cid,
-                    "performance",
-                    title,
-                    "fail",
-                    answer["error"][:200],
-                    "matmul runs",
-                    "the GPU fails a plain matmul: ask the provider for another node",
-                    **answer,
-                )
-            )
-            continue
+            results.append(result("fail", answer["error"][:200], runs, broken_fix, **answer))
+        else:
+            results.append(judge(result, i, answer))
+    return results or [
+        make_result(f"performance.{key}", "performance", title.capitalize(), "skip", "not measured")
+    ]
+
+
+def check_matmul(probe: dict, state: NvmlState, catalog=None) -> list[CheckResult]:
+    def judge(result: Callable[..., CheckResult], i: int, answer: dict) -> CheckResult:
         name = next((g.get("name") for g in state.gpus if g["index"] == i), None)
         name = name or next((d["name"] for d in probe.get("devices") or [] if d.get("device") == i), None)
         card, tflops = find_card(name, catalog), answer["tflops"]
         value = f"{tflops:.0f} TFLOPS {answer.get('dtype', 'bf16')} ({answer.get('n')}^3, random data)"
         if card is None:
-            results.append(
-                make_result(cid, "performance", title, "skip", value + f"; {name!r} is not in the catalog")
-            )
-            continue
+            return result("skip", value + f"; {name!r} is not in the catalog")
         ref, why = reference_tflops(card)
         ratio = tflops / ref
         threshold = f">= {0.85 * ref:.0f} TFLOPS (85% of {ref:.0f}, {why}, {card.name})"
@@ -142,73 +143,35 @@ def check_matmul(probe: dict, state: NvmlState, catalog=None) -> list[CheckResul
                 + (f", or a mislabeled one (the rate fits {', '.join(near)})" if near else "")
                 + "; ask the provider for another node"
             )
-        results.append(
-            make_result(
-                cid,
-                "performance",
-                title,
-                status,
-                value,
-                threshold,
-                fix,
-                card=card.id,
-                reference_tflops=ref,
-                ratio=round(ratio, 3),
-                **answer,
-            )
+        return result(
+            status, value, threshold, fix, card=card.id, reference_tflops=ref, ratio=round(ratio, 3), **answer
         )
-    return results or [
-        make_result("performance.matmul", "performance", "Matmul throughput", "skip", "not measured")
-    ]
+
+    broken = "the GPU fails a plain matmul: ask the provider for another node"
+    return _per_device(probe, "matmul", "matmul throughput", "matmul runs", broken, judge)
 
 
 def check_h2d(probe: dict, state: NvmlState) -> list[CheckResult]:
-    results = []
-    for answer in probe.get("h2d") or []:
-        i = answer.get("device", 0)
-        cid, title = f"performance.h2d.{i}", f"GPU {i} host-to-device copy"
-        if answer.get("error"):
-            results.append(
-                make_result(
-                    cid,
-                    "performance",
-                    title,
-                    "fail",
-                    answer["error"][:200],
-                    "copy runs",
-                    "pinned host-to-device copies fail: check `dmesg` and the driver",
-                    **answer,
-                )
-            )
-            continue
+    def judge(result: Callable[..., CheckResult], i: int, answer: dict) -> CheckResult:
         gpu = next((g for g in state.gpus if g["index"] == i), {})
         gen, width = gpu.get("pcie_gen_max"), gpu.get("pcie_width_max")
         value = f"{answer['gb_per_s']:.1f} GB/s (pinned)"
         if gen not in PCIE_X16_PRACTICAL_GBS or not width:
-            results.append(
-                make_result(cid, "performance", title, "skip", value + "; PCIe link unknown", **answer)
-            )
-            continue
+            return result("skip", value + "; PCIe link unknown", **answer)
         link_gbs = PCIE_X16_PRACTICAL_GBS[gen] * width / 16
         ratio = answer["gb_per_s"] / link_gbs
-        status = "pass" if ratio >= 0.6 else "warn" if ratio >= 0.3 else "fail"
-        results.append(
-            make_result(
-                cid,
-                "performance",
-                title,
-                status,
-                value,
-                f">= {0.6 * link_gbs:.0f} GB/s (60% of ~{link_gbs:.0f} for Gen{gen} x{width})",
-                "slow host->GPU copies: check the PCIe link under load, NUMA placement "
-                "(numactl), and other traffic on the bus",
-                link_gb_per_s=link_gbs,
-                **answer,
-            )
+        return result(
+            "pass" if ratio >= 0.6 else "warn" if ratio >= 0.3 else "fail",
+            value,
+            f">= {0.6 * link_gbs:.0f} GB/s (60% of ~{link_gbs:.0f} for Gen{gen} x{width})",
+            "slow host->GPU copies: check the PCIe link under load, NUMA placement "
+            "(numactl), and other traffic on the bus",
+            link_gb_per_s=link_gbs,
+            **answer,
         )
-    return results or [
-        make_result("performance.h2d", "performance", "Host-to-device copy", "skip", "not measured")
-    ]
+
+    broken = "pinned host-to-device copies fail: check `dmesg` and the driver"
+    return _per_device(probe, "h2d", "host-to-device copy", "copy runs", broken, judge)
 
 
 def _satisfies(version: tuple[int, ...], spec: str) -> bool:

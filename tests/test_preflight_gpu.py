@@ -110,6 +110,24 @@ def test_degraded_h100_two_gpus():
     assert results["gpu.pcie_link"].status == "warn" and "x8" in results["gpu.pcie_link"].value
 
 
+def test_per_device_measurements_that_broke_or_are_missing():
+    st = state([FakeGpu(name="NVIDIA Mystery X1")])
+    answer = {"matmul": [{"device": 0, "error": "RuntimeError: CUDA error: an illegal memory access"}]}
+    broke = perf.check_matmul(answer, st)
+    assert [(r.id, r.title, r.status, r.threshold) for r in broke] == [
+        ("performance.matmul.0", "GPU 0 matmul throughput", "fail", "matmul runs")
+    ]
+    assert "illegal memory access" in broke[0].value and "another node" in broke[0].fix
+    unknown = perf.check_matmul({"matmul": [{"device": 0, "tflops": 700.0, "n": 8192}]}, st)[0]
+    assert unknown.status == "skip" and "'NVIDIA Mystery X1' is not in the catalog" in unknown.value
+    missing = perf.check_h2d({}, st)
+    assert [(r.id, r.title, r.status, r.value) for r in missing] == [
+        ("performance.h2d", "Host-to-device copy", "skip", "not measured")
+    ]
+    copy = perf.check_h2d({"h2d": [{"device": 0, "error": "cudaErrorLaunchFailure"}]}, st)[0]
+    assert copy.status == "fail" and copy.threshold == "copy runs" and "dmesg" in copy.fix
+
+
 def test_allreduce_pass_and_error():
     st = state([FakeGpu(), FakeGpu()])
     assert perf.check_allreduce({"allreduce": {"world_size": 2, "bus_gb_per_s": 380.0}}, st).status == "pass"
