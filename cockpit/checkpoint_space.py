@@ -83,11 +83,12 @@ class SpaceCheck:
         return self.free_bytes >= self.needed_bytes
 
     def message(self) -> str:
+        # the figures first: the live view shows the first 300 characters
+        short = bytes_text(self.needed_bytes - self.free_bytes)
         return (
-            f"checkpoint-{self.step} not started: it needs about {bytes_text(self.needed_bytes)} "
-            f"({self.basis}, + {SPACE_MARGIN:.0%} + {bytes_text(SPACE_RESERVE_BYTES)} reserve) and "
-            f"{self.path} has {bytes_text(self.free_bytes)} free "
-            f"({bytes_text(self.needed_bytes - self.free_bytes)} short)"
+            f"checkpoint-{self.step} not started: it needs about {bytes_text(self.needed_bytes)} and "
+            f"{bytes_text(self.free_bytes)} is free ({short} short) on {self.path}; expected size: "
+            f"{self.basis}, + {SPACE_MARGIN:.0%} + {bytes_text(SPACE_RESERVE_BYTES)} reserve"
         )
 
 
@@ -96,7 +97,9 @@ def check_space(step: int, size: CheckpointSize, free: int, path: Path | str) ->
     return SpaceCheck(step, needed, free, str(path), size.basis)
 
 
-def disk_full_hint(*, method: str | None = None, checkpoints_kept: int | None = None) -> str:
+def disk_full_hint(
+    *, method: str | None = None, checkpoints_kept: int | None = None, run_id: str = "RUN"
+) -> str:
     """The fixes for a full disk, the same whether the guard refused a save or a write failed."""
     fixes = ["Free space on that disk (`df -h`; old runs: `cockpit runs`, then delete their folders)"]
     if checkpoints_kept is None or checkpoints_kept > 1:
@@ -105,7 +108,10 @@ def disk_full_hint(*, method: str | None = None, checkpoints_kept: int | None = 
             f"keep fewer checkpoints: output.checkpoints_kept: 1 ({now}a restart reads the run's config.yaml)"
         )
     fixes.append("put the runs directory on a bigger disk (output.dir) for the next run")
-    text = "; ".join(fixes) + ". Then continue with `cockpit restart RUN`: complete checkpoints are intact."
+    text = (
+        "; ".join(fixes)
+        + f". Then continue with `cockpit restart {run_id}`: complete checkpoints are intact."
+    )
     if method in (None, "full"):
         text += (
             " A full fine-tune's checkpoint holds every weight and two optimizer states per parameter; a "

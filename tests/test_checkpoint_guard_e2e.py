@@ -48,6 +48,7 @@ def test_a_checkpoint_that_cannot_fit_is_never_started_and_the_run_resumes(tmp_p
     )
     assert error["hint"].startswith("Nothing of checkpoint-4 was written (complete: checkpoint-2).")
     assert "output.checkpoints_kept: 1 (now 2;" in error["hint"] and "output.dir" in error["hint"]
+    assert f"cockpit restart {run.name}`" in error["hint"]
     line = next(x for x in proc.stdout.splitlines() if "ERROR (disk)" in x)
     assert "checkpoint-4 not started: it needs about" in line
 

@@ -64,11 +64,10 @@ def test_needed_is_size_plus_margin_plus_reserve_and_free_equal_to_it_fits(tmp_p
     assert not cs.check_space(4, size, needed - 1, tmp_path).fits
     short = cs.check_space(4, size, needed - GIB, tmp_path)
     assert short.needed_bytes == needed
-    text = short.message()
-    assert text.startswith(
-        "checkpoint-4 not started: it needs about 11.2 GiB (checkpoint-2 measured 10.0 GiB"
+    assert short.message() == (
+        f"checkpoint-4 not started: it needs about 11.2 GiB and 10.2 GiB is free (1.00 GiB short) on "
+        f"{tmp_path}; expected size: checkpoint-2 measured 10.0 GiB, + 10% + 256.0 MiB reserve"
     )
-    assert f"{tmp_path} has 10.2 GiB free (1.00 GiB short)" in text
 
 
 def test_a_measured_checkpoint_counts_every_file_below_it(tmp_path):
@@ -86,8 +85,13 @@ def test_free_bytes_is_what_an_unprivileged_writer_may_use(tmp_path):
 
 
 def test_hint_names_the_fixes_and_only_the_ones_that_apply():
-    full = cs.disk_full_hint(method="full", checkpoints_kept=3)
-    for fix in ("Free space", "output.checkpoints_kept: 1 (now 3;", "output.dir", "cockpit restart RUN"):
+    full = cs.disk_full_hint(method="full", checkpoints_kept=3, run_id="20261130-0101-tiny")
+    for fix in (
+        "Free space",
+        "checkpoints_kept: 1 (now 3;",
+        "output.dir",
+        "cockpit restart 20261130-0101-tiny`",
+    ):
         assert fix in full
     assert "LoRA/QLoRA checkpoint holds only the adapter" in full
     lora = cs.disk_full_hint(method="lora", checkpoints_kept=1)
@@ -115,6 +119,7 @@ def test_refused_writes_are_disk_full_with_the_free_space_now(exc, tmp_path):
     assert verdict.message.startswith("disk full (or over quota) while training: ")
     assert f"free now on {tmp_path}" in verdict.message
     assert "output.checkpoints_kept: 1 (now 2;" in verdict.hint and "only the adapter" in verdict.hint
+    assert f"cockpit restart {tmp_path.name}`" in verdict.hint
 
 
 def test_the_os_error_behind_torchs_zip_error_is_found_in_the_chain(tmp_path):

@@ -131,7 +131,9 @@ def _disk_full(exc: BaseException, phase: str, run_dir: str | None) -> Classifie
     first_line = str(exc).strip().split("\n")[0][:500]
     text = f"{type(exc).__name__}: {first_line}" if not isinstance(exc, OSError) else first_line
     hint = checkpoint_space.disk_full_hint(
-        method=settings.get("method"), checkpoints_kept=settings.get("checkpoints_kept")
+        method=settings.get("method"),
+        checkpoints_kept=settings.get("checkpoints_kept"),
+        run_id=Path(run_dir).name if run_dir else "RUN",
     )
     return Classified(
         "disk",
