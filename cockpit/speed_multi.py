@@ -186,7 +186,10 @@ def estimate_multi_speed(w: Workload, card: CardSpeed) -> MultiSpeed:
         optimizer_s = optimizer_s / (card.bandwidth_gbs * 1e9) + STEP_OVERHEAD_S
     step_s = one.micro_batch_s * w.grad_accum + optimizer_s + comm.exposed_s
     exposed_per_micro = comm.exposed_s / w.grad_accum
-    bound = "communication" if exposed_per_micro > 0.5 * one.micro_batch_s else one.bound
+    # communication sets the pace when FSDP's gathers outlast a micro-batch's compute, or what is
+    # exposed outweighs the rest of the step
+    paced = comm.gather_s > one.micro_batch_s or comm.exposed_s > step_s - comm.exposed_s
+    bound = "communication" if paced else one.bound
     speed = SpeedEstimate(
         tokens_per_s=w.gpus * w.tokens_per_micro_batch * w.grad_accum / step_s,
         micro_batch_s=one.micro_batch_s + exposed_per_micro,
