@@ -1,4 +1,5 @@
-"""Shared by the benchmark scripts: device-memory sampling from outside the measured process."""
+"""Shared by the benchmark scripts: the environment cockpit runs in, token files, and device-memory
+sampling from outside the measured process."""
 
 from __future__ import annotations
 
@@ -8,6 +9,21 @@ import random
 import threading
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cockpit_env(home: Path, cache: Path | None = None, **extra: str) -> dict:
+    """This environment with a private COCKPIT_HOME (and model cache, when given) and this checkout
+    first on PYTHONPATH; `extra` variables on top."""
+    env = dict(
+        os.environ,
+        COCKPIT_HOME=str(home),
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+    )
+    if cache is not None:
+        env["COCKPIT_CACHE"] = str(cache)
+    return env | extra
 
 
 def write_tokens(path: Path, vocab: int, length: int, count: int) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import re
 import statistics
@@ -38,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cockpit_env  # noqa: E402
 
 MICRO, ACCUM = 4, 4  # the article's micro-batch and accumulation: 16 samples per optimizer step
 TARGETS = {"fixed": 2.0, "mixed": 4.0}  # issue 8: real tokens/s over the reference's
@@ -246,11 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.time()
     seq, vocab = (128, 1022) if a.smoke else (512, 32000)
     steps = 3 if a.smoke else a.steps
-    env = dict(
-        os.environ,
-        COCKPIT_HOME=str(a.workdir / "home"),
-        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
-    )
+    env = cockpit_env(a.workdir / "home")
     model = "synthetic:tiny" if a.smoke else str(a.workdir / "seed" / a.arch)  # the reference builds it
     reference = "speed: off" if a.smoke else "seed_recipe.py"
     configs = {}

@@ -28,6 +28,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import cockpit_env  # noqa: E402
 
 from cockpit import supervisor  # noqa: E402
 from cockpit.doctor import Doctor  # noqa: E402
@@ -91,13 +94,7 @@ SMOKE = Shape(
 
 def bench_env(home: Path) -> dict:
     """A private COCKPIT_HOME; the model cache stays shared (a synthetic model is built once)."""
-    return dict(
-        os.environ,
-        COCKPIT_HOME=str(home),
-        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
-        PYTHONUNBUFFERED="1",
-        HF_HUB_OFFLINE="1",
-    )
+    return cockpit_env(home, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
 
 
 def write_tokens(path: Path, shape: Shape, rows: int, seed: int = 0) -> Path:

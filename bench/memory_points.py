@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import subprocess
@@ -27,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from common import DevicePeak, write_tokens  # noqa: E402
+from common import DevicePeak, cockpit_env, write_tokens  # noqa: E402
 
 from cockpit import shapes  # noqa: E402
 
@@ -249,12 +248,7 @@ def main() -> None:
     a = ap.parse_args()
     t0 = time.time()
     a.workdir.mkdir(parents=True, exist_ok=True)
-    env = dict(
-        os.environ,
-        COCKPIT_HOME=str(a.workdir / "home"),
-        COCKPIT_CACHE=str(a.workdir / "cache"),
-        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    )
+    env = cockpit_env(a.workdir / "home", a.workdir / "cache")
     import pynvml
 
     pynvml.nvmlInit()

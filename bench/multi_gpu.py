@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import subprocess
@@ -36,6 +35,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cockpit_env  # noqa: E402
+
 ARCH, VOCAB, SEQ = "llama-2-7b", 32000, 512
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -248,14 +250,7 @@ def main() -> None:
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     a.workdir.mkdir(parents=True, exist_ok=True)
-    env = dict(
-        os.environ,
-        COCKPIT_HOME=str(a.workdir / "home"),
-        COCKPIT_CACHE=str(a.workdir / "cache"),
-        HF_HUB_OFFLINE="1",
-        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        **NO_MULTICAST,
-    )
+    env = cockpit_env(a.workdir / "home", a.workdir / "cache", HF_HUB_OFFLINE="1", **NO_MULTICAST)
     data = a.workdir / "tokens-512.jsonl"
     write_dataset(data, 2 * 4 * 4 * (a.steps + 3))
     started = time.time()

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import subprocess
@@ -39,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from common import DevicePeak, nvml_index, write_tokens  # noqa: E402
+from common import DevicePeak, cockpit_env, nvml_index, write_tokens  # noqa: E402
 
 GIB = 2**30
 QV = ["q_proj", "v_proj"]
@@ -359,13 +358,7 @@ def main() -> None:
     t0 = time.time()
     a.out.mkdir(parents=True, exist_ok=True)
     a.workdir.mkdir(parents=True, exist_ok=True)
-    env = dict(
-        os.environ,
-        COCKPIT_HOME=str(a.workdir / "home"),
-        COCKPIT_CACHE=str(a.workdir / "cache"),
-        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        HF_HUB_OFFLINE="1",
-    )
+    env = cockpit_env(a.workdir / "home", a.workdir / "cache", HF_HUB_OFFLINE="1")
     import pynvml
 
     pynvml.nvmlInit()
