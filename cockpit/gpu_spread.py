@@ -205,7 +205,7 @@ def power_words(spread: GpuSpread) -> str:
 
 def scope_words(spread: GpuSpread) -> str:
     n = len(spread.indexes)
-    return f"the trainer's {n} GPUs" if spread.trainer_only else f"all {n} GPUs (the trainer's not known)"
+    return f"the trainer's {n} GPUs" if spread.trainer_only else f"all {n} GPUs: trainer's not known"
 
 
 def brief(spread: GpuSpread | None) -> str:

@@ -26,6 +26,7 @@ from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
 from cockpit import fmt, supervisor
+from cockpit.doctor_multi import rank_pids
 from cockpit.replay import sample_of_bin
 from cockpit.session import RunSession
 from screens.confirm import Confirm
@@ -248,12 +249,15 @@ class RunView(Screen):
             pid = state.attempts[-1].pid
         many = sample is not None and len(sample.gpus) > MANY_GPUS
         compact = self.short or many
+        box.set_class(many, "-many")  # eight GPUs, their spread and the host fit at 80x24
+        ranks = frozenset(rank_pids(state))  # several GPUs: which of them the run uses
         # the panels redraw only when what they draw changed: a new sample (its sparklines end at
-        # its time), the span, the layout, or the trainer's torch counters
-        signature = (sample, span, pid, compact, torch_text(state.memory))
+        # its time), the span, the layout, the trainer's ranks, or the trainer's torch counters
+        signature = (sample, span, pid, compact, ranks, torch_text(state.memory))
         if signature != self._panels_drawn:
             self._panels_drawn = signature
-            self.query_one(GpuPanel).show(GpuView(sample, self.book, span, state.memory, pid, compact))
+            view = GpuView(sample, self.book, span, state.memory, pid, compact, ranks)
+            self.query_one(GpuPanel).show(view)
             cpu = self.book.get("host.cpu")
             cpu_spark = (cpu, span) if cpu is not None and span is not None else None
             self.query_one(HostPanel).show(sample.host if sample is not None else None, cpu_spark, self.short)

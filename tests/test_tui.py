@@ -881,11 +881,15 @@ def test_several_gpus_get_a_row_each_and_a_lost_one_says_so():
     sample = fake_samples(count=1, gpus=gpus)[0]
     view = GpuView(sample, SeriesBook(), None, {}, None, compact=True)
     lines = [line.plain for line in gpu_lines(view, 96)]
-    assert len(lines) == row_count(view) == 4
+    assert len(lines) == row_count(view) == 5
     assert lines[0].startswith("GPU0 97%") and "61.0/80.0G 612/700W 67°C 1980MHz" in lines[0]
     assert lines[1].endswith("throttle: sw_power_cap")
     assert lines[2].startswith("GPU2 LOST GPU is lost: check `nvidia-smi`")
     assert lines[3].startswith("GPU3 12%")
+    # no trainer pid in the process lists: the spread of every GPU with figures, and it says so
+    assert lines[4] == (
+        "NVLink 18 links/GPU × 26.6 GB/s · util 12-97%, GPU3 lowest · all 3 GPUs: trainer's not known"
+    )
 
 
 def test_a_stalled_gpu_shows_its_last_values_as_stale():

@@ -269,3 +269,68 @@ def test_replay(snap_compare, tmp_path):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(100, 32), run_before=halfway)
+
+
+# ---------------------------------------------------------------- several GPUs: spread and interconnect
+
+RANK_PIDS = [TRAINER_PID + 1 + rank for rank in range(8)]  # torchrun's children, one per GPU
+
+
+def ddp_events(ranks: list[int]) -> list[dict]:
+    """The recording as a DDP run over len(ranks) GPUs of one node: the hello names the ranks' pids."""
+    world = len(ranks)
+    distributed = {"world_size": world, "nnodes": 1, "node_rank": 0, "gpus_per_node": world, "rank": 0}
+    distributed.update(backend="nccl", strategy="ddp", pids=ranks)
+    return [
+        dict(item, distributed=distributed) if item["type"] == "hello" else item
+        for item in gpu_events(events_until_step(52))
+    ]
+
+
+def eight_gpus(tmp_path: Path) -> CockpitApp:
+    """Eight H100s joined by NVLink; GPU 5 runs hot, clocks down and works less: a straggler."""
+    gpus = [
+        FakeGpu(processes=[(pid, 61 << 30)], power_mw=640_000 + 3_000 * i) for i, pid in enumerate(RANK_PIDS)
+    ]
+    gpus[5] = FakeGpu(
+        processes=[(RANK_PIDS[5], 61 << 30)],
+        util_pct=61,
+        power_mw=389_000,
+        temp_c=86,
+        sm_clock_mhz=1365,
+        clock_event_reasons=0x20,
+    )
+    watch = ScriptedWatch(fake_samples(gpus=gpus))
+    return watched_run(tmp_path, watch, ddp_events(RANK_PIDS), history=False)
+
+
+def test_eight_gpus(snap_compare, tmp_path):
+    assert snap_compare(eight_gpus(tmp_path), terminal_size=(100, 32), run_before=telemetry_drawn)
+
+
+def test_eight_gpus_80x24(snap_compare, tmp_path):
+    assert snap_compare(eight_gpus(tmp_path), terminal_size=(80, 24), run_before=telemetry_drawn)
+
+
+def test_two_gpus_on_pcie(snap_compare, tmp_path):
+    """Two consumer cards, no NVLink; the process lists name no pid of the trainer's (a container
+    sees other pids than the host's NVML reports), so every GPU counts and the row says so."""
+    card = dict(
+        name="NVIDIA GeForce RTX 4090",
+        nvlink_active=None,
+        nvlink_speed_mbps=None,
+        mem_total_bytes=24 << 30,
+        power_limit_mw=450_000,
+        power_default_limit_mw=450_000,
+        sm_clock_max_mhz=2520,
+        sm_clock_mhz=2520,
+        pcie_gen=4,
+        pcie_gen_max=4,
+    )
+    gpus = [
+        FakeGpu(**card, util_pct=96, mem_used_bytes=int(20.2 * (1 << 30)), power_mw=402_000, temp_c=71),
+        FakeGpu(**card, util_pct=93, mem_used_bytes=int(19.8 * (1 << 30)), power_mw=388_000, temp_c=69),
+    ]
+    watch = ScriptedWatch(fake_samples(gpus=gpus))
+    app = watched_run(tmp_path, watch, ddp_events([1001, 1002]), history=False)
+    assert snap_compare(app, terminal_size=(100, 32), run_before=telemetry_drawn)

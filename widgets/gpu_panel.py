@@ -1,5 +1,8 @@
 """The GPUs of a run: utilisation, memory and power with gauges and sparklines, temperature,
 SM clock and throttle reasons, one block per GPU (three rows), or one row per GPU when compact.
+With two GPUs or more, one row more: what joins them (NVLink or PCIe only) and how evenly they
+work (the spread of util, memory and power across the trainer's GPUs, cockpit.gpu_spread), in the
+warning colour when one works much less than the others.
 
 A GPU that is lost or stalled says so on its row; a box without a usable NVIDIA driver says that
 instead of showing zeros. Memory used (NVML, the whole device) sits next to what torch allocated
@@ -15,6 +18,17 @@ from typing import Any, ClassVar
 from rich.style import Style
 from rich.text import Text
 
+from cockpit.gpu_spread import (
+    SPREAD_WINDOW_S,
+    GpuSpread,
+    counted_gpus,
+    gpu_spread,
+    mem_words,
+    power_words,
+    scope_words,
+    util_words,
+    window_mean,
+)
 from widgets.progress import bar_cells
 from widgets.sparkline import spark
 from widgets.styled import StyledWidget
@@ -27,6 +41,8 @@ SPARK_MIN = 8
 SPARK_MAX = 120
 EXTRA_MAX = 34
 COMPACT_SPARK_MAX = 40
+COMPACT_SPARK_MIN = 6
+COMPACT_TAIL_MIN = 16  # "throttle: sw_the…" still says which
 QUIET_REASONS = {"gpu_idle"}  # an idle GPU lowers its clocks: that is no throttle
 
 
@@ -40,6 +56,7 @@ class GpuView:
     torch_memory: dict = field(default_factory=dict)  # RunState.memory
     trainer_pid: int | None = None
     compact: bool = False
+    rank_pids: frozenset[int] = frozenset()  # several GPUs: the trainer's rank processes on this node
 
 
 def gib(value: float | None, unit: str = " GiB") -> str:
@@ -80,6 +97,36 @@ def gpu_title(sample: Any) -> str:
     return title
 
 
+def trainer_pids(view: GpuView) -> set[int]:
+    return {*view.rank_pids, *([view.trainer_pid] if view.trainer_pid is not None else [])}
+
+
+def has_spread_row(view: GpuView) -> bool:
+    """Two GPUs or more of the run report figures: the spread row follows the GPUs."""
+    sample = view.sample
+    if sample is None or sample.nvml not in ("ok", "stalled") or len(sample.gpus) < 2:
+        return False
+    return len(counted_gpus(sample.gpus, trainer_pids(view))[0]) >= 2
+
+
+def view_spread(view: GpuView) -> GpuSpread | None:
+    """The spread across the run's GPUs in the newest sample, with each one's mean util over the
+    last SPREAD_WINDOW_S of the sparkline history."""
+    if not has_spread_row(view):
+        return None
+    sample, book = view.sample, view.book
+    window_util, window_s = None, None
+    if book is not None and book.last_ts is not None and book.first_ts is not None:
+        t1 = book.last_ts
+        t0 = max(book.first_ts, t1 - SPREAD_WINDOW_S)
+        window_s = t1 - t0
+        window_util = {}
+        for gpu in sample.gpus:
+            series = book.get(f"gpu{gpu.index}.util")
+            window_util[gpu.index] = window_mean(series.points, t0, t1) if series is not None else None
+    return gpu_spread(sample.gpus, trainer_pids(view), window_util, window_s)
+
+
 def row_count(view: GpuView) -> int:
     sample = view.sample
     if sample is None:
@@ -87,9 +134,10 @@ def row_count(view: GpuView) -> int:
     if sample.nvml not in ("ok", "stalled"):
         return 1 if view.compact else 2
     header = 1 if sample.nvml == "stalled" else 0
+    footer = 1 if has_spread_row(view) else 0
     if view.compact:
-        return header + len(sample.gpus)
-    return header + sum(1 if gpu.state == "lost" else 3 for gpu in sample.gpus)
+        return header + len(sample.gpus) + footer
+    return header + sum(1 if gpu.state == "lost" else 3 for gpu in sample.gpus) + footer
 
 
 def still_signature(view: GpuView) -> tuple | None:
@@ -132,8 +180,11 @@ def gpu_lines(view: GpuView, width: int, styles: dict[str, Style] | None = None)
         lines.append(Text(f"NVML stalled: {sample.nvml_detail or ''}", s.warn))
     torch_index = torch_gpu_index(sample.gpus, view.trainer_pid)
     prefix_w = max(len(f"GPU{gpu.index}") for gpu in sample.gpus) + 1 if sample.gpus else 5
+    spread = view_spread(view)
     if view.compact:
         lines.extend(_compact_rows(view, sample.gpus, width, prefix_w, s))
+        if spread is not None:
+            lines.append(spread_line(spread, width, s))
         return lines
     rows = [_gpu_rows(view, gpu, torch_index, s) for gpu in sample.gpus]
     extra_w = min(EXTRA_MAX, max((len(r[4]) for block in rows for r in block if r), default=0))
@@ -172,7 +223,32 @@ def gpu_lines(view: GpuView, width: int, styles: dict[str, Style] | None = None)
                 line.append("  ")
                 line.append(extra[:extra_w], extra_style or value_style)
             lines.append(line)
+    if spread is not None:
+        lines.append(spread_line(spread, width, s))
     return lines
+
+
+def spread_line(spread: GpuSpread, width: int, s: _Styles) -> Text:
+    """`NVLink 18 links/GPU · util 61-97%, GPU5 lowest · mem 61.0-61.0 GiB · power 390-612 W · ...`:
+    the parts that fit `width`, the least telling left out first."""
+    blind = not spread.trainer_only  # then which GPUs count qualifies every figure
+    parts = [  # (priority: lower is kept longer, text, style), in the order of the row
+        (2, spread.interconnect or "", s.label),
+        (0, util_words(spread), s.warn if spread.util_uneven else Style()),
+        (3, mem_words(spread), s.warn if spread.mem_uneven else Style()),
+        (4, power_words(spread), Style()),
+        (1 if blind else 5, scope_words(spread), s.dim),
+    ]
+    shown = [part for part in parts if part[1]]
+    sep = " · "
+    while len(shown) > 1 and sum(len(text) for _, text, _ in shown) + len(sep) * (len(shown) - 1) > width:
+        shown.remove(max(shown, key=lambda part: part[0]))
+    line = Text(no_wrap=True, overflow="ellipsis")
+    for n, (_, text, style) in enumerate(shown):
+        if n:
+            line.append(sep, s.dim)
+        line.append(text, style)
+    return line
 
 
 def _spark(view: GpuView, key: str, width: int, high: float | None) -> str:
@@ -250,7 +326,9 @@ def _compact_rows(view: GpuView, gpus: Sequence[Any], width: int, prefix_w: int,
     fixed = prefix_w + sum(w + 1 for w in widths)
     tails = ["STALLED" if g.state == "stalled" else throttle_text(g) for g in gpus]
     spark_w = min(COMPACT_SPARK_MAX, width - fixed - 1 - max(map(len, tails), default=0))
-    spark_w = spark_w if spark_w >= 6 else 0
+    if spark_w < COMPACT_SPARK_MIN and width - fixed - 1 - COMPACT_SPARK_MIN >= COMPACT_TAIL_MIN:
+        spark_w = COMPACT_SPARK_MIN  # a long throttle list is cut short rather than the sparklines
+    spark_w = spark_w if spark_w >= COMPACT_SPARK_MIN else 0
     lines = []
     for gpu, row, tail in zip(gpus, cells, tails):
         line = Text(no_wrap=True, overflow="ellipsis")
