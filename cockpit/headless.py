@@ -18,6 +18,7 @@ from rich.text import Text
 
 from cockpit import fmt
 from cockpit.doctor import Finding
+from cockpit.doctor_multi import rank_pids
 from cockpit.protocol import Fault
 from cockpit.runstate import RunState, notice_text
 from cockpit.session import RunSession
@@ -175,7 +176,9 @@ def _follow_plain(session: RunSession, out, log_every_s: float, watch: LiveWatch
                 due = ts is None or ts - last_log >= log_every_s or view.step == view.total_steps
                 if due and view.step != last_step:
                     last_log, last_step = ts or time.time(), view.step
-                    gpu = f"  {gpu_status(sample)}" if sample is not None and sample.nvml == "ok" else ""
+                    pids = _trainer_pids(watch, session.state)
+                    ok = sample is not None and sample.nvml == "ok"
+                    gpu = f"  {gpu_status(sample, pids)}" if ok else ""
                     print(f"{stamp} {log_line(view, ts)}{gpu}", file=out, flush=True)
                 continue
             line = describe(item)
@@ -201,7 +204,19 @@ def _print_changes(shown: dict[str, Finding], findings: list[Finding], out) -> N
     shown.update(current)
 
 
-def _render(state: RunState, now_ts: float, sample=None, findings=(), watching: bool = False) -> Group:
+def _trainer_pids(watch: LiveWatch | None, state: RunState) -> set[int]:
+    """The trainer and, on several GPUs, its ranks: the GPUs they hold are the run's."""
+    return {*([watch.trainer_pid] if watch is not None and watch.trainer_pid else []), *rank_pids(state)}
+
+
+def _render(
+    state: RunState,
+    now_ts: float,
+    sample=None,
+    findings=(),
+    watching: bool = False,
+    pids: set[int] | frozenset[int] = frozenset(),
+) -> Group:
     head = Table.grid(expand=True, padding=(0, 1))
     head.add_column(ratio=1)
     head.add_column(width=40)
@@ -215,7 +230,7 @@ def _render(state: RunState, now_ts: float, sample=None, findings=(), watching: 
     )
     lines = [head, Text(status_line(state, now_ts))]
     if watching:
-        lines.append(Text(gpu_status(sample)))
+        lines.append(Text(gpu_status(sample, pids)))
         for finding in findings:
             style = {"alarm": "bold red", "warn": "yellow"}.get(finding.severity, "cyan")
             lines.append(Text(finding_line(finding), style=style))
@@ -233,7 +248,7 @@ def _follow_live(session: RunSession, console: Console, watch: LiveWatch | None)
                 if line:
                     live.console.print(line, markup=False, highlight=False)
             now = state.last_ts if session.trainer_gone else time.time()
-            live.update(_render(state, now, sample, findings, watch is not None))
+            live.update(_render(state, now, sample, findings, watch is not None, _trainer_pids(watch, state)))
             if session.ended or (session.trainer_gone and not items):
                 return exit_code(state)
             if not items:

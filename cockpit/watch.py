@@ -10,8 +10,9 @@ its own wakes up to ask.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+from cockpit import gpu_spread
 from cockpit.doctor import Doctor, Finding
 from cockpit.runstate import RunState
 from cockpit.telemetry import BackgroundSampler, Sample, Sampler
@@ -83,8 +84,9 @@ class LiveWatch:
         return sample, list(self._findings)
 
 
-def gpu_status(sample: Sample | None) -> str:
-    """`GPU0 97% 21.3/79.6 GiB 310 W` for each GPU (a summary beyond two), or why there is none."""
+def gpu_status(sample: Sample | None, trainer_pids: Iterable[int] = ()) -> str:
+    """`GPU0 97% 21.3/79.6 GiB 310 W` for each GPU (a summary beyond two, with the spread of util
+    across the trainer's GPUs, `trainer_pids` when known), or why there is none."""
     if sample is None:
         return "GPU: sampling..."
     if sample.nvml != "ok":
@@ -103,6 +105,9 @@ def gpu_status(sample: Sample | None) -> str:
     if len(sample.gpus) > 2:
         busy = [g.util_pct for g in sample.gpus if g.util_pct is not None]
         parts.append(f"+{len(sample.gpus) - 2} GPUs (mean {sum(busy) / max(len(busy), 1):.0f}%)")
+        spread = gpu_spread.brief(gpu_spread.gpu_spread(sample.gpus, trainer_pids))
+        if spread:
+            parts.append(f"spread {spread}")
     return "  ".join(parts) or "GPU: none"
 
 

@@ -14,7 +14,9 @@ from cockpit.gpu_spread import (
     util_words,
     window_mean,
 )
-from cockpit.telemetry import GpuSample
+from cockpit.nvml_fake import FakeGpu, FakeNvml
+from cockpit.telemetry import GpuSample, HostCounters, Sampler
+from cockpit.watch import gpu_status
 
 GIB = 2**30
 TRAINER = 4242
@@ -105,3 +107,16 @@ def test_what_joins_the_gpus():
     assert interconnect_text([gpu(0), gpu(1)]) is None  # a recorded sample: nothing known
     assert interconnect_text([gpu(0, nvlink_active=0), gpu(1, nvlink_active=0)]) == "no NVLink up"
     assert gpu_spread(pcie, RANKS).interconnect == "PCIe 4.0 x16, no NVLink"
+
+
+def test_the_no_ui_status_line_gives_the_spread_of_many_gpus():
+    ranks = [5000 + i for i in range(8)]
+    gpus = [FakeGpu(processes=[(pid, 60 * GIB)]) for pid in ranks]
+    gpus[5].util_pct = 61
+    gpus.append(FakeGpu(util_pct=0, processes=[]))  # a ninth card the run does not use
+    sample = Sampler(FakeNvml(gpus), host=HostCounters(process_name=lambda pid: None)).sample()
+    line = gpu_status(sample, ranks)
+    assert line.endswith("+7 GPUs (mean 82%)  spread util 61-97% (GPU5 low)"), line
+    assert gpu_status(sample).endswith("spread util 0-97% (GPU8 low)")  # the trainer's GPUs unknown
+    even = Sampler(FakeNvml(4), host=HostCounters(process_name=lambda pid: None)).sample()
+    assert gpu_status(even).endswith("+2 GPUs (mean 97%)  spread util 97-97%")
