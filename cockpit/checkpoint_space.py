@@ -121,6 +121,8 @@ def disk_full_hint(
 
 
 def bytes_text(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
     if n < 2**20:
         return f"{n / 1024:.1f} KiB"
     if n < GIB:

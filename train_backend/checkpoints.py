@@ -12,7 +12,7 @@ from pathlib import Path
 from cockpit import checkpoint_space, rundir
 from cockpit.config import TrainConfig
 from train_backend.channel import Emitter
-from train_backend.errors import CheckpointWontFit
+from train_backend.errors import CheckpointWontFit, refused_write
 
 
 def make_trainer_class(emitter: Emitter, run: rundir.RunDir, cfg: TrainConfig):
@@ -52,6 +52,12 @@ def make_trainer_class(emitter: Emitter, run: rundir.RunDir, cfg: TrainConfig):
                 super()._save_checkpoint(model, trial)
                 if cfg.debug.fail_kind == "disk_full" and step == cfg.debug.fail_at_step:
                     raise OSError(errno.ENOSPC, "No space left on device (injected by debug.fail_at_step)")
+            except BaseException as exc:
+                # a full disk: the half-written files go, so the error event and the log can still be
+                # written (the empty staging folder stays: a restart reports the unfinished save)
+                if local_main and refused_write(exc) is not None:
+                    shutil.rmtree(staged, ignore_errors=True)
+                raise
             finally:
                 self._staging = False
             self.accelerator.wait_for_everyone()

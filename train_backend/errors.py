@@ -81,7 +81,7 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
         )
     if isinstance(exc, CheckpointWontFit):
         return Classified("disk", exc.check.message(), exc.hint)
-    refused = _refused_write(exc)
+    refused = refused_write(exc)
     if refused is not None:
         return _disk_full(refused, phase, run_dir)
     if _GPU_FAILURE.search(text):
@@ -101,7 +101,7 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
     return Classified("other", text[:2000], "See the traceback and backend.log in the run directory.")
 
 
-def _refused_write(exc: BaseException) -> BaseException | None:
+def refused_write(exc: BaseException) -> BaseException | None:
     """The exception in exc's chain that says the file system refused a write, if one does.
 
     torch.save raises `inline_container.cc ... unexpected pos` with the OS error only in its context;
@@ -123,8 +123,9 @@ def _disk_full(exc: BaseException, phase: str, run_dir: str | None) -> Classifie
     settings: dict = {}
     if run_dir:
         try:  # measured now: what the failed write left
-            free_now = checkpoint_space.free_bytes(run_dir)
-            free = f" ({checkpoint_space.bytes_text(free_now)} free now on {run_dir})"
+            free = (
+                f", {checkpoint_space.bytes_text(checkpoint_space.free_bytes(run_dir))} free now on {run_dir}"
+            )
         except OSError:
             pass
         settings = _run_settings(run_dir)
@@ -135,11 +136,13 @@ def _disk_full(exc: BaseException, phase: str, run_dir: str | None) -> Classifie
         checkpoints_kept=settings.get("checkpoints_kept"),
         run_id=Path(run_dir).name if run_dir else "RUN",
     )
+    if phase == "training":  # checkpoint saves
+        hint += (
+            " A half-written checkpoint is never resumed from: its files are deleted when the write fails, "
+            "its folder in checkpoints/.staging on restart."
+        )
     return Classified(
-        "disk",
-        f"disk full (or over quota) while {phase.replace('_', ' ')}: {text}{free}",
-        f"{hint} An unfinished save stays in checkpoints/.staging, is never resumed from, and is removed "
-        "on restart.",
+        "disk", f"disk full (or over quota) while {phase.replace('_', ' ')}{free}: {text}", hint
     )
 
 
