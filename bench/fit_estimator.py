@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cockpit import estimate as est  # noqa: E402
-from cockpit.config import config_from_dotted  # noqa: E402
+from cockpit.config_load import config_from_dotted  # noqa: E402
 from cockpit.modelshape import load_shape  # noqa: E402
 
 QV = ["q_proj", "v_proj"]

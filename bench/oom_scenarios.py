@@ -236,7 +236,7 @@ def baseline(name: str, s: Scenario, workdir: Path, env: dict, steps: int, timeo
     """The failed config on the whole H200 (no emulation): measured peak and tokens/s "before"."""
     import yaml
 
-    from cockpit.config import config_from_dict
+    from cockpit.config_load import config_from_dict
     from cockpit.estimate import estimate_memory, workload_from_config
     from cockpit.modelshape import load_shape
 

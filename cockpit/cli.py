@@ -12,7 +12,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from cockpit import __version__, config, rundir, supervisor
+from cockpit import __version__, config, config_load, rundir, supervisor
 from cockpit.headless import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 
 DEMO_CONFIG = "demo.yaml"
@@ -240,7 +240,7 @@ def _load_workload(args):
     from cockpit import estimate as est
     from cockpit import modelshape
 
-    cfg = config.load_config(args.config, _workload_overrides(args))
+    cfg = config_load.load_config(args.config, _workload_overrides(args))
     shape = modelshape.load_shape(cfg.model.name, cfg.model.revision or "main")
     return cfg, shape, est.workload_from_config(cfg, shape, args.trainer)
 
@@ -290,12 +290,12 @@ def cmd_init(args) -> int:
 
 
 def cmd_train(args) -> int:
-    cfg = config.load_config(args.config, args.overrides)
+    cfg = config_load.load_config(args.config, args.overrides)
     return _start(cfg, args)
 
 
 def cmd_demo(args) -> int:
-    cfg = config.load_config(demo_config_path(), args.overrides)
+    cfg = config_load.load_config(demo_config_path(), args.overrides)
     return _start(cfg, args)
 
 
@@ -316,7 +316,7 @@ def _start(cfg: config.TrainConfig, args) -> int:
     if args.check:
         print("config OK")
         return 0
-    config.with_absolute_paths(cfg)
+    config_load.with_absolute_paths(cfg)
     problems = []
     if not args.skip_preflight:  # warn before money is spent; never block the start
         from cockpit.preflight_start import run_start_preflight
@@ -408,7 +408,7 @@ def cmd_restart(args) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    config.load_config(run.config_path)  # still valid?
+    config_load.load_config(run.config_path)  # still valid?
     if args.emulate_vram is not None:
         from cockpit.relaunch import apply_changes
 
@@ -490,7 +490,7 @@ def cmd_pick(args) -> int:
 
     from cockpit import cards, catalog
 
-    cfg = config.load_config(args.config, _workload_overrides(args))
+    cfg = config_load.load_config(args.config, _workload_overrides(args))
     try:
         dataset = _dataset_text(args)
         cards_catalog = catalog.load_catalog()

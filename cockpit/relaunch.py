@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from cockpit import config as config_mod
-from cockpit import supervisor
+from cockpit import config_load, supervisor
 from cockpit.estimate import GIB
 from cockpit.protocol import encode
 from cockpit.remedies import Analysis, Option, analyse
@@ -65,7 +65,7 @@ def apply_changes(run: RunDir, changes: dict[str, Any], reason: str, **record: A
         for part in parents:
             node = node.setdefault(part, {})
         node[last] = value
-    new_cfg = config_mod.config_from_dict(raw)  # validated before anything moves
+    new_cfg = config_load.config_from_dict(raw)  # validated before anything moves
     folder = history_dir(run)
     folder.mkdir(mode=0o700, exist_ok=True)
     attempt = _next_attempt(run)
@@ -202,7 +202,7 @@ def analyse_run(run: RunDir, state) -> Analysis:
     for dotted, value in pinned.items():
         section, name = dotted.split(".")
         raw.setdefault(section, {})[name] = value
-    cfg = config_mod.config_from_dict(raw)
+    cfg = config_load.config_from_dict(raw)
     if partial:
         cfg.training.gradient_checkpointing = False
     try:

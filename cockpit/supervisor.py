@@ -98,7 +98,8 @@ def launch(run: RunDir, extra_env: dict[str, str] | None = None) -> subprocess.P
 
 
 def _trainer_command(run: RunDir) -> tuple[list[str], dict[str, str]]:
-    from cockpit.config import ConfigError, load_config
+    from cockpit.config import ConfigError
+    from cockpit.config_load import load_config
 
     try:
         cfg = load_config(run.config_path)

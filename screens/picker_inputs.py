@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from cockpit import config as config_mod
-from cockpit import fmt, modelshape, shapes
+from cockpit import config_load, fmt, modelshape, shapes
 from cockpit.cards import CardRow, CardsError, CardTable, card_table, money, parse_dataset
 from cockpit.catalog import Catalog
 from cockpit.estimate import GIB, EstimateError, workload_from_config
@@ -79,7 +79,7 @@ class Base:
     @classmethod
     def of(cls, cfg: config_mod.TrainConfig) -> Base:
         raw = yaml.safe_load(config_mod.dump_config(cfg))
-        return cls(raw, config_mod.config_from_dict(copy.deepcopy(raw)))
+        return cls(raw, config_load.config_from_dict(copy.deepcopy(raw)))
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,7 +90,7 @@ def shipped_shapes() -> tuple[str, ...]:
 def needs_hub(model: str) -> bool:
     """Whether the model field names a hub repository (its config.json is fetched, not read)."""
     name = model.strip()
-    if shapes.is_synthetic(name) or name in shipped_shapes() or config_mod.looks_like_path(name):
+    if shapes.is_synthetic(name) or name in shipped_shapes() or config_load.looks_like_path(name):
         return False
     return bool(re.fullmatch(r"[\w.-]+/[\w.-]+", name))
 
@@ -187,7 +187,7 @@ def _config(base: Base, values: dict[str, Any]) -> config_mod.TrainConfig:
         if value == "":
             raise config_mod.ConfigError(f"{key}: required")
         _set(raw, key, value)
-    return config_mod.config_from_dict(raw)
+    return config_load.config_from_dict(raw)
 
 
 def _get(cfg: config_mod.TrainConfig, key: str) -> Any:
@@ -228,7 +228,7 @@ def chosen_config(base: Base, settings: dict[str, Any], row: CardRow) -> config_
     values["cost.price_per_hour"] = row.usd_per_hour  # the instance: every GPU of it
     for key, value in values.items():
         _set(raw, key, value)
-    return config_mod.config_from_dict(raw)
+    return config_load.config_from_dict(raw)
 
 
 def config_text(cfg: config_mod.TrainConfig, table: CardTable, row: CardRow, now: datetime) -> str:

@@ -34,6 +34,7 @@ def imported(code: str) -> set[str]:
         "cockpit.session",
         "cockpit.supervisor",
         "cockpit.config",
+        "cockpit.config_load",
         "cockpit.runstate",
         "cockpit.protocol",
         "cockpit.rundir",

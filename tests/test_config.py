@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from cockpit import config
-from cockpit.config import ConfigError, load_config
+from cockpit import config, config_load
+from cockpit.config import ConfigError
+from cockpit.config_load import load_config
 
 
 def err(overrides: list[str] | None = None, text: str | None = None, tmp_path=None) -> str:
@@ -117,7 +118,7 @@ def test_template_parses_to_the_defaults(tmp_path):
 
 def test_dumped_config_round_trips():
     cfg = load_config(None, ["training.max_steps=7", "method=lora"])
-    assert config.config_from_dict(yaml.safe_load(config.dump_config(cfg))) == cfg
+    assert config_load.config_from_dict(yaml.safe_load(config.dump_config(cfg))) == cfg
 
 
 def test_trust_remote_code_is_off_by_default():
@@ -150,9 +151,9 @@ def test_relative_paths_become_absolute_for_the_trainer(tmp_path, monkeypatch):
     (tmp_path / "model" / "config.json").write_text("{}")
     monkeypatch.chdir(tmp_path)
     cfg = load_config(None, ["dataset.path=./data.jsonl", "model.name=./model", "output.dir=runs"])
-    config.with_absolute_paths(cfg)
+    config_load.with_absolute_paths(cfg)
     assert cfg.dataset.path == str(tmp_path / "data.jsonl")
     assert cfg.model.name == str(tmp_path / "model")
     assert cfg.output.dir == str(tmp_path / "runs")
-    hub = config.with_absolute_paths(load_config(None, ["model.name=org/name", "dataset.path=org/data"]))
+    hub = config_load.with_absolute_paths(load_config(None, ["model.name=org/name", "dataset.path=org/data"]))
     assert hub.model.name == "org/name" and hub.dataset.path == "org/data"

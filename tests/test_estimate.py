@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from cockpit import modelshape
-from cockpit.config import config_from_dotted
+from cockpit.config_load import config_from_dotted
 from cockpit.estimate import (
     GIB,
     EstimateError,

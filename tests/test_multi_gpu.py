@@ -14,7 +14,8 @@ from cockpit import checks_perf as perf
 from cockpit import distributed as dist
 from cockpit import estimate as est
 from cockpit import modelshape
-from cockpit.config import ConfigError, config_from_dotted
+from cockpit.config import ConfigError
+from cockpit.config_load import config_from_dotted
 from cockpit.doctor import Doctor
 from cockpit.nvml_fake import FakeGpu, FakeNvml
 from cockpit.nvml_state import read_nvml

@@ -23,7 +23,8 @@ import pytest
 from conftest import ROOT, cockpit, events, only_run, wait_event, wait_for, write_config
 
 from cockpit import distributed, rundir, supervisor
-from cockpit.config import dump_config, load_config
+from cockpit.config import dump_config
+from cockpit.config_load import load_config
 
 pytestmark = pytest.mark.slow
 TWO = {"gpus": 2, "training.max_steps": 6, "output.save_steps": 3}

@@ -18,6 +18,7 @@ import yaml
 from test_tui import ScriptedSession, screen_text
 
 from cockpit import config as config_mod
+from cockpit import config_load
 from cockpit import relaunch as relaunch_mod
 from cockpit.rundir import RunDir
 from screens.app import CockpitApp
@@ -139,7 +140,7 @@ def make_run(tmp_path: Path, settings: dict = ARTICLE_13B) -> RunDir:
     path = tmp_path / RUN_ID
     path.mkdir()
     run = RunDir(path)
-    cfg = config_mod.config_from_dict(json.loads(json.dumps(settings)))
+    cfg = config_load.config_from_dict(json.loads(json.dumps(settings)))
     run.config_path.write_text(config_mod.dump_config(cfg))
     run.events_path.write_text("")
     return run

@@ -230,7 +230,7 @@ def test_a_changed_optimizer_resumes_the_schedule_not_the_states(tmp_path):
 
     import torch
 
-    from cockpit.config import config_from_dotted
+    from cockpit.config_load import config_from_dotted
     from train_backend.oom_watch import checkpoint_optimizer, keep_optimizer_compatible
 
     checkpoint = tmp_path / "checkpoint-10"
@@ -259,7 +259,7 @@ def test_a_changed_optimizer_resumes_the_schedule_not_the_states(tmp_path):
 
 
 def test_emulate_vram_needs_a_gpu_to_apply(tmp_path):
-    from cockpit.config import config_from_dotted
+    from cockpit.config_load import config_from_dotted
     from train_backend.oom_watch import emulate_vram
 
     assert emulate_vram(config_from_dotted({}), "cpu") is None
@@ -300,7 +300,7 @@ def test_card_emulation_lowers_its_cap_when_kernels_load_outside_the_allocator(m
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (total - outside[0] - reserved, total))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: reserved)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f: fractions.append(f))
-    from cockpit.config import config_from_dotted
+    from cockpit.config_load import config_from_dotted
 
     cfg = config_from_dotted({"emulate_vram_gib": 24})
     emulation = oom_watch.emulate_vram(cfg, "cuda")

@@ -12,7 +12,7 @@ from dataclasses import replace
 import yaml
 from conftest import cockpit, events, only_run, write_config
 
-from cockpit.config import load_config
+from cockpit.config_load import load_config
 from cockpit.estimate import GIB, estimate_memory, workload_from_config
 from cockpit.modelshape import load_shape
 

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cockpit import config as config_mod
-from cockpit import modelshape
+from cockpit import config_load, modelshape
 from cockpit.catalog import load_catalog
 from cockpit.estimate import GIB
 from screens.picker_app import PickerApp
@@ -34,7 +33,7 @@ def no_user_cards(tmp_path, monkeypatch):
 
 
 def make_app(tmp_path: Path, overrides=ARTICLE_13B, **kw) -> PickerApp:
-    cfg = config_mod.load_config(None, list(overrides))
+    cfg = config_load.load_config(None, list(overrides))
     kw.setdefault("dataset", "10M")
     catalog = load_catalog(today=NOW.date())
     return PickerApp(cfg, catalog=catalog, clock=lambda: NOW, out_dir=tmp_path / "out", **kw)
@@ -207,7 +206,7 @@ async def test_enter_on_a_card_writes_a_config_train_accepts(tmp_path):
         assert app.written == [path] and path.name == "cockpit-llama-2-13b-l4.yaml"
         assert f"then: cockpit train {path}" in notices(app)
 
-    cfg = config_mod.load_config(path)
+    cfg = config_load.load_config(path)
     l4 = load_catalog(today=NOW.date()).get("l4")
     assert cfg.model.name == "synthetic:llama-2-13b" and cfg.method == "qlora"
     assert cfg.training.gradient_checkpointing is True  # the change that makes it fit
@@ -235,7 +234,7 @@ async def test_an_existing_file_is_never_overwritten_silently(tmp_path):
         await pilot.press("enter")  # the second Enter on the same path
         await pilot.pause()
         assert app.written == [path]
-    cfg = config_mod.load_config(path)
+    cfg = config_load.load_config(path)
     assert cfg.training.gradient_checkpointing is False and cfg.training.micro_batch_size == 4
 
 
@@ -278,7 +277,7 @@ async def test_written_config_leaves_untouched_speed_keys_to_speed_auto(tmp_path
     written = yaml.safe_load(path.read_text())
     assert written["training"]["micro_batch_size"] == 2 and written["training"]["epochs"] == 3.0
     assert "gradient_checkpointing" not in written["training"]
-    cfg = config_mod.load_config(path)
+    cfg = config_load.load_config(path)
     assert cfg.speed.keep == ["training.micro_batch_size"]
 
 
@@ -303,7 +302,7 @@ def test_cockpit_pick_starts_the_app_and_repeats_what_it_wrote(tmp_path, monkeyp
 
 async def test_old_default_prices_are_said(tmp_path):
     later = dt.datetime(2027, 6, 1, 9, 0)
-    cfg = config_mod.load_config(None, ARTICLE_13B)
+    cfg = config_load.load_config(None, ARTICLE_13B)
     catalog = load_catalog(today=later.date())
     app = PickerApp(cfg, catalog=catalog, clock=lambda: later, dataset="10M", out_dir=tmp_path)
     async with app.run_test(size=(100, 32), notifications=True) as pilot:

@@ -15,6 +15,7 @@ from conftest import ROOT, events, only_run
 from test_tui import events_until_step, scripted
 
 from cockpit import cli, config, preflight_start, supervisor
+from cockpit.config_load import load_config
 from cockpit.nvml_fake import GIB, FakeGpu, FakeNvml
 from screens.app import CockpitApp
 from screens.preflight_notice import PreflightNotice
@@ -24,7 +25,7 @@ CAPPED = dict(name="NVIDIA H100 80GB HBM3", mem_total_bytes=80 * GIB, power_limi
 
 
 def demo_config() -> config.TrainConfig:
-    return config.load_config(cli.demo_config_path(), [])
+    return load_config(cli.demo_config_path(), [])
 
 
 def dirs(tmp_path) -> dict:
@@ -81,7 +82,7 @@ def silent_hub(monkeypatch):
 
 def test_bounded_when_the_driver_and_the_hub_hang(tmp_path, silent_hub, monkeypatch):
     monkeypatch.setenv("COCKPIT_CACHE", str(tmp_path / "cockpit-cache"))  # no cached hub config
-    cfg = config.load_config(None, ["model.name=someorg/some-model", "dataset.path=demo"])
+    cfg = load_config(None, ["model.name=someorg/some-model", "dataset.path=demo"])
     hung = FakeNvml([FakeGpu(**CAPPED)], init_block_s=30)
     started = time.monotonic()
     checked = preflight_start.run_start_preflight(cfg, nvml_source=lambda: hung, dirs=dirs(tmp_path))
@@ -100,11 +101,11 @@ def test_the_hub_is_checked_only_when_the_run_needs_it(tmp_path, monkeypatch):
     local_model.mkdir()
     (local_model / "config.json").write_text("{}")
     assert "are local" in preflight_start.hub_unneeded(demo_config())
-    assert preflight_start.hub_unneeded(config.load_config(None, [f"model.name={local_model}"])) is not None
-    assert preflight_start.hub_unneeded(config.load_config(None, ["model.name=org/model"])) is None
-    assert preflight_start.hub_unneeded(config.load_config(None, ["dataset.path=org/data"])) is None
+    assert preflight_start.hub_unneeded(load_config(None, [f"model.name={local_model}"])) is not None
+    assert preflight_start.hub_unneeded(load_config(None, ["model.name=org/model"])) is None
+    assert preflight_start.hub_unneeded(load_config(None, ["dataset.path=org/data"])) is None
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert "HF_HUB_OFFLINE" in preflight_start.hub_unneeded(config.load_config(None, ["model.name=org/m"]))
+    assert "HF_HUB_OFFLINE" in preflight_start.hub_unneeded(load_config(None, ["model.name=org/m"]))
 
 
 def test_a_preflight_that_cannot_be_planned_is_a_warning_not_a_crash(tmp_path, monkeypatch):
@@ -120,8 +121,8 @@ def test_a_preflight_that_cannot_be_planned_is_a_warning_not_a_crash(tmp_path, m
 def test_imports_neither_torch_nor_textual():
     code = (
         "import sys, json\n"
-        "from cockpit import cli, config, preflight_start\n"
-        "preflight_start.run_start_preflight(config.load_config(cli.demo_config_path(), []))\n"
+        "from cockpit import cli, config_load, preflight_start\n"
+        "preflight_start.run_start_preflight(config_load.load_config(cli.demo_config_path(), []))\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from cockpit.catalog import load_catalog
-from cockpit.config import config_from_dotted
+from cockpit.config_load import config_from_dotted
 from cockpit.estimate import GIB, SAFETY_MARGIN, estimate_memory
 from cockpit.modelshape import load_shape
 from cockpit.remedies import analyse, rank_key

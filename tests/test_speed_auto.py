@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from cockpit import config, speed_auto
+from cockpit import config, config_load, speed_auto
 from cockpit.estimate import GIB, SAFETY_MARGIN, Workload, estimate_memory
 from cockpit.headless import describe
 from cockpit.modelshape import load_shape
@@ -37,7 +37,7 @@ def gpu(memory_gib: float = 22.0, **kw) -> speed_auto.Facts:
 
 
 def qlora(**dotted) -> config.TrainConfig:
-    return config.config_from_dotted({"model.name": "synthetic:llama-2-7b", **dotted})
+    return config_load.config_from_dotted({"model.name": "synthetic:llama-2-7b", **dotted})
 
 
 def choice(plan, name):
@@ -104,7 +104,7 @@ def test_a_big_card_needs_no_checkpointing_and_a_small_one_checkpoints_more():
 
 
 def test_explicit_values_win_and_say_so():
-    cfg = config.config_from_dict(
+    cfg = config_load.config_from_dict(
         {
             "model": {"name": "synthetic:llama-2-7b"},
             "training": {"micro_batch_size": 4, "gradient_checkpointing": False, "dataloader_num_workers": 1},
@@ -180,17 +180,17 @@ def test_cards_are_found_by_their_torch_names():
 def test_the_config_keeps_explicit_keys_through_the_run_directory(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("training:\n  micro_batch_size: 4\n  max_steps: 5\n")
-    cfg = config.load_config(path)
+    cfg = config_load.load_config(path)
     assert cfg.speed.keep == ["training.micro_batch_size"]
     dumped = config.dump_config(cfg)
     assert "gradient_checkpointing" not in dumped and "micro_batch_size: 4" in dumped
     (tmp_path / "run.yaml").write_text(dumped)
-    again = config.load_config(tmp_path / "run.yaml")
+    again = config_load.load_config(tmp_path / "run.yaml")
     assert again.speed.keep == ["training.micro_batch_size"] and again == cfg
     (tmp_path / "t.yaml").write_text(config.template())
-    assert config.load_config(tmp_path / "t.yaml").speed.keep is None  # cockpit init pins nothing
+    assert config_load.load_config(tmp_path / "t.yaml").speed.keep is None  # cockpit init pins nothing
     with pytest.raises(config.ConfigError, match=r"speed\.keep: 'training\.epochs' is not a key"):
-        config.config_from_dict({"speed": {"keep": ["training.epochs"]}})
+        config_load.config_from_dict({"speed": {"keep": ["training.epochs"]}})
 
 
 def test_the_plan_is_an_event_the_headless_view_prints():
@@ -205,10 +205,10 @@ def test_the_plan_is_an_event_the_headless_view_prints():
 def test_a_bare_off_in_yaml_turns_speed_off(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("speed: {mode: off, fused_kernels: off}\n")
-    cfg = config.load_config(path)
+    cfg = config_load.load_config(path)
     assert (cfg.speed.mode, cfg.speed.fused_kernels) == ("off", "off")
     (tmp_path / "again.yaml").write_text(config.dump_config(cfg))
-    assert config.load_config(tmp_path / "again.yaml").speed.mode == "off"
+    assert config_load.load_config(tmp_path / "again.yaml").speed.mode == "off"
 
 
 def test_the_benchmark_reads_the_reference_loss_from_its_log(monkeypatch):

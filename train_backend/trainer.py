@@ -10,7 +10,8 @@ import sys
 import time
 
 from cockpit import rundir
-from cockpit.config import TrainConfig, load_config
+from cockpit.config import TrainConfig
+from cockpit.config_load import load_config
 from train_backend import data as data_mod
 from train_backend import fast, oom_watch
 from train_backend import model as model_mod
