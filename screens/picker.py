@@ -252,8 +252,8 @@ class PickerScreen(Screen[None]):
         if row.gpus > 1:
             link = f" over {row.multi['link']['label']}" if row.multi else ""
             second = (
-                f"{row.card.vram_gib:g} GiB per GPU · ${row.usd_per_hour:.2f}/h for {row.gpus} · speed: "
-                f"{row.gpus} x one GPU less communication{link}, a model NOT calibrated (extrapolated){bound}"
+                f"{row.card.vram_gib:g} GiB per GPU · ${row.usd_per_hour:.2f}/h for {row.gpus} · speed NOT "
+                f"calibrated (a model: {row.gpus} x one GPU less communication{link}){bound}"
             )
         detail.update(Text(f"{row.phrase()}\n{second}", no_wrap=True, overflow="ellipsis"))
         self.show_breakdown(row)
@@ -267,13 +267,13 @@ class PickerScreen(Screen[None]):
         estimate = table.estimate if row.gpus == 1 and not row.shown_workload_is_changed else None
         estimate = estimate or estimate_memory(row_workload(table.workload, row))
         how = f"with {row.fit.change.description}" if row.shown_workload_is_changed else "as set above"
-        panel.border_title = f"where the memory goes: {row.name}, {how}"
         if row.gpus == 1:
-            pass
+            panel.border_title = f"where the memory goes: {row.name}, {how}"
         elif row.sharding == "fsdp":
-            panel.border_title += f"; per GPU (FSDP divides weights, gradients, states by {row.gpus})"
+            share = f"weights, grads, states 1/{row.gpus} each"
+            panel.border_title = f"one GPU of {row.name}, {how}: {share}"
         else:
-            panel.border_title += f"; per GPU (DDP: a whole replica on each of the {row.gpus})"
+            panel.border_title = f"one GPU of {row.name}, {how}: a whole replica + gradient buckets"
         panel.show(estimate.parts, int(row.card.vram_gib * GIB), estimate.load_peak_bytes)
 
     # ------------------------------------------------------------ keys
@@ -291,6 +291,8 @@ class PickerScreen(Screen[None]):
     def action_breakdown(self) -> None:
         self.breakdown_open = not self.breakdown_open
         self.show_selected()
+        view = self.query_one(CardTableView)  # the panel shrinks the table: keep the card in view
+        self.call_after_refresh(lambda: view.move_cursor(row=view.cursor_row))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
