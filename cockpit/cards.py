@@ -136,7 +136,8 @@ class CardRow:
                 "label": price_label(self.card, today),
             },
             "usd_per_hour": self.usd_per_hour,
-            "speed_inputs": speed_inputs(self.card),
+            # a row of several GPUs is beyond the calibration on any card
+            "speed_inputs": {**speed_inputs(self.card), **({} if self.gpus == 1 else {"extrapolated": True})},
             **({} if self.multi is None else {"multi_gpu": self.multi}),
             "as_given": None if self.as_given is None else self.as_given.to_dict(),
             "change": None

@@ -231,6 +231,8 @@ def test_cards_cli_gpus_and_json(capsys):
     assert multi["gather_bytes_per_micro_batch"] == 2 * 3 * 6_738_415_616 * 2 // 4
     assert four["as_given"]["parts_s"]["communication"] > 0
     assert "multi_gpu" not in rows["a100-80gb-sxm"] and rows["a100-80gb-sxm"]["gpus"] == 1
+    assert rows["h200-sxm"]["speed_inputs"]["extrapolated"] is False  # the calibrated card, one GPU
+    assert rows["h200-sxm-x4"]["speed_inputs"]["extrapolated"] is True
     assert main([*args, "--gpus", "1,4"]) == 0
     assert "  x4 FSDP" in capsys.readouterr().out
     assert main([*args, "--gpus", "zero"]) == 2

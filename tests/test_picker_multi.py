@@ -112,3 +112,15 @@ def test_snapshot_rows_shown(snap_compare, tmp_path):
 def test_snapshot_breakdown_of_a_4_gpu_row(snap_compare, tmp_path):
     app = make_app(tmp_path, FULL_7B, budget=5.0)
     assert snap_compare(app, terminal_size=(100, 32), run_before=breakdown_of_a_4_gpu_row)
+
+
+def test_cockpit_pick_multi_starts_with_the_rows_shown(tmp_path, monkeypatch):
+    from cockpit.cli import main
+    from screens.picker_app import PickerApp
+
+    started = {}
+    monkeypatch.setattr(PickerApp, "run", lambda app: started.update(multi=app.picker.multi))
+    assert main(["pick", "--model", "synthetic:llama-2-7b", "--multi"]) == 0
+    assert started == {"multi": True}
+    assert main(["pick", "--model", "synthetic:llama-2-7b"]) == 0
+    assert started == {"multi": False}
