@@ -30,6 +30,8 @@ def imported(code: str) -> set[str]:
     [
         "cockpit",
         "cockpit.cli",
+        "cockpit.cli_args",
+        "cockpit.cli_plan",
         "cockpit.headless",
         "cockpit.session",
         "cockpit.supervisor",

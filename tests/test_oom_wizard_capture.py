@@ -271,18 +271,18 @@ def test_emulate_vram_needs_a_gpu_to_apply(tmp_path):
     ("text", "gib"), [("24GiB", 24.0), ("24", 24.0), ("12.5G", 12.5), ("24576MiB", 24.0), (" 16 GiB", 16.0)]
 )
 def test_emulate_vram_flag_reads_gib(text, gib):
-    from cockpit.cli import _vram_gib
+    from cockpit.cli_args import vram_gib
 
-    assert _vram_gib(text) == gib
+    assert vram_gib(text) == gib
 
 
 def test_emulate_vram_flag_refuses_gb():
     import argparse
 
-    from cockpit.cli import _vram_gib
+    from cockpit.cli_args import vram_gib
 
     with pytest.raises(argparse.ArgumentTypeError, match="GiB"):
-        _vram_gib("24GB")
+        vram_gib("24GB")
 
 
 def test_card_emulation_lowers_its_cap_when_kernels_load_outside_the_allocator(monkeypatch):
