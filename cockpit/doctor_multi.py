@@ -117,6 +117,14 @@ def slow_allreduce(window: Window, state: Any) -> Finding | None:
         traffic = fmean(t for g in readings if (t := _traffic(g)) is not None)
         parts.append(f"GPU {i} {util:.0f}% util, PCIe {traffic / 1e9:.1f} GB/s")
     world = (_field(state, "distributed") or {}).get("strategy")
+    nvlink = any(_field(g, "nvlink_active") for o in training for g in o.trainer_gpus)
+    remedy = (
+        # the GPUs have NVLink, yet the exchange crosses PCIe: NCCL was kept off the links
+        "these GPUs have NVLink, so NCCL is not using it: unset NCCL_P2P_DISABLE and NCCL_P2P_LEVEL, "
+        "give the container IPC (--ipc=host) and check `nvidia-smi topo -m` and `nvidia-smi nvlink -s`."
+        if nvlink
+        else "or rent cards joined by NVLink; check `nvidia-smi topo -m` and that NCCL_P2P_DISABLE is unset."
+    )
     return Finding(
         rule="slow_allreduce",
         severity="warn",
@@ -125,8 +133,7 @@ def slow_allreduce(window: Window, state: Any) -> Finding | None:
         fix="The gradient exchange goes over PCIe"
         + (f" ({world})" if world else "")
         + ": raise training.gradient_accumulation_steps (fewer exchanges per sample), use LoRA/QLoRA "
-        "rather than a full fine-tune, or rent cards joined by NVLink; check `nvidia-smi topo -m` "
-        "and that NCCL_P2P_DISABLE is not set.",
+        "rather than a full fine-tune, " + remedy,
         since_ts=window.first_ts(_waiting_on_the_bus),
     )
 

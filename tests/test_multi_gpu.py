@@ -266,6 +266,16 @@ def test_slow_allreduce_fires_on_low_util_and_a_busy_bus():
     assert "GPU 0 45% util, PCIe 12.0 GB/s" in found.evidence and "gradient_accumulation_steps" in found.fix
 
 
+def test_slow_allreduce_over_pcie_between_nvlinked_gpus_points_at_nccl():
+    bus = dict(pcie_gen=5, pcie_width=16, pcie_tx_bytes_s=12e9, pcie_rx_bytes_s=12e9)
+    without = run_doctor(60, lambda ts: four_gpus([45, 48, 44, 46], **bus))
+    linked = run_doctor(60, lambda ts: four_gpus([45, 48, 44, 46], nvlink_active=18, **bus))
+    (plain,) = [f for f in without if f.rule == "slow_allreduce"]
+    (found,) = [f for f in linked if f.rule == "slow_allreduce"]
+    assert "rent cards joined by NVLink" in plain.fix and "NCCL is not using it" not in plain.fix
+    assert "NCCL is not using it" in found.fix and "rent cards joined by NVLink" not in found.fix
+
+
 def test_no_slow_allreduce_without_its_evidence():
     quiet_bus = dict(pcie_gen=4, pcie_width=16, pcie_tx_bytes_s=1e9, pcie_rx_bytes_s=1e9)
     busy_bus = dict(pcie_gen=4, pcie_width=16, pcie_tx_bytes_s=6e9, pcie_rx_bytes_s=6e9)
