@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fixtures_oom import ARTICLE_13B as ARTICLE_13B_DOTTED
+from fixtures_oom import DATA, GIB, H200, OOM, nested
 from test_tui import ScriptedSession, screen_text
 
 from cockpit import config as config_mod
@@ -27,57 +29,8 @@ from screens.oom_wizard import OomWizard
 
 RUN_ID = "20261130-190000-llama-2-13b"
 T0 = 1796065000.0
-GIB = 2**30
-ARTICLE_13B = {
-    "model": {"name": "synthetic:llama-2-13b"},
-    "method": "qlora",
-    "lora": {"r": 64, "target_modules": ["q_proj", "v_proj"]},
-    "training": {
-        "max_length": 512,
-        "micro_batch_size": 4,
-        "gradient_accumulation_steps": 4,
-        "gradient_checkpointing": False,
-        "optimizer": "paged_adamw_32bit",
-        "max_steps": 40,
-    },
-    "emulate_vram_gib": 24.0,
-}
-DEVICE = {"kind": "cuda", "name": "NVIDIA H200", "capability": "9.0", "total_bytes": 150_119_448_576}
-DATA = {
-    "samples": 1000,
-    "dropped": 0,
-    "source_rows": 1000,
-    "format": "text",
-    "column": "text",
-    "tokens_min": 40,
-    "tokens_mean": 380.5,
-    "tokens_p50": 300,
-    "tokens_p95": 900,
-    "tokens_p99": 1500,
-    "tokens_max": 2600,
-    "tokens_total": 330_000,
-    "truncated": 210,
-    "max_length": 512,
-    "tokens_over": {"64": 990, "128": 930, "256": 610, "512": 210, "1024": 40, "2048": 3},
-}
-OOM = {
-    "kind": "allocator",
-    "format": "new",
-    "gpu": 0,
-    "requested_bytes": 500 * 2**20,
-    "total_bytes": int(139.81 * GIB),
-    "free_bytes": int(115.2 * GIB),
-    "process_bytes": int(23.62 * GIB),
-    "allocated_bytes": int(22.41 * GIB),
-    "reserved_bytes": int(22.72 * GIB),
-    "reserved_unallocated_bytes": int(0.31 * GIB),
-    "exception": "OutOfMemoryError",
-    "injected": False,
-    "phase": "backward",
-    "step": 1,
-    "seq_len": 512,
-    "batch_rows": 4,
-}
+ARTICLE_13B = nested({**ARTICLE_13B_DOTTED, "training.max_steps": 40})
+DEVICE = H200
 
 
 def event(type_: str, dt: float, **fields) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from fixtures_oom import ARTICLE_13B, DATA, H200, oom_event
 
 from cockpit.catalog import load_catalog
 from cockpit.config_load import config_from_dotted
@@ -13,56 +14,6 @@ from cockpit.estimate import GIB, SAFETY_MARGIN, estimate_memory
 from cockpit.modelshape import load_shape
 from cockpit.remedies import analyse, rank_key
 from cockpit.remedy_options import FRAGMENTED_MIN_BYTES
-
-H200 = {"kind": "cuda", "name": "NVIDIA H200", "capability": "9.0", "total_bytes": int(139.8 * GIB)}
-# a guanaco-like text dataset: lengths before truncation (the trainer's data event)
-DATA = {
-    "samples": 1000,
-    "tokens_min": 40,
-    "tokens_mean": 380.5,
-    "tokens_p50": 300,
-    "tokens_p95": 900,
-    "tokens_p99": 1500,
-    "tokens_max": 2600,
-    "tokens_over": {"64": 990, "128": 930, "256": 610, "512": 210, "1024": 40, "2048": 3},
-}
-# the article's 13B QLoRA recipe without checkpointing (measured at 33 GiB through a plain HF
-# Trainer script), as the product runs it, on an emulated 24 GiB card
-ARTICLE_13B = {
-    "model.name": "synthetic:llama-2-13b",
-    "method": "qlora",
-    "lora.r": 64,
-    "lora.target_modules": ["q_proj", "v_proj"],
-    "training.max_length": 512,
-    "training.micro_batch_size": 4,
-    "training.gradient_accumulation_steps": 4,
-    "training.gradient_checkpointing": False,
-    "training.optimizer": "paged_adamw_32bit",
-    "emulate_vram_gib": 24.0,
-}
-
-
-def oom_event(**oom) -> dict:
-    """An `error` event as the trainer writes it: torch's figures in an emulated 24 GiB card
-    (the message's total is the whole H200's), where it struck, and the batch."""
-    figures = {
-        "kind": "allocator",
-        "format": "new",
-        "gpu": 0,
-        "requested_bytes": 500 * 2**20,
-        "total_bytes": int(139.81 * GIB),
-        "free_bytes": int(115.2 * GIB),
-        "process_bytes": int(23.62 * GIB),
-        "allocated_bytes": int(22.41 * GIB),
-        "reserved_bytes": int(22.72 * GIB),
-        "reserved_unallocated_bytes": int(0.31 * GIB),
-        "phase": "backward",
-        "step": 1,
-        "seq_len": 512,
-        "batch_rows": 4,
-    }
-    figures.update(oom)
-    return {"kind": "oom", "phase": "training", "step": 1, "oom": figures}
 
 
 @pytest.fixture(scope="module")
