@@ -98,9 +98,15 @@ def check_space(step: int, size: CheckpointSize, free: int, path: Path | str) ->
 
 
 def disk_full_hint(
-    *, method: str | None = None, checkpoints_kept: int | None = None, run_id: str = "RUN"
+    *,
+    method: str | None = None,
+    checkpoints_kept: int | None = None,
+    run_id: str = "RUN",
+    checkpoints: list[str] | None = None,
 ) -> str:
-    """The fixes for a full disk, the same whether the guard refused a save or a write failed."""
+    """The fixes for a full disk, the same whether the guard refused a save or a write failed.
+
+    `checkpoints`: the run's complete checkpoints, oldest first (None: not known)."""
     fixes = ["Free space on that disk (`df -h`; old runs: `cockpit runs`, then delete their folders)"]
     if checkpoints_kept is None or checkpoints_kept > 1:
         now = f"now {checkpoints_kept}; " if checkpoints_kept else ""
@@ -108,10 +114,16 @@ def disk_full_hint(
             f"keep fewer checkpoints: output.checkpoints_kept: 1 ({now}a restart reads the run's config.yaml)"
         )
     fixes.append("put the runs directory on a bigger disk (output.dir) for the next run")
-    text = (
-        "; ".join(fixes)
-        + f". Then continue with `cockpit restart {run_id}`: complete checkpoints are intact."
-    )
+    if checkpoints:
+        then = f"Then continue with `cockpit restart {run_id}`: it resumes from {checkpoints[-1]}, intact."
+    elif checkpoints is None:
+        then = f"Then continue with `cockpit restart {run_id}`: complete checkpoints are intact."
+    else:
+        then = (
+            f"Then `cockpit restart {run_id}` starts again from step 0 (no checkpoint was complete yet); "
+            "the run directory is intact."
+        )
+    text = "; ".join(fixes) + ". " + then
     if method in (None, "full"):
         text += (
             " A full fine-tune's checkpoint holds every weight and two optimizer states per parameter; a "

@@ -42,9 +42,9 @@ def test_a_checkpoint_that_cannot_fit_is_never_started(tmp_path, env):
         4, checkpoint_space.measured_checkpoint(first), free, run / "checkpoints"
     )
     assert expected.needed_bytes == needed and error["message"] == expected.message()
-    assert error["hint"].startswith("Nothing of checkpoint-4 was written (complete: checkpoint-2).")
+    assert error["hint"].startswith("Nothing of checkpoint-4 was written. Free space on that disk")
     assert "output.checkpoints_kept: 1 (now 2;" in error["hint"] and "output.dir" in error["hint"]
-    assert f"cockpit restart {run.name}`" in error["hint"]
+    assert f"`cockpit restart {run.name}`: it resumes from checkpoint-2, intact." in error["hint"]
     line = next(x for x in proc.stdout.splitlines() if "ERROR (disk)" in x)
     assert "checkpoint-4 not started: it needs about" in line
 

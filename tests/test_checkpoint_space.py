@@ -97,6 +97,9 @@ def test_hint_names_the_fixes_and_only_the_ones_that_apply():
     assert "LoRA/QLoRA checkpoint holds only the adapter" in full
     lora = cs.disk_full_hint(method="lora", checkpoints_kept=1)
     assert "LoRA/QLoRA" not in lora and "checkpoints_kept" not in lora and "output.dir" in lora
+    resumes = cs.disk_full_hint(method="lora", run_id="r1", checkpoints=["checkpoint-2", "checkpoint-4"])
+    assert "`cockpit restart r1`: it resumes from checkpoint-4, intact." in resumes
+    assert "starts again from step 0 (no checkpoint was complete yet)" in cs.disk_full_hint(checkpoints=[])
 
 
 @pytest.mark.parametrize(
@@ -115,6 +118,8 @@ def test_hint_names_the_fixes_and_only_the_ones_that_apply():
 )
 def test_refused_writes_are_disk_full_with_the_free_space_now(exc, tmp_path):
     (tmp_path / "config.yaml").write_text("method: full\noutput:\n  checkpoints_kept: 2\n")
+    (tmp_path / "checkpoints" / "checkpoint-3").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "checkpoint-3" / "cockpit-complete.json").write_text("{}")
     verdict = classify(exc, "training", str(tmp_path))
     assert verdict.kind == "disk" and verdict.exit_code == 6
     # the free space is measured at classification (other writers share this disk: not compared exactly)
@@ -123,7 +128,7 @@ def test_refused_writes_are_disk_full_with_the_free_space_now(exc, tmp_path):
     assert re.match(lead, verdict.message), verdict.message
     assert str(exc) in verdict.message and "half-written checkpoint" in verdict.hint
     assert "output.checkpoints_kept: 1 (now 2;" in verdict.hint and "only the adapter" in verdict.hint
-    assert f"cockpit restart {tmp_path.name}`" in verdict.hint
+    assert f"cockpit restart {tmp_path.name}`: it resumes from checkpoint-3" in verdict.hint
 
 
 def test_the_os_error_behind_torchs_zip_error_is_found_in_the_chain(tmp_path):

@@ -140,12 +140,11 @@ def estimate_from_model(model, cfg: TrainConfig, fsdp: bool) -> checkpoint_space
 
 
 def _refusal_hint(run: rundir.RunDir, cfg: TrainConfig, step: int) -> str:
-    complete = ", ".join(p.name for p in run.complete_checkpoints()) or "none yet"
-    return (
-        f"Nothing of checkpoint-{step} was written (complete: {complete}). "
-        + checkpoint_space.disk_full_hint(
-            method=cfg.method, checkpoints_kept=cfg.output.checkpoints_kept, run_id=run.run_id
-        )
+    return f"Nothing of checkpoint-{step} was written. " + checkpoint_space.disk_full_hint(
+        method=cfg.method,
+        checkpoints_kept=cfg.output.checkpoints_kept,
+        run_id=run.run_id,
+        checkpoints=[p.name for p in run.complete_checkpoints()],
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from cockpit import checkpoint_space
+from cockpit import checkpoint_space, rundir
 from cockpit.config import ConfigError
 from cockpit.oom import parse_oom_message
 
@@ -129,12 +129,16 @@ def _disk_full(exc: BaseException, phase: str, run_dir: str | None) -> Classifie
         except OSError:
             pass
         settings = _run_settings(run_dir)
+        settings["checkpoints"] = [
+            p.name for p in rundir.complete_checkpoints(Path(run_dir) / rundir.CHECKPOINTS_NAME)
+        ]
     first_line = str(exc).strip().split("\n")[0][:500]
     text = f"{type(exc).__name__}: {first_line}" if not isinstance(exc, OSError) else first_line
     hint = checkpoint_space.disk_full_hint(
         method=settings.get("method"),
         checkpoints_kept=settings.get("checkpoints_kept"),
         run_id=Path(run_dir).name if run_dir else "RUN",
+        checkpoints=settings.get("checkpoints"),
     )
     if phase == "training":  # checkpoint saves
         hint += (
