@@ -10,6 +10,7 @@ Thresholds cite shared/reference/gpus.md.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from cockpit.checks import CheckResult
@@ -31,12 +32,9 @@ _THROTTLE_BAD = {"hw_power_brake": "fail", "hw_thermal_slowdown": "fail", "hw_sl
 
 
 def check_visible(state: NvmlState) -> CheckResult:
-    title = "GPU visible to NVML"
+    result = partial(make_result, "gpu.visible", "gpu", "GPU visible to NVML")
     if state.error:
-        return make_result(
-            "gpu.visible",
-            "gpu",
-            title,
+        return result(
             "fail",
             state.error,
             "NVML starts and lists >= 1 GPU",
@@ -45,10 +43,7 @@ def check_visible(state: NvmlState) -> CheckResult:
             source=state.source_kind,
         )
     if not state.gpus:
-        return make_result(
-            "gpu.visible",
-            "gpu",
-            title,
+        return result(
             "fail",
             "NVML runs but lists no GPU",
             ">= 1 GPU",
@@ -58,10 +53,7 @@ def check_visible(state: NvmlState) -> CheckResult:
     vram = [g["memory"]["total_bytes"] / GIB for g in state.gpus if "memory" in g]
     value = f"{len(state.gpus)} x {', '.join(names)}" + (f", {min(vram):.0f} GiB each" if vram else "")
     driver = f"; driver {state.driver_version}" if state.driver_version else ""
-    return make_result(
-        "gpu.visible",
-        "gpu",
-        title,
+    return result(
         "pass",
         value + driver,
         ">= 1 GPU",
@@ -76,17 +68,14 @@ def _per_gpu(state: NvmlState, key: str) -> list[tuple[int, Any]]:
 
 
 def check_persistence(state: NvmlState) -> CheckResult:
-    cid, title = "gpu.persistence", "Persistence mode"
+    result = partial(make_result, "gpu.persistence", "gpu", "Persistence mode")
     modes = _per_gpu(state, "persistence_mode")
     if not modes:
-        return make_result(cid, "gpu", title, "skip", "not reported by this driver")
+        return result("skip", "not reported by this driver")
     off = [i for i, mode in modes if not mode]
     status = "warn" if off else "pass"
     value = f"off on GPU {', '.join(map(str, off))}" if off else "on"
-    return make_result(
-        cid,
-        "gpu",
-        title,
+    return result(
         status,
         value,
         "on",
@@ -95,17 +84,14 @@ def check_persistence(state: NvmlState) -> CheckResult:
 
 
 def check_memory_health(state: NvmlState) -> CheckResult:
-    cid, title = "gpu.memory_errors", "ECC errors and retired/remapped rows"
+    result = partial(make_result, "gpu.memory_errors", "gpu", "ECC errors and retired/remapped rows")
     keys = ("ecc_uncorrected", "retired_pending", "remapped_rows_pending", "remapped_rows_failure")
     seen = {k: _per_gpu(state, k) for k in keys}
     if not any(seen.values()):
-        return make_result(cid, "gpu", title, "skip", "ECC not supported or not reported (consumer card?)")
+        return result("skip", "ECC not supported or not reported (consumer card?)")
     bad = [f"GPU {i}: {k.replace('_', ' ')} = {v}" for k, vals in seen.items() for i, v in vals if v]
     if bad:
-        return make_result(
-            cid,
-            "gpu",
-            title,
+        return result(
             "fail",
             "; ".join(bad),
             "0 uncorrected errors, nothing pending",
@@ -113,25 +99,22 @@ def check_memory_health(state: NvmlState) -> CheckResult:
             "pending retirements)",
             **seen,
         )
-    return make_result(cid, "gpu", title, "pass", "no uncorrected errors, nothing pending", "0", **seen)
+    return result("pass", "no uncorrected errors, nothing pending", "0", **seen)
 
 
 def check_throttle(state: NvmlState, load: list[list[dict]] | None = None) -> CheckResult:
     """Clock-event reasons while the probe loaded the GPU (`load`), else as NVML reports them now."""
-    cid, title = "gpu.throttle", "Clock throttling under load"
+    result = partial(make_result, "gpu.throttle", "gpu", "Clock throttling under load")
     samples = [g for snapshot in load or [] for g in snapshot] or state.gpus
     masks = [
         (g["index"], g["clock_event_reasons"]) for g in samples if g.get("clock_event_reasons") is not None
     ]
     if not masks:
-        return make_result(cid, "gpu", title, "skip", "clock event reasons not supported")
+        return result("skip", "clock event reasons not supported")
     when = "under load" if load else "now (idle: throttling shows under load)"
     found = {(i, name) for i, mask in masks for name in throttle_names(mask) if name in _THROTTLE_BAD}
     if not found:
-        return make_result(
-            cid,
-            "gpu",
-            title,
+        return result(
             "pass",
             f"no thermal/hardware slowdown {when}",
             "no hw/thermal slowdown",
@@ -139,10 +122,7 @@ def check_throttle(state: NvmlState, load: list[list[dict]] | None = None) -> Ch
         )
     status = "fail" if any(_THROTTLE_BAD[n] == "fail" for _, n in found) else "warn"
     value = ", ".join(f"GPU {i}: {n}" for i, n in sorted(found)) + f" {when}"
-    return make_result(
-        cid,
-        "gpu",
-        title,
+    return result(
         status,
         value,
         "no hw/thermal slowdown",
@@ -153,31 +133,28 @@ def check_throttle(state: NvmlState, load: list[list[dict]] | None = None) -> Ch
 
 
 def check_power_limit(state: NvmlState) -> CheckResult:
-    cid, title = "gpu.power_limit", "Power limit"
+    result = partial(make_result, "gpu.power_limit", "gpu", "Power limit")
     pairs = [
         (g["index"], g["power_limit_mw"], g["power_default_limit_mw"])
         for g in state.gpus
         if g.get("power_limit_mw") and g.get("power_default_limit_mw")
     ]
     if not pairs:
-        return make_result(cid, "gpu", title, "skip", "power limits not reported")
+        return result("skip", "power limits not reported")
     low = [(i, lim, dflt) for i, lim, dflt in pairs if lim < 0.98 * dflt]
     if low:
         value = "; ".join(f"GPU {i}: {lim / 1000:.0f} W of default {d / 1000:.0f} W" for i, lim, d in low)
-        return make_result(
-            cid,
-            "gpu",
-            title,
+        return result(
             "warn",
             value,
             "limit = default",
             "a capped card runs slower: sudo nvidia-smi -pl <default W>, or ask the provider",
         )
-    return make_result(cid, "gpu", title, "pass", f"{pairs[0][1] / 1000:.0f} W (default)", "limit = default")
+    return result("pass", f"{pairs[0][1] / 1000:.0f} W (default)", "limit = default")
 
 
 def check_pcie_link(state: NvmlState, load: list[list[dict]] | None = None) -> CheckResult:
-    cid, title = "gpu.pcie_link", "PCIe link"
+    result = partial(make_result, "gpu.pcie_link", "gpu", "PCIe link")
     issues, shown = [], []
     for gpu in state.gpus:
         if gpu.get("pcie_gen_max") is None or gpu.get("pcie_width_max") is None:
@@ -191,27 +168,24 @@ def check_pcie_link(state: NvmlState, load: list[list[dict]] | None = None) -> C
         elif under and gen is not None and gen < gpu["pcie_gen_max"]:
             issues.append(f"GPU {gpu['index']} runs Gen{gen} of Gen{gpu['pcie_gen_max']} under load")
     if not shown:
-        return make_result(cid, "gpu", title, "skip", "PCIe link not reported")
+        return result("skip", "PCIe link not reported")
     note = "" if load else " (idle: the generation downclocks at idle; judged under load by the probe)"
     value = "; ".join(sorted(set(shown))) + note
     if issues:
-        return make_result(
-            cid,
-            "gpu",
-            title,
+        return result(
             "warn",
             "; ".join(issues),
             "max generation and width under load",
             "the GPU sits in a slower slot or riser: host<->GPU copies will be slow; ask the provider",
             links=shown,
         )
-    return make_result(cid, "gpu", title, "pass", value, "max generation and width under load", links=shown)
+    return result("pass", value, "max generation and width under load", links=shown)
 
 
 def check_processes(state: NvmlState, own_pids: set[int] | None = None) -> CheckResult:
-    cid, title = "gpu.other_processes", "Other processes on the GPU"
+    result = partial(make_result, "gpu.other_processes", "gpu", "Other processes on the GPU")
     if not any("processes" in g for g in state.gpus):
-        return make_result(cid, "gpu", title, "skip", "process list not reported")
+        return result("skip", "process list not reported")
     others = [
         (g["index"], p)
         for g in state.gpus
@@ -219,16 +193,13 @@ def check_processes(state: NvmlState, own_pids: set[int] | None = None) -> Check
         if p["pid"] not in (own_pids or set())
     ]
     if not others:
-        return make_result(cid, "gpu", title, "pass", "none", "no other process holds GPU memory")
+        return result("pass", "none", "no other process holds GPU memory")
     value = "; ".join(
         f"GPU {i}: pid {p['pid']} holds "
         + (f"{p['used_bytes'] / GIB:.1f} GiB" if p["used_bytes"] else "memory")
         for i, p in others
     )
-    return make_result(
-        cid,
-        "gpu",
-        title,
+    return result(
         "warn",
         value,
         "no other process holds GPU memory",

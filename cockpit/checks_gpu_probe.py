@@ -7,6 +7,7 @@ performance and software check uses. Tables cite shared/reference/gpus.md.
 from __future__ import annotations
 
 import re
+from functools import partial
 
 from cockpit.checks import CheckResult
 from cockpit.nvml_state import NvmlState
@@ -41,15 +42,12 @@ def make_result(
 
 
 def check_cuda_driver(state: NvmlState, probe: dict) -> CheckResult:
-    cid, title = "gpu.cuda_driver", "Driver runs torch's CUDA"
+    result = partial(make_result, "gpu.cuda_driver", "gpu", "Driver runs torch's CUDA")
     torch_cuda = (probe.get("torch") or {}).get("cuda")
     if "torch" not in probe or not state.driver_version:
-        return make_result(cid, "gpu", title, "skip", "no probe answer or no driver version")
+        return result("skip", "no probe answer or no driver version")
     if torch_cuda is None:
-        return make_result(
-            cid,
-            "gpu",
-            title,
+        return result(
             "fail",
             f"torch {probe['torch'].get('version')} is a CPU-only build",
             "a CUDA build of torch",
@@ -68,22 +66,16 @@ def check_cuda_driver(state: NvmlState, probe: dict) -> CheckResult:
     }
     fix = f"install driver >= {floor or base} or a torch wheel built for an older CUDA"
     if floor and driver >= parse_version(floor):
-        return make_result(cid, "gpu", title, "pass", value, f"driver >= {floor}", **evidence)
+        return result("pass", value, f"driver >= {floor}", **evidence)
     if base and driver >= parse_version(base):
-        return make_result(
-            cid,
-            "gpu",
-            title,
+        return result(
             "warn",
             value + " (minor-version compatibility)",
             f"driver >= {floor or '?'} for full support",
             fix + "; until then PTX JIT can fail",
             **evidence,
         )
-    return make_result(
-        cid,
-        "gpu",
-        title,
+    return result(
         "fail",
         value,
         f"driver >= {floor or base}",
@@ -93,10 +85,10 @@ def check_cuda_driver(state: NvmlState, probe: dict) -> CheckResult:
 
 
 def check_arch(probe: dict) -> CheckResult:
-    cid, title = "gpu.arch", "torch has kernels for this GPU"
+    result = partial(make_result, "gpu.arch", "gpu", "torch has kernels for this GPU")
     arch, devices = (probe.get("torch") or {}).get("arch_list") or [], probe.get("devices") or []
     if not devices:
-        return make_result(cid, "gpu", title, "skip", "the probe saw no device")
+        return result("skip", "the probe saw no device")
     missing, ptx_only = [], []
     for dev in devices:
         major, minor = dev["capability"]
@@ -108,10 +100,7 @@ def check_arch(probe: dict) -> CheckResult:
     value = f"needs {', '.join(needed)}"
     ev = {"arch_list": arch}
     if missing:
-        return make_result(
-            cid,
-            "gpu",
-            title,
+        return result(
             "fail",
             f"{value}; torch has {', '.join(arch) or 'none'}",
             "the device's sm_XY in torch.cuda.get_arch_list()",
@@ -120,10 +109,7 @@ def check_arch(probe: dict) -> CheckResult:
             **ev,
         )
     if ptx_only:
-        return make_result(
-            cid,
-            "gpu",
-            title,
+        return result(
             "warn",
             f"{value}; only PTX",
             "native sm_XY kernels",
@@ -131,19 +117,17 @@ def check_arch(probe: dict) -> CheckResult:
             f"{', '.join(ptx_only)}",
             **ev,
         )
-    return make_result(cid, "gpu", title, "pass", value, "sm_XY in torch's arch list", **ev)
+    return result("pass", value, "sm_XY in torch's arch list", **ev)
 
 
 def check_cudnn(probe: dict) -> CheckResult:
+    result = partial(make_result, "gpu.cudnn", "gpu", "cuDNN present")
     torch_info = probe.get("torch")
     if not torch_info or not torch_info.get("cuda_available"):
-        return make_result("gpu.cudnn", "gpu", "cuDNN present", "skip", "torch sees no GPU")
+        return result("skip", "torch sees no GPU")
     version = torch_info.get("cudnn")
     status = "pass" if version else "warn"
-    return make_result(
-        "gpu.cudnn",
-        "gpu",
-        "cuDNN present",
+    return result(
         status,
         f"cuDNN {version or 'missing'}",
         "cuDNN loads",
@@ -152,17 +136,15 @@ def check_cudnn(probe: dict) -> CheckResult:
 
 
 def check_bf16(probe: dict) -> CheckResult:
+    result = partial(make_result, "gpu.bf16", "gpu", "Real bf16")
     devices = probe.get("devices") or []
     if not devices:
-        return make_result("gpu.bf16", "gpu", "Real bf16", "skip", "the probe saw no device")
+        return result("skip", "the probe saw no device")
     low = min(tuple(d["capability"]) for d in devices)
     value = f"compute capability {low[0]}.{low[1]}"
     if low >= (8, 0):
-        return make_result("gpu.bf16", "gpu", "Real bf16", "pass", value, "capability >= 8.0")
-    return make_result(
-        "gpu.bf16",
-        "gpu",
-        "Real bf16",
+        return result("pass", value, "capability >= 8.0")
+    return result(
         "warn",
         value + ": bf16 is emulated: use fp16",
         "capability >= 8.0 (is_bf16_supported() says True here through emulation)",
@@ -171,15 +153,12 @@ def check_bf16(probe: dict) -> CheckResult:
 
 
 def check_bnb(probe: dict) -> CheckResult:
-    cid, title = "gpu.bnb_4bit", "bitsandbytes 4-bit forward/backward"
+    result = partial(make_result, "gpu.bnb_4bit", "gpu", "bitsandbytes 4-bit forward/backward")
     answer = probe.get("bnb_4bit")
     if not answer:
-        return make_result(cid, "gpu", title, "skip", "not probed (no GPU)")
+        return result("skip", "not probed (no GPU)")
     if answer.get("ok"):
-        return make_result(
-            cid,
-            "gpu",
-            title,
+        return result(
             "pass",
             f"nf4, {answer.get('compute_dtype')} compute: ok",
             "finite output and gradients",
@@ -187,20 +166,14 @@ def check_bnb(probe: dict) -> CheckResult:
         )
     error = answer.get("error") or "unknown error"
     if "No module named 'bitsandbytes'" in error:
-        return make_result(
-            cid,
-            "gpu",
-            title,
+        return result(
             "warn",
             "bitsandbytes is not installed",
             "imports",
             "pip install bitsandbytes (needed for QLoRA only)",
             **answer,
         )
-    return make_result(
-        cid,
-        "gpu",
-        title,
+    return result(
         "fail",
         error[:200],
         "finite output and gradients",
@@ -210,31 +183,23 @@ def check_bnb(probe: dict) -> CheckResult:
 
 
 def check_probe_ran(answer_problem: str | None, probe: dict) -> CheckResult | None:
+    result = partial(make_result, "gpu.probe", "gpu", "GPU probe")
     if answer_problem:
-        return make_result(
-            "gpu.probe",
-            "gpu",
-            "GPU probe",
+        return result(
             "fail",
             answer_problem,
             "the probe finishes",
             "run `python -m train_backend.probe --quick` to see its error",
         )
     if "probe_error" in probe:  # the probe itself broke part-way: what it did not reach is unknown
-        return make_result(
-            "gpu.probe",
-            "gpu",
-            "GPU probe",
+        return result(
             "fail",
             f"the GPU probe failed part-way: {probe['probe_error'].get('error', '?')}",
             "the probe finishes",
             "run `python -m train_backend.probe --quick` to see the whole traceback",
         )
     if "no_gpu" in probe and "torch" in probe and probe["torch"].get("cuda") is not None:
-        return make_result(
-            "gpu.probe",
-            "gpu",
-            "GPU probe",
+        return result(
             "fail",
             probe["no_gpu"]["reason"],
             "torch sees the GPU",

@@ -25,9 +25,10 @@ KNOWN_BAD = (
 
 
 def check_peer_access(probe: dict) -> CheckResult:
+    result = partial(make_result, "gpu.peer_access", "gpu", "Peer access between GPUs")
     pairs = (probe.get("peer_access") or {}).get("pairs")
     if not pairs:
-        return make_result("gpu.peer_access", "gpu", "Peer access between GPUs", "skip", "fewer than 2 GPUs")
+        return result("skip", "fewer than 2 GPUs")
     blocked = [f"{a}->{b}" for a, b, ok in pairs if not ok]
     status = "warn" if blocked else "pass"
     gpus = len({a for a, _, _ in pairs})
@@ -37,10 +38,7 @@ def check_peer_access(probe: dict) -> CheckResult:
         if blocked
         else f"all {len(pairs)} pairs of {gpus} GPUs"
     )
-    return make_result(
-        "gpu.peer_access",
-        "gpu",
-        "Peer access between GPUs",
+    return result(
         status,
         value,
         "every pair",
@@ -49,17 +47,12 @@ def check_peer_access(probe: dict) -> CheckResult:
 
 
 def check_allreduce(probe: dict, state: NvmlState, catalog=None) -> CheckResult:
-    cid, title = "performance.allreduce", "NCCL all-reduce bus bandwidth"
+    result = partial(make_result, "performance.allreduce", "performance", "NCCL all-reduce bus bandwidth")
     answer = probe.get("allreduce")
     if not answer:
-        return make_result(
-            cid, "performance", title, "skip", "not measured (one GPU, or probe without --multi)"
-        )
+        return result("skip", "not measured (one GPU, or probe without --multi)")
     if answer.get("error"):
-        return make_result(
-            cid,
-            "performance",
-            title,
+        return result(
             "fail",
             answer["error"][:200],
             "NCCL all-reduce runs",
@@ -80,10 +73,7 @@ def check_allreduce(probe: dict, state: NvmlState, catalog=None) -> CheckResult:
         link = f"PCIe Gen{gen} x{width}"
     bus = answer["bus_gb_per_s"]
     status = "pass" if bus >= expected else "warn"
-    return make_result(
-        cid,
-        "performance",
-        title,
+    return result(
         status,
         f"{bus:.0f} GB/s over {answer['world_size']} GPUs",
         f">= {expected:.0f} GB/s ({link})",
@@ -195,10 +185,10 @@ def _satisfies(version: tuple[int, ...], spec: str) -> bool:
 
 
 def check_software(probe: dict) -> CheckResult:
-    cid, title = "software.versions", "Training libraries"
+    result = partial(make_result, "software.versions", "software", "Training libraries")
     packages = (probe.get("packages") or {}).get("packages")
     if not packages:
-        return make_result(cid, "software", title, "skip", "the probe did not report versions")
+        return result("skip", "the probe did not report versions")
     installed = {n: p["version"] for n, p in packages.items() if p.get("version")}
     value = ", ".join(f"{n} {v}" for n, v in installed.items())
     problems = []
@@ -217,14 +207,11 @@ def check_software(probe: dict) -> CheckResult:
         if applies and parse_version(installed[other]) < parse_version(minimum):
             problems.append(f"{name} {installed[name]} needs {other} >= {minimum} ({why})")
     if problems:
-        return make_result(
-            cid,
-            "software",
-            title,
+        return result(
             "fail",
             "; ".join(problems),
             "declared requirements met",
             "pip install -U the named package to the version shown",
             packages=packages,
         )
-    return make_result(cid, "software", title, "pass", value, "declared requirements met", packages=packages)
+    return result("pass", value, "declared requirements met", packages=packages)
