@@ -58,8 +58,8 @@ class RunSession:
         """The trainer ended; if it said nothing final, write down how it ended."""
         if self.state.ended or self.replay:
             return []
-        supervisor.record_exit(self.run, self.proc.returncode if self.proc is not None else None)
-        return self.follower.poll()
+        unwritten = supervisor.record_exit(self.run, self.proc.returncode if self.proc is not None else None)
+        return self.follower.poll() + unwritten
 
     @property
     def ended(self) -> bool:

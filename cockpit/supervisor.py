@@ -308,8 +308,9 @@ def run_status(run: RunDir) -> RunStatus:
     )
 
 
-def record_exit(run: RunDir, returncode: int | None) -> None:
-    """A client saw the trainer end without done/error: write down how (None: not its child, unknown)."""
+def record_exit(run: RunDir, returncode: int | None) -> list:
+    """A client saw the trainer end without done/error: write down how (None: not its child, unknown).
+    Returns the message when it could not be written (a full disk): the caller shows it all the same."""
     sig = -returncode if returncode is not None and returncode < 0 else None
     if returncode is None:
         reason = "vanished without a final event (killed, crashed, or the machine rebooted)"
@@ -323,14 +324,22 @@ def record_exit(run: RunDir, returncode: int | None) -> None:
     except OSError:
         pass
     oom = _oom_without_event(run, returncode, sig, tail)
-    _end_partial_line(run.events_path)
-    with open(run.events_path, "ab") as f:
-        if oom is not None:
-            f.write(encode("error", **oom, returncode=returncode, signal=sig, log_tail=tail))
-        else:
-            f.write(
-                encode("exit", returncode=returncode, signal=sig, reason=f"trainer {reason}", log_tail=tail)
-            )
+    if oom is not None:
+        line = encode("error", **oom, returncode=returncode, signal=sig, log_tail=tail)
+    else:
+        line = encode("exit", returncode=returncode, signal=sig, reason=f"trainer {reason}", log_tail=tail)
+    try:
+        _end_partial_line(run.events_path)
+        with open(run.events_path, "ab") as f:
+            f.write(line)
+        return []
+    except OSError as exc:  # a full disk (or a run directory gone): the end is shown, not recorded
+        print(
+            f"cockpit: could not record how the trainer ended in {run.events_path}: {exc.strerror or exc}; "
+            "free space on that disk (df -h) so `cockpit runs` can tell later",
+            file=sys.stderr,
+        )
+        return LineDecoder().feed(line)
 
 
 def _oom_without_event(run: RunDir, returncode: int | None, sig: int | None, tail: str) -> dict | None:

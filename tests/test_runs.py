@@ -123,3 +123,22 @@ def test_restart_refuses_a_finished_run(home, capsys):
     run = make_run([encode("hello", pid=1), encode("done", status="finished", step=5)], {"pid": dead_pid()})
     assert main(["restart", run.run_id, "--no-ui"]) == 2
     assert "nothing to continue" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
+def test_a_full_disk_at_the_trainers_end_is_shown_not_raised(home, capsys):
+    run = make_run([encode("hello", pid=1), encode("log", step=3, total_steps=10)])
+    run.events_path.unlink()
+    run.events_path.symlink_to("/dev/full")  # every write: ENOSPC, as on a full disk
+    (unwritten,) = supervisor.record_exit(run, -9)
+    assert unwritten["type"] == "exit" and unwritten["reason"] == "trainer killed by SIGKILL"
+    err = capsys.readouterr().err
+    assert "could not record how the trainer ended" in err and "No space left on device" in err
+    assert "df -h" in err
+
+
+def test_the_trainers_end_is_recorded_when_the_disk_takes_it(home):
+    run = make_run([encode("hello", pid=1), b'{"v":1,"ty'])  # killed mid-line
+    assert supervisor.record_exit(run, 3) == []
+    last = json.loads(run.events_path.read_bytes().splitlines()[-1])
+    assert last["type"] == "exit" and last["returncode"] == 3
