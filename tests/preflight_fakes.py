@@ -147,3 +147,37 @@ class Counted:
         for cid, gate in self.gates.items():
             if check_id in (None, cid):
                 gate.set()
+
+
+def probe_as_h200s(monkeypatch, count: int, allreduce) -> dict:
+    """Runs the probe's path past `torch.cuda.is_available()` on this CPU box (torch required):
+    torch's CUDA queries answer as `count` H200s would and the measurements are stubbed,
+    `allreduce(world, quick)` answering the all-reduce. Returns the probe's findings."""
+    import torch
+
+    from cockpit.probe_client import add_message
+    from train_backend import probe
+
+    class Props:
+        name, major, minor, total_memory = "NVIDIA H200", 9, 0, 150 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: ["sm_90"])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props())
+    monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda a, b: True)
+    monkeypatch.setattr(probe, "bnb_4bit", lambda device: {"ok": True})
+    monkeypatch.setattr(probe, "matmul_tflops", lambda device, quick: {"tflops": 700.0})
+    monkeypatch.setattr(probe, "h2d_bandwidth", lambda device, quick: {"gb_per_s": 50.0})
+    monkeypatch.setattr(probe, "allreduce_bus_bandwidth", allreduce)
+
+    class Collect:
+        def __init__(self) -> None:
+            self.findings: dict = {}
+
+        def emit(self, kind, **fields):
+            add_message(self.findings, {"type": kind, **fields})
+
+    collect = Collect()
+    probe.run(collect, quick=False, multi=True)
+    return collect.findings

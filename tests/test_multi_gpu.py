@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
+from preflight_fakes import probe_as_h200s
 from test_doctor import GIB, TRAINER_PID, gpu, host, rules, run_state, sample
 
 from cockpit import checks_perf as perf
@@ -310,23 +310,7 @@ def test_allreduce_judged_for_eight_gpus(bus, status):
 
 
 def test_probe_measures_every_pair_and_all_gpus(monkeypatch):
-    torch = pytest.importorskip("torch")
-    from cockpit import probe_client as pc
-    from train_backend import probe
-
-    class Props:
-        name, major, minor, total_memory = "NVIDIA H200", 9, 0, 150 * 2**30
-
+    pytest.importorskip("torch")
     worlds = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: ["sm_90"])
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props())
-    monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda a, b: True)
-    monkeypatch.setattr(probe, "bnb_4bit", lambda device: {"ok": True})
-    monkeypatch.setattr(probe, "matmul_tflops", lambda device, quick: {"tflops": 700.0})
-    monkeypatch.setattr(probe, "h2d_bandwidth", lambda device, quick: {"gb_per_s": 50.0})
-    monkeypatch.setattr(probe, "allreduce_bus_bandwidth", lambda world, quick: worlds.append(world) or {})
-    found: dict = {}
-    probe.run(SimpleNamespace(emit=lambda kind, **f: pc.add_message(found, {"type": kind, **f})), False, True)
+    found = probe_as_h200s(monkeypatch, 4, lambda world, quick: worlds.append(world) or {})
     assert len(found["peer_access"]["pairs"]) == 12 and worlds == [4]

@@ -10,12 +10,12 @@ import time
 
 import pytest
 from conftest import FIXTURES, ROOT
+from preflight_fakes import probe_as_h200s
 
 from cockpit import checks_gpu as cg
 from cockpit import checks_gpu_probe as gp
 from cockpit import checks_perf as perf
 from cockpit import nvml_state
-from cockpit import probe_client as pc
 from cockpit.nvml_fake import GIB, FakeGpu, FakeNvml
 from cockpit.probe_client import ProbeAnswer, add_message, run_probe
 
@@ -263,32 +263,8 @@ def test_fixtures_are_complete_answers(name):
 def test_probe_reports_every_device_of_a_cuda_torch(monkeypatch):
     """The probe's path past `torch.cuda.is_available()`, on this CPU box: torch's CUDA queries
     answer as two H200s would, the measurements are stubbed; every finding must arrive."""
-    torch = pytest.importorskip("torch")
-    from train_backend import probe
-
-    class Props:
-        name, major, minor, total_memory = "NVIDIA H200", 9, 0, 150 * 2**30
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: ["sm_90"])
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props())
-    monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda a, b: True)
-    monkeypatch.setattr(probe, "bnb_4bit", lambda device: {"ok": True})
-    monkeypatch.setattr(probe, "matmul_tflops", lambda device, quick: {"tflops": 700.0})
-    monkeypatch.setattr(probe, "h2d_bandwidth", lambda device, quick: {"gb_per_s": 50.0})
-    monkeypatch.setattr(probe, "allreduce_bus_bandwidth", lambda world, quick: {"bus_gb_per_s": 300.0})
-
-    class Collect:
-        def __init__(self) -> None:
-            self.findings: dict = {}
-
-        def emit(self, kind, **fields):
-            pc.add_message(self.findings, {"type": kind, **fields})
-
-    collect = Collect()
-    probe.run(collect, quick=False, multi=True)
-    found = collect.findings
+    pytest.importorskip("torch")
+    found = probe_as_h200s(monkeypatch, 2, lambda world, quick: {"bus_gb_per_s": 300.0})
     assert [d["name"] for d in found["devices"]] == ["NVIDIA H200", "NVIDIA H200"]
     assert len(found["matmul"]) == 2 and len(found["h2d"]) == 2
     assert found["peer_access"]["pairs"] == [[0, 1, True], [1, 0, True]]
