@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -24,6 +26,50 @@ def cockpit_env(home: Path, cache: Path | None = None, **extra: str) -> dict:
     if cache is not None:
         env["COCKPIT_CACHE"] = str(cache)
     return env | extra
+
+
+def run_cockpit(args: list[str], env: dict, timeout_s: float | None = None) -> tuple[int | None, str]:
+    """`python -m cockpit ARGS` from this checkout: its exit code (None when it ran past
+    `timeout_s`) and its output, stdout then stderr."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cockpit", *args],
+            env=env,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        return proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        return None, f"timed out after {timeout_s:.0f} s\n{exc.stdout or ''}{exc.stderr or ''}"
+
+
+def build_synthetic(arch: str, cache: Path, env: dict) -> Path:
+    """synthetic:`arch` in bf16, built on the GPU into the model cache `cache` unless it is there
+    already: untimed, like a download, so that no build shows in a measured peak. Its folder."""
+    target = cache / "synthetic" / f"{arch}-bf16"
+    if not (target / "config.json").is_file():
+        subprocess.run(
+            [sys.executable, "-m", "train_backend.synthetic", arch, str(target), "bf16", "cuda"],
+            env=env,
+            cwd=ROOT,
+            check=True,
+            stderr=subprocess.DEVNULL,
+        )
+    return target
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    """A run directory's events.jsonl (a line cut short by a killed writer is skipped)."""
+    out = []
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
 
 
 def write_tokens(path: Path, vocab: int, length: int, count: int) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from common import DevicePeak, cockpit_env, write_tokens  # noqa: E402
+from common import DevicePeak, build_synthetic, cockpit_env, read_events, write_tokens  # noqa: E402
 
 from cockpit import shapes  # noqa: E402
 
@@ -200,8 +200,7 @@ def measure(name: str, workdir: Path, env: dict) -> dict:
         text=True,
     )
     peak.stop()
-    run = sorted((Path(env["COCKPIT_HOME"]) / "runs").iterdir())[-1]
-    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if x.strip()]
+    events = read_events(sorted((Path(env["COCKPIT_HOME"]) / "runs").iterdir())[-1])
     result = {
         "name": name,
         "arch": arch,
@@ -265,15 +264,7 @@ def main() -> None:
     names = a.only or list(CONFIGS)
     # build each synthetic model once, untimed (like a download), so no build shows in a peak
     for arch in dict.fromkeys(CONFIGS[n][0] for n in names):
-        target = a.workdir / "cache" / "synthetic" / f"{arch}-bf16"
-        if not (target / "config.json").exists():
-            subprocess.run(
-                [sys.executable, "-m", "train_backend.synthetic", arch, str(target), "bf16", "cuda"],
-                env=env,
-                cwd=ROOT,
-                check=True,
-                stderr=subprocess.DEVNULL,
-            )
+        build_synthetic(arch, a.workdir / "cache", env)
         print(f"built {arch} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     for name in names:
         if time.time() - t0 > a.budget_s:

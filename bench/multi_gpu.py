@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cockpit_env  # noqa: E402
+from common import build_synthetic, cockpit_env, read_events, run_cockpit  # noqa: E402
 
 ARCH, VOCAB, SEQ = "llama-2-7b", 32000, 512
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -130,30 +130,12 @@ def run(name: str, config: str, workdir: Path, env: dict, timeout_s: float) -> d
     extra += ["--on-oom", "stop"] if "--on-oom" in help_text else []
     peaks = GpuPeaks()
     started = time.time()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "cockpit", "train", str(path), "--no-ui", *extra],
-            env=env,
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-        returncode, out = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        returncode, out = None, f"timed out after {timeout_s:.0f} s\n{exc.stdout or ''}{exc.stderr or ''}"
+    returncode, out = run_cockpit(["train", str(path), "--no-ui", *extra], env, timeout_s)
     wall = time.time() - started
     device_gib = peaks.stop()
-    (folder / "cockpit.log").write_text(out if isinstance(out, str) else str(out))
+    (folder / "cockpit.log").write_text(out)
     run_dirs = sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []
-    events = []
-    if run_dirs:
-        for line in (run_dirs[-1] / "events.jsonl").read_text().splitlines():
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                continue
+    events = read_events(run_dirs[-1]) if run_dirs else []
     logs = [e for e in events if e["type"] == "log"]
     hello = next((e for e in events if e["type"] == "hello"), {})
     model = next((e for e in events if e["type"] == "model"), {})
@@ -254,15 +236,7 @@ def main() -> None:
     data = a.workdir / "tokens-512.jsonl"
     write_dataset(data, 2 * 4 * 4 * (a.steps + 3))
     started = time.time()
-    target = a.workdir / "cache" / "synthetic" / f"{ARCH}-bf16"
-    if not (target / "config.json").is_file():  # built once, untimed, like a download
-        subprocess.run(
-            [sys.executable, "-m", "train_backend.synthetic", ARCH, str(target), "bf16", "cuda"],
-            env=env,
-            cwd=ROOT,
-            check=True,
-            stderr=subprocess.DEVNULL,
-        )
+    build_synthetic(ARCH, a.workdir / "cache", env)
     print(f"model built in {time.time() - started:.0f} s", file=sys.stderr, flush=True)
 
     import pynvml

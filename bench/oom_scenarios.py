@@ -28,7 +28,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +37,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from common import DevicePeak, cockpit_env, nvml_index, write_tokens  # noqa: E402
+from common import (  # noqa: E402
+    DevicePeak,
+    build_synthetic,
+    cockpit_env,
+    nvml_index,
+    read_events,
+    run_cockpit,
+    write_tokens,
+)
 
 GIB = 2**30
 QV = ["q_proj", "v_proj"]
@@ -111,16 +118,6 @@ def config_for(s: Scenario, data: Path, steps: int, runs: Path) -> dict:
     }
 
 
-def events_of(run_dir: Path) -> list[dict]:
-    out = []
-    for line in (run_dir / "events.jsonl").read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
-
-
 def trained(logs: list[dict]) -> dict:
     """Steady figures of a trainer's log events (steps after the first two)."""
     steady = [e for e in logs if e["step"] > 2] or logs[-1:]
@@ -135,22 +132,6 @@ def trained(logs: list[dict]) -> dict:
         if logs
         else None,
     }
-
-
-def cockpit(args: list[str], env: dict, timeout_s: float) -> tuple[int | None, str]:
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "cockpit", *args],
-            env=env,
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-        return proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        return None, f"timed out after {timeout_s:.0f} s\n{exc.stdout or ''}{exc.stderr or ''}"
 
 
 def dataset(s: Scenario, workdir: Path, steps: int) -> Path:
@@ -174,7 +155,7 @@ def run_scenario(name: str, s: Scenario, workdir: Path, env: dict, steps: int, t
     peak = DevicePeak()
     started = time.time()
     args = ["train", str(config), "--no-ui", "--skip-preflight", "--on-oom", "auto"]
-    returncode, out = cockpit([*args, "--emulate-vram", f"{s.card_gib:g}GiB"], env, timeout_s)
+    returncode, out = run_cockpit([*args, "--emulate-vram", f"{s.card_gib:g}GiB"], env, timeout_s)
     ended = time.time()
     peak.stop()
     (folder / "cockpit.log").write_text(out)
@@ -184,7 +165,7 @@ def run_scenario(name: str, s: Scenario, workdir: Path, env: dict, steps: int, t
     if not run_dirs:
         result["failure"] = out[-3000:]
         return result
-    events = events_of(run_dirs[-1])
+    events = read_events(run_dirs[-1])
     hellos = [e for e in events if e["type"] == "hello"]
     error = next((e for e in events if e["type"] == "error"), None)
     change = next((e for e in events if e["type"] == "config_change"), None)
@@ -250,11 +231,11 @@ def baseline(name: str, s: Scenario, workdir: Path, env: dict, steps: int, timeo
         workload_from_config(config_from_dict(settings), load_shape(f"synthetic:{s.arch}"))
     )
     peak = DevicePeak()
-    returncode, out = cockpit(["train", str(config), "--no-ui", "--skip-preflight"], env, timeout_s)
+    returncode, out = run_cockpit(["train", str(config), "--no-ui", "--skip-preflight"], env, timeout_s)
     peak.stop()
     (folder / "cockpit.log").write_text(out)
     run_dirs = sorted(runs.iterdir()) if runs.is_dir() else []
-    events = events_of(run_dirs[-1]) if run_dirs else []
+    events = read_events(run_dirs[-1]) if run_dirs else []
     begin = next((e for e in events if e["type"] == "train_begin"), None)
     return {
         "returncode": returncode,
@@ -267,16 +248,8 @@ def baseline(name: str, s: Scenario, workdir: Path, env: dict, steps: int, timeo
 def build(archs: list[str], workdir: Path, env: dict) -> dict:
     took = {}
     for arch in archs:
-        target = workdir / "cache" / "synthetic" / f"{arch}-bf16"
         started = time.time()
-        if not (target / "config.json").exists():
-            subprocess.run(
-                [sys.executable, "-m", "train_backend.synthetic", arch, str(target), "bf16", "cuda"],
-                env=env,
-                cwd=ROOT,
-                check=True,
-                stderr=subprocess.DEVNULL,
-            )
+        build_synthetic(arch, workdir / "cache", env)
         took[arch] = round(time.time() - started, 1)
         print(f"built {arch} in {took[arch]} s", file=sys.stderr, flush=True)
     return took

@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DevicePeak, cockpit_env  # noqa: E402
+from common import DevicePeak, build_synthetic, cockpit_env, read_events  # noqa: E402
 
 VOCAB = {"llama-2-7b": 32000, "llama-2-13b": 32000}
 
@@ -119,9 +119,7 @@ def run_cockpit(config_path: Path, lengths: list[int], env: dict, workdir: Path)
     if proc.returncode != 0:
         raise SystemExit(f"cockpit exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     runs = sorted((Path(env["COCKPIT_HOME"]) / "runs").iterdir())
-    events = [
-        json.loads(line) for line in (runs[-1] / "events.jsonl").read_text().splitlines() if line.strip()
-    ]
+    events = read_events(runs[-1])
     logs = [e for e in events if e["type"] == "log"]
     step_times = [e["step_time_s"] for e in logs if e["step"] > 2]
     med = statistics.median(step_times)
@@ -160,21 +158,7 @@ def main() -> None:
     config_path = a.workdir / "cockpit.yaml"
     config_path.write_text(cockpit_config(a.arch, data, a.steps))
     # warm both caches (model built once, untimed, like a download)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "train_backend.synthetic",
-            a.arch,
-            str(a.workdir / "cache" / "synthetic" / f"{a.arch}-bf16"),
-            "bf16",
-            "cuda",
-        ],
-        env=env,
-        cwd=ROOT,
-        check=True,
-        stderr=subprocess.DEVNULL,
-    )
+    build_synthetic(a.arch, a.workdir / "cache", env)
 
     seed_runs, cockpit_runs = [], []
     order = []
