@@ -11,7 +11,8 @@ from __future__ import annotations
 from statistics import fmean, median
 from typing import Any
 
-from cockpit.doctor import LOW_UTIL_PCT, Finding, Observation, Window, _field
+from cockpit.doctor_rules import LOW_UTIL_PCT
+from cockpit.doctor_window import Finding, Observation, Window, field
 from cockpit.nvml_state import PCIE_X16_PRACTICAL_GBS
 
 STRAGGLER_GAP_PCT = 15.0  # a GPU this many points below the median of the others' util...
@@ -22,12 +23,12 @@ ALLREDUCE_UNKNOWN_LINK_BYTES_S = 5e9  # ...or above 5 GB/s where the link is not
 
 def rank_pids(state: Any) -> set[int]:
     """This node's rank processes (from the hello and model events), all of them the trainer's."""
-    found = (_field(state, "distributed") or {}).get("pids") or []
+    found = (field(state, "distributed") or {}).get("pids") or []
     return {p for p in found if isinstance(p, int)}
 
 
 def _utils(o: Observation) -> dict[Any, float]:
-    return {_field(g, "index"): u for g in o.trainer_gpus if (u := _field(g, "util_pct")) is not None}
+    return {field(g, "index"): u for g in o.trainer_gpus if (u := field(g, "util_pct")) is not None}
 
 
 def _behind(o: Observation, index: Any) -> float | None:
@@ -61,11 +62,11 @@ def straggler(window: Window, state: Any) -> Finding | None:
         }
         spread = ", ".join(f"GPU {i} {m:.0f}%" for i, m in sorted(means.items(), key=lambda kv: str(kv[0])))
         latest = (g for o in reversed(window.observations) for g in o.trainer_gpus)
-        gpu = next((g for g in latest if _field(g, "index") == index), None)
+        gpu = next((g for g in latest if field(g, "index") == index), None)
         clues = []
-        if gpu is not None and _field(gpu, "throttle_reasons"):
-            clues.append(f"throttle: {'/'.join(_field(gpu, 'throttle_reasons'))}")
-        clock, clock_max = _field(gpu, "sm_clock_mhz"), _field(gpu, "sm_clock_max_mhz")
+        if gpu is not None and field(gpu, "throttle_reasons"):
+            clues.append(f"throttle: {'/'.join(field(gpu, 'throttle_reasons'))}")
+        clock, clock_max = field(gpu, "sm_clock_mhz"), field(gpu, "sm_clock_max_mhz")
         if clock and clock_max:
             clues.append(f"SM clock {clock:.0f} of {clock_max:.0f} MHz")
         return Finding(
@@ -83,19 +84,19 @@ def straggler(window: Window, state: Any) -> Finding | None:
 
 
 def _link_bytes_s(gpu: Any) -> float:
-    gen, width = _field(gpu, "pcie_gen") or _field(gpu, "pcie_gen_max"), _field(gpu, "pcie_width")
+    gen, width = field(gpu, "pcie_gen") or field(gpu, "pcie_gen_max"), field(gpu, "pcie_width")
     if gen in PCIE_X16_PRACTICAL_GBS and width:
         return ALLREDUCE_LINK_SHARE * PCIE_X16_PRACTICAL_GBS[gen] * 1e9 * width / 16
     return ALLREDUCE_UNKNOWN_LINK_BYTES_S
 
 
 def _traffic(gpu: Any) -> float | None:
-    tx, rx = _field(gpu, "pcie_tx_bytes_s"), _field(gpu, "pcie_rx_bytes_s")
+    tx, rx = field(gpu, "pcie_tx_bytes_s"), field(gpu, "pcie_rx_bytes_s")
     return None if tx is None and rx is None else (tx or 0.0) + (rx or 0.0)
 
 
 def _waiting_on_the_bus(o: Observation) -> bool:
-    gpus = [g for g in o.trainer_gpus if _field(g, "util_pct") is not None]
+    gpus = [g for g in o.trainer_gpus if field(g, "util_pct") is not None]
     if not o.training or len(gpus) < 2 or max(g.util_pct for g in gpus) >= LOW_UTIL_PCT:
         return False
     traffic = [(_traffic(g), _link_bytes_s(g)) for g in gpus]
@@ -109,15 +110,15 @@ def slow_allreduce(window: Window, state: Any) -> Finding | None:
     if not window.held(_waiting_on_the_bus):
         return None
     training = [o for o in window if _waiting_on_the_bus(o)]
-    indexes = sorted({_field(g, "index") for o in training for g in o.trainer_gpus}, key=str)
+    indexes = sorted({field(g, "index") for o in training for g in o.trainer_gpus}, key=str)
     parts = []
     for i in indexes:
-        readings = [g for o in training for g in o.trainer_gpus if _field(g, "index") == i]
+        readings = [g for o in training for g in o.trainer_gpus if field(g, "index") == i]
         util = fmean(g.util_pct for g in readings if g.util_pct is not None)
         traffic = fmean(t for g in readings if (t := _traffic(g)) is not None)
         parts.append(f"GPU {i} {util:.0f}% util, PCIe {traffic / 1e9:.1f} GB/s")
-    world = (_field(state, "distributed") or {}).get("strategy")
-    nvlink = any(_field(g, "nvlink_active") for o in training for g in o.trainer_gpus)
+    world = (field(state, "distributed") or {}).get("strategy")
+    nvlink = any(field(g, "nvlink_active") for o in training for g in o.trainer_gpus)
     remedy = (
         # the GPUs have NVLink, yet the exchange crosses PCIe: NCCL was kept off the links
         "these GPUs have NVLink, so NCCL is not using it: unset NCCL_P2P_DISABLE and NCCL_P2P_LEVEL, "

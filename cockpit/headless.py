@@ -17,8 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from cockpit import fmt
-from cockpit.doctor import Finding
 from cockpit.doctor_multi import rank_pids
+from cockpit.doctor_window import Finding
 from cockpit.protocol import Fault
 from cockpit.runstate import RunState, notice_text
 from cockpit.session import RunSession

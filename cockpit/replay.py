@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable
 
 from cockpit import fmt
-from cockpit.doctor import Doctor, Finding
+from cockpit.doctor import Doctor
+from cockpit.doctor_window import Finding
 from cockpit.protocol import Fault, number
 from cockpit.rundir import RunDir
 from cockpit.runstate import RunState

@@ -13,7 +13,8 @@ import threading
 from collections.abc import Callable, Iterable
 
 from cockpit import gpu_spread
-from cockpit.doctor import Doctor, Finding
+from cockpit.doctor import Doctor
+from cockpit.doctor_window import Finding
 from cockpit.runstate import RunState
 from cockpit.telemetry import BackgroundSampler, Sample, Sampler
 

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from cockpit.doctor import Doctor, Finding, Window
+from cockpit.doctor import Doctor
+from cockpit.doctor_window import Finding, Window
 from cockpit.runstate import Attempt, RunState
 
 GIB = 2**30

@@ -19,7 +19,7 @@ import pytest
 import screens.app
 import screens.run_view
 from cockpit import supervisor
-from cockpit.doctor import Finding
+from cockpit.doctor_window import Finding
 from cockpit.nvml_fake import FakeGpu, FakeNvml
 from cockpit.protocol import Fault
 from cockpit.replay import ReplaySession

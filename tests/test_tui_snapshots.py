@@ -29,7 +29,7 @@ from test_tui import (
     gpu_events,
 )
 
-from cockpit.doctor import Finding
+from cockpit.doctor_window import Finding
 from cockpit.nvml_fake import FakeGpu
 from cockpit.replay import ReplaySession
 from cockpit.rundir import RunDir

@@ -7,7 +7,7 @@ import itertools
 import os
 import time
 
-from cockpit.doctor import Finding
+from cockpit.doctor_window import Finding
 from cockpit.headless import _print_changes, _render
 from cockpit.nvml_fake import FakeGpu, FakeNvml
 from cockpit.runstate import RunState
