@@ -23,7 +23,8 @@ from cockpit.cards_inputs import CardsError as CardsError  # re-exported: the ta
 from cockpit.cards_inputs import RunSize, check_budget
 from cockpit.cards_inputs import parse_count as parse_count
 from cockpit.cards_inputs import parse_dataset as parse_dataset
-from cockpit.catalog import Card, Catalog, price_label
+from cockpit.catalog import Card, Catalog
+from cockpit.catalog_card import price_label
 from cockpit.estimate import (
     GIB,
     SAFETY_MARGIN,

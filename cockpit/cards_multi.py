@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import date
 
 from cockpit.cards import CardRow, CardsError, RunFigures, RunSize, figures_of, within
-from cockpit.catalog import Card, price_label
+from cockpit.catalog_card import Card, price_label
 from cockpit.estimate import Workload, multi_gpu_options
 from cockpit.fitting import card_vram_bytes, fit_card
 from cockpit.speed_multi import estimate_multi_speed, multi_speed_inputs

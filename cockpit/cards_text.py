@@ -12,7 +12,7 @@ from datetime import date
 
 from cockpit import fmt
 from cockpit.cards import CardRow, CardTable, money
-from cockpit.catalog import price_age_days
+from cockpit.catalog_card import price_age_days
 from cockpit.estimate import GIB, SAFETY_MARGIN
 from cockpit.speed import CALIBRATED_ON
 

@@ -14,15 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from cockpit.catalog import (
-    USER_PRICE_SOURCE,
-    Card,
-    CatalogError,
-    load_catalog,
-    price_age_days,
-    price_label,
-    user_cards_path,
-)
+from cockpit.catalog import CatalogError, load_catalog
+from cockpit.catalog_card import USER_PRICE_SOURCE, Card, price_age_days, price_label
+from cockpit.catalog_user import user_cards_path
 
 TODAY = date(2026, 11, 30)
 
