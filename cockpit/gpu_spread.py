@@ -1,6 +1,6 @@
 """How evenly the GPUs of a run work, and what joins them: plain data in, plain data out.
 
-`gpu_spread()` takes the GPUs of one telemetry sample (`cockpit.telemetry.GpuSample`s or anything
+`gpu_spread()` takes the GPUs of one telemetry sample (`cockpit.telemetry_gpu.GpuSample`s or anything
 with the same fields) and gives the spread across them of utilisation, memory used and power:
 lowest and highest, and which GPU has each. Only the trainer's GPUs count when the process lists
 say which they are (the trainer's pid and its ranks'); otherwise every GPU counts, and

@@ -1,7 +1,7 @@
 """A fake NVML for tests and demos: no GPU, no driver, the same errors as the real library.
 
-`FakeNvml` implements `cockpit.telemetry.NvmlSource`. Each `FakeGpu` answers the fields of
-`cockpit.telemetry.NVML_FIELDS` in NVML's units and shapes (structs with .gpu/.memory,
+`FakeNvml` implements `cockpit.nvml_source.NvmlSource`. Each `FakeGpu` answers the fields of
+`cockpit.nvml_source.NVML_FIELDS` in NVML's units and shapes (structs with .gpu/.memory,
 .used/.total, processes with .pid/.usedGpuMemory), and fails the way the real one does, by raising
 `pynvml.NVMLError(code)`, which pynvml turns into its subclass (NVMLError_NotSupported, ...):
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import pynvml
 
-from cockpit.telemetry import NVML_FIELDS
+from cockpit.nvml_source import NVML_FIELDS
 
 GIB = 1 << 30
 INIT_ERRORS = {

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from cockpit.telemetry import NVML_NOT_SUPPORTED, nvml_code
+from cockpit.nvml_source import NVML_NOT_SUPPORTED, nvml_code
 
 GIB = 1 << 30
 # achievable host->device copy over PCIe x16, GB/s, by generation (practical, not the line rate)

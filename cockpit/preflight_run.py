@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from cockpit import __version__, checks_gpu, nvml_state, preflight
 from cockpit.checks import CheckResult
+from cockpit.nvml_source import PynvmlSource
 from cockpit.probe_client import run_probe
-from cockpit.telemetry import PynvmlSource
 
 PROBE_TIMEOUT_S = {True: 90.0, False: 240.0}  # quick, full: the probe's torch import alone takes seconds
 

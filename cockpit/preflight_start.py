@@ -22,8 +22,8 @@ from pathlib import Path
 from cockpit import checks_gpu, nvml_state, paths, preflight, shapes
 from cockpit.checks import STATUSES, CheckResult
 from cockpit.config import TrainConfig
+from cockpit.nvml_source import PynvmlSource
 from cockpit.preflight_run import result_line
-from cockpit.telemetry import PynvmlSource
 
 BUDGET_S = 2.5  # the whole start preflight, with margin under the 3 s a start may wait
 FACTS_WAIT_S = 0.8  # NVML's answer and the model's shape

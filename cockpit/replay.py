@@ -28,7 +28,8 @@ from cockpit.protocol import Fault, number
 from cockpit.rundir import RunDir
 from cockpit.runstate import RunState
 from cockpit.supervisor import EventFollower, NotRunning
-from cockpit.telemetry import GPU_LOST_TEXT, GpuSample, HostSample, Sample
+from cockpit.telemetry import HostSample, Sample
+from cockpit.telemetry_gpu import GPU_LOST_TEXT, GpuSample
 from cockpit.telemetry_log import TELEMETRY_NAME, read_history
 
 MAX_GAP_S = 60.0  # recorded silence longer than this plays as this long

@@ -2,7 +2,7 @@
 
 A call that overruns its timeout raises `CallStalled` in the caller; its worker thread is left
 to finish (a daemon) and a new worker serves later calls. At most `MAX_STUCK_THREADS` threads
-are ever abandoned. Used by `cockpit.telemetry.Sampler`.
+are ever abandoned. Used by `cockpit.telemetry_gpu.GpuReader`.
 """
 
 from __future__ import annotations

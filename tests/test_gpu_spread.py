@@ -15,7 +15,9 @@ from cockpit.gpu_spread import (
     window_mean,
 )
 from cockpit.nvml_fake import FakeGpu, FakeNvml
-from cockpit.telemetry import GpuSample, HostCounters, Sampler
+from cockpit.telemetry import Sampler
+from cockpit.telemetry_gpu import GpuSample
+from cockpit.telemetry_host import HostCounters
 from cockpit.watch import gpu_status
 
 GIB = 2**30

@@ -14,7 +14,7 @@ import pytest
 from cockpit import cli, supervisor
 from cockpit.replay import MAX_GAP_S, ReplaySession, Timeline, sample_of_bin
 from cockpit.rundir import RunDir
-from cockpit.telemetry import GPU_LOST_TEXT
+from cockpit.telemetry_gpu import GPU_LOST_TEXT
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EVENTS_FIXTURE = FIXTURES / "demo_run_events.jsonl"

@@ -22,20 +22,12 @@ import pynvml
 import pytest
 from conftest import ROOT
 
-from cockpit import telemetry, watchdog
+from cockpit import nvml_source, watchdog
 from cockpit.nvml_fake import FakeGpu, FakeNvml, gone_pid
-from cockpit.telemetry import (
-    GPU_LOST_TEXT,
-    NVML_FIELDS,
-    NVML_SLOW_FIELDS,
-    BackgroundSampler,
-    GpuSample,
-    HostCounters,
-    PynvmlSource,
-    Sampler,
-    throttle_names,
-)
-from cockpit.telemetry_host import ProcessTree
+from cockpit.nvml_source import NVML_FIELDS, NVML_SLOW_FIELDS, PynvmlSource, throttle_names
+from cockpit.telemetry import BackgroundSampler, Sampler
+from cockpit.telemetry_gpu import GPU_LOST_TEXT, GpuSample
+from cockpit.telemetry_host import HostCounters, ProcessTree
 from cockpit.telemetry_log import TelemetryRecorder, read_history
 
 GIB = 1 << 30
@@ -228,9 +220,9 @@ def test_the_table_matches_the_installed_nvidia_ml_py():
         for name in constants:
             assert isinstance(getattr(pynvml, name), int), name
     for name in ("NOT_SUPPORTED", "NO_PERMISSION", "DRIVER_NOT_LOADED", "LIBRARY_NOT_FOUND"):
-        assert getattr(telemetry, f"NVML_{name}") == getattr(pynvml, f"NVML_ERROR_{name}")
+        assert getattr(nvml_source, f"NVML_{name}") == getattr(pynvml, f"NVML_ERROR_{name}")
     for name in ("FUNCTION_NOT_FOUND", "GPU_IS_LOST", "RESET_REQUIRED", "LIB_RM_VERSION_MISMATCH"):
-        assert getattr(telemetry, f"NVML_{name}") == getattr(pynvml, f"NVML_ERROR_{name}")
+        assert getattr(nvml_source, f"NVML_{name}") == getattr(pynvml, f"NVML_ERROR_{name}")
     bits = {
         "gpu_idle": "GpuIdle",
         "applications_clocks_setting": "ApplicationsClocksSetting",
@@ -244,7 +236,7 @@ def test_the_table_matches_the_installed_nvidia_ml_py():
         "board_limit": "BoardLimit",
         "reliability": "Reliability",
     }
-    for bit, name in telemetry.THROTTLE_REASONS:
+    for bit, name in nvml_source.THROTTLE_REASONS:
         assert getattr(pynvml, f"nvmlClocksThrottleReason{bits[name]}") == bit, name
 
 

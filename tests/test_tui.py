@@ -26,7 +26,8 @@ from cockpit.replay import ReplaySession
 from cockpit.rundir import RunDir
 from cockpit.runstate import RunState
 from cockpit.session import RunSession
-from cockpit.telemetry import HostCounters, Sample, Sampler
+from cockpit.telemetry import Sample, Sampler
+from cockpit.telemetry_host import HostCounters
 from cockpit.watch import LiveWatch
 from screens.app import CockpitApp
 from screens.confirm import Confirm
