@@ -31,9 +31,9 @@ from cockpit.estimate import (
     MemoryEstimate,
     Workload,
     estimate_memory,
-    workload_inputs,
 )
-from cockpit.estimate import to_dict as estimate_dict
+from cockpit.estimate_report import to_dict as estimate_dict
+from cockpit.estimate_report import workload_inputs
 from cockpit.fitting import CardFit, Change, fit_card
 from cockpit.speed import CALIBRATED_ON, SpeedEstimate, estimate_run, estimate_speed, speed_inputs
 

@@ -2,7 +2,7 @@
 speed, time and cost.
 
 For each count, the strategy is what `distributed.strategy: auto` runs on that card
-(`cockpit.estimate.multi_gpu_options`: DDP for LoRA/QLoRA, and for a full fine-tune whose replica
+(`cockpit.estimate_report.multi_gpu_options`: DDP for LoRA/QLoRA, and for a full fine-tune whose replica
 fits one card; FSDP otherwise). The fit (and the single change that makes a run fit) is per GPU,
 by the memory model's per-GPU parts; tokens/s are all GPUs together, from the communication model
 (`cockpit.speed_multi`, not calibrated on a measured multi-GPU run: marked so); the cost is
@@ -17,7 +17,8 @@ from datetime import date
 
 from cockpit.cards import CardRow, CardsError, RunFigures, RunSize, figures_of, within
 from cockpit.catalog_card import Card, price_label
-from cockpit.estimate import Workload, multi_gpu_options
+from cockpit.estimate import Workload
+from cockpit.estimate_report import multi_gpu_options
 from cockpit.fitting import card_vram_bytes, fit_card
 from cockpit.speed_multi import estimate_multi_speed, multi_speed_inputs
 

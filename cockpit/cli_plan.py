@@ -27,12 +27,12 @@ def load_workload(args):
 
 def cmd_estimate(args) -> int:
     from cockpit import estimate as est
-    from cockpit import modelshape
+    from cockpit import estimate_report, modelshape
 
     try:
         cfg, shape, workload = load_workload(args)
         if args.inference:
-            result = est.estimate_inference(shape, args.bits, args.context)
+            result = estimate_report.estimate_inference(shape, args.bits, args.context)
             workload = None
         else:
             result = est.estimate_memory(workload)
@@ -42,11 +42,11 @@ def cmd_estimate(args) -> int:
     fits = None if args.vram is None else est.verdict(result, int(args.vram * est.GIB))
     if args.json:
         inputs = (
-            est.workload_inputs(workload)
+            estimate_report.workload_inputs(workload)
             if workload
             else {"model": shape.name, "bits": args.bits, "context": args.context}
         )
-        data = est.to_dict(result, inputs)
+        data = estimate_report.to_dict(result, inputs)
         data["fits_vram"] = fits  # fits | tight | no | null
         print(json.dumps(data, indent=1))
         return 0

@@ -15,10 +15,10 @@ from cockpit.estimate import (
     GIB,
     EstimateError,
     Workload,
-    estimate_inference,
     estimate_memory,
     workload_from_config,
 )
+from cockpit.estimate_report import estimate_inference
 
 QV = ["q_proj", "v_proj"]
 

@@ -13,7 +13,7 @@ from test_doctor import GIB, TRAINER_PID, gpu, host, rules, run_state, sample
 from cockpit import checks_perf as perf
 from cockpit import distributed as dist
 from cockpit import estimate as est
-from cockpit import modelshape
+from cockpit import estimate_report, modelshape
 from cockpit.config import ConfigError
 from cockpit.config_load import config_from_dotted
 from cockpit.doctor import Doctor
@@ -163,7 +163,7 @@ def test_one_gpu_numbers_do_not_move(method):
     base = est.estimate_memory(w)
     for sharding in ("ddp", "fsdp"):
         assert est.estimate_memory(replace(w, gpus=1, sharding=sharding)) == base
-    assert "gpus" not in est.workload_inputs(w)
+    assert "gpus" not in estimate_report.workload_inputs(w)
 
 
 def test_ddp_replicates_and_adds_gradient_buckets_and_nccl():
@@ -194,11 +194,11 @@ def test_fsdp_shards_states_and_gathers_layers_in_turn():
 
 def test_picker_rows_choose_the_strategy_auto_would_run():
     full = est.Workload(SHAPE, method="full", optimizer="adamw_torch")
-    rows = est.multi_gpu_options(full, 80 * GIB)
+    rows = estimate_report.multi_gpu_options(full, 80 * GIB)
     assert [r.gpus for r in rows] == [2, 4, 8]
     assert all(r.sharding == "fsdp" and r.verdict == "fits" for r in rows)
     assert rows[0].estimate.peak_bytes > rows[1].estimate.peak_bytes > rows[2].estimate.peak_bytes
-    qlora = est.multi_gpu_options(est.Workload(SHAPE), 24 * GIB, counts=(2,))
+    qlora = estimate_report.multi_gpu_options(est.Workload(SHAPE), 24 * GIB, counts=(2,))
     assert qlora[0].sharding == "ddp" and qlora[0].verdict == "fits"
 
 
@@ -206,7 +206,7 @@ def test_config_workload_counts_every_rank():
     cfg = config_from_dotted({"gpus": 4, "method": "full"})
     w = est.workload_from_config(cfg, SHAPE)
     assert w.gpus == 4 and w.sharding == "fsdp"
-    assert est.workload_inputs(w)["gpus"] == 4
+    assert estimate_report.workload_inputs(w)["gpus"] == 4
 
 
 # ---------------------------------------------------------------- doctor
