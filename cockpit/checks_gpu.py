@@ -24,8 +24,8 @@ from cockpit.checks_gpu_probe import (
     make_result,
 )
 from cockpit.checks_perf import check_allreduce, check_h2d, check_matmul, check_peer_access, check_software
+from cockpit.nvml_source import throttle_names
 from cockpit.nvml_state import GIB, NvmlState
-from cockpit.telemetry import throttle_names
 
 _THROTTLE_BAD = {"hw_power_brake": "fail", "hw_thermal_slowdown": "fail", "hw_slowdown": "fail",
                  "sw_thermal_slowdown": "warn"}  # fmt: skip

@@ -31,7 +31,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from cockpit.nvml_source import NvmlSource, PynvmlSource
-from cockpit.nvml_source import throttle_names as throttle_names  # checks_gpu still imports it from here
 from cockpit.telemetry_gpu import GpuReader, GpuSample
 from cockpit.telemetry_host import HostCounters, Rate, safe
 
