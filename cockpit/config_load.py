@@ -6,6 +6,7 @@ Errors (`ConfigError`) name the key, say what was expected and how to fix it.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 from dataclasses import fields
@@ -149,6 +150,8 @@ def _check_value(key: str, value: Any, hint: Any, meta: dict) -> Any:
             f"{key}: a value is required ({_type_words(allowed)}); remove the key for the default"
         )
     value = _coerce(key, value, allowed)
+    if isinstance(value, float) and not math.isfinite(value):  # YAML's .nan/.inf, or --set x=nan
+        raise ConfigError(f"{key}: {value} is not a finite number; give a number like 1 or 2e-4")
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)

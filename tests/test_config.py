@@ -63,6 +63,9 @@ def err(overrides: list[str] | None = None, text: str | None = None, tmp_path=No
             "debug.fail_at_step: 5 is after training.max_steps (2)",
         ),
         (["training=3"], "training: expected a section (key: value lines), got 3 (int)"),
+        (["training.epochs=.inf"], "training.epochs: inf is not a finite number"),
+        (["training.learning_rate=nan"], "training.learning_rate: nan is not a finite number"),
+        (["cost.price_per_hour=.nan"], "cost.price_per_hour: nan is not a finite number"),
     ],
 )
 def test_each_bad_value_names_key_and_fix(overrides, expected):
