@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ def load_raw(section: DatasetSection):
                     f"dataset.path: {str(local)!r} has suffix {local.suffix!r}; expected one of "
                     f"{', '.join(LOCAL_BUILDERS)} or a folder written by save_to_disk"
                 )
+            if not local.read_bytes().strip():
+                raise DataError(f"dataset.path: {str(local)!r} is empty; give a file with one sample per row")
             return datasets.load_dataset(builder, data_files=str(local), split="train")
         return datasets.load_dataset(path, split=section.split)
     except DataError:
@@ -57,7 +60,34 @@ def load_raw(section: DatasetSection):
     except Exception as exc:  # datasets raises many types; the user needs the path and the reason
         endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
         where = "local file" if local.exists() else f"hub dataset (endpoint {endpoint})"
-        raise DataError(f"could not load dataset {path!r} as a {where}: {type(exc).__name__}: {exc}") from exc
+        bad_line = _first_bad_json_line(local) if local.suffix.lower() == ".jsonl" else None
+        reason = bad_line or _reason(exc)
+        raise DataError(f"could not load dataset {path!r} as a {where}: {reason}") from exc
+
+
+def _reason(exc: BaseException) -> str:
+    """The parser's own message: datasets wraps it in a DatasetGenerationError that says nothing."""
+    while type(exc).__name__ == "DatasetGenerationError" and exc.__cause__ is not None:
+        exc = exc.__cause__
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _first_bad_json_line(path: Path) -> str | None:
+    """'line N is not a JSON object: ...' for the first such line of a JSON-lines file, else None."""
+    with open(path, encoding="utf-8", errors="replace") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                if isinstance(json.loads(line), dict):
+                    continue
+            except ValueError:
+                pass
+            return (
+                f"line {number} is not a JSON object: {line.strip()[:80]!r}. Each line must be one object, "
+                'e.g. {"text": "..."}'
+            )
+    return None
 
 
 def detect_format(columns: list[str], section: DatasetSection) -> str:
