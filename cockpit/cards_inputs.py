@@ -68,6 +68,16 @@ class RunSize:
             raise CardsError("dataset", "give samples together with their mean tokens (e.g. 9846x350)")
         if self.samples is not None and self.dataset_tokens is not None:
             raise CardsError("dataset", "give dataset tokens or samples x mean tokens, not both")
+        if self.mean_tokens is not None and self.mean_tokens < 1:
+            raise CardsError("dataset", f"mean tokens per sample {self.mean_tokens:g}: expected at least 1")
+        # the run must cover at least one token (a sample keeps at least one after the cut)
+        what, count = ("token", self.dataset_tokens) if self.samples is None else ("sample", self.samples)
+        if self.max_steps is None and count is not None and count * self.epochs < 1:
+            raise CardsError(
+                "epochs" if self.epochs < 1 else "dataset",
+                f"{self.epochs:g} epochs of {count:,} {what}{'s' if count != 1 else ''} "
+                f"is less than one {what}; give more epochs or a larger dataset",
+            )
 
     @property
     def known(self) -> bool:

@@ -1,0 +1,24 @@
+"""The card picker under an impatient user: values at the edges of what the fields take, typed
+into the form, must be explained under their row, never take the screen down."""
+
+from __future__ import annotations
+
+from test_picker import make_app, screen_text, set_field, table_of
+
+
+async def test_epochs_so_small_the_run_covers_no_token_is_explained(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await set_field(pilot, "epochs", "1e-12")
+        text = screen_text(app)
+        assert "epochs: 1e-12 epochs of 10,000,000 tokens is less than one token" in text
+        assert app.screen.query_one("#epochs").has_class("-bad")
+        await set_field(pilot, "epochs", "1")
+        await set_field(pilot, "dataset", "1x0.5")
+        assert "dataset: mean tokens per sample 0.5: expected at least 1" in screen_text(app)
+        await set_field(pilot, "dataset", "3x350")
+        await set_field(pilot, "epochs", "0.1")
+        assert "0.1 epochs of 3 samples is less than one sample" in screen_text(app)
+        await set_field(pilot, "epochs", "0.5")
+        assert table_of(app).size.tokens(table_of(app).workload) == 525  # 3 x 350 x 0.5
