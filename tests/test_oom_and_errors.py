@@ -82,3 +82,13 @@ def test_classification(exc, phase, kind, tmp_path):
         assert verdict.oom["requested_bytes"] == 2 * GIB
     if kind == "disk":
         assert "GiB free" in verdict.message and "intact" in verdict.hint
+
+
+def test_a_run_directory_deleted_mid_run_is_named(tmp_path):
+    gone = tmp_path / "runs" / "20261201-000000-tiny"
+    verdict = classify(
+        FileNotFoundError(2, "No such file or directory", str(gone / "checkpoints")), "training", str(gone)
+    )
+    assert f"the run directory {gone} was deleted" in verdict.message
+    assert "No such file or directory" in verdict.message
+    assert "backend.log in the run directory" not in verdict.hint and "cockpit train" in verdict.hint

@@ -84,6 +84,14 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
     refused = refused_write(exc)
     if refused is not None:
         return _disk_full(refused, phase, run_dir)
+    if run_dir and not Path(run_dir).is_dir():  # whatever failed, this is why
+        gone = f"the run directory {run_dir} was deleted (or its disk unmounted) while the trainer ran"
+        return Classified(
+            "other",
+            f"{gone}; {text}"[:2000],
+            "Its checkpoints went with it: nothing is left to restart. Start a new run with "
+            "`cockpit train CONFIG`, and keep the run directory until the run ends.",
+        )
     if _GPU_FAILURE.search(text):
         return Classified(
             "gpu",
