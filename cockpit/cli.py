@@ -58,18 +58,22 @@ def cmd_init(args) -> int:
 
 
 def cmd_train(args) -> int:
-    cfg = config_load.load_config(args.config, args.overrides)
-    return _start(cfg, args)
+    return _start(_load(args.config, args), args)
 
 
 def cmd_demo(args) -> int:
-    cfg = config_load.load_config(demo_config_path(), args.overrides)
-    return _start(cfg, args)
+    return _start(_load(demo_config_path(), args), args)
+
+
+def _load(path: str, args) -> config.TrainConfig:
+    """The config with --set and --emulate-vram applied, all validated together."""
+    overrides = list(args.overrides)
+    if args.emulate_vram is not None:
+        overrides.append(f"emulate_vram_gib={args.emulate_vram!r}")
+    return config_load.load_config(path, overrides)
 
 
 def _start(cfg: config.TrainConfig, args) -> int:
-    if args.emulate_vram is not None:
-        cfg.emulate_vram_gib = args.emulate_vram
     if args.check:
         print("config OK")
         return 0

@@ -73,7 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("estimate", help="predict peak GPU memory of a config, in parts (no GPU needed)")
     workload_args(sp)
-    sp.add_argument("--vram", type=float, metavar="GIB", help="say whether it fits a card of this many GiB")
+    sp.add_argument(
+        "--vram", type=vram_gib, metavar="GIB", help="say whether it fits a card of this many GiB"
+    )
     sp.add_argument("--inference", action="store_true", help="inference instead: weights + KV cache")
     sp.add_argument("--bits", type=int, choices=(4, 8, 16), default=4, help="with --inference")
     sp.add_argument("--context", type=int, default=4096, help="with --inference: tokens of context")
@@ -161,12 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def vram_gib(text: str) -> float:
     """`24GiB`, `24G`, `24` (GiB) or `24576MiB` -> GiB."""
-    match = re.fullmatch(r"\s*([\d.]+)\s*(GiB|G|MiB|M)?\s*", text)
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(GiB|G|MiB|M)?\s*", text)
     if not match:
         raise argparse.ArgumentTypeError(
             f"{text!r}: give GiB as nvidia-smi counts them (MiB / 1024), e.g. 24GiB or 24576MiB"
         )
     number = float(match.group(1))
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a size above 0, e.g. 24GiB or 24576MiB")
     return number / 1024 if match.group(2) in ("MiB", "M") else number
 
 
