@@ -76,7 +76,9 @@ class OomWizard(Screen[Any]):
         self.query_one("#observed").border_title = "at the failure"
         self.query_one("#predicted").border_title = "memory model, failed config"
         self.query_one("#remedies").border_title = "remedies, best first"
-        self.run_worker(lambda: self.analyse(self.session.run, self.session.state), thread=True, name="oom")
+        # a config.yaml edited by hand since the run failed can fail the analysis: said, not a crash
+        run, state = self.session.run, self.session.state
+        self.run_worker(lambda: self.analyse(run, state), thread=True, name="oom", exit_on_error=False)
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.height < COMPACT_BELOW_ROWS, "-compact")
@@ -127,7 +129,7 @@ class OomWizard(Screen[Any]):
     def _choice(self) -> tuple[Option | None, str]:
         """What Enter would apply: the picks, combined, or the highlighted remedy; or why nothing."""
         if self.analysis is None:
-            return None, "the analysis is not ready"
+            return None, self.failure or "the analysis is not ready"
         if not self.picked:
             option = self._highlighted()
             return option, "" if option is not None else "no remedy to apply"

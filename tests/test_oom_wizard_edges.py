@@ -1,0 +1,27 @@
+"""The OOM wizard when its analysis cannot be made: said on the wizard, the app keeps running."""
+
+from __future__ import annotations
+
+from test_oom_wizard import RUN_ID, make_app, make_run, oom_error, until_training, wait_for
+from test_tui import ScriptedSession, screen_text
+
+from screens.oom_wizard import OomWizard
+
+
+async def test_a_config_edited_into_an_error_is_said_not_a_crash(tmp_path):
+    run = make_run(tmp_path)
+    run.config_path.write_text("training:\n  lerning_rate: 0.001\n")  # edited by hand since the OOM
+    session = ScriptedSession(run, [*until_training(), oom_error()], alive=False)
+    app = make_app(session)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, OomWizard) and app.screen.failure is not None)
+        await pilot.pause()
+        assert "could not analyse the failure" in screen_text(app)
+        assert "training.lerning_rate" in app.screen.failure
+        await pilot.press("r")  # says why nothing relaunches
+        await pilot.pause()
+        assert "could not analyse the failure" in list(app._notifications)[-1].message
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, OomWizard))
+        assert app.is_running and RUN_ID in screen_text(app)
+    assert app.relaunched is None
