@@ -96,7 +96,7 @@ def describe(item: dict | Fault) -> str | None:
         loss = fmt.loss(item.get("train_loss"))
         return f"done: {item.get('status')} at step {item.get('step')}, train loss {loss}{out}"
     if kind == "exit":
-        return f"trainer {item.get('reason', 'exited')}"
+        return item.get("reason") or "trainer exited"  # the reason names the trainer already
     if kind == "config_change":
         changes = ", ".join(f"{k}={v}" for k, v in (item.get("changes") or {}).items())
         why = f"OOM remedy: {item.get('title')}" if item.get("reason") == "oom" else item.get("reason")

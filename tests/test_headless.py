@@ -87,3 +87,16 @@ def test_status_line_shows_cost_only_with_a_price():
     assert "(of ~$0.1500)" in line
     state.price_per_hour = None
     assert "cost" not in status_line(state, 200.0)
+
+
+def test_a_killed_trainer_is_said_once(tmp_path):
+    import json
+
+    from cockpit.headless import describe
+    from cockpit.supervisor import record_exit
+
+    run = tmp_path / "run"
+    run.mkdir()
+    assert record_exit(RunDir(run), -9) == []
+    (event,) = (json.loads(line) for line in (run / "events.jsonl").read_text().splitlines())
+    assert describe(event) == "trainer killed by SIGKILL"
