@@ -231,7 +231,12 @@ def _check_combinations(cfg: TrainConfig) -> None:
                 f"model.name: local path {name!r} does not exist. Give an existing directory with "
                 "config.json and weights, a hub id like 'org/name', or synthetic:<arch>."
             )
-        if path.is_dir() and not (path / "config.json").is_file():
+        if not path.is_dir():
+            raise ConfigError(
+                f"model.name: {name!r} is a file; point it at the folder that holds config.json and the "
+                "weights (the one save_pretrained wrote)."
+            )
+        if not (path / "config.json").is_file():
             raise ConfigError(
                 f"model.name: {name!r} has no config.json; point it at the folder that holds config.json "
                 "and the weights (the one save_pretrained wrote)."

@@ -78,6 +78,12 @@ def test_model_dir_without_config_json(tmp_path):
     assert "has no config.json" in message and "save_pretrained" in message
 
 
+def test_model_path_that_is_a_file(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    message = err([f"model.name={tmp_path / 'model.safetensors'}"])
+    assert "is a file; point it at the folder that holds config.json" in message
+
+
 def test_missing_config_file_points_at_init(tmp_path):
     with pytest.raises(ConfigError, match="cockpit init"):
         load_config(tmp_path / "nope.yaml")
