@@ -1,4 +1,5 @@
-"""A local dataset file that cannot be read says what is wrong with it (no library's bare wrapper)."""
+"""A local dataset file or model folder that cannot be read says what is wrong with it (no library's bare
+wrapper)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,14 @@ def test_a_bad_json_file_gives_the_parsers_reason(tmp_path):
     path.write_text('[{"text": "a"}, {"text": ')
     message = load_error(path)
     assert "could not load dataset" in message and "DatasetGenerationError" not in message
+
+
+def test_a_model_folder_without_tokenizer_files_says_so(tmp_path):
+    from train_backend.model import _load_failure
+
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    exc = ValueError("Couldn't instantiate the backend tokenizer from one of: \n(1) a `tokenizers` file")
+    message = _load_failure("tokenizer", str(tmp_path), exc)
+    assert "the folder has no tokenizer files" in message and "tokenizer.save_pretrained" in message
+    (tmp_path / "tokenizer.json").write_text("{}")
+    assert "no tokenizer files" not in _load_failure("tokenizer", str(tmp_path), exc)

@@ -186,7 +186,14 @@ def load_model(cfg: TrainConfig, model_path: str, precision: str, device: Device
 
 def _load_failure(what: str, name: str, exc: Exception) -> str:
     text = f"{type(exc).__name__}: {exc}".split("\n")[0][:600]
-    if Path(name).expanduser().exists():
+    local = Path(name).expanduser()
+    if local.exists():
+        if what == "tokenizer" and local.is_dir() and not any(local.glob("tokenizer*")):
+            return (
+                f"could not load the tokenizer from local path {name!r}: the folder has no tokenizer files "
+                "(tokenizer.json, tokenizer_config.json, tokenizer.model). Copy them from the base model "
+                f"(tokenizer.save_pretrained) into it. {text}"
+            )
         return f"could not load the {what} from local path {name!r}: {text}"
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co (default)")
     offline = " (HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE") else ""
