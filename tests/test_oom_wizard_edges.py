@@ -1,8 +1,9 @@
-"""The OOM wizard when its analysis cannot be made: said on the wizard, the app keeps running."""
+"""The OOM wizard at its edges: an analysis that cannot be made is said on the wizard and the app
+keeps running; at 80x24 the highlighted remedy's effect on the results is on screen."""
 
 from __future__ import annotations
 
-from test_oom_wizard import RUN_ID, make_app, make_run, oom_error, until_training, wait_for
+from test_oom_wizard import RUN_ID, make_app, make_run, oom_error, until_training, wait_for, wizard_ready
 from test_tui import ScriptedSession, screen_text
 
 from screens.oom_wizard import OomWizard
@@ -25,3 +26,18 @@ async def test_a_config_edited_into_an_error_is_said_not_a_crash(tmp_path):
         await wait_for(pilot, lambda: not isinstance(app.screen, OomWizard))
         assert app.is_running and RUN_ID in screen_text(app)
     assert app.relaunched is None
+
+
+async def test_at_80x24_the_effect_of_the_highlighted_remedy_is_shown(tmp_path):
+    session = ScriptedSession(make_run(tmp_path), [*until_training(), oom_error()], alive=False)
+    app = make_app(session)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: wizard_ready(app))
+        await pilot.press("down", "down")
+        await pilot.pause()
+        assert app.screen.analysis.options[2].title == "max length 512 -> 256"
+        assert "effect: cuts 61.0% of the samples (610 of 1000) to 256 tokens" in screen_text(app)
+        await pilot.press("space", "up", "space")  # picked together: both effects
+        await pilot.pause()
+        assert "effect: cuts 61.0% of the samples" in screen_text(app)
+        assert "batch kept at 16 (2 x 8); resumes from the last checkpoint" in screen_text(app)
