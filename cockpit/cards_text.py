@@ -112,7 +112,7 @@ def workload_words(table: CardTable) -> str:
         method = f"{base} r{w.lora_r} on {targets}"
     ckpt = "checkpointing on" if w.gradient_checkpointing else "checkpointing off"
     return (
-        f"{s.name} ({s.params / 1e9:.2f}B params), {method}, max length {w.seq_len}, "
+        f"{s.name} ({fmt.params(s.params)} params), {method}, max length {w.seq_len}, "
         f"micro-batch {w.micro_batch} x {w.grad_accum} accumulation, {ckpt}, {w.optimizer}"
     )
 

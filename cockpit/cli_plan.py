@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from cockpit import config_load
+from cockpit import config_load, fmt
 from cockpit.cli_args import dataset_text, workload_overrides
 from cockpit.headless import EXIT_USAGE
 
@@ -51,7 +51,7 @@ def cmd_estimate(args) -> int:
         print(json.dumps(data, indent=1))
         return 0
     what = "inference" if args.inference else f"{cfg.method} training ({args.trainer} trainer)"
-    print(f"{shape.name}: {shape.params / 1e9:.2f}B params ({shape.source}), {what}; an estimate:")
+    print(f"{shape.name}: {fmt.params(shape.params)} params ({shape.source}), {what}; an estimate:")
     for part in result.parts:
         print(f"  {part.label:<36} {part.bytes / est.GIB:8.2f} GiB   {part.note}")
     print(f"  {'peak device memory (as nvidia-smi)':<36} {result.peak_gib:8.2f} GiB")

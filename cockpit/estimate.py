@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cockpit import fmt
 from cockpit.modelshape import ModelShape
 
 GIB = 2**30
@@ -181,11 +182,11 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
             )
     elif w.method == "lora":
         parts.append(
-            Part("weights", "weights", s.params * act_bytes, f"{s.params / 1e9:.2f}B params, 16-bit")
+            Part("weights", "weights", s.params * act_bytes, f"{fmt.params(s.params)} params, 16-bit")
         )
     else:
         parts.append(
-            Part("weights", "weights (fp32 master)", s.params * 4, f"{s.params / 1e9:.2f}B params in fp32")
+            Part("weights", "weights (fp32 master)", s.params * 4, f"{fmt.params(s.params)} params in fp32")
         )
         if w.precision != "fp32":
             parts.append(

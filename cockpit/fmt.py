@@ -32,6 +32,11 @@ def rate(value: float | None, unit: str = "") -> str:
     return f"{text}{unit}"
 
 
+def params(count: float) -> str:
+    """6.74B, or 4.54M below a billion (a tiny model is not 0.00B)."""
+    return f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.2f}M"
+
+
 def money(value: float | None) -> str:
     if value is None:
         return "-"

@@ -210,3 +210,13 @@ def test_estimate_cli(capsys):
     assert main(["estimate", "--model", "synthetic:nope"]) == 2
     assert main(["estimate", "--set", "lora.target_modules=[qkv]"]) == 2
     assert "not linear layers" in capsys.readouterr().err
+
+
+def test_a_model_under_a_billion_params_is_counted_in_millions(capsys):
+    from cockpit import fmt
+    from cockpit.cli import main
+
+    assert fmt.params(6.74e9) == "6.74B" and fmt.params(3_430_000) == "3.43M"
+    assert main(["estimate", "--model", "synthetic:tiny"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert "M params" in head and "0.00B" not in head
