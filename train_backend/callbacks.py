@@ -33,14 +33,17 @@ class Controls:
             self.stop.set()
             detail = "stopping after the current step, with a checkpoint" if self.training else "stopping"
         elif name == "save":
-            if self.training:
+            if not self.training:
+                accepted, detail = False, "no training step yet: nothing to save"
+            elif self.paused.is_set():  # the checkpoint is written at a step boundary, not in the pause
+                self.save.set()
+                detail = "paused: the checkpoint is written when the run resumes or stops"
+            else:
                 self.save.set()
                 detail = "checkpoint after the current step"
-            else:
-                accepted, detail = False, "no training step yet: nothing to save"
         elif name == "pause":
+            detail = "already paused" if self.paused.is_set() else "pausing after the current step"
             self.paused.set()
-            detail = "pausing after the current step"
         elif name == "resume":
             accepted = self.paused.is_set()
             detail = "resuming" if accepted else "not paused"
