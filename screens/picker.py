@@ -331,8 +331,12 @@ class PickerScreen(Screen[None]):
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            self.notify(f"could not write {target}: {exc.strerror or exc}", severity="error", timeout=10)
+        except (OSError, ValueError) as exc:  # ValueError: a pasted path with a NUL byte
+            self.notify(
+                f"could not write {target}: {getattr(exc, 'strerror', None) or exc}",
+                severity="error",
+                timeout=10,
+            )
             return
         self.picker.written.append(target)
         self.notify(f"wrote {chosen}. Set dataset.path in it, then: cockpit train {chosen}", timeout=15)

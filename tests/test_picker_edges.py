@@ -4,6 +4,9 @@ into the form, must be explained under their row, never take the screen down."""
 from __future__ import annotations
 
 from test_picker import make_app, screen_text, set_field, table_of
+from textual.widgets import Input
+
+from screens.picker_save import SaveConfig
 
 
 async def test_epochs_so_small_the_run_covers_no_token_is_explained(tmp_path):
@@ -22,3 +25,17 @@ async def test_epochs_so_small_the_run_covers_no_token_is_explained(tmp_path):
         assert "0.1 epochs of 3 samples is less than one sample" in screen_text(app)
         await set_field(pilot, "epochs", "0.5")
         assert table_of(app).size.tokens(table_of(app).workload) == 525  # 3 x 350 x 0.5
+
+
+async def test_a_pasted_path_with_a_nul_byte_is_refused_not_a_crash(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, SaveConfig)
+        app.screen.query_one(Input).value = "run\0.yaml"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.is_running and app.written == []
+        assert "could not write" in list(app._notifications)[-1].message
