@@ -138,7 +138,10 @@ class PreflightApp(App[int]):
 
     def action_rerun(self) -> None:
         row = self.view.check_list.selected_row
-        if row is None or row.result is None or row.running:
+        if row is None:  # no plan yet, or it could not be made
+            self.notify("No check is listed yet: nothing to re-run.")
+            return
+        if row.result is None or row.running:
             self.notify("That check is still running; it can be run again once it has answered.")
             return
         if self.preflight.check_of(row.result.id) is None:
@@ -194,9 +197,10 @@ class PreflightApp(App[int]):
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(json.dumps(self.report(), indent=1) + "\n", encoding="utf-8")
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a pasted path with a NUL byte
             self.notify(
-                f"could not write {target}: {exc.strerror or exc}; press e and give another path",
+                f"could not write {target}: {getattr(exc, 'strerror', None) or exc}; "
+                "press e and give another path",
                 severity="error",
                 timeout=10,
             )
