@@ -13,7 +13,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from cockpit import config, config_load, rundir, supervisor
+from cockpit import config, config_load, paths, rundir, supervisor
 from cockpit.cli_args import build_parser
 from cockpit.cli_plan import cmd_cards, cmd_estimate, cmd_pick, cmd_preflight
 from cockpit.headless import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
@@ -86,9 +86,19 @@ def _start(cfg: config.TrainConfig, args) -> int:
         problems = checked.problems
         if args.no_ui:
             print("\n".join(checked.lines()), flush=True)
-    run = rundir.create(
-        Path(cfg.output.dir) if cfg.output.dir else None, cfg.model.name, config.dump_config(cfg)
-    )
+    try:
+        run = rundir.create(
+            Path(cfg.output.dir) if cfg.output.dir else None, cfg.model.name, config.dump_config(cfg)
+        )
+    except OSError as exc:  # output.dir is a file, read-only, on a full disk...
+        where = cfg.output.dir or paths.runs_root()
+        print(
+            f"cannot create the run directory under {where}: {exc.strerror or exc} "
+            f"({exc.filename or where}). Set output.dir (or COCKPIT_HOME) to a folder you can write to, "
+            "with free space.",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE if cfg.output.dir else EXIT_FAILED
     proc = supervisor.launch(run)
     print(f"run {run.run_id} started (trainer pid {proc.pid}); directory {run.path}", file=sys.stderr)
     return _show(run, proc, args, preflight_problems=problems)

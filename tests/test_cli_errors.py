@@ -25,3 +25,16 @@ def test_estimate_vram_must_be_a_card_size(value, capsys):
     with pytest.raises(SystemExit) as info:
         main(["estimate", "--model", "synthetic:tiny", "--vram", value])
     assert info.value.code == 2 and "--vram" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["a file", "under /proc"])
+def test_an_output_dir_that_cannot_be_made_is_said_without_a_traceback(kind, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COCKPIT_HOME", str(tmp_path / "home"))
+    target = tmp_path / "a-file"
+    target.write_text("")
+    if kind == "under /proc":
+        target = "/proc/no-such-dir"
+    args = ["demo", "--no-ui", "--skip-preflight", "--set", f"output.dir={target}"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"cannot create the run directory under {target}" in err and "Set output.dir" in err
