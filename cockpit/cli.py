@@ -179,7 +179,10 @@ def cmd_restart(args) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    config_load.load_config(run.config_path)  # still valid?
+    try:
+        config_load.load_config(run.config_path)  # still valid? (it may have been edited by hand)
+    except config.ConfigError as exc:
+        raise config.ConfigError(f"{run.config_path}: {exc}") from None
     if args.emulate_vram is not None:
         from cockpit.relaunch import apply_changes
 

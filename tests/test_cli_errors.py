@@ -38,3 +38,13 @@ def test_an_output_dir_that_cannot_be_made_is_said_without_a_traceback(kind, tmp
     assert main(args) == 2
     err = capsys.readouterr().err
     assert f"cannot create the run directory under {target}" in err and "Set output.dir" in err
+
+
+def test_restart_names_the_run_config_it_refuses(tmp_path, monkeypatch, capsys):
+    from cockpit import rundir
+
+    monkeypatch.setenv("COCKPIT_HOME", str(tmp_path))
+    run = rundir.create(None, "synthetic:tiny", "training:\n  lerning_rate: 0.1\n")
+    assert main(["restart", run.run_id, "--no-ui"]) == 2
+    err = capsys.readouterr().err
+    assert f"config error: {run.config_path}: unknown key 'training.lerning_rate'" in err
