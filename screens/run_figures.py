@@ -62,7 +62,7 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
         ("elapsed", f"{fmt.duration(state.billed_s(now_ts))} billed"),
     ]
     if state.price_per_hour is None:
-        rows.append(("cost", Text("- (set cost.price_per_hour)", style="dim")))
+        rows.append(("cost", Text("- set cost.price_per_hour", style="dim")))  # fits 80x24
     else:
         rows.append(
             ("cost", f"{fmt.money(state.cost_so_far(now_ts))} at {fmt.money(state.price_per_hour)}/h")

@@ -424,7 +424,7 @@ async def test_without_a_price_the_cost_says_how_to_set_one(tmp_path):
     app = make_app(scripted(tmp_path, events))
     async with running(app) as pilot:
         await shown(pilot, app)
-        assert "- (set cost.price_per_hour)" in screen_text(app)
+        assert "- set cost.price_per_hour" in screen_text(app)
 
 
 # ---------------------------------------------------------------- pure parts
