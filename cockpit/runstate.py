@@ -97,7 +97,9 @@ class RunState:
         ts = number(item.get("ts"))
         if ts is not None:
             self.last_ts = ts
-            if self.attempts:
+            # a new attempt's hello (and the config change a relaunch writes before it) does not
+            # stretch the previous attempt over the time nothing ran
+            if self.attempts and kind not in ("hello", "config_change"):
                 self.attempts[-1].last_ts = max(self.attempts[-1].last_ts, ts)
         if kind not in EVENT_TYPES:
             return

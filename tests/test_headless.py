@@ -100,3 +100,17 @@ def test_a_killed_trainer_is_said_once(tmp_path):
     assert record_exit(RunDir(run), -9) == []
     (event,) = (json.loads(line) for line in (run / "events.jsonl").read_text().splitlines())
     assert describe(event) == "trainer killed by SIGKILL"
+
+
+def test_the_time_between_a_stop_and_its_restart_is_not_billed():
+    state = RunState()
+    events = [
+        {"type": "hello", "ts": 100.0, "pid": 1, "price_per_hour": 3.6},
+        {"type": "done", "ts": 110.0, "status": "stopped", "step": 5},
+        {"type": "config_change", "ts": 500.0, "attempt": 1, "reason": "oom", "changes": {}},
+        {"type": "hello", "ts": 1000.0, "pid": 2, "price_per_hour": 3.6},
+        {"type": "done", "ts": 1020.0, "status": "finished", "step": 9},
+    ]
+    for event in events:
+        state.apply({"v": 1, **event})
+    assert state.billed_s() == 30.0 and state.cost_so_far() == 0.03
