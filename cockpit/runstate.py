@@ -97,9 +97,10 @@ class RunState:
         ts = number(item.get("ts"))
         if ts is not None:
             self.last_ts = ts
-            # a new attempt's hello (and the config change a relaunch writes before it) does not
-            # stretch the previous attempt over the time nothing ran
-            if self.attempts and kind not in ("hello", "config_change"):
+            # an attempt lasts from its hello to its last event of its own: what comes after its end
+            # (the next attempt's start, a relaunch's config change, an exit a client wrote when it
+            # noticed, maybe much later) does not stretch it over time when nothing ran
+            if self.attempts and not self.ended and kind not in ("hello", "config_change", "exit"):
                 self.attempts[-1].last_ts = max(self.attempts[-1].last_ts, ts)
         if kind not in EVENT_TYPES:
             return

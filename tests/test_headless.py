@@ -103,14 +103,17 @@ def test_a_killed_trainer_is_said_once(tmp_path):
 
 
 def test_the_time_between_a_stop_and_its_restart_is_not_billed():
+    """Billed: 100-110 (the first attempt), 1000-1010 (the second, killed; its end noticed at 9000)."""
     state = RunState()
     events = [
         {"type": "hello", "ts": 100.0, "pid": 1, "price_per_hour": 3.6},
         {"type": "done", "ts": 110.0, "status": "stopped", "step": 5},
         {"type": "config_change", "ts": 500.0, "attempt": 1, "reason": "oom", "changes": {}},
+        {"type": "phase", "ts": 998.0, "phase": "starting", "message": "reading config"},
         {"type": "hello", "ts": 1000.0, "pid": 2, "price_per_hour": 3.6},
-        {"type": "done", "ts": 1020.0, "status": "finished", "step": 9},
+        {"type": "log", "ts": 1010.0, "step": 7},
+        {"type": "exit", "ts": 9000.0, "reason": "trainer killed by SIGKILL"},  # noticed much later
     ]
     for event in events:
         state.apply({"v": 1, **event})
-    assert state.billed_s() == 30.0 and state.cost_so_far() == 0.03
+    assert state.billed_s() == 20.0 and state.cost_so_far() == 0.02
