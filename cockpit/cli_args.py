@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sp.add_argument(
             "--log-every",
-            type=float,
+            type=seconds,
             default=10.0,
             metavar="S",
             help="plain output: seconds between step lines (0: every log event)",
@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-ui", action="store_true", help="headless: the recorded lines, each with its time")
     sp.add_argument(
         "--log-every",
-        type=float,
+        type=seconds,
         default=10.0,
         metavar="S",
         help="recorded seconds between step lines (0: every log event)",
@@ -141,13 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("run", nargs="?")
     sp.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=supervisor.STOP_GRACE_S,
         help="seconds to wait for the graceful stop before SIGTERM",
     )
     sp.add_argument(
         "--term-timeout",
-        type=float,
+        type=seconds,
         default=supervisor.TERM_GRACE_S,
         help="seconds to wait after SIGTERM before SIGKILL",
     )
@@ -159,6 +159,17 @@ def build_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=text)
         sp.add_argument("run", nargs="?")
     return p
+
+
+def seconds(text: str) -> float:
+    """A duration in seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds, 0 or more, e.g. 10")
+    return value
 
 
 def vram_gib(text: str) -> float:

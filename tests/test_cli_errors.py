@@ -48,3 +48,18 @@ def test_restart_names_the_run_config_it_refuses(tmp_path, monkeypatch, capsys):
     assert main(["restart", run.run_id, "--no-ui"]) == 2
     err = capsys.readouterr().err
     assert f"config error: {run.config_path}: unknown key 'training.lerning_rate'" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["stop", "--timeout", "-1"],
+        ["stop", "--term-timeout", "nan"],
+        ["attach", "--no-ui", "--log-every", "-5"],
+        ["replay", "--log-every", "abc"],
+    ],
+)
+def test_durations_must_be_seconds_zero_or_more(args, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2 and "give seconds, 0 or more" in capsys.readouterr().err
