@@ -11,9 +11,9 @@ from cockpit import config
 README = (ROOT / "README.md").read_text()
 
 
-def test_config_reference_lists_every_key_with_its_default():
-    for key, default, _doc in config.reference_rows():
-        assert f"| `{key}` | `{default}` |" in README, key
+def test_config_reference_lists_every_key_with_its_default_and_meaning():
+    for key, default, doc in config.reference_rows():
+        assert f"| `{key}` | `{default}` | {doc} |" in README, key  # the text `cockpit init` writes
 
 
 def test_ci_runs_exactly_the_readme_test_command():
