@@ -144,11 +144,11 @@ def follow(
         return _follow_plain(session, out, log_every_s, watch)
     except _Detach:
         run = session.run.run_id
-        print(
-            f"\ndetached; training goes on. Watch: cockpit attach {run}   Stop: cockpit stop {run}",
-            file=out,
-            flush=True,
-        )
+        if session.replay:  # a recording (or a run that no longer trains): nothing goes on
+            said = f"\nleft the recording of {run}; it is not training (`cockpit runs` shows its status)"
+        else:
+            said = f"\ndetached; training goes on. Watch: cockpit attach {run}   Stop: cockpit stop {run}"
+        print(said, file=out, flush=True)
         return EXIT_DETACHED
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -117,3 +117,16 @@ def test_the_time_between_a_stop_and_its_restart_is_not_billed():
     for event in events:
         state.apply({"v": 1, **event})
     assert state.billed_s() == 20.0 and state.cost_so_far() == 0.02
+
+
+def test_ctrl_c_on_a_replay_does_not_say_training_goes_on(tmp_path):
+    import os
+    import signal
+
+    from cockpit.headless import EXIT_DETACHED
+
+    session = RunSession(replay_run(tmp_path), replay=True)
+    session.poll = lambda: os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while it plays
+    out = io.StringIO()
+    assert follow(session, out=out) == EXIT_DETACHED
+    assert "left the recording of" in out.getvalue() and "training goes on" not in out.getvalue()
