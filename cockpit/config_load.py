@@ -24,12 +24,23 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] | None = No
     raw: dict = {}
     if path is not None:
         path = Path(path)
+        if path.is_dir():
+            raise ConfigError(
+                f"{str(path)!r} is a directory; give the config's YAML file (cockpit init writes one)"
+            )
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} not found. Write one with: cockpit init {path}")
         try:
             loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{path}: not a text file in UTF-8 (byte {exc.start} is not valid); write the config as "
+                "plain YAML text"
+            ) from None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

@@ -89,6 +89,15 @@ def test_missing_config_file_points_at_init(tmp_path):
         load_config(tmp_path / "nope.yaml")
 
 
+def test_a_config_that_is_a_directory_or_not_text(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory; give the config's YAML file"):
+        load_config(tmp_path)
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"\xff\xfe\x00m\x00o")
+    with pytest.raises(ConfigError, match="not a text file in UTF-8"):
+        load_config(path)
+
+
 def test_invalid_yaml_and_wrong_top_level(tmp_path):
     assert "not valid YAML" in err(text="model: [unclosed", tmp_path=tmp_path)
     assert "expected a mapping of sections" in err(text="- a\n- b\n", tmp_path=tmp_path)
