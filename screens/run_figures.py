@@ -5,6 +5,8 @@ Pure: a state (and "now" for the clock-bound figures) in, rows out; the screen d
 
 from __future__ import annotations
 
+import math
+
 from rich.text import Text
 
 from cockpit import fmt
@@ -49,7 +51,7 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
     """The stats panel: training figures first, then what runs where on what data."""
     drop = state.loss_drop()
     loss = fmt.loss(state.loss)
-    if drop is not None:
+    if drop is not None and math.isfinite(drop):  # a nan or inf loss has no change to show
         loss += f", {-drop:+.1%} from first"
     rows: list[Row] = [
         ("loss", loss),

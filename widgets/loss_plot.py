@@ -159,12 +159,15 @@ class _FinitePoints:
         self._read = 0
         self._last: tuple[int, float] | None = None  # the last point read, to tell a list that changed
         self._points: list[tuple[int, float]] = []
+        self.skipped = 0  # points left out: nan or inf
 
     def take(self, points: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
         grew = points is self._source and len(points) >= self._read
         if not grew or (self._read and points[self._read - 1] is not self._last):
-            self._source, self._read, self._points = points, 0, []
+            self._source, self._read, self._points, self.skipped = points, 0, [], 0
+        before = len(self._points)
         self._points.extend(p for p in points[self._read :] if math.isfinite(p[1]))
+        self.skipped += len(points) - self._read - (len(self._points) - before)
         self._read = len(points)
         self._last = points[-1] if points else None
         return self._points
@@ -217,6 +220,8 @@ class LossPlot(StyledWidget):
     def _plot_rows(self, size: tuple[int, int]) -> list[PlotRow]:
         if size != self._rows_size:
             rows = plot_lines(self._points, size[0], size[1], self._lr_points)
+            if not self._points and self._loss_in.skipped:
+                rows = [PlotRow("", "no finite loss yet: every logged loss is nan or inf", False)]
             if len(rows) == 1 and not rows[0].is_plot and size[0] > 0:  # a sentence: wrapped to the width
                 rows = [PlotRow("", part, False) for part in textwrap.wrap(rows[0].text, size[0])] or rows
             self._rows, self._rows_size, self._strips = rows, size, {}
