@@ -89,6 +89,13 @@ def test_missing_config_file_points_at_init(tmp_path):
         load_config(tmp_path / "nope.yaml")
 
 
+def test_a_key_given_twice_is_refused(tmp_path):
+    message = err(text="training:\n  max_steps: 5\nmethod: lora\ntraining:\n  epochs: 2\n", tmp_path=tmp_path)
+    assert "key 'training' appears twice in one section" in message and "line 4" in message
+    message = err(text="training:\n  max_steps: 5\n  max_steps: 50\n", tmp_path=tmp_path)
+    assert "key 'max_steps' appears twice" in message
+
+
 def test_a_config_that_is_a_directory_or_not_text(tmp_path):
     with pytest.raises(ConfigError, match="is a directory; give the config's YAML file"):
         load_config(tmp_path)
