@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, Footer, Static
 
 
 class Confirm(ModalScreen[bool]):
@@ -30,6 +30,7 @@ class Confirm(ModalScreen[bool]):
             with Horizontal(id="answers"):
                 yield Button("Yes (y)", id="yes", variant="error")
                 yield Button("No (n)", id="no", variant="primary")
+        yield Footer()  # the keys of this question, not those of the screen under it
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)

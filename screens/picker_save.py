@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, Static
+from textual.widgets import Footer, Input, Static
 
 
 class SaveConfig(ModalScreen[str | None]):
@@ -32,6 +32,7 @@ class SaveConfig(ModalScreen[str | None]):
             yield Input(self.default_path, id="save-path", select_on_focus=False)
             yield Static("", id="save-warning")
             yield Static("Enter: write it   Esc: cancel", id="save-keys")
+        yield Footer()  # the keys of this dialog, not those of the picker under it
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

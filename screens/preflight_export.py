@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, Static
+from textual.widgets import Footer, Input, Static
 
 
 class ExportReport(ModalScreen[str | None]):
@@ -26,6 +26,7 @@ class ExportReport(ModalScreen[str | None]):
             yield Static("Export the report as JSON (the schema of `cockpit preflight --json`) to:")
             yield Input(self.default_path, id="export-path", select_on_focus=False)
             yield Static("Enter: write it   Esc: cancel", id="export-keys")
+        yield Footer()  # the keys of this dialog, not those of the checklist under it
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

@@ -14,7 +14,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.widgets import Footer, Static
 
 from cockpit.checks import CheckResult
 from widgets.check_list import GLYPHS, STATUS_STYLES
@@ -56,6 +56,7 @@ class PreflightNotice(ModalScreen[None]):
                 yield Static(notice_text(self.problems), id="notice-problems")
             yield Static(HINT, id="notice-hint")
             yield Static("Enter or Esc: back to the run", id="notice-keys")
+        yield Footer()  # the keys of this notice, not those of the screen under it
 
     def action_dismiss_notice(self) -> None:
         self.dismiss(None)

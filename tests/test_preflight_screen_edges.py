@@ -16,6 +16,8 @@ async def test_a_pasted_export_path_with_a_nul_byte_is_refused_not_a_crash(tmp_p
         await finished(pilot)
         await pilot.press("e")
         await until(pilot, lambda: isinstance(app.screen, ExportReport), "the export prompt")
+        footer = app.screen._compositor.render_strips()[-1].text  # the dialog's keys, not the list's
+        assert "Cancel" in footer and "Re-run" not in footer
         app.screen.query_one(Input).value = "report\0.json"
         await pilot.press("enter")
         await until(pilot, lambda: not isinstance(app.screen, ExportReport), "the prompt to close")

@@ -1,8 +1,14 @@
-"""The run screen under an impatient user: at 80x24, what a row says is not cut short."""
+"""The run screen under an impatient user: at 80x24 what a row says is not cut short, a loss gone
+nan is said as such, and a modal over the screen names its own keys in the footer."""
 
 from __future__ import annotations
 
-from test_tui import events_until_step, make_app, screen_text, scripted, shown
+from test_tui import LAST_TS, events_until_step, make_app, screen_text, scripted, shown
+
+from cockpit.checks import CheckResult
+from screens.app import CockpitApp
+from screens.confirm import Confirm
+from screens.preflight_notice import PreflightNotice
 
 
 async def test_at_80x24_the_cost_row_names_the_whole_key_to_set(tmp_path):
@@ -23,3 +29,38 @@ async def test_a_loss_gone_nan_is_shown_without_a_made_up_change_or_an_empty_plo
         text = screen_text(app)
         assert "loss          nan " in text and "nan%" not in text
         assert "no finite loss yet: every logged" in text and "no loss logged yet" not in text
+
+
+def footer_line(app) -> str:
+    return screen_text(app).splitlines()[-1]
+
+
+async def test_a_modal_footer_names_the_modal_s_keys_not_those_under_it(tmp_path):
+    problems = [
+        CheckResult(
+            id=f"disk.free.{n}",
+            group="disk",
+            title="Free space under the model cache",
+            status="fail",
+            value=f"{n} GB free",
+            threshold=">= 30 GB",
+            fix="Free space or point HF_HOME at a larger disk; " * 3,
+        )
+        for n in range(8)
+    ]
+    session = scripted(tmp_path, events_until_step(30))
+    app = CockpitApp(session, poll_interval_s=0.02, clock=lambda: LAST_TS, preflight_problems=problems)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await shown(pilot, app)
+        assert isinstance(app.screen, PreflightNotice)
+        assert "Go on" in footer_line(app) and "Save checkpoint" not in footer_line(app)
+        assert "Enter or Esc: back to the run" in screen_text(app)  # a long list leaves it on screen
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.press("x")  # the stop question
+        await pilot.pause()
+        assert isinstance(app.screen, Confirm)
+        assert "y Yes" in footer_line(app) and "n No" in footer_line(app)
+        assert "Save checkpoint" not in footer_line(app)
+        await pilot.press("n")
+    assert session.sent == []
