@@ -107,9 +107,11 @@ class ModelShape:
 
 
 def from_config_dict(config: dict, name: str, source: str) -> ModelShape:
+    if not isinstance(config, dict):  # a JSON file that is no model config: a list, a string, null
+        raise ShapeError(f"{name}: config.json is not a JSON object of model settings")
     model_type = str(config.get("model_type", ""))
     if "text_config" in config and model_type not in GATED_DECODERS:
-        return from_config_dict({**config["text_config"]}, name, source)
+        return from_config_dict(config["text_config"], name, source)
     if model_type not in GATED_DECODERS:
         known = ", ".join(sorted(GATED_DECODERS))
         raise ShapeError(

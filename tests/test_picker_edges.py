@@ -41,3 +41,15 @@ async def test_a_pasted_path_with_a_nul_byte_is_refused_not_a_crash(tmp_path):
         await pilot.pause()
         assert app.is_running and app.written == []
         assert "could not write" in list(app._notifications)[-1].message
+
+
+async def test_a_model_folder_whose_config_json_is_no_object_is_explained(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("[1, 2]")
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await set_field(pilot, "model", str(folder))
+        assert "config.json is not a JSON object of model settings" in screen_text(app)
+        assert app.screen.query_one("#model").has_class("-bad")
