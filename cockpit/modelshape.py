@@ -176,7 +176,10 @@ def fetch_hub_config(repo: str, revision: str = "main", timeout_s: float = HUB_T
     """config.json only, through HF_ENDPOINT when set; cached, so it works offline afterwards."""
     cached = cache_root() / "configs" / repo.replace("/", "--") / revision / "config.json"
     if cached.is_file():
-        return json.loads(cached.read_text())
+        try:
+            return json.loads(cached.read_text())
+        except (OSError, ValueError):
+            pass  # a copy cut short (a disk that filled up): fetched again below
     url = f"{hub_endpoint()}/{repo}/resolve/{revision}/config.json"
     request = urllib.request.Request(url, headers={"User-Agent": "lora-cockpit"})
     token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")

@@ -53,3 +53,20 @@ async def test_a_model_folder_whose_config_json_is_no_object_is_explained(tmp_pa
         await set_field(pilot, "model", str(folder))
         assert "config.json is not a JSON object of model settings" in screen_text(app)
         assert app.screen.query_one("#model").has_class("-bad")
+
+
+async def test_a_hub_config_cached_half_written_is_fetched_again_not_a_crash(tmp_path, monkeypatch):
+    monkeypatch.setenv("COCKPIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no network here: the fetch fails, and says so
+    cached = tmp_path / "cache" / "configs" / "org--model" / "main" / "config.json"
+    cached.parent.mkdir(parents=True)
+    cached.write_text('{"model_type": "lla')
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await set_field(pilot, "model", "org/model")
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.is_running
+        assert "org/model: could not fetch config.json" in screen_text(app)
