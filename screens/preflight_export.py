@@ -31,7 +31,10 @@ class ExportReport(ModalScreen[str | None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
         path = event.value.strip()
-        self.dismiss(path or None)
+        if not path:  # closing here would look like a report written
+            self.notify("Give a path to write the report to, e.g. ./preflight.json; Esc cancels.")
+            return
+        self.dismiss(path)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

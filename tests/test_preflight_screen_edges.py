@@ -39,3 +39,18 @@ async def test_r_before_any_check_is_listed_says_so(monkeypatch):
         await pilot.press("r")
         await pilot.pause()
         assert notes(app)[-1] == "No check is listed yet: nothing to re-run."
+
+
+async def test_enter_on_an_empty_export_path_asks_for_one(tmp_path):
+    app = app_for(machine("healthy"), tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await finished(pilot)
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, ExportReport), "the export prompt")
+        app.screen.query_one(Input).value = "  "
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ExportReport) and "Give a path" in notes(app)[-1]
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, ExportReport), "the prompt to close")
+    assert app.last_export is None and not list(tmp_path.iterdir())
