@@ -55,6 +55,7 @@ COMPACT_BELOW_ROWS = 30  # shorter terminals get one row per GPU and one for the
 MANY_GPUS = 2  # more GPUs than this: one row each at any size
 RECENT_SPAN_S = 300.0  # `h` switches the sparklines between the whole run and this
 WATCH_LATE_S = 3.0  # a watch that has not answered for this long is said to be late
+NO_TELEMETRY = "no GPU/host telemetry for this run: no live watch and no telemetry.jsonl"
 
 
 class RunView(Screen):
@@ -322,7 +323,7 @@ class RunView(Screen):
 
     def action_toggle_telemetry(self) -> None:
         if not self.has_telemetry:
-            self.notify("no GPU/host telemetry for this run: no live watch and no telemetry.jsonl")
+            self.notify(NO_TELEMETRY)
             return
         self.telemetry_wanted = not self.telemetry_wanted
         self._show_telemetry_panels()
@@ -334,6 +335,9 @@ class RunView(Screen):
         self.query_one(EventLog).display = not log.display
 
     def action_toggle_span(self) -> None:
+        if not self.has_telemetry:  # no sparklines whose span could change
+            self.notify(NO_TELEMETRY)
+            return
         self.span_s = None if self.span_s else RECENT_SPAN_S
         self._show_telemetry_panels()
 

@@ -64,3 +64,16 @@ async def test_a_modal_footer_names_the_modal_s_keys_not_those_under_it(tmp_path
         assert "Save checkpoint" not in footer_line(app)
         await pilot.press("n")
     assert session.sent == []
+
+
+async def test_h_without_any_telemetry_says_why_instead_of_nothing(tmp_path):
+    app = make_app(scripted(tmp_path, events_until_step(30)))
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await shown(pilot, app)
+        assert "h Span" in footer_line(app)
+        await pilot.press("h")
+        await pilot.pause()
+        assert [n.message for n in app._notifications] == [
+            "no GPU/host telemetry for this run: no live watch and no telemetry.jsonl"
+        ]
+        assert app.run_view.span_s is None
