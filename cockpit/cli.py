@@ -84,7 +84,7 @@ def _start(cfg: config.TrainConfig, args) -> int:
 
         checked = run_start_preflight(cfg)
         problems = checked.problems
-        if args.no_ui:
+        if _headless(args):
             print("\n".join(checked.lines()), flush=True)
     try:
         run = rundir.create(
@@ -108,7 +108,7 @@ def _show(run: rundir.RunDir, proc, args, replay: bool = False, preflight_proble
     from cockpit.session import RunSession
 
     session = RunSession(run, proc=proc, replay=replay)
-    if args.no_ui:
+    if _headless(args):
         from cockpit.headless import follow
 
         code = follow(session, log_every_s=args.log_every)
@@ -130,6 +130,12 @@ def _show(run: rundir.RunDir, proc, args, replay: bool = False, preflight_proble
         run_id = run.run_id
         print(f"detached; training goes on. Watch: cockpit attach {run_id}   Stop: cockpit stop {run_id}")
     return code
+
+
+def _headless(args) -> bool:
+    """--no-ui, or output that is not a terminal (a log file, a pipe): a screen there would only
+    write escape codes into it and wait for keys that never come."""
+    return args.no_ui or not sys.stdout.isatty()
 
 
 def _relaunch_after_oom(run: rundir.RunDir, state, args):
@@ -157,7 +163,7 @@ def cmd_replay(args) -> int:
     except ValueError as exc:
         print(f"--speed: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if args.no_ui:
+    if _headless(args):
         from cockpit.headless import follow
 
         # plain lines, each stamped with its recorded time: a live status line would take "now"

@@ -63,3 +63,19 @@ def test_durations_must_be_seconds_zero_or_more(args, capsys):
     with pytest.raises(SystemExit) as info:
         main(args)
     assert info.value.code == 2 and "give seconds, 0 or more" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["replay", "attach"])
+def test_output_that_is_not_a_terminal_gets_plain_lines_not_a_screen(command, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    from conftest import FIXTURES
+
+    monkeypatch.setenv("COCKPIT_HOME", str(tmp_path))
+    run = tmp_path / "runs" / "20261130-120000-tiny"
+    run.mkdir(parents=True)
+    shutil.copy(FIXTURES / "demo_run_events.jsonl", run / "events.jsonl")
+    args = [command, run.name] + (["--speed", "0"] if command == "replay" else [])
+    assert main(args) == 0  # stdout is captured here: no terminal
+    out = capsys.readouterr().out
+    assert "done: finished at step 88" in out and "\x1b[" not in out
