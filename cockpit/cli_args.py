@@ -78,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--inference", action="store_true", help="inference instead: weights + KV cache")
     sp.add_argument("--bits", type=int, choices=(4, 8, 16), default=4, help="with --inference")
-    sp.add_argument("--context", type=int, default=4096, help="with --inference: tokens of context")
+    sp.add_argument(
+        "--context", type=context_tokens, default=4096, help="with --inference: tokens of context"
+    )
     sp.add_argument("--json", action="store_true")
 
     sp = sub.add_parser("cards", help="every card for a run: fit, peak, speed, time and cost (no GPU needed)")
@@ -159,6 +161,17 @@ def build_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=text)
         sp.add_argument("run", nargs="?")
     return p
+
+
+def context_tokens(text: str) -> int:
+    """Tokens of context for --inference: a whole number from 1 to 1048576 (what max_length allows)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 2**20:
+        raise argparse.ArgumentTypeError(f"{text!r}: give tokens of context from 1 to 1048576, e.g. 4096")
+    return value
 
 
 def seconds(text: str) -> float:

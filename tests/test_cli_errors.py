@@ -79,3 +79,10 @@ def test_output_that_is_not_a_terminal_gets_plain_lines_not_a_screen(command, tm
     assert main(args) == 0  # stdout is captured here: no terminal
     out = capsys.readouterr().out
     assert "done: finished at step 88" in out and "\x1b[" not in out
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "4k", "2000000"])
+def test_inference_context_must_be_tokens(value, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["estimate", "--model", "synthetic:tiny", "--inference", "--context", value])
+    assert info.value.code == 2 and "give tokens of context from 1 to 1048576" in capsys.readouterr().err
