@@ -2,7 +2,7 @@
 """Fit the memory model's three coefficients to measured points, and test it left-one-out.
 
 The estimate is linear in ACTIVATION_SCALE, HF_LOGITS_BYTES and HF_KBIT_RESIDUAL_BYTES,
-so each point's features are read off `cockpit.estimate` itself (the estimate with one
+so each point's features are read off `cockpit.models.memory` itself (the estimate with one
 coefficient at 1 and the others at 0, minus the estimate with all at 0) and fitted by
 least squares to the NVML-measured peaks:
 
@@ -28,9 +28,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cockpit import estimate as est  # noqa: E402
-from cockpit.config_load import config_from_dotted  # noqa: E402
-from cockpit.modelshape import load_shape  # noqa: E402
+from cockpit.config.load import config_from_dotted  # noqa: E402
+from cockpit.models import memory as est  # noqa: E402
+from cockpit.models.shape import load_shape  # noqa: E402
 
 QV = ["q_proj", "v_proj"]
 COEFFICIENTS = ("ACTIVATION_SCALE", "HF_LOGITS_BYTES", "HF_KBIT_RESIDUAL_BYTES")

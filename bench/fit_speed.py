@@ -3,7 +3,7 @@
 
 The points are runs of the product on an H200 (bench/speed_sweep.py, bench/memory_points.py):
 real `cockpit train --no-ui`, full-length sequences, one micro-batch per optimizer step, the
-median step time of the steady steps. The model (cockpit/speed.py) is not linear in its
+median step time of the steady steps. The model (cockpit/models/speed.py) is not linear in its
 coefficients, so they are fitted by Nelder-Mead on the squared log error (a relative error:
 a 10% miss on a 2k tokens/s run weighs as much as on a 40k one).
 
@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fit_estimator import point_workload  # noqa: E402
 
-from cockpit import speed  # noqa: E402
-from cockpit.catalog import load_catalog  # noqa: E402
+from cockpit.models import speed  # noqa: E402
+from cockpit.plan.catalog import load_catalog  # noqa: E402
 
 COEFFICIENTS = (
     "EFF_MAX",

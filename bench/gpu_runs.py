@@ -32,12 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import cockpit_env  # noqa: E402
 
-from cockpit import supervisor  # noqa: E402
-from cockpit.doctor import Doctor  # noqa: E402
-from cockpit.replay import sample_of_bin  # noqa: E402
-from cockpit.rundir import RunDir  # noqa: E402
-from cockpit.runstate import RunState  # noqa: E402
-from cockpit.telemetry_log import TELEMETRY_NAME, read_history  # noqa: E402
+from cockpit.doctor.engine import Doctor  # noqa: E402
+from cockpit.live.replay import sample_of_bin  # noqa: E402
+from cockpit.live.state import RunState  # noqa: E402
+from cockpit.run import process as supervisor  # noqa: E402
+from cockpit.run.rundir import RunDir  # noqa: E402
+from cockpit.telemetry.history import TELEMETRY_NAME, read_history  # noqa: E402
 
 TUI_SIZE = (100, 30)  # columns, rows
 
@@ -347,7 +347,7 @@ def doctor_over_recording(run: Path) -> dict:
 
 
 def doctor_lines(stdout: str) -> list[str]:
-    """The live doctor's lines in `--no-ui` plain output (cockpit.watch.finding_line)."""
+    """The live doctor's lines in `--no-ui` plain output (cockpit.live.watch.finding_line)."""
     return [line.strip() for line in stdout.splitlines() if "doctor [" in line]
 
 

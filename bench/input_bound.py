@@ -46,7 +46,7 @@ from gpu_runs import (
 )
 
 RULE = "input_bound"
-TITLE = "Input-bound"  # how the rule's finding begins (cockpit.doctor_rules.input_bound)
+TITLE = "Input-bound"  # how the rule's finding begins (cockpit.doctor.rules.input_bound)
 
 
 def main() -> int:

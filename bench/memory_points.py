@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 from common import DevicePeak, build_synthetic, cockpit_env, read_events, write_tokens  # noqa: E402
 
-from cockpit import shapes  # noqa: E402
+from cockpit.models import shipped as shapes  # noqa: E402
 
 STEPS = 5
 

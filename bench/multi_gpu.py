@@ -79,7 +79,7 @@ def write_dataset(path: Path, samples: int) -> None:
 
 
 def config_text(data: Path, steps: int, gpus: int, full: bool, emulate_gib: float | None) -> str:
-    from cockpit.config import all_keys
+    from cockpit.config.schema import all_keys
 
     keys = set(all_keys())
     lines = [
@@ -182,7 +182,8 @@ def trainer_rates(logs: list[dict]) -> list[float]:
 
 
 def predicted_gib(full: bool, gpus: int, sharding: str) -> float:
-    from cockpit import estimate, modelshape
+    from cockpit.models import memory as estimate
+    from cockpit.models import shape as modelshape
 
     shape = modelshape.load_shape(f"synthetic:{ARCH}")
     w = estimate.Workload(

@@ -135,7 +135,7 @@ def trained(logs: list[dict]) -> dict:
 
 
 def dataset(s: Scenario, workdir: Path, steps: int) -> Path:
-    from cockpit import shapes
+    from cockpit.models import shipped as shapes
 
     length, mb = s.training["max_length"], s.training["micro_batch_size"]
     path = workdir / f"tokens-{s.arch}-{length}-{mb}.jsonl"
@@ -217,9 +217,9 @@ def baseline(name: str, s: Scenario, workdir: Path, env: dict, steps: int, timeo
     """The failed config on the whole H200 (no emulation): measured peak and tokens/s "before"."""
     import yaml
 
-    from cockpit.config_load import config_from_dict
-    from cockpit.estimate import estimate_memory, workload_from_config
-    from cockpit.modelshape import load_shape
+    from cockpit.config.load import config_from_dict
+    from cockpit.models.memory import estimate_memory, workload_from_config
+    from cockpit.models.shape import load_shape
 
     folder = workdir / f"{name}-whole-card"
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Fake machines for the preflight screen's tests: real check functions fed with fakes (FakeNvml,
 recorded probe answers, fixed memory facts, a fake hub probe), fixed durations, no clock.
 
-Each machine is a list of `cockpit.preflight.Check`: one GPU check answering every GPU,
+Each machine is a list of `cockpit.preflight.runner.Check`: one GPU check answering every GPU,
 performance and software row from one probe answer (as the real plan has it), then host, disk
 and network checks. `Counted` wraps checks to count their runs and hold them until released.
 """
@@ -14,10 +14,14 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from cockpit import checks_gpu, checks_host, checks_network, nvml_state
-from cockpit.checks import CheckResult
-from cockpit.nvml_fake import GIB, FakeGpu, FakeNvml
-from cockpit.preflight import Check
+from support.nvml_fake import GIB, FakeGpu, FakeNvml
+
+from cockpit.preflight.checks import gpu as checks_gpu
+from cockpit.preflight.checks import host as checks_host
+from cockpit.preflight.checks import network as checks_network
+from cockpit.preflight.checks.base import CheckResult
+from cockpit.preflight.runner import Check
+from cockpit.telemetry import nvml_state
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 H200 = dict(name="NVIDIA H200", mem_total_bytes=141 * GIB, pcie_gen=5, pcie_gen_max=5, processes=[])
@@ -155,7 +159,7 @@ def probe_as_h200s(monkeypatch, count: int, allreduce) -> dict:
     `allreduce(world, quick)` answering the all-reduce. Returns the probe's findings."""
     import torch
 
-    from cockpit.probe_client import add_message
+    from cockpit.preflight.probe_client import add_message
     from train_backend import probe
 
     class Props:

@@ -29,40 +29,40 @@ def imported(code: str) -> set[str]:
     "module",
     [
         "cockpit",
-        "cockpit.cli",
-        "cockpit.cli_args",
-        "cockpit.cli_plan",
-        "cockpit.headless",
-        "cockpit.session",
-        "cockpit.supervisor",
-        "cockpit.config",
-        "cockpit.config_load",
-        "cockpit.runstate",
-        "cockpit.protocol",
-        "cockpit.rundir",
-        "cockpit.oom",
-        "cockpit.shapes",
-        "cockpit.catalog",
-        "cockpit.estimate",
-        "cockpit.modelshape",
-        "cockpit.doctor",
-        "cockpit.telemetry",
-        "cockpit.telemetry_log",
-        "cockpit.telemetry_host",
-        "cockpit.watchdog",
-        "cockpit.nvml_fake",
-        "cockpit.watch",
-        "cockpit.replay",
-        "cockpit.recorder",
-        "cockpit.fitting",
-        "cockpit.checks",
-        "cockpit.preflight",
-        "cockpit.preflight_run",
-        "cockpit.checks_gpu",
-        "cockpit.checks_gpu_probe",
-        "cockpit.nvml_state",
-        "cockpit.checks_perf",
-        "cockpit.probe_client",
+        "cockpit.cli.main",
+        "cockpit.cli.args",
+        "cockpit.cli.plan_commands",
+        "cockpit.live.headless",
+        "cockpit.live.session",
+        "cockpit.run.process",
+        "cockpit.config.schema",
+        "cockpit.config.load",
+        "cockpit.live.state",
+        "cockpit.protocol.wire",
+        "cockpit.run.rundir",
+        "cockpit.oom.messages",
+        "cockpit.models.shipped",
+        "cockpit.plan.catalog",
+        "cockpit.models.memory",
+        "cockpit.models.shape",
+        "cockpit.doctor.engine",
+        "cockpit.telemetry.sampler",
+        "cockpit.telemetry.history",
+        "cockpit.telemetry.host",
+        "cockpit.telemetry.watchdog",
+        "support.nvml_fake",
+        "cockpit.live.watch",
+        "cockpit.live.replay",
+        "cockpit.telemetry.recorder",
+        "cockpit.plan.fits",
+        "cockpit.preflight.checks.base",
+        "cockpit.preflight.runner",
+        "cockpit.preflight.full",
+        "cockpit.preflight.checks.gpu",
+        "cockpit.preflight.checks.gpu_probe",
+        "cockpit.telemetry.nvml_state",
+        "cockpit.preflight.checks.perf",
+        "cockpit.preflight.probe_client",
     ],
 )
 def test_core_imports_neither_torch_nor_textual(module):
@@ -71,7 +71,7 @@ def test_core_imports_neither_torch_nor_textual(module):
 
 
 def test_tui_never_imports_torch():
-    mods = imported("import screens.app, screens.run_view, widgets")
+    mods = imported("import screens.run.app, screens.run.view, widgets")
     assert "textual" in mods
     assert not (mods & set(HEAVY_FOR_UI))
 
@@ -80,7 +80,7 @@ def test_headless_cli_paths_never_import_textual(tmp_path):
     code = f"""
 import os
 os.environ['COCKPIT_HOME'] = {str(tmp_path)!r}
-from cockpit.cli import main
+from cockpit.cli.main import main
 main(['runs'])
 main(['init', {str(tmp_path / "c.yaml")!r}])
 main(['train', {str(tmp_path / "c.yaml")!r}, '--check', '--no-ui'])

@@ -1,4 +1,4 @@
-"""The card table (`cockpit.cards`) and `cockpit cards`: rows, flags, budget, the change that makes a
+"""The card table (`cockpit.plan.cards`) and `cockpit cards`: rows, flags, budget, the change that makes a
 card fit, the run's size, JSON, and bad input."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from datetime import date
 import pytest
 from conftest import ROOT
 
-from cockpit.cards import CardsError, RunSize, card_table, parse_count, parse_dataset
-from cockpit.cards_text import row_cells, table_text
-from cockpit.catalog import load_catalog
-from cockpit.cli import main
-from cockpit.estimate import GIB, Workload, estimate_memory
-from cockpit.modelshape import load_shape
-from cockpit.speed import estimate_speed
+from cockpit.cli.main import main
+from cockpit.models.memory import GIB, Workload, estimate_memory
+from cockpit.models.shape import load_shape
+from cockpit.models.speed import estimate_speed
+from cockpit.plan.cards import CardsError, RunSize, card_table, parse_count, parse_dataset
+from cockpit.plan.cards_text import row_cells, table_text
+from cockpit.plan.catalog import load_catalog
 
 TODAY = date(2026, 12, 1)
 QV = ["q_proj", "v_proj"]
@@ -299,7 +299,7 @@ def test_cards_cli_bad_model_config_and_price_file(capsys, tmp_path, monkeypatch
 
 def test_cards_cli_imports_neither_textual_nor_torch():
     code = (
-        "import sys\nfrom cockpit.cli import main\nmain(['cards', '--tokens', '1M', '--json'])\n"
+        "import sys\nfrom cockpit.cli.main import main\nmain(['cards', '--tokens', '1M', '--json'])\n"
         "bad = {m.split('.')[0] for m in sys.modules} & {'textual', 'torch', 'screens', 'widgets'}\n"
         "assert not bad, bad"
     )

@@ -9,14 +9,14 @@ from datetime import date
 
 import pytest
 
-from cockpit import modelshape
-from cockpit.cards import CardsError, card_table, parse_dataset
-from cockpit.cards_multi import parse_gpu_counts
-from cockpit.cards_text import table_text
-from cockpit.catalog import load_catalog
-from cockpit.estimate import GIB, Workload, estimate_memory
-from cockpit.speed import estimate_speed
-from cockpit.speed_multi import CALIBRATION, estimate_multi_speed, interconnect
+from cockpit.models import shape as modelshape
+from cockpit.models.memory import GIB, Workload, estimate_memory
+from cockpit.models.speed import estimate_speed
+from cockpit.models.speed_multi import CALIBRATION, estimate_multi_speed, interconnect
+from cockpit.plan.cards import CardsError, card_table, parse_dataset
+from cockpit.plan.cards_text import table_text
+from cockpit.plan.catalog import load_catalog
+from cockpit.plan.multi_rows import parse_gpu_counts
 
 TODAY = date(2026, 12, 1)
 
@@ -214,7 +214,7 @@ def test_bad_gpu_counts_say_what_is_expected(text):
 
 
 def test_cards_cli_gpus_and_json(capsys):
-    from cockpit.cli import main
+    from cockpit.cli.main import main
 
     args = ["cards", "--model", "synthetic:llama-2-7b", "--method", "full", "--tokens", "10M"]
     assert main([*args, "--gpus", "1,4", "--json"]) == 0

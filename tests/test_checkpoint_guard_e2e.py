@@ -11,7 +11,8 @@ import sys
 import pytest
 from conftest import cockpit, events, only_run, write_config
 
-from cockpit import checkpoint_space, rundir
+from cockpit.run import disk_guard as checkpoint_space
+from cockpit.run import rundir
 
 pytestmark = pytest.mark.slow
 # synthetic:tiny with the test config's LoRA writes checkpoints of about 1.9 MiB: the first one's

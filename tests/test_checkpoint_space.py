@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from cockpit import checkpoint_space as cs
-from cockpit.estimate import OPTIMIZER_STATE_BYTES
+from cockpit.models.memory import OPTIMIZER_STATE_BYTES
+from cockpit.run import disk_guard as cs
 from train_backend.errors import CheckpointWontFit, classify
 
 GIB, MIB = 2**30, 2**20

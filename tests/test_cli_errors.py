@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.cli import main
+from cockpit.cli.main import main
 
 
 @pytest.mark.parametrize(("value", "expected"), [("0", "give a size above 0"), ("1.2.3", "e.g. 24GiB")])
@@ -41,7 +41,7 @@ def test_an_output_dir_that_cannot_be_made_is_said_without_a_traceback(kind, tmp
 
 
 def test_restart_names_the_run_config_it_refuses(tmp_path, monkeypatch, capsys):
-    from cockpit import rundir
+    from cockpit.run import rundir
 
     monkeypatch.setenv("COCKPIT_HOME", str(tmp_path))
     run = rundir.create(None, "synthetic:tiny", "training:\n  lerning_rate: 0.1\n")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from cockpit import config, config_load
-from cockpit.config import ConfigError
-from cockpit.config_load import load_config
+from cockpit.config import load as config_load
+from cockpit.config import schema as config
+from cockpit.config.load import load_config
+from cockpit.config.schema import ConfigError
 
 
 def err(overrides: list[str] | None = None, text: str | None = None, tmp_path=None) -> str:
@@ -151,7 +152,7 @@ def test_trust_remote_code_is_off_by_default():
 
 
 def test_init_command_writes_template_and_refuses_overwrite(tmp_path, capsys):
-    from cockpit.cli import main
+    from cockpit.cli.main import main
 
     target = tmp_path / "my.yaml"
     assert main(["init", str(target)]) == 0
@@ -161,7 +162,7 @@ def test_init_command_writes_template_and_refuses_overwrite(tmp_path, capsys):
 
 
 def test_train_check_reports_config_error(tmp_path, capsys):
-    from cockpit.cli import main
+    from cockpit.cli.main import main
 
     path = tmp_path / "bad.yaml"
     path.write_text("training:\n  batch_size: 4\n")

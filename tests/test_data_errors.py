@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.config import DatasetSection
+from cockpit.config.schema import DatasetSection
 from train_backend.data import load_raw
 from train_backend.errors import DataError
 

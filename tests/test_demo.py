@@ -7,7 +7,7 @@ import time
 import pytest
 from conftest import cockpit, events, only_run
 
-from cockpit import shapes
+from cockpit.models import shipped as shapes
 
 pytestmark = pytest.mark.slow
 

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from cockpit.doctor import Doctor
-from cockpit.doctor_window import Finding, Window
-from cockpit.runstate import Attempt, RunState
+from cockpit.doctor.engine import Doctor
+from cockpit.doctor.window import Finding, Window
+from cockpit.live.state import Attempt, RunState
 
 GIB = 2**30
 TRAINER_PID = 1000

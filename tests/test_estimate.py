@@ -9,16 +9,16 @@ import statistics
 import pytest
 from conftest import ROOT
 
-from cockpit import modelshape
-from cockpit.config_load import config_from_dotted
-from cockpit.estimate import (
+from cockpit.config.load import config_from_dotted
+from cockpit.models import shape as modelshape
+from cockpit.models.memory import (
     GIB,
     EstimateError,
     Workload,
     estimate_memory,
     workload_from_config,
 )
-from cockpit.estimate_report import estimate_inference
+from cockpit.models.memory_report import estimate_inference
 
 QV = ["q_proj", "v_proj"]
 
@@ -165,7 +165,7 @@ def test_unknown_architecture_and_offline_hub_are_clear(monkeypatch, tmp_path):
 
 
 def test_estimate_cli(capsys):
-    from cockpit.cli import main
+    from cockpit.cli.main import main
 
     assert (
         main(
@@ -214,7 +214,7 @@ def test_estimate_cli(capsys):
 
 def test_a_model_under_a_billion_params_is_counted_in_millions(capsys):
     from cockpit import fmt
-    from cockpit.cli import main
+    from cockpit.cli.main import main
 
     assert fmt.params(6.74e9) == "6.74B" and fmt.params(3_430_000) == "3.43M"
     assert main(["estimate", "--model", "synthetic:tiny"]) == 0

@@ -11,9 +11,9 @@ import time
 import pytest
 from conftest import ROOT
 
-from cockpit.replay import ReplaySession
-from cockpit.rundir import RunDir
-from screens.app import CockpitApp
+from cockpit.live.replay import ReplaySession
+from cockpit.run.rundir import RunDir
+from screens.run.app import CockpitApp
 
 EXAMPLE = ROOT / "examples" / "h200-run"
 FILES = {"backend.log", "config.yaml", "events.jsonl", "telemetry.jsonl"}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.catalog import load_catalog
-from cockpit.estimate import Workload, estimate_memory
-from cockpit.fitting import fit_card, fit_cards, fit_phrase, single_changes
-from cockpit.modelshape import load_shape
+from cockpit.models.memory import Workload, estimate_memory
+from cockpit.models.shape import load_shape
+from cockpit.plan.catalog import load_catalog
+from cockpit.plan.fits import fit_card, fit_cards, fit_phrase, single_changes
 
 QV = ["q_proj", "v_proj"]
 

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pynvml
 import pytest
+from support.nvml_fake import FakeGpu, FakeNvml
 
-from cockpit.nvml_fake import FakeGpu, FakeNvml
-from cockpit.nvml_source import NVML_SLOW_FIELDS, PynvmlSource, nvlink_active, nvlink_speed_mbps
-from cockpit.telemetry import Sampler
+from cockpit.telemetry.nvml import NVML_SLOW_FIELDS, PynvmlSource, nvlink_active, nvlink_speed_mbps
+from cockpit.telemetry.sampler import Sampler
 
 
 def test_nvlink_is_a_slow_field_read_from_the_fake():

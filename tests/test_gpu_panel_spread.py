@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from rich.style import Style
 
-from cockpit.telemetry import HostSample, Sample
-from cockpit.telemetry_gpu import GpuSample
-from screens.telemetry_feed import SeriesBook
+from cockpit.telemetry.gpu import GpuSample
+from cockpit.telemetry.sampler import HostSample, Sample
+from screens.run.telemetry_feed import SeriesBook
 from widgets.gpu_panel import GpuView, gpu_lines, has_spread_row, row_count, view_spread
 
 GIB = 2**30

@@ -1,11 +1,16 @@
-"""The spread across a run's GPUs (cockpit.gpu_spread): which GPUs count, the ranges, the warning,
+"""The spread across a run's GPUs (cockpit.telemetry.spread): which GPUs count, the ranges, the warning,
 the window's means, and what joins the GPUs."""
 
 from __future__ import annotations
 
 import pytest
+from support.nvml_fake import FakeGpu, FakeNvml
 
-from cockpit.gpu_spread import (
+from cockpit.live.watch import gpu_status
+from cockpit.telemetry.gpu import GpuSample
+from cockpit.telemetry.host import HostCounters
+from cockpit.telemetry.sampler import Sampler
+from cockpit.telemetry.spread import (
     MIN_WINDOW_S,
     UTIL_SPREAD_WARN_PCT,
     brief,
@@ -14,11 +19,6 @@ from cockpit.gpu_spread import (
     util_words,
     window_mean,
 )
-from cockpit.nvml_fake import FakeGpu, FakeNvml
-from cockpit.telemetry import Sampler
-from cockpit.telemetry_gpu import GpuSample
-from cockpit.telemetry_host import HostCounters
-from cockpit.watch import gpu_status
 
 GIB = 2**30
 TRAINER = 4242

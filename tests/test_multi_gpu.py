@@ -8,17 +8,18 @@ from dataclasses import replace
 
 import pytest
 from preflight_fakes import probe_as_h200s
+from support.nvml_fake import FakeGpu, FakeNvml
 from test_doctor import GIB, TRAINER_PID, gpu, host, rules, run_state, sample
 
-from cockpit import checks_perf as perf
-from cockpit import distributed as dist
-from cockpit import estimate as est
-from cockpit import estimate_report, modelshape
-from cockpit.config import ConfigError
-from cockpit.config_load import config_from_dotted
-from cockpit.doctor import Doctor
-from cockpit.nvml_fake import FakeGpu, FakeNvml
-from cockpit.nvml_state import read_nvml
+from cockpit.config.load import config_from_dotted
+from cockpit.config.schema import ConfigError
+from cockpit.doctor.engine import Doctor
+from cockpit.models import memory as est
+from cockpit.models import memory_report as estimate_report
+from cockpit.models import shape as modelshape
+from cockpit.preflight.checks import perf
+from cockpit.run import ranks as dist
+from cockpit.telemetry.nvml_state import read_nvml
 
 # ---------------------------------------------------------------- config and launch
 

@@ -22,9 +22,11 @@ import psutil
 import pytest
 from conftest import ROOT, cockpit, events, only_run, wait_event, wait_for, write_config
 
-from cockpit import distributed, rundir, supervisor
-from cockpit.config import dump_config
-from cockpit.config_load import load_config
+from cockpit.config.load import load_config
+from cockpit.config.schema import dump_config
+from cockpit.run import process as supervisor
+from cockpit.run import ranks as distributed
+from cockpit.run import rundir
 
 pytestmark = pytest.mark.slow
 TWO = {"gpus": 2, "training.max_steps": 6, "output.save_steps": 3}

@@ -6,8 +6,8 @@ import errno
 
 import pytest
 
-from cockpit.config import ConfigError
-from cockpit.oom import parse_oom_message
+from cockpit.config.schema import ConfigError
+from cockpit.oom.messages import parse_oom_message
 from train_backend.errors import DataError, ModelLoadError, classify
 
 NEW = (

@@ -19,13 +19,13 @@ from fixtures_oom import ARTICLE_13B as ARTICLE_13B_DOTTED
 from fixtures_oom import DATA, GIB, H200, OOM, nested
 from test_tui import ScriptedSession, screen_text
 
-from cockpit import config as config_mod
-from cockpit import config_load
-from cockpit import relaunch as relaunch_mod
-from cockpit.rundir import RunDir
-from screens.app import CockpitApp
+from cockpit.config import load as config_load
+from cockpit.config import schema as config_mod
+from cockpit.oom import relaunch as relaunch_mod
+from cockpit.run.rundir import RunDir
 from screens.confirm import Confirm
-from screens.oom_wizard import OomWizard
+from screens.oom.wizard import OomWizard
+from screens.run.app import CockpitApp
 
 RUN_ID = "20261130-190000-llama-2-13b"
 T0 = 1796065000.0

@@ -9,10 +9,10 @@ import signal
 
 import pytest
 
-from cockpit import supervisor
-from cockpit.oom import cgroup_memory, parse_oom_message, silent_oom
-from cockpit.protocol import encode
-from cockpit.rundir import RunDir
+from cockpit.oom.messages import cgroup_memory, parse_oom_message, silent_oom
+from cockpit.protocol.wire import encode
+from cockpit.run import process as supervisor
+from cockpit.run.rundir import RunDir
 from train_backend.data import length_stats
 from train_backend.errors import classify
 from train_backend.oom_watch import format_size, injected_oom_message
@@ -230,7 +230,7 @@ def test_a_changed_optimizer_resumes_the_schedule_not_the_states(tmp_path):
 
     import torch
 
-    from cockpit.config_load import config_from_dotted
+    from cockpit.config.load import config_from_dotted
     from train_backend.oom_watch import checkpoint_optimizer, keep_optimizer_compatible
 
     checkpoint = tmp_path / "checkpoint-10"
@@ -259,7 +259,7 @@ def test_a_changed_optimizer_resumes_the_schedule_not_the_states(tmp_path):
 
 
 def test_emulate_vram_needs_a_gpu_to_apply(tmp_path):
-    from cockpit.config_load import config_from_dotted
+    from cockpit.config.load import config_from_dotted
     from train_backend.oom_watch import emulate_vram
 
     assert emulate_vram(config_from_dotted({}), "cpu") is None
@@ -271,7 +271,7 @@ def test_emulate_vram_needs_a_gpu_to_apply(tmp_path):
     ("text", "gib"), [("24GiB", 24.0), ("24", 24.0), ("12.5G", 12.5), ("24576MiB", 24.0), (" 16 GiB", 16.0)]
 )
 def test_emulate_vram_flag_reads_gib(text, gib):
-    from cockpit.cli_args import vram_gib
+    from cockpit.cli.args import vram_gib
 
     assert vram_gib(text) == gib
 
@@ -279,7 +279,7 @@ def test_emulate_vram_flag_reads_gib(text, gib):
 def test_emulate_vram_flag_refuses_gb():
     import argparse
 
-    from cockpit.cli_args import vram_gib
+    from cockpit.cli.args import vram_gib
 
     with pytest.raises(argparse.ArgumentTypeError, match="GiB"):
         vram_gib("24GB")
@@ -300,7 +300,7 @@ def test_card_emulation_lowers_its_cap_when_kernels_load_outside_the_allocator(m
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (total - outside[0] - reserved, total))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: reserved)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f: fractions.append(f))
-    from cockpit.config_load import config_from_dotted
+    from cockpit.config.load import config_from_dotted
 
     cfg = config_from_dotted({"emulate_vram_gib": 24})
     emulation = oom_watch.emulate_vram(cfg, "cuda")

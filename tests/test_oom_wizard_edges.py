@@ -6,7 +6,7 @@ from __future__ import annotations
 from test_oom_wizard import RUN_ID, make_app, make_run, oom_error, until_training, wait_for, wizard_ready
 from test_tui import ScriptedSession, screen_text
 
-from screens.oom_wizard import OomWizard
+from screens.oom.wizard import OomWizard
 
 
 async def test_a_config_edited_into_an_error_is_said_not_a_crash(tmp_path):

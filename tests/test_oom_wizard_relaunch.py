@@ -12,9 +12,9 @@ from dataclasses import replace
 import yaml
 from conftest import cockpit, events, only_run, write_config
 
-from cockpit.config_load import load_config
-from cockpit.estimate import GIB, estimate_memory, workload_from_config
-from cockpit.modelshape import load_shape
+from cockpit.config.load import load_config
+from cockpit.models.memory import GIB, estimate_memory, workload_from_config
+from cockpit.models.shape import load_shape
 
 # the injected message holds 95.6% of the card in use and asks for 8.5% more (a real message's
 # proportions): an emulated card of peak / 1.04 makes what it shows match the memory model

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cockpit import config_load, modelshape
-from cockpit.catalog import load_catalog
-from cockpit.estimate import GIB
-from screens.picker_app import PickerApp
-from screens.picker_inputs import default_path
-from screens.picker_save import SaveConfig
+from cockpit.config import load as config_load
+from cockpit.models import shape as modelshape
+from cockpit.models.memory import GIB
+from cockpit.plan.catalog import load_catalog
+from screens.picker.app import PickerApp
+from screens.picker.inputs import default_path
+from screens.picker.save import SaveConfig
 from widgets.card_table import CardTableView
 from widgets.memory_breakdown import MemoryBreakdown
 
@@ -282,7 +283,7 @@ async def test_written_config_leaves_untouched_speed_keys_to_speed_auto(tmp_path
 
 
 def test_cockpit_pick_starts_the_app_and_repeats_what_it_wrote(tmp_path, monkeypatch, capsys):
-    from cockpit.cli import main
+    from cockpit.cli.main import main
 
     started = {}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from test_picker import make_app, screen_text, set_field, table_of
 from textual.widgets import Input
 
-from screens.picker_save import SaveConfig
+from screens.picker.save import SaveConfig
 
 
 async def test_epochs_so_small_the_run_covers_no_token_is_explained(tmp_path):

@@ -8,10 +8,10 @@ import pytest
 import yaml
 from test_picker import make_app, notices, screen_text, table_of
 
-from cockpit import config_load
-from cockpit.catalog import load_catalog
-from screens.picker_inputs import default_path
-from screens.picker_save import SaveConfig
+from cockpit.config import load as config_load
+from cockpit.plan.catalog import load_catalog
+from screens.picker.inputs import default_path
+from screens.picker.save import SaveConfig
 from widgets.card_table import CardTableView
 
 FULL_7B = ["model.name=synthetic:llama-2-7b", "method=full"]
@@ -115,8 +115,8 @@ def test_snapshot_breakdown_of_a_4_gpu_row(snap_compare, tmp_path):
 
 
 def test_cockpit_pick_multi_starts_with_the_rows_shown(tmp_path, monkeypatch):
-    from cockpit.cli import main
-    from screens.picker_app import PickerApp
+    from cockpit.cli.main import main
+    from screens.picker.app import PickerApp
 
     started = {}
     monkeypatch.setattr(PickerApp, "run", lambda app: started.update(multi=app.picker.multi))

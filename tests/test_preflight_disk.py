@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cockpit import checks_disk as d
-from cockpit import checks_disk_speed as ds
+from cockpit.preflight.checks import disk as d
+from cockpit.preflight.checks import disk_speed as ds
 
 GIB = 2**30
 

@@ -11,13 +11,13 @@ import time
 import pytest
 from conftest import FIXTURES, ROOT
 from preflight_fakes import probe_as_h200s
+from support.nvml_fake import GIB, FakeGpu, FakeNvml
 
-from cockpit import checks_gpu as cg
-from cockpit import checks_gpu_probe as gp
-from cockpit import checks_perf as perf
-from cockpit import nvml_state
-from cockpit.nvml_fake import GIB, FakeGpu, FakeNvml
-from cockpit.probe_client import ProbeAnswer, add_message, run_probe
+from cockpit.preflight.checks import gpu as cg
+from cockpit.preflight.checks import gpu_probe as gp
+from cockpit.preflight.checks import perf
+from cockpit.preflight.probe_client import ProbeAnswer, add_message, run_probe
+from cockpit.telemetry import nvml_state
 
 H200 = dict(name="NVIDIA H200", mem_total_bytes=141 * GIB, pcie_gen=5, pcie_gen_max=5)
 EXTRAS_OK = {"driver_version": "580.82.07", "cuda_driver_version": 13000,
@@ -246,7 +246,7 @@ def test_client_reports_garbage_and_exit_code():
 
 
 def test_imports_pull_in_no_torch_and_no_textual():
-    code = ("import sys, json, cockpit.checks_gpu, cockpit.probe_client; "
+    code = ("import sys, json, cockpit.preflight.checks.gpu, cockpit.preflight.probe_client; "
             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

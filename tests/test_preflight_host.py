@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cockpit import checks_host as h
+from cockpit.preflight.checks import host as h
 
 GIB = 2**30
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cockpit import checks_network as n
+from cockpit.preflight.checks import network as n
 
 BIG_BYTES = 4 << 20
 

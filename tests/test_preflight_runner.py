@@ -6,8 +6,8 @@ import json
 import threading
 import time
 
-from cockpit import preflight
-from cockpit.checks import CheckResult
+from cockpit.preflight import runner as preflight
+from cockpit.preflight.checks.base import CheckResult
 
 
 def _result(check_id: str, status: str = "pass") -> CheckResult:

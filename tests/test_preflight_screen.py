@@ -15,9 +15,9 @@ import time
 from preflight_fakes import Counted, machine
 from textual.widgets import Input
 
-from cockpit.preflight import Preflight
-from screens.preflight_app import PreflightApp
-from screens.preflight_export import ExportReport
+from cockpit.preflight.runner import Preflight
+from screens.preflight.app import PreflightApp
+from screens.preflight.export import ExportReport
 from widgets.check_details import CheckDetails
 
 WHEN = dt.datetime(2026, 3, 14, 9, 26, 53, tzinfo=dt.timezone.utc)
@@ -257,8 +257,8 @@ async def test_footer_names_every_key():
 
 async def test_the_real_quick_preflight_fills_the_screen_here(env):
     """The real plan and probe: it finishes (here with no GPU: saying why) and quits with its verdict."""
-    from cockpit.checks import exit_code
-    from cockpit.preflight_run import full_preflight
+    from cockpit.preflight.checks.base import exit_code
+    from cockpit.preflight.full import full_preflight
 
     app = PreflightApp(full_preflight(True), quick=True)
     async with app.run_test(size=(100, 32)) as pilot:

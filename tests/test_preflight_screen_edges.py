@@ -7,7 +7,7 @@ from preflight_fakes import machine
 from test_preflight_screen import app_for, finished, notes, rows, until
 from textual.widgets import Input
 
-from screens.preflight_export import ExportReport
+from screens.preflight.export import ExportReport
 
 
 async def test_a_pasted_export_path_with_a_nul_byte_is_refused_not_a_crash(tmp_path):

@@ -12,14 +12,17 @@ import time
 
 import pytest
 from conftest import ROOT, events, only_run
+from support.nvml_fake import GIB, FakeGpu, FakeNvml
 from test_tui import events_until_step, scripted
 
-from cockpit import cli, config, preflight_start, supervisor
-from cockpit.config_load import load_config
-from cockpit.nvml_fake import GIB, FakeGpu, FakeNvml
-from screens.app import CockpitApp
-from screens.preflight_notice import PreflightNotice
-from screens.run_view import RunView
+from cockpit.cli import main as cli
+from cockpit.config import schema as config
+from cockpit.config.load import load_config
+from cockpit.preflight import quick as preflight_start
+from cockpit.run import process as supervisor
+from screens.preflight.notice import PreflightNotice
+from screens.run.app import CockpitApp
+from screens.run.view import RunView
 
 CAPPED = dict(name="NVIDIA H100 80GB HBM3", mem_total_bytes=80 * GIB, power_limit_mw=450_000, processes=[])
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import math
 
-from cockpit.protocol import PROTOCOL_VERSION, Fault, LineDecoder, decode_line, encode, number
-from cockpit.runstate import RunState
-from cockpit.supervisor import EventFollower
+from cockpit.live.state import RunState
+from cockpit.protocol.wire import PROTOCOL_VERSION, Fault, LineDecoder, decode_line, encode, number
+from cockpit.run.process import EventFollower
 
 
 def kinds(items) -> list[str]:

@@ -6,7 +6,7 @@ import re
 
 from conftest import ROOT
 
-from cockpit import config
+from cockpit.config import schema as config
 
 README = (ROOT / "README.md").read_text()
 

@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 from fixtures_oom import ARTICLE_13B, DATA, H200, oom_event
 
-from cockpit.catalog import load_catalog
-from cockpit.config_load import config_from_dotted
-from cockpit.estimate import GIB, SAFETY_MARGIN, estimate_memory
-from cockpit.modelshape import load_shape
-from cockpit.remedies import analyse, rank_key
-from cockpit.remedy_options import FRAGMENTED_MIN_BYTES
+from cockpit.config.load import config_from_dotted
+from cockpit.models.memory import GIB, SAFETY_MARGIN, estimate_memory
+from cockpit.models.shape import load_shape
+from cockpit.oom.remedies import analyse, rank_key
+from cockpit.oom.remedy_options import FRAGMENTED_MIN_BYTES
+from cockpit.plan.catalog import load_catalog
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +189,6 @@ def test_an_injected_oom_is_said_so(catalog):
 def test_the_oom_core_imports_neither_torch_nor_textual():
     from test_boundaries import HEAVY_FOR_UI, imported
 
-    mods = imported("import cockpit.remedies, cockpit.remedy_options, cockpit.relaunch")
+    mods = imported("import cockpit.oom.remedies, cockpit.oom.remedy_options, cockpit.oom.relaunch")
     assert not (mods & {"textual", *HEAVY_FOR_UI}), mods & {"textual", *HEAVY_FOR_UI}
-    assert not (imported("import screens.oom_wizard") & set(HEAVY_FOR_UI))
+    assert not (imported("import screens.oom.wizard") & set(HEAVY_FOR_UI))

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from cockpit import cli, supervisor
-from cockpit.replay import MAX_GAP_S, ReplaySession, Timeline, sample_of_bin
-from cockpit.rundir import RunDir
-from cockpit.telemetry_gpu import GPU_LOST_TEXT
+from cockpit.cli import main as cli
+from cockpit.live.replay import MAX_GAP_S, ReplaySession, Timeline, sample_of_bin
+from cockpit.run import process as supervisor
+from cockpit.run.rundir import RunDir
+from cockpit.telemetry.gpu import GPU_LOST_TEXT
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EVENTS_FIXTURE = FIXTURES / "demo_run_events.jsonl"
@@ -245,7 +246,7 @@ def test_cockpit_replay_refuses_a_negative_speed(tmp_path, capsys):
 def test_a_headless_replay_never_imports_textual(tmp_path):
     run = demo_run(tmp_path)
     code = (
-        "import sys\nfrom cockpit.cli import main\n"
+        "import sys\nfrom cockpit.cli.main import main\n"
         f"code = main(['replay', {str(run.path)!r}, '--no-ui', '--speed', '0'])\n"
         "assert 'textual' not in sys.modules and 'torch' not in sys.modules, 'imported textual or torch'\n"
         "sys.exit(code)"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from test_tui import LAST_TS, events_until_step, make_app, screen_text, scripted, shown
 
-from cockpit.checks import CheckResult
-from screens.app import CockpitApp
+from cockpit.preflight.checks.base import CheckResult
 from screens.confirm import Confirm
-from screens.preflight_notice import PreflightNotice
+from screens.preflight.notice import PreflightNotice
+from screens.run.app import CockpitApp
 
 
 async def test_at_80x24_the_cost_row_names_the_whole_key_to_set(tmp_path):

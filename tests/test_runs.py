@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from cockpit import rundir, supervisor
-from cockpit.protocol import encode
+from cockpit.protocol.wire import encode
+from cockpit.run import process as supervisor
+from cockpit.run import rundir
 
 
 @pytest.fixture
@@ -109,7 +110,7 @@ def test_command_to_a_run_without_trainer_says_so(home):
 
 
 def test_runs_cli_lists_status(home, capsys):
-    from cockpit.cli import main
+    from cockpit.cli.main import main
 
     make_run([encode("hello", pid=1), encode("done", status="finished", step=5)], {"pid": dead_pid()})
     assert main(["runs"]) == 0
@@ -118,7 +119,7 @@ def test_runs_cli_lists_status(home, capsys):
 
 
 def test_restart_refuses_a_finished_run(home, capsys):
-    from cockpit.cli import main
+    from cockpit.cli.main import main
 
     run = make_run([encode("hello", pid=1), encode("done", status="finished", step=5)], {"pid": dead_pid()})
     assert main(["restart", run.run_id, "--no-ui"]) == 2

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cockpit import speed
-from cockpit.catalog import load_catalog
-from cockpit.estimate import EstimateError, Workload
-from cockpit.modelshape import load_shape
+from cockpit.models import speed
+from cockpit.models.memory import EstimateError, Workload
+from cockpit.models.shape import load_shape
+from cockpit.plan.catalog import load_catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = sorted((ROOT / "bench" / "results").glob("*speed-sweep*.jsonl"))

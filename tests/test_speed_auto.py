@@ -7,10 +7,12 @@ import random
 
 import pytest
 
-from cockpit import config, config_load, speed_auto
-from cockpit.estimate import GIB, SAFETY_MARGIN, Workload, estimate_memory
-from cockpit.headless import describe
-from cockpit.modelshape import load_shape
+from cockpit.config import load as config_load
+from cockpit.config import schema as config
+from cockpit.live.headless import describe
+from cockpit.models.memory import GIB, SAFETY_MARGIN, Workload, estimate_memory
+from cockpit.models.shape import load_shape
+from cockpit.plan import speed_auto
 
 LLAMA7 = load_shape("synthetic:llama-2-7b")
 H200, _ = speed_auto.card_for("NVIDIA H200", int(139.8 * GIB))
@@ -53,7 +55,7 @@ def test_fixed_length_data_is_not_packed_and_the_micro_batch_grows_inside_the_bu
     assert 16 <= t.micro_batch_size * t.gradient_accumulation_steps < 16 + t.gradient_accumulation_steps
     assert plan.predicted_peak_bytes <= 22 * GIB * (1 - SAFETY_MARGIN)
     seed_like = Workload(shape=LLAMA7, micro_batch=4, grad_accum=4, gradient_checkpointing=True)
-    from cockpit.speed import estimate_speed
+    from cockpit.models.speed import estimate_speed
 
     assert plan.predicted_tokens_per_s > 1.5 * estimate_speed(seed_like, H200).tokens_per_s
     # the fewest checkpointed layers: one step fewer and the same micro-batch would not fit

@@ -21,14 +21,15 @@ import psutil
 import pynvml
 import pytest
 from conftest import ROOT
+from support.nvml_fake import FakeGpu, FakeNvml, gone_pid
 
-from cockpit import nvml_source, watchdog
-from cockpit.nvml_fake import FakeGpu, FakeNvml, gone_pid
-from cockpit.nvml_source import NVML_FIELDS, NVML_SLOW_FIELDS, PynvmlSource, throttle_names
-from cockpit.telemetry import BackgroundSampler, Sampler
-from cockpit.telemetry_gpu import GPU_LOST_TEXT, GpuSample
-from cockpit.telemetry_host import HostCounters, ProcessTree
-from cockpit.telemetry_log import TelemetryRecorder, read_history
+from cockpit.telemetry import nvml as nvml_source
+from cockpit.telemetry import watchdog
+from cockpit.telemetry.gpu import GPU_LOST_TEXT, GpuSample
+from cockpit.telemetry.history import TelemetryRecorder, read_history
+from cockpit.telemetry.host import HostCounters, ProcessTree
+from cockpit.telemetry.nvml import NVML_FIELDS, NVML_SLOW_FIELDS, PynvmlSource, throttle_names
+from cockpit.telemetry.sampler import BackgroundSampler, Sampler
 
 GIB = 1 << 30
 
@@ -630,15 +631,15 @@ def test_days_of_history_fit_max_points_with_the_newest_hour_at_full_resolution(
 def test_telemetry_imports_neither_torch_nor_textual():
     probe = (
         "import sys, json\n"
-        "import cockpit.telemetry, cockpit.telemetry_log\n"
+        "import cockpit.telemetry.sampler, cockpit.telemetry.history\n"
         "lazy = 'pynvml' not in sys.modules\n"
-        "import cockpit.nvml_fake\n"
+        "import support.nvml_fake\n"
         "print(json.dumps([lazy, sorted({m.split('.')[0] for m in sys.modules})]))"
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     lazy, modules = json.loads(out.stdout.strip().splitlines()[-1])
-    assert lazy, "cockpit.telemetry must import pynvml only when NVML is started"
+    assert lazy, "cockpit.telemetry.sampler must import pynvml only when NVML is started"
     assert not {"torch", "textual", "transformers"} & set(modules)
 
 

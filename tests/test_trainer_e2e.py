@@ -24,7 +24,8 @@ from conftest import (
     write_config,
 )
 
-from cockpit import rundir, supervisor
+from cockpit.run import process as supervisor
+from cockpit.run import rundir
 
 pytestmark = pytest.mark.slow
 SECRET = "hf_TESTSECRETabcdefghijklmnop123456"
@@ -103,7 +104,7 @@ def test_full_run_headless(tmp_path, env):
     assert step_lines(attach.stdout) == step_lines(proc.stdout) and "done: finished" in attach.stdout
 
     # the recorder wrote the telemetry history beside the events, and left with the trainer
-    from cockpit.telemetry_log import read_history
+    from cockpit.telemetry.history import read_history
 
     history = read_history(run / "telemetry.jsonl")
     assert history.bins and history.bins[-1]["host"]["trainer_rss_max_bytes"] > 0

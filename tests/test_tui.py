@@ -15,24 +15,24 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from support.nvml_fake import FakeGpu, FakeNvml
 
-import screens.app
-import screens.run_view
-from cockpit import supervisor
-from cockpit.doctor_window import Finding
-from cockpit.nvml_fake import FakeGpu, FakeNvml
-from cockpit.protocol import Fault
-from cockpit.replay import ReplaySession
-from cockpit.rundir import RunDir
-from cockpit.runstate import RunState
-from cockpit.session import RunSession
-from cockpit.telemetry import Sample, Sampler
-from cockpit.telemetry_host import HostCounters
-from cockpit.watch import LiveWatch
-from screens.app import CockpitApp
+import screens.run.app
+import screens.run.view
+from cockpit.doctor.window import Finding
+from cockpit.live.replay import ReplaySession
+from cockpit.live.session import RunSession
+from cockpit.live.state import RunState
+from cockpit.live.watch import LiveWatch
+from cockpit.protocol.wire import Fault
+from cockpit.run import process as supervisor
+from cockpit.run.rundir import RunDir
+from cockpit.telemetry.host import HostCounters
+from cockpit.telemetry.sampler import Sample, Sampler
 from screens.confirm import Confirm
-from screens.run_view import EventLines, RunView, stat_rows
-from screens.telemetry_feed import LogTailReader, SeriesBook, WatchSlot, tail_lines
+from screens.run.app import CockpitApp
+from screens.run.telemetry_feed import LogTailReader, SeriesBook, WatchSlot, tail_lines
+from screens.run.view import EventLines, RunView, stat_rows
 from widgets.gpu_panel import GpuView, gpu_lines, row_count
 from widgets.host_panel import byte_rate, host_lines
 from widgets.log_tail import LogTail
@@ -492,7 +492,8 @@ def test_the_learning_rate_is_a_second_line_on_its_own_scale():
 
 def test_the_ui_never_imports_torch():
     code = (
-        "import sys, screens.app; assert not {'torch', 'train_backend'} & set(sys.modules), 'torch imported'"
+        "import sys, screens.run.app; "
+        "assert not {'torch', 'train_backend'} & set(sys.modules), 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
 
@@ -718,13 +719,13 @@ def test_the_loss_plot_takes_in_only_the_new_points_of_a_growing_run():
 
 async def test_a_recorded_history_prefills_the_sparklines_off_the_ui_thread(tmp_path, monkeypatch):
     threads = []
-    real_read = screens.app.read_history
+    real_read = screens.run.app.read_history
 
     def read_history(path, **kw):
         threads.append(threading.current_thread())
         return real_read(path, **kw)
 
-    monkeypatch.setattr(screens.app, "read_history", read_history)
+    monkeypatch.setattr(screens.run.app, "read_history", read_history)
     session = gpu_run(tmp_path, step=88)
     session.alive = False
     app = live_app(session)  # no watch: an attach to an ended run
@@ -812,7 +813,7 @@ async def test_the_doctor_panel_shows_the_findings_and_empties_when_none_hold(tm
 
 
 async def test_a_stuck_watch_leaves_the_keys_and_the_events_working(tmp_path, monkeypatch):
-    monkeypatch.setattr(screens.run_view, "WATCH_LATE_S", 0.2)
+    monkeypatch.setattr(screens.run.view, "WATCH_LATE_S", 0.2)
     release = threading.Event()
     watch = ScriptedWatch(fake_samples(), block=release)
     session = gpu_run(tmp_path, step=10, history=False)
@@ -961,7 +962,7 @@ def test_the_log_tail_reader_reads_when_the_file_changed_and_at_most_once_a_seco
 
 
 async def test_a_watch_that_raises_is_said_and_asked_again(tmp_path, monkeypatch):
-    monkeypatch.setattr(screens.app, "WATCH_RETRY_S", 0.05)
+    monkeypatch.setattr(screens.run.app, "WATCH_RETRY_S", 0.05)
 
     class Failing(ScriptedWatch):
         broken = True

@@ -15,6 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
+from support.nvml_fake import FakeGpu
 from test_tui import (
     EVENTS,
     FIXTURE,
@@ -29,12 +30,11 @@ from test_tui import (
     gpu_events,
 )
 
-from cockpit.doctor_window import Finding
-from cockpit.nvml_fake import FakeGpu
-from cockpit.replay import ReplaySession
-from cockpit.rundir import RunDir
-from cockpit.session import RunSession
-from screens.app import CockpitApp
+from cockpit.doctor.window import Finding
+from cockpit.live.replay import ReplaySession
+from cockpit.live.session import RunSession
+from cockpit.run.rundir import RunDir
+from screens.run.app import CockpitApp
 
 OOM_MESSAGE = (
     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which "

@@ -7,12 +7,13 @@ import itertools
 import os
 import time
 
-from cockpit.doctor_window import Finding
-from cockpit.headless import _print_changes, _render
-from cockpit.nvml_fake import FakeGpu, FakeNvml
-from cockpit.runstate import RunState
-from cockpit.telemetry import Sampler
-from cockpit.watch import LiveWatch, gpu_status
+from support.nvml_fake import FakeGpu, FakeNvml
+
+from cockpit.doctor.window import Finding
+from cockpit.live.headless import _print_changes, _render
+from cockpit.live.state import RunState
+from cockpit.live.watch import LiveWatch, gpu_status
+from cockpit.telemetry.sampler import Sampler
 
 
 def running_fp32_state() -> RunState:

@@ -1,6 +1,6 @@
 """The training subprocess: torch, transformers, peft, bitsandbytes, trl, datasets.
 
-It speaks only the JSON-lines protocol (cockpit.protocol) on its real stdout, which
+It speaks only the JSON-lines protocol (cockpit.protocol.wire) on its real stdout, which
 the launcher points at the run's events.jsonl; library output goes to backend.log.
 It never imports textual, `screens` or `widgets`.
 """

@@ -2,7 +2,7 @@
 
     python -m train_backend train RUN_DIR
 
-The launcher (cockpit.supervisor) points stdout at RUN_DIR/events.jsonl and stderr at
+The launcher (cockpit.run.process) points stdout at RUN_DIR/events.jsonl and stderr at
 RUN_DIR/backend.log, in a new session so the trainer outlives its client.
 """
 
@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     world = World.from_env(run_path)  # one of several processes started by torchrun
     emitter = Emitter(take_stdout()) if world is None else RankEmitter(world.bootstrap(), world)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from cockpit.rundir import RunDir
+    from cockpit.run.rundir import RunDir
     from train_backend.trainer import run_training
 
     return run_training(RunDir(run_path), emitter, world)

@@ -8,8 +8,8 @@ import statistics
 import threading
 import time
 
-from cockpit.config import TrainConfig
-from cockpit.protocol import Fault
+from cockpit.config.schema import TrainConfig
+from cockpit.protocol.wire import Fault
 from train_backend import oom_watch
 from train_backend.channel import Emitter
 from train_backend.oom_watch import injected_oom_message

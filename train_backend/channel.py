@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from cockpit.protocol import COMMAND_TYPES, Fault, LineDecoder, encode
+from cockpit.protocol.wire import COMMAND_TYPES, Fault, LineDecoder, encode
 
 _SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY", re.IGNORECASE)
 

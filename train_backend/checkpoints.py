@@ -9,8 +9,9 @@ import shutil
 import time
 from pathlib import Path
 
-from cockpit import checkpoint_space, rundir
-from cockpit.config import TrainConfig
+from cockpit.config.schema import TrainConfig
+from cockpit.run import disk_guard as checkpoint_space
+from cockpit.run import rundir
 from train_backend.channel import Emitter
 from train_backend.errors import CheckpointWontFit, refused_write
 

@@ -7,7 +7,7 @@ per GPU with RANK, LOCAL_RANK, WORLD_SIZE... set. Here:
   the launcher holds the original stdout) and its output to backend.log; every other rank
   writes its output to backend.rankN.log and no events (`RankEmitter`).
 - Failure. A rank's `error` becomes RUN/rank-N.error.json, never an event: the launcher folds
-  the files of all failed ranks into the one `error` event (cockpit.distributed).
+  the files of all failed ranks into the one `error` event (cockpit.run.ranks).
 - Commands. Local rank 0 reads the control FIFO; signals reach every rank (torchrun forwards
   SIGTERM). At every step end, and between phases, all ranks all-reduce (MAX, on a gloo group,
   so it never waits on the GPU) what they were asked: stop, save, pause. Every rank then acts
@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cockpit import distributed as plan
+from cockpit.run import ranks as plan
 from train_backend.callbacks import Controls
 from train_backend.channel import Emitter, take_stdout
 
@@ -197,7 +197,8 @@ def _replica_bytes(cfg, model_path: str) -> int | None:
     """Per-GPU memory of this run under DDP, by the memory model."""
     import dataclasses
 
-    from cockpit import estimate, modelshape
+    from cockpit.models import memory as estimate
+    from cockpit.models import shape as modelshape
 
     try:
         config = json.loads((Path(model_path) / "config.json").read_text())

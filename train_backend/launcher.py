@@ -2,7 +2,7 @@
 
     python -m train_backend.launcher RUN_DIR {torchrun|accelerate} LAUNCHER_ARGS...
 
-The supervisor starts it (built by `cockpit.distributed.trainer_command`) as the leader of the
+The supervisor starts it (built by `cockpit.run.ranks.trainer_command`) as the leader of the
 run's process group, with stdout on events.jsonl. It starts one trainer process per GPU and
 waits for them. When ranks fail, it writes the run's one `error` event: the root cause from
 the ranks' `rank-N.error.json` files (or, for a rank killed without a word, its exit status
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
     run_path, launcher, args = Path(argv[0]).resolve(), argv[1], argv[2:]
     os.umask(0o077)
     emitter = Emitter(take_stdout())
-    from cockpit import distributed as plan
+    from cockpit.run import ranks as plan
 
     os.environ["COCKPIT_LAUNCHER_PID"] = str(os.getpid())  # each rank checks its parent is still us
     os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGTERM,SIGINT,SIGQUIT"  # not SIGHUP: an SSH drop
@@ -72,7 +72,7 @@ def _run(launcher: str, args: list[str]) -> None:
 def _failures(exc: BaseException, run_path: Path) -> tuple[dict[int, dict], int | None]:
     """Ranks that failed (rank -> exit code, signal, log tail) and this process's exit code;
     code None: the failure is the launcher's own."""
-    from cockpit import distributed as plan
+    from cockpit.run import ranks as plan
 
     failures = getattr(exc, "failures", None)
     if isinstance(failures, dict):  # torchrun's ChildFailedError
@@ -124,7 +124,7 @@ def _own_error(emitter: Emitter, exc: BaseException, run_path: Path) -> int:
 
 
 def _checkpoints(run_path: Path) -> list[str]:
-    from cockpit import rundir
+    from cockpit.run import rundir
 
     return [p.name for p in rundir.complete_checkpoints(run_path / rundir.CHECKPOINTS_NAME)]
 

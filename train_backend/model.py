@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from cockpit import shapes
-from cockpit.config import ConfigError, TrainConfig
+from cockpit.config.schema import ConfigError, TrainConfig
+from cockpit.models import shipped as shapes
 from cockpit.paths import cache_root
 from train_backend.errors import ModelLoadError
 

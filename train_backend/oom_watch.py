@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cockpit.config import ConfigError, TrainConfig
+from cockpit.config.schema import ConfigError, TrainConfig
 from train_backend.channel import Emitter
 
 GIB = 2**30

@@ -2,7 +2,7 @@
 
 Speaks the JSON-lines protocol on stdout: one `probe` message per finding, `{"finding": name,
 "data": {...}}`, then a `probe` message with finding `done`. Findings named in
-`cockpit.probe_client.LIST_FINDINGS` come once per device and carry `data["device"]`. Every
+`cockpit.preflight.probe_client.LIST_FINDINGS` come once per device and carry `data["device"]`. Every
 measurement is bounded (fixed sizes, a time budget on its repetitions); a failure becomes a finding
 with an `error` text, never a crash. No GPU: a `no_gpu` finding and exit 0.
 

@@ -17,7 +17,7 @@ def build(arch: str, out_dir: str, dtype_name: str, device_kind: str) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from cockpit import shapes
+    from cockpit.models import shipped as shapes
     from train_backend.model import shipped_tokenizer_dir, torch_dtype
 
     config = AutoConfig.for_model(**shapes.hf_config_dict(arch))

@@ -9,12 +9,13 @@ import subprocess
 import sys
 import time
 
-from cockpit import rundir
-from cockpit.config import TrainConfig
-from cockpit.config_load import load_config
+from cockpit.config.load import load_config
+from cockpit.config.schema import TrainConfig
+from cockpit.run import rundir
 from train_backend import data as data_mod
-from train_backend import fast, oom_watch
 from train_backend import model as model_mod
+from train_backend import oom_watch
+from train_backend import speed_setup as fast
 from train_backend.callbacks import Controls, make_callback, memory_fields
 from train_backend.channel import CommandListener, Emitter
 from train_backend.checkpoints import fsync_tree, make_trainer_class
@@ -25,7 +26,7 @@ from train_backend.errors import classify, format_traceback
 def build_sft_config(
     cfg: TrainConfig, run: rundir.RunDir, precision: str, device_kind: str, extra: dict | None = None
 ):
-    """`extra`: arguments the speed plan adds or replaces (train_backend.fast.sft_kwargs)."""
+    """`extra`: arguments the speed plan adds or replaces (train_backend.speed_setup.sft_kwargs)."""
     from trl import SFTConfig
 
     t = cfg.training
@@ -65,12 +66,12 @@ def build_sft_config(
 
 
 def start_recorder(run: rundir.RunDir) -> None:
-    """The telemetry recorder (cockpit.recorder): our child, in our process group, so it ends with us."""
+    """The telemetry recorder (cockpit.telemetry.recorder): our child, in our group, ends with us."""
     # several GPUs: watch the launcher, whose process tree holds every rank of this node
     watched = os.environ.get("COCKPIT_LAUNCHER_PID", str(os.getpid()))
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "cockpit.recorder", str(run.path), watched],
+            [sys.executable, "-m", "cockpit.telemetry.recorder", str(run.path), watched],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=sys.stderr.fileno(),

@@ -1,7 +1,7 @@
 """The picker's table: one row per card (fit, peak, free memory, tokens/s, time, cost, $/hour),
 the cheapest card that fits and the fastest within the budget highlighted.
 
-Cells come from `cockpit.cards_text.row_cells`, the same words `cockpit cards` prints. Columns are
+Cells come from `cockpit.plan.cards_text.row_cells`, the same words `cockpit cards` prints. Columns are
 separated by one space (no cell padding), so that the table fits 80 columns; the VRAM column
 shows only on wider terminals. The cursor stays on its card when the table is refilled.
 """
@@ -16,8 +16,8 @@ from textual import events
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
-from cockpit.cards import CardRow, CardTable
-from cockpit.cards_text import COLUMNS, row_cells
+from cockpit.plan.cards import CardRow, CardTable
+from cockpit.plan.cards_text import COLUMNS, row_cells
 
 WITH_VRAM_FROM = 90  # terminal columns from which the VRAM column is shown
 FIT_CLASSES = {"fits": "card-table--fits", "tight": "card-table--tight", "no": "card-table--no"}

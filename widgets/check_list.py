@@ -16,7 +16,7 @@ from textual.content import Content
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from cockpit.checks import CheckResult
+from cockpit.preflight.checks.base import CheckResult
 
 GROUPS = ("gpu", "performance", "host", "disk", "network", "software")
 GROUP_TITLES = {

@@ -36,7 +36,7 @@ def findings_text(
 
 
 class DoctorPanel(StyledWidget):
-    """`show(findings)` hands it the doctor's current findings (cockpit.doctor_window.Finding)."""
+    """`show(findings)` hands it the doctor's current findings (cockpit.doctor.window.Finding)."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "doctor-panel--alarm",

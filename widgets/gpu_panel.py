@@ -1,7 +1,7 @@
 """The GPUs of a run: utilisation, memory and power with gauges and sparklines, temperature,
 SM clock and throttle reasons, one block per GPU (three rows), or one row per GPU when compact.
 With two GPUs or more, one row more: what joins them (NVLink or PCIe only) and how evenly they
-work (the spread of util, memory and power across the trainer's GPUs, cockpit.gpu_spread), in the
+work (the spread of util, memory and power across the trainer's GPUs, cockpit.telemetry.spread), in the
 warning colour when one works much less than the others.
 
 A GPU that is lost or stalled says so on its row; a box without a usable NVIDIA driver says that
@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from rich.style import Style
 from rich.text import Text
 
-from cockpit.gpu_spread import (
+from cockpit.telemetry.spread import (
     SPREAD_WINDOW_S,
     GpuSpread,
     counted_gpus,
@@ -50,8 +50,8 @@ QUIET_REASONS = {"gpu_idle"}  # an idle GPU lowers its clocks: that is no thrott
 class GpuView:
     """What the panel draws: the newest sample, the sparkline histories and the torch counters."""
 
-    sample: Any = None  # cockpit.telemetry.Sample, or None before the first one
-    book: Any = None  # screens.telemetry_feed.SeriesBook
+    sample: Any = None  # cockpit.telemetry.sampler.Sample, or None before the first one
+    book: Any = None  # screens.run.telemetry_feed.SeriesBook
     span: tuple[float, float] | None = None  # the sparklines' time span
     torch_memory: dict = field(default_factory=dict)  # RunState.memory
     trainer_pid: int | None = None

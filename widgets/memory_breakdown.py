@@ -9,7 +9,7 @@ from typing import ClassVar
 from rich.text import Text
 from textual.widgets import Static
 
-from cockpit.estimate import GIB, SAFETY_MARGIN, Part
+from cockpit.models.memory import GIB, SAFETY_MARGIN, Part
 
 BAR_CELLS = 12  # the whole bar is the card's memory
 

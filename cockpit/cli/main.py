@@ -1,0 +1,278 @@
+"""`cockpit`: the command line, and the one place that reaches up into the TUI (lazily).
+
+The commands about one run (train, demo, attach, replay, restart, runs, stop...) are here; their
+arguments are in `cockpit.cli.args`, the commands that size or check before a run (estimate, cards,
+pick, preflight) in `cockpit.cli.plan_commands`. Importing this module pulls in neither torch nor textual;
+`--no-ui` paths never do.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+
+from cockpit import paths
+from cockpit.cli.args import build_parser
+from cockpit.cli.plan_commands import cmd_cards, cmd_estimate, cmd_pick, cmd_preflight
+from cockpit.config import load as config_load
+from cockpit.config import schema as config
+from cockpit.live.headless import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
+from cockpit.run import process as supervisor
+from cockpit.run import rundir
+
+DEMO_CONFIG = "demo.yaml"
+
+
+def demo_config_path() -> str:
+    return str(resources.files("cockpit") / "data" / "demo" / DEMO_CONFIG)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command is None:
+        build_parser().print_help()
+        return EXIT_USAGE
+    handler = COMMANDS[args.command]
+    try:
+        return handler(args)
+    except config.ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except rundir.RunNotFound as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    except supervisor.NotRunning as exc:
+        print(
+            f"{exc}. `cockpit runs` shows its status; `cockpit restart` continues from its last checkpoint.",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+
+
+def cmd_init(args) -> int:
+    path = Path(args.path)
+    if path.exists() and not args.force:
+        print(f"{path} exists; use --force to overwrite", file=sys.stderr)
+        return EXIT_USAGE
+    path.write_text(config.template(), encoding="utf-8")
+    print(f"wrote {path}; edit it, then: cockpit train {path}")
+    return 0
+
+
+def cmd_train(args) -> int:
+    return _start(_load(args.config, args), args)
+
+
+def cmd_demo(args) -> int:
+    return _start(_load(demo_config_path(), args), args)
+
+
+def _load(path: str, args) -> config.TrainConfig:
+    """The config with --set and --emulate-vram applied, all validated together."""
+    overrides = list(args.overrides)
+    if args.emulate_vram is not None:
+        overrides.append(f"emulate_vram_gib={args.emulate_vram!r}")
+    return config_load.load_config(path, overrides)
+
+
+def _start(cfg: config.TrainConfig, args) -> int:
+    if args.check:
+        print("config OK")
+        return 0
+    config_load.with_absolute_paths(cfg)
+    problems = []
+    if not args.skip_preflight:  # warn before money is spent; never block the start
+        from cockpit.preflight.quick import run_start_preflight
+
+        checked = run_start_preflight(cfg)
+        problems = checked.problems
+        if _headless(args):
+            print("\n".join(checked.lines()), flush=True)
+    try:
+        run = rundir.create(
+            Path(cfg.output.dir) if cfg.output.dir else None, cfg.model.name, config.dump_config(cfg)
+        )
+    except OSError as exc:  # output.dir is a file, read-only, on a full disk...
+        where = cfg.output.dir or paths.runs_root()
+        print(
+            f"cannot create the run directory under {where}: {exc.strerror or exc} "
+            f"({exc.filename or where}). Set output.dir (or COCKPIT_HOME) to a folder you can write to, "
+            "with free space.",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE if cfg.output.dir else EXIT_FAILED
+    proc = supervisor.launch(run)
+    print(f"run {run.run_id} started (trainer pid {proc.pid}); directory {run.path}", file=sys.stderr)
+    return _show(run, proc, args, preflight_problems=problems)
+
+
+def _show(run: rundir.RunDir, proc, args, replay: bool = False, preflight_problems=()) -> int:
+    from cockpit.live.session import RunSession
+
+    session = RunSession(run, proc=proc, replay=replay)
+    if _headless(args):
+        from cockpit.live.headless import follow
+
+        code = follow(session, log_every_s=args.log_every)
+        while (session := _relaunch_after_oom(run, session.state, args)) is not None:
+            code = follow(session, log_every_s=args.log_every)  # the relaunched trainer
+        return code
+    from cockpit.live.watch import LiveWatch
+    from screens.run.app import CockpitApp  # the only place the TUI is imported
+
+    watch = None
+    if not replay:  # a live trainer: sample its GPUs and host now; the app stops the watch on exit
+        pid = proc.pid if proc is not None else (run.read_trainer() or {}).get("pid")
+        watch = LiveWatch(pid).start()
+    app = CockpitApp(session, watch=watch, preflight_problems=list(preflight_problems))
+    code = app.run() or 0
+    if app.relaunched is not None:  # the OOM wizard started a new trainer: follow it
+        return _show(run, app.relaunched, args)
+    if code == EXIT_DETACHED and not replay:
+        run_id = run.run_id
+        print(f"detached; training goes on. Watch: cockpit attach {run_id}   Stop: cockpit stop {run_id}")
+    return code
+
+
+def _headless(args) -> bool:
+    """--no-ui, or output that is not a terminal (a log file, a pipe): a screen there would only
+    write escape codes into it and wait for keys that never come."""
+    return args.no_ui or not sys.stdout.isatty()
+
+
+def _relaunch_after_oom(run: rundir.RunDir, state, args):
+    """--on-oom ask|auto after a headless run that ran out of memory: a session on the relaunched
+    trainer, or None."""
+    if getattr(args, "on_oom", "stop") == "stop":
+        return None
+    from cockpit.oom.relaunch import headless_on_oom
+
+    args.oom_relaunches = getattr(args, "oom_relaunches", 0) + 1
+    return headless_on_oom(run, state, args.on_oom, args.oom_relaunches)
+
+
+def cmd_attach(args) -> int:
+    run = rundir.find(args.run)
+    return _show(run, None, args, replay=not supervisor.is_alive(run))
+
+
+def cmd_replay(args) -> int:
+    from cockpit.live.replay import ReplaySession
+
+    run = rundir.find(args.run)
+    try:
+        session = ReplaySession(run, speed=args.speed)
+    except ValueError as exc:
+        print(f"--speed: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if _headless(args):
+        from cockpit.live.headless import follow
+
+        # plain lines, each stamped with its recorded time: a live status line would take "now"
+        # from the wall clock
+        return follow(session, log_every_s=args.log_every, force_terminal=False)
+    from screens.run.app import CockpitApp
+
+    return CockpitApp(session, watch=session.watch).run() or 0
+
+
+def cmd_restart(args) -> int:
+    run = rundir.find(args.run)
+    if supervisor.is_alive(run):
+        print(f"run {run.run_id} is still running; attach with: cockpit attach {run.run_id}", file=sys.stderr)
+        return EXIT_USAGE
+    if supervisor.run_status(run).state == "finished":
+        print(
+            f"run {run.run_id} finished: nothing to continue. Its adapter is in {run.final_dir}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        config_load.load_config(run.config_path)  # still valid? (it may have been edited by hand)
+    except config.ConfigError as exc:
+        raise config.ConfigError(f"{run.config_path}: {exc}") from None
+    if args.emulate_vram is not None:
+        from cockpit.oom.relaunch import apply_changes
+
+        apply_changes(run, {"emulate_vram_gib": args.emulate_vram}, "--emulate-vram")
+    checkpoints = run.complete_checkpoints()
+    start = f"from {checkpoints[-1].name}" if checkpoints else "from the start (no complete checkpoint)"
+    proc = supervisor.launch(run)
+    print(f"run {run.run_id} restarted {start} (trainer pid {proc.pid})", file=sys.stderr)
+    return _show(run, proc, args)
+
+
+def cmd_runs(args) -> int:
+    rows = []
+    for run in rundir.all_runs():
+        status = supervisor.run_status(run)
+        rows.append(
+            {
+                "run": run.run_id,
+                "status": status.state,
+                "step": status.step,
+                "total_steps": status.total_steps,
+                "detail": status.detail,
+                "path": str(run.path),
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    if not rows:
+        print("no runs yet; start one with: cockpit demo")
+        return 0
+    width = max(len(r["run"]) for r in rows)
+    for r in rows:
+        steps = f"{r['step']}/{r['total_steps'] or '?'}"
+        print(f"{r['run']:<{width}}  {r['status']:<8}  {steps:>11}  {r['detail']}")
+    return 0
+
+
+def cmd_stop(args) -> int:
+    run = rundir.find(args.run)
+    outcome = supervisor.stop(
+        run, grace_s=args.timeout, term_s=args.term_timeout, say=lambda t: print(t, file=sys.stderr)
+    )
+    print(f"{run.run_id}: {outcome}")
+    return 0 if outcome in ("stopped", "terminated", "killed", "not running") else EXIT_FAILED
+
+
+def _send(args, name: str) -> int:
+    run = rundir.find(args.run)
+    supervisor.send_command(run, name)
+    print(f"sent {name} to {run.run_id}; `cockpit attach {run.run_id}` shows the answer")
+    return 0
+
+
+def cmd_save(args) -> int:
+    return _send(args, "save")
+
+
+def cmd_pause(args) -> int:
+    return _send(args, "pause")
+
+
+def cmd_resume(args) -> int:
+    return _send(args, "resume")
+
+
+COMMANDS = {
+    "init": cmd_init,
+    "train": cmd_train,
+    "demo": cmd_demo,
+    "estimate": cmd_estimate,
+    "cards": cmd_cards,
+    "pick": cmd_pick,
+    "preflight": cmd_preflight,
+    "runs": cmd_runs,
+    "attach": cmd_attach,
+    "replay": cmd_replay,
+    "restart": cmd_restart,
+    "stop": cmd_stop,
+    "save": cmd_save,
+    "pause": cmd_pause,
+    "resume": cmd_resume,
+}

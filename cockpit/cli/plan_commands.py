@@ -1,0 +1,166 @@
+"""`cockpit estimate`, `cards`, `pick` and `preflight`: the commands that size a planned run or
+check the box before one starts. Heavy modules (the estimator, the catalog, the TUI) load inside
+each command.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from cockpit import fmt
+from cockpit.cli.args import dataset_text, workload_overrides
+from cockpit.config import load as config_load
+from cockpit.live.headless import EXIT_USAGE
+
+
+def load_workload(args):
+    """(config, model shape, workload) from the config and flags.
+
+    Raises ConfigError, modelshape.ShapeError (the model), estimate.EstimateError (the settings)."""
+    from cockpit.models import memory as est
+    from cockpit.models import shape as modelshape
+
+    cfg = config_load.load_config(args.config, workload_overrides(args))
+    shape = modelshape.load_shape(cfg.model.name, cfg.model.revision or "main")
+    return cfg, shape, est.workload_from_config(cfg, shape, args.trainer)
+
+
+def cmd_estimate(args) -> int:
+    from cockpit.models import memory as est
+    from cockpit.models import memory_report as estimate_report
+    from cockpit.models import shape as modelshape
+
+    try:
+        cfg, shape, workload = load_workload(args)
+        if args.inference:
+            result = estimate_report.estimate_inference(shape, args.bits, args.context)
+            workload = None
+        else:
+            result = est.estimate_memory(workload)
+    except (modelshape.ShapeError, est.EstimateError) as exc:
+        print(f"cannot estimate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    fits = None if args.vram is None else est.verdict(result, int(args.vram * est.GIB))
+    if args.json:
+        inputs = (
+            estimate_report.workload_inputs(workload)
+            if workload
+            else {"model": shape.name, "bits": args.bits, "context": args.context}
+        )
+        data = estimate_report.to_dict(result, inputs)
+        data["fits_vram"] = fits  # fits | tight | no | null
+        print(json.dumps(data, indent=1))
+        return 0
+    what = "inference" if args.inference else f"{cfg.method} training ({args.trainer} trainer)"
+    print(f"{shape.name}: {fmt.params(shape.params)} params ({shape.source}), {what}; an estimate:")
+    for part in result.parts:
+        print(f"  {part.label:<36} {part.bytes / est.GIB:8.2f} GiB   {part.note}")
+    print(f"  {'peak device memory (as nvidia-smi)':<36} {result.peak_gib:8.2f} GiB")
+    print(f"  {'peak while loading':<36} {result.load_peak_bytes / est.GIB:8.2f} GiB")
+    if fits is not None:
+        words = {
+            "fits": "fits",
+            "tight": f"is TIGHT on (inside the {est.SAFETY_MARGIN:.0%} safety margin)",
+            "no": "does NOT fit",
+        }[fits]
+        print(f"{words} a {args.vram:g} GiB card ({args.vram - result.peak_gib:+.2f} GiB headroom)")
+    return 0
+
+
+def cmd_cards(args) -> int:
+    from cockpit.models import memory as est
+    from cockpit.models import shape as modelshape
+    from cockpit.plan import cards, catalog
+    from cockpit.plan import multi_rows as cards_multi
+    from cockpit.plan.cards_text import table_text
+
+    try:
+        cfg, _shape, workload = load_workload(args)
+        epochs = cfg.training.epochs if args.epochs is None else args.epochs
+        size = cards.parse_dataset(dataset_text(args), epochs, cfg.training.max_steps)
+        counts = cards_multi.parse_gpu_counts(args.gpus)
+        table = cards.card_table(workload, catalog.load_catalog(), size, args.budget, gpu_counts=counts)
+    except (modelshape.ShapeError, est.EstimateError) as exc:
+        print(f"cannot estimate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except cards.CardsError as exc:
+        print(f"{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except catalog.CatalogError as exc:
+        print(f"card catalog: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(table.to_dict(), indent=1) if args.json else table_text(table))
+    return 0
+
+
+def cmd_pick(args) -> int:
+    import datetime as dt
+
+    from cockpit.plan import cards, catalog
+
+    cfg = config_load.load_config(args.config, workload_overrides(args))
+    try:
+        dataset = dataset_text(args)
+        cards_catalog = catalog.load_catalog()
+    except cards.CardsError as exc:
+        print(f"{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except catalog.CatalogError as exc:
+        print(f"card catalog: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from screens.picker.app import PickerApp  # the TUI, only on this branch
+
+    app = PickerApp(
+        cfg,
+        catalog=cards_catalog,
+        clock=dt.datetime.now,
+        trainer=args.trainer,
+        dataset=dataset,
+        epochs=args.epochs,
+        budget=args.budget,
+        multi=args.multi,
+    )
+    app.run()
+    for path in app.written:
+        print(f"wrote {path}; set dataset.path in it, then start it: cockpit train {path}")
+    return 0
+
+
+def cmd_preflight(args) -> int:
+    from cockpit.preflight.checks.base import exit_code
+    from cockpit.preflight.full import result_line, run_preflight
+    from cockpit.preflight.runner import report
+
+    model_bytes = None
+    if args.model:
+        from cockpit.models import shape as modelshape
+
+        try:
+            model_bytes = (
+                modelshape.load_shape(args.model).params * 2
+            )  # the 16-bit weights to download and load
+        except modelshape.ShapeError as exc:
+            print(f"--model: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    if not (args.json or args.no_ui) and sys.stdout.isatty():
+        from cockpit.preflight.full import full_preflight
+        from screens.preflight.app import PreflightApp  # the TUI, only on this branch
+
+        app = PreflightApp(full_preflight(args.quick, model_bytes, args.multi), quick=args.quick)
+        code = app.run()
+        if app.last_export is not None:
+            print(f"report written to {app.last_export}")
+        return 2 if code is None else code  # None: the app died; no verdict is a failure
+    say = (lambda r: None) if args.json else (lambda r: print(result_line(r), flush=True))
+    results, meta = run_preflight(args.quick, on_result=say, model_bytes=model_bytes, multi=args.multi)
+    code = exit_code(results)
+    if args.json:
+        print(json.dumps(report(results, meta), indent=1))
+    else:
+        counts = {s: sum(r.status == s for r in results) for s in ("pass", "warn", "fail", "skip")}
+        print(
+            f"preflight: {counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail, "
+            f"{counts['skip']} skipped in {meta['duration_s']} s"
+        )
+    return code

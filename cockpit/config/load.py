@@ -1,0 +1,363 @@
+"""Reading a training config: YAML and `--set key=value` overrides into a validated `TrainConfig`.
+
+Errors (`ConfigError`) name the key, say what was expected and how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from cockpit.config.schema import (
+    SECRET_KEY_PATTERN,
+    SPEED_AUTO_KEYS,
+    ConfigError,
+    TrainConfig,
+    all_keys,
+    is_section,
+)
+from cockpit.models import shipped as shapes
+
+
+def load_config(path: str | os.PathLike | None, overrides: list[str] | None = None) -> TrainConfig:
+    """Read YAML, apply `key=value` overrides, validate. Raises ConfigError."""
+    raw: dict = {}
+    if path is not None:
+        path = Path(path)
+        if path.is_dir():
+            raise ConfigError(
+                f"{str(path)!r} is a directory; give the config's YAML file (cockpit init writes one)"
+            )
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} not found. Write one with: cockpit init {path}")
+        try:
+            loaded = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{path}: not a text file in UTF-8 (byte {exc.start} is not valid); write the config as "
+                "plain YAML text"
+            ) from None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping of sections (model:, dataset:, ...) at the top")
+        raw = loaded
+    for item in overrides or []:
+        apply_override(raw, item)
+    return config_from_dict(raw)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one section (YAML alone keeps the last, silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _value in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str):
+                continue
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key!r} appears twice in one section; only the last would count: keep one",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def apply_override(raw: dict, item: str) -> None:
+    """`training.max_steps=50` -> raw["training"]["max_steps"] = 50 (value parsed as YAML)."""
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {item!r}: expected key=value, e.g. --set training.max_steps=50")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        value = text
+    node = raw
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {key}: {part!r} is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def config_from_dotted(values: dict) -> TrainConfig:
+    """{"training.max_length": 512, "method": "lora", ...} -> a validated config."""
+    raw: dict = {}
+    for dotted, value in values.items():
+        node = raw
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return config_from_dict(raw)
+
+
+def config_from_dict(raw: dict) -> TrainConfig:
+    speed = raw.get("speed")
+    if isinstance(speed, dict):  # YAML reads a bare `off` as false
+        raw = {
+            **raw,
+            "speed": {
+                k: "off" if v is False and k in ("mode", "fused_kernels") else v for k, v in speed.items()
+            },
+        }
+    cfg = _build(TrainConfig, raw, "")
+    _check_combinations(cfg)
+    _pin_explicit_speed_keys(cfg, raw)
+    return cfg
+
+
+def _pin_explicit_speed_keys(cfg: TrainConfig, raw: dict) -> None:
+    """An auto key the config sets is the user's choice: `speed: auto` keeps it (speed.keep)."""
+    unknown = [k for k in cfg.speed.keep or [] if k not in SPEED_AUTO_KEYS]
+    if unknown:
+        raise ConfigError(
+            f"speed.keep: {', '.join(map(repr, unknown))} is not a key speed: auto chooses; "
+            f"those are: {', '.join(SPEED_AUTO_KEYS)}"
+        )
+    present = set()
+    for key in SPEED_AUTO_KEYS:
+        section, name = key.split(".")
+        if isinstance(raw.get(section), dict) and name in raw[section]:
+            present.add(key)
+    cfg.speed.keep = sorted(set(cfg.speed.keep or []) | present) or None
+
+
+def _build(cls: type, raw: Any, prefix: str) -> Any:
+    where = prefix.rstrip(".") or "the config"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a section (key: value lines), got {_show(raw)}")
+    hints = get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    for key in raw:
+        if key not in known:
+            full = f"{prefix}{key}"
+            if SECRET_KEY_PATTERN.search(str(key)):
+                raise ConfigError(
+                    f"{full}: secrets do not belong in the config (it is saved in the run directory). "
+                    "Set the HF_TOKEN environment variable instead."
+                )
+            raise ConfigError(_unknown_key_message(full, [f"{prefix}{k}" for k in known], str(key)))
+    values = {}
+    for name, f in known.items():
+        full = f"{prefix}{name}"
+        hint = hints[name]
+        if is_section(hint):
+            values[name] = _build(hint, raw.get(name, {}) if raw.get(name) is not None else {}, f"{full}.")
+            continue
+        if name not in raw:
+            continue
+        values[name] = _check_value(full, raw[name], hint, f.metadata)
+    return cls(**values)
+
+
+def _unknown_key_message(full: str, candidates: list[str], key: str) -> str:
+    close = difflib.get_close_matches(full, candidates, n=1, cutoff=0.6)
+    if not close:
+        # the key may be right but in the wrong section
+        everywhere = [k for k in all_keys() if k.rsplit(".", 1)[-1] == key]
+        close = everywhere[:1]
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    valid = ", ".join(c.rsplit(".", 1)[-1] for c in candidates)
+    return f"unknown key {full!r}.{hint} Valid keys here: {valid}."
+
+
+def _check_value(key: str, value: Any, hint: Any, meta: dict) -> Any:
+    allowed = _allowed_types(hint)
+    if value is None:
+        if type(None) in allowed:
+            return None
+        raise ConfigError(
+            f"{key}: a value is required ({_type_words(allowed)}); remove the key for the default"
+        )
+    value = _coerce(key, value, allowed)
+    if isinstance(value, float) and not math.isfinite(value):  # YAML's .nan/.inf, or --set x=nan
+        raise ConfigError(f"{key}: {value} is not a finite number; give a number like 1 or 2e-4")
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+        hint_text = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{key}: {_show(value)} is not one of {', '.join(map(str, choices))}.{hint_text}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        low, high = meta.get("min"), meta.get("max")
+        if low is not None and (value < low or (meta.get("exclusive_min") and value == low)):
+            bound = f"> {low}" if meta.get("exclusive_min") else f">= {low}"
+            raise ConfigError(f"{key}: {_show(value)} is out of range; it must be {bound}")
+        if high is not None and value > high:
+            raise ConfigError(f"{key}: {_show(value)} is out of range; it must be <= {high}")
+    return value
+
+
+def _allowed_types(hint: Any) -> tuple:
+    if get_origin(hint) is Union or type(hint).__name__ == "UnionType":
+        return get_args(hint)
+    return (hint,)
+
+
+def _coerce(key: str, value: Any, allowed: tuple) -> Any:
+    for t in allowed:
+        if t is bool and isinstance(value, bool):
+            return value
+        if t is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if t is str and isinstance(value, str):
+            return value
+        if get_origin(t) is list and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            if not value:
+                raise ConfigError(f"{key}: the list is empty; name at least one module or use 'all-linear'")
+            return list(value)
+    # YAML reads 2e-4 as a string (no dot in the mantissa): accept numbers written that way
+    if isinstance(value, str) and (float in allowed or int in allowed):
+        try:
+            number = float(value)
+        except ValueError:
+            pass
+        else:
+            if float in allowed:
+                return number
+            if number.is_integer():
+                return int(number)
+    raise ConfigError(f"{key}: expected {_type_words(allowed)}, got {_show(value)}")
+
+
+def _type_words(allowed: tuple) -> str:
+    words = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+    out = []
+    for t in allowed:
+        if t is type(None):
+            continue
+        out.append(words.get(t, "a list of strings" if get_origin(t) is list else str(t)))
+    return " or ".join(out)
+
+
+def _show(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _check_combinations(cfg: TrainConfig) -> None:
+    name = cfg.model.name
+    if shapes.is_synthetic(name):
+        arch = shapes.synthetic_arch(name)
+        if arch not in shapes.shape_names():
+            raise ConfigError(
+                f"model.name: unknown synthetic architecture {arch!r}; shipped shapes are: "
+                f"{', '.join(shapes.shape_names())}"
+            )
+    elif looks_like_path(name):
+        path = Path(name).expanduser()
+        if not path.exists():
+            raise ConfigError(
+                f"model.name: local path {name!r} does not exist. Give an existing directory with "
+                "config.json and weights, a hub id like 'org/name', or synthetic:<arch>."
+            )
+        if not path.is_dir():
+            raise ConfigError(
+                f"model.name: {name!r} is a file; point it at the folder that holds config.json and the "
+                "weights (the one save_pretrained wrote)."
+            )
+        if not (path / "config.json").is_file():
+            raise ConfigError(
+                f"model.name: {name!r} has no config.json; point it at the folder that holds config.json "
+                "and the weights (the one save_pretrained wrote)."
+            )
+    elif not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name):
+        raise ConfigError(
+            f"model.name: {name!r} is neither a local path, a hub id (org/name) nor synthetic:<arch>"
+        )
+
+    ds = cfg.dataset.path
+    if ds != "demo" and looks_like_path(ds) and not Path(ds).expanduser().exists():
+        raise ConfigError(
+            f"dataset.path: {ds!r} does not exist. Give a .json/.jsonl/.csv/.parquet file, a folder "
+            "written by datasets' save_to_disk, a hub id, or 'demo'."
+        )
+    targets = cfg.lora.target_modules
+    if isinstance(targets, str) and targets != "all-linear":
+        raise ConfigError(
+            f"lora.target_modules: {targets!r}; give a list of module names (e.g. [q_proj, v_proj]) "
+            "or the string 'all-linear'"
+        )
+    _check_distributed(cfg)
+    t = cfg.training
+    if (
+        cfg.debug.fail_at_step is not None
+        and t.max_steps is not None
+        and cfg.debug.fail_at_step > t.max_steps
+    ):
+        raise ConfigError(
+            f"debug.fail_at_step: {cfg.debug.fail_at_step} is after training.max_steps ({t.max_steps})"
+        )
+
+
+def _check_distributed(cfg: TrainConfig) -> None:
+    d = cfg.distributed
+    if d.node_rank >= d.nnodes:
+        raise ConfigError(
+            f"distributed.node_rank: {d.node_rank} with nnodes {d.nnodes}; "
+            f"node ranks go from 0 to {d.nnodes - 1}"
+        )
+    if d.rdzv_endpoint is not None and not re.fullmatch(r"\[?[\w.:-]+\]?:\d{1,5}", d.rdzv_endpoint):
+        raise ConfigError(
+            f"distributed.rdzv_endpoint: {d.rdzv_endpoint!r}; expected host:port of node 0, "
+            "e.g. 10.0.0.1:29500"
+        )
+    if d.nnodes > 1 and d.rdzv_endpoint is None:
+        raise ConfigError(
+            f"distributed.rdzv_endpoint: required with nnodes {d.nnodes}; set it to host:port of node 0 "
+            "(an address every node reaches, e.g. 10.0.0.1:29500), the same on every node"
+        )
+    if d.nnodes > 1 and d.master_port is not None:
+        raise ConfigError(
+            "distributed.master_port: only for one machine; with several, the port is part of rdzv_endpoint"
+        )
+    if cfg.method == "qlora" and cfg.quantization.bits == 8 and d.strategy == "fsdp":
+        raise ConfigError(
+            "distributed.strategy: fsdp shards 4-bit QLoRA weights only (bitsandbytes' quant_storage); with "
+            "quantization.bits 8 use strategy ddp (or auto)"
+        )
+    world = cfg.gpus * d.nnodes
+    if cfg.debug.fail_rank is not None and cfg.debug.fail_rank >= world:
+        raise ConfigError(
+            f"debug.fail_rank: {cfg.debug.fail_rank}, but the job has {world} ranks (0 to {world - 1})"
+        )
+
+
+def with_absolute_paths(cfg: TrainConfig, base: Path | None = None) -> TrainConfig:
+    """Local paths made absolute against `base` (the user's working directory).
+
+    The trainer runs inside the run directory, so a relative path in the saved config
+    would point somewhere else.
+    """
+    base = Path.cwd() if base is None else base
+    if not shapes.is_synthetic(cfg.model.name) and looks_like_path(cfg.model.name):
+        cfg.model.name = str((base / Path(cfg.model.name).expanduser()).resolve())
+    if cfg.dataset.path != "demo" and looks_like_path(cfg.dataset.path):
+        cfg.dataset.path = str((base / Path(cfg.dataset.path).expanduser()).resolve())
+    if cfg.output.dir:
+        cfg.output.dir = str((base / Path(cfg.output.dir).expanduser()).resolve())
+    return cfg
+
+
+def looks_like_path(name: str) -> bool:
+    return (
+        name.startswith(("/", "./", "../", "~")) or name in (".", "..") or (Path(name).expanduser().exists())
+    )

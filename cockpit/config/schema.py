@@ -1,0 +1,370 @@
+"""The training config: one YAML file, validated before anything starts.
+
+Each section is a dataclass whose fields carry their documentation and limits, so the
+validator (`cockpit.config.load`), the commented template (`cockpit init`) and the README's
+reference all come from one place.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, get_type_hints
+
+import yaml
+
+from cockpit.models import shipped as shapes
+
+METHODS = ("qlora", "lora", "full")
+OPTIMIZERS = (
+    "adamw_torch",
+    "adamw_torch_fused",
+    "adamw_8bit",
+    "paged_adamw_32bit",
+    "paged_adamw_8bit",
+    "adafactor",
+    "sgd",
+)
+SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr", "polynomial")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+# the keys `speed: auto` chooses unless your config sets them (cockpit/plan/speed_auto.py)
+SPEED_AUTO_KEYS = (
+    "model.attn_implementation",
+    "training.micro_batch_size",
+    "training.gradient_accumulation_steps",
+    "training.gradient_checkpointing",
+    "training.packing",
+    "training.dataloader_num_workers",
+)
+SECRET_KEY_PATTERN = re.compile(r"token|secret|password|api[_-]?key", re.IGNORECASE)
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message names the key and the fix."""
+
+
+def _f(default: Any, doc: str, **limits: Any) -> Any:
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"doc": doc, **limits})
+    return field(default=default, metadata={"doc": doc, **limits})
+
+
+@dataclass
+class ModelSection:
+    name: str = _f(
+        "synthetic:tiny",
+        "hub id (org/name), local directory, or synthetic:<arch> (shipped shape, random weights; "
+        f"shapes: {', '.join(shapes.shape_names())})",
+    )
+    revision: str | None = _f(None, "hub revision (branch, tag or commit) when name is a hub id")
+    trust_remote_code: bool = _f(False, "run Python code shipped with the model; off unless you trust it")
+    attn_implementation: str = _f(
+        "sdpa", "attention kernel", choices=("sdpa", "eager", "flash_attention_2", "flash_attention_3")
+    )
+
+
+@dataclass
+class DatasetSection:
+    path: str = _f(
+        "demo",
+        "'demo' (shipped), a hub id, a local .json/.jsonl/.csv/.parquet file, or a dir from save_to_disk",
+    )
+    split: str = _f("train", "split to train on")
+    format: str = _f(
+        "auto",
+        "'text' (one field of ready text, the article's guanaco format), 'messages' (chat, rendered with "
+        "the tokenizer's chat template), 'tokens' (pre-tokenized input_ids), or auto",
+        choices=("auto", "text", "messages", "tokens"),
+    )
+    text_field: str = _f("text", "column holding the text when format is text")
+    messages_field: str = _f("messages", "column holding the chat turns when format is messages")
+    max_samples: int | None = _f(None, "use only the first N samples", min=1)
+
+
+@dataclass
+class LoraSection:
+    r: int = _f(64, "LoRA rank", min=1, max=4096)
+    alpha: float = _f(16, "LoRA alpha (scale = alpha / r)", min=0)
+    dropout: float = _f(0.1, "dropout on the LoRA path", min=0, max=1)
+    target_modules: list[str] | str = _f(
+        ["q_proj", "v_proj"], "linear layers to adapt, a list of names or 'all-linear'"
+    )
+    modules_to_save: list[str] | None = _f(
+        None, "modules trained fully beside the adapter (e.g. [lm_head, embed_tokens] after adding tokens)"
+    )
+
+
+@dataclass
+class QuantizationSection:
+    bits: int = _f(4, "base weights for method qlora: 4 (bitsandbytes 4-bit) or 8 (LLM.int8)", choices=(4, 8))
+    quant_type: str = _f("nf4", "4-bit data type", choices=("nf4", "fp4"))
+    double_quant: bool = _f(True, "quantise the quantisation constants too (saves ~0.4 bit/param)")
+
+
+@dataclass
+class TrainingSection:
+    max_length: int = _f(512, "longest sequence in tokens; longer samples are truncated", min=8, max=1 << 20)
+    micro_batch_size: int = _f(
+        4, "sequences per forward pass (per_device_train_batch_size)", min=1, max=65536
+    )
+    gradient_accumulation_steps: int = _f(4, "micro-batches per optimizer step", min=1, max=65536)
+    epochs: float = _f(
+        1.0, "passes over the dataset (ignored when max_steps is set)", min=0, exclusive_min=True
+    )
+    max_steps: int | None = _f(None, "stop after this many optimizer steps", min=1)
+    learning_rate: float = _f(2e-4, "peak learning rate", min=0, max=1, exclusive_min=True)
+    lr_scheduler: str = _f("constant", "learning-rate schedule", choices=SCHEDULERS)
+    warmup: float = _f(0.03, "warmup: a fraction of the steps if < 1, else a number of steps", min=0)
+    optimizer: str = _f(
+        "paged_adamw_32bit", "optimizer (paged_* and *_8bit come from bitsandbytes)", choices=OPTIMIZERS
+    )
+    weight_decay: float = _f(0.0, "AdamW weight decay", min=0)
+    max_grad_norm: float = _f(0.3, "gradient clipping norm (0 turns it off)", min=0)
+    gradient_checkpointing: bool = _f(
+        True,
+        "recompute activations in backward: far less memory, ~20-40% slower. Stated explicitly because "
+        "TRL's SFTConfig defaults it on and HF Trainer off",
+    )
+    precision: str = _f(
+        "auto",
+        "auto picks bf16 only where compute capability >= 8.0, else fp16 on GPU, fp32 on CPU",
+        choices=PRECISIONS,
+    )
+    packing: bool = _f(False, "pack several samples into one sequence")
+    sampling: str = _f(
+        "group_by_length",
+        "batch order: group_by_length (the article's choice: less padding), random, sequential",
+        choices=("group_by_length", "random", "sequential"),
+    )
+    seed: int = _f(42, "random seed for data order, dropout and LoRA init")
+    logging_steps: int = _f(1, "optimizer steps between log events", min=1)
+    dataloader_num_workers: int = _f(0, "processes that load batches", min=0, max=256)
+
+
+@dataclass
+class OutputSection:
+    dir: str | None = _f(
+        None, "root of run directories (default: $COCKPIT_HOME/runs or ~/.local/share/lora-cockpit/runs)"
+    )
+    save_steps: int = _f(100, "optimizer steps between checkpoints", min=1)
+    checkpoints_kept: int = _f(2, "newest complete checkpoints to keep", min=1)
+    save_final: bool = _f(True, "save the final adapter (or model, for full) into the run's final/ folder")
+
+
+@dataclass
+class CostSection:
+    price_per_hour: float | None = _f(None, "what the instance costs, USD/hour, for the cost meter", min=0)
+
+
+@dataclass
+class SpeedSection:
+    mode: str = _f(
+        "auto",
+        "auto: the trainer picks packing, micro-batch, checkpointing, attention kernel, fused kernels and "
+        "loader workers for this card and data, and logs each choice with its reason; off: run the "
+        "settings as written",
+        choices=("auto", "off"),
+    )
+    fused_kernels: str = _f(
+        "auto",
+        "auto: Liger's Triton kernels (RMSNorm, RoPE, SwiGLU) where installed, on a GPU; off: never",
+        choices=("auto", "off"),
+    )
+    cache_tokens: bool = _f(True, "keep the tokenized dataset in the run directory, so a restart skips it")
+    keep: list[str] | None = _f(
+        None,
+        "keys that speed: auto leaves as written; every one of them your config sets is added on its own "
+        f"(auto keys: {', '.join(SPEED_AUTO_KEYS)})",
+    )
+
+
+@dataclass
+class DebugSection:
+    fail_at_step: int | None = _f(None, "test aid: raise an error at this step", min=1)
+    fail_kind: str = _f(
+        "other",
+        "test aid: what to raise: other (RuntimeError), oom (torch.OutOfMemoryError with a real message), "
+        "disk_full (ENOSPC in the middle of the checkpoint save at that step)",
+        choices=("other", "oom", "disk_full"),
+    )
+    step_sleep_s: float = _f(0.0, "test aid: sleep this long in every optimizer step", min=0, max=60)
+    fail_rank: int | None = _f(
+        None, "test aid: with several processes, only this global rank raises at fail_at_step", min=0
+    )
+    collate_cpu_ms: float = _f(
+        0.0,
+        "test aid: burn this much CPU in the data collator for every batch, an expensive on-the-fly "
+        "preprocessing that makes a run input-bound (bench/input_bound.py)",
+        min=0,
+        max=60000,
+    )
+    free_bytes: int | None = _f(
+        None,
+        "test aid: the checkpoint disk-space guard sees this many bytes free, less what checkpoints/ "
+        "holds (a disk that fills as checkpoints are written)",
+        min=0,
+    )
+
+
+@dataclass
+class DistributedSection:
+    strategy: str = _f(
+        "auto",
+        "with gpus > 1 or nnodes > 1: ddp (a whole replica per GPU), fsdp (weights, gradients and optimizer "
+        "states sharded over the GPUs), or auto (ddp for lora/qlora; for full, ddp when a replica fits one "
+        "card by the memory model, else fsdp)",
+        choices=("auto", "ddp", "fsdp"),
+    )
+    launcher: str = _f(
+        "torchrun",
+        "what starts one process per GPU: torchrun (python -m torch.distributed.run) or accelerate",
+        choices=("torchrun", "accelerate"),
+    )
+    nnodes: int = _f(
+        1, "machines in the job; each runs cockpit train with its own node_rank", min=1, max=1024
+    )
+    node_rank: int = _f(0, "this machine's index, 0 .. nnodes-1; node 0 hosts the rendezvous", min=0)
+    rdzv_endpoint: str | None = _f(
+        None, "host:port on node 0 that every node can reach (required when nnodes > 1)"
+    )
+    master_port: int | None = _f(
+        None,
+        "one machine: port of the local rendezvous (default: torchrun picks a free one)",
+        min=1,
+        max=65535,
+    )
+    timeout_s: int = _f(
+        600, "seconds a collective waits for the other ranks before the run fails", min=30, max=86400
+    )
+    fsdp_sharding: str = _f(
+        "full_shard",
+        "fsdp: full_shard (each decoder layer gathered for its forward and again for its backward: least "
+        "memory) or shard_grad_op (kept gathered in between: faster, more memory)",
+        choices=("full_shard", "shard_grad_op"),
+    )
+    fsdp_cpu_offload: bool = _f(False, "fsdp: keep the shards in host memory (far slower; last resort)")
+
+
+@dataclass
+class TrainConfig:
+    model: ModelSection = field(default_factory=ModelSection)
+    dataset: DatasetSection = field(default_factory=DatasetSection)
+    method: str = _f("qlora", "qlora (4/8-bit base + LoRA), lora (16-bit base + LoRA), full", choices=METHODS)
+    lora: LoraSection = field(default_factory=LoraSection)
+    quantization: QuantizationSection = field(default_factory=QuantizationSection)
+    training: TrainingSection = field(default_factory=TrainingSection)
+    gpus: int = _f(
+        1, "GPUs (one process each) on this machine; > 1 starts the trainer through torchrun", min=1, max=64
+    )
+    distributed: DistributedSection = field(default_factory=DistributedSection)
+    output: OutputSection = field(default_factory=OutputSection)
+    cost: CostSection = field(default_factory=CostSection)
+    speed: SpeedSection = field(default_factory=SpeedSection)
+    emulate_vram_gib: float | None = _f(
+        None,
+        "rehearse a smaller card: cap PyTorch's allocator so the run behaves as on a GPU of this many GiB "
+        "(as nvidia-smi counts it; the CUDA context measured at start is taken out of it, docs/oom.md). "
+        "CUDA only",
+        min=0,
+        exclusive_min=True,
+        max=4096,
+    )
+    expandable_segments: bool = _f(
+        False,
+        "PyTorch allocator option expandable_segments (PYTORCH_CUDA_ALLOC_CONF): less fragmentation, "
+        "same speed",
+    )
+    debug: DebugSection = field(default_factory=DebugSection)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+SECTIONS = {f.name: f for f in fields(TrainConfig)}
+
+
+def is_section(cls: Any) -> bool:
+    return isinstance(cls, type) and hasattr(cls, "__dataclass_fields__")
+
+
+def all_keys() -> list[str]:
+    keys = []
+    for f in fields(TrainConfig):
+        hint = get_type_hints(TrainConfig)[f.name]
+        if is_section(hint):
+            keys.extend(f"{f.name}.{g.name}" for g in fields(hint))
+        else:
+            keys.append(f.name)
+    return keys
+
+
+# ---------------------------------------------------------------- writing
+
+
+def dump_config(cfg: TrainConfig) -> str:
+    """The resolved config as YAML (what the run directory keeps).
+
+    An auto key left at its default and not kept is left out, so that reading the file
+    back leaves it to `speed: auto` as the user's config did.
+    """
+    data = cfg.to_dict()
+    defaults = TrainConfig().to_dict()
+    for key in SPEED_AUTO_KEYS:
+        section, name = key.split(".")
+        if key not in (cfg.speed.keep or []) and data[section][name] == defaults[section][name]:
+            del data[section][name]
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def template() -> str:
+    """A commented config with every key at its default, for `cockpit init`."""
+    lines = [
+        "# lora-cockpit training config. Every key is optional; shown at its default.",
+        "# Validate and run:  cockpit train THIS_FILE   (override any key: --set training.max_steps=50)",
+        "# Secrets (HF_TOKEN) come from the environment, never from this file.",
+        "",
+    ]
+    defaults = TrainConfig()
+    hints = get_type_hints(TrainConfig)
+    for f in fields(TrainConfig):
+        hint = hints[f.name]
+        if not is_section(hint):
+            lines.append(f"# {f.metadata['doc']}")
+            lines.append(f"{f.name}: {_yaml_scalar(getattr(defaults, f.name))}")
+            lines.append("")
+            continue
+        if f.name == "debug":
+            lines.append("# debug: test aids (fault injection); leave out in real runs")
+            continue
+        lines.append(f"{f.name}:")
+        section = getattr(defaults, f.name)
+        for g in fields(hint):
+            lines.append(f"  # {g.metadata['doc']}")
+            value = f"{g.name}: {_yaml_scalar(getattr(section, g.name))}"
+            if f"{f.name}.{g.name}" in SPEED_AUTO_KEYS:  # set, it would pin the value (speed.keep)
+                value = f"# {value}   (speed: auto chooses; uncomment to set it yourself)"
+            lines.append(f"  {value}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _yaml_scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def reference_rows() -> list[tuple[str, str, str]]:
+    """(key, default, doc) for every key: the README's config reference."""
+    rows = []
+    defaults = TrainConfig()
+    hints = get_type_hints(TrainConfig)
+    for f in fields(TrainConfig):
+        hint = hints[f.name]
+        if is_section(hint):
+            section = getattr(defaults, f.name)
+            for g in fields(hint):
+                rows.append((f"{f.name}.{g.name}", _yaml_scalar(getattr(section, g.name)), g.metadata["doc"]))
+        else:
+            rows.append((f.name, _yaml_scalar(getattr(defaults, f.name)), f.metadata["doc"]))
+    return rows

@@ -1,0 +1,255 @@
+"""`--no-ui`: a live status for tmux when stdout is a terminal, plain timestamped lines when not.
+
+Never imports textual (a test proves it). Ctrl-C detaches: training goes on.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from datetime import datetime
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from cockpit import fmt
+from cockpit.doctor.multi_gpu import rank_pids
+from cockpit.doctor.window import Finding
+from cockpit.live.session import RunSession
+from cockpit.live.state import RunState, notice_text
+from cockpit.live.watch import LiveWatch, finding_line, gpu_status
+from cockpit.protocol.wire import Fault
+
+# how a run ended -> the client's exit code (README: "Exit codes")
+EXIT_FINISHED, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED, EXIT_DETACHED = 0, 1, 2, 3, 4
+POLL_S = 0.1
+REFRESH_PER_S = 2
+
+
+def exit_code(state: RunState) -> int:
+    return {"finished": EXIT_FINISHED, "stopped": EXIT_STOPPED}.get(state.status, EXIT_FAILED)
+
+
+def status_line(state: RunState, now_ts: float | None) -> str:
+    parts = [
+        f"loss {fmt.loss(state.loss)}",
+        f"lr {fmt.sci(state.learning_rate)}",
+        f"tok/s {fmt.rate(state.tokens_per_s)}",
+        f"ETA {fmt.duration(state.eta_s())}",
+        f"elapsed {fmt.duration(state.billed_s(now_ts))}",
+    ]
+    if state.price_per_hour is not None:
+        parts.append(
+            f"cost {fmt.money(state.cost_so_far(now_ts))} (of ~{fmt.money(state.cost_projected(now_ts))})"
+        )
+    return "  ".join(parts)
+
+
+def describe(item: dict | Fault) -> str | None:
+    """One plain line for a message worth a line of its own (log events are throttled elsewhere)."""
+    notice = notice_text(item)
+    if isinstance(item, Fault) or (notice and item.get("type") != "hello"):
+        return notice
+    kind = item.get("type")
+    if kind == "hello":
+        dev = item.get("device") or {}
+        resumed = (
+            f", resuming from {item['resume_from'].rsplit('/', 1)[-1]}" if item.get("resume_from") else ""
+        )
+        where = f"{dev.get('kind')} {dev.get('name')} ({item.get('precision')})"
+        return f"trainer pid {item.get('pid')} on {where}{resumed}"
+    if kind == "phase":
+        return f"phase: {item.get('phase')} {item.get('message', '')}".rstrip()
+    if kind == "data":
+        return (
+            f"data: {item.get('samples')} samples ({item.get('format')}), tokens min/mean/p95/max "
+            f"{item.get('tokens_min')}/{item.get('tokens_mean')}/{item.get('tokens_p95')}/"
+            f"{item.get('tokens_max')}, "
+            f"{item.get('truncated')} truncated at {item.get('max_length')}, {item.get('dropped')} dropped"
+        )
+    if kind == "model":
+        return (
+            f"model: {item.get('name')} ({item.get('method')}), {item.get('params_trainable'):,} of "
+            f"{item.get('params_total'):,} params trainable, loaded in {item.get('load_s')} s"
+        )
+    if kind == "speed_plan":
+        return speed_plan_lines(item)
+    if kind == "train_begin":
+        return (
+            f"training: {item.get('total_steps')} steps from {item.get('start_step')}, micro-batch "
+            f"{item.get('micro_batch_size')} x {item.get('gradient_accumulation_steps')}, length "
+            f"{item.get('max_length')}, {item.get('precision')}, gradient checkpointing "
+            f"{'on' if item.get('gradient_checkpointing') else 'off'}, {item.get('optimizer')}"
+        )
+    if kind == "checkpoint":
+        return (
+            f"checkpoint: step {item.get('step')} ({fmt.gib(item.get('bytes'), 3)}, {item.get('save_s')} s)"
+        )
+    if kind == "error":
+        return f"ERROR ({item.get('kind')}): {item.get('message')}\n  fix: {item.get('hint')}"
+    if kind == "done":
+        out = f", output in {item['output']}" if item.get("output") else ""
+        loss = fmt.loss(item.get("train_loss"))
+        return f"done: {item.get('status')} at step {item.get('step')}, train loss {loss}{out}"
+    if kind == "exit":
+        return item.get("reason") or "trainer exited"  # the reason names the trainer already
+    if kind == "config_change":
+        changes = ", ".join(f"{k}={v}" for k, v in (item.get("changes") or {}).items())
+        why = f"OOM remedy: {item.get('title')}" if item.get("reason") == "oom" else item.get("reason")
+        return f"config changed ({why}): {changes}; the old config is in {item.get('previous')}"
+    return None
+
+
+def speed_plan_lines(item: dict) -> str:
+    """The speed plan: one line per choice, with its reason (who chose it: auto, yours, fixed)."""
+    lines = [f"speed: {item.get('mode')}"]
+    for choice in item.get("choices") or []:
+        lines.append(
+            f"  {choice.get('name')}: {choice.get('value')} [{choice.get('source')}] - {choice.get('reason')}"
+        )
+    return "\n".join(lines)
+
+
+def log_line(state: RunState, now_ts: float | None) -> str:
+    total = state.total_steps or "?"
+    return f"step {state.step}/{total} epoch {state.epoch or 0:.2f}  {status_line(state, now_ts)}"
+
+
+class _Detach(Exception):
+    pass
+
+
+def follow(
+    session: RunSession, out=None, log_every_s: float = 10.0, force_terminal: bool | None = None
+) -> int:
+    """Show the run until it ends (exit code by its ending) or the user detaches (Ctrl-C)."""
+    out = out or sys.stdout
+    console = Console(file=out, force_terminal=force_terminal)
+
+    def on_interrupt(_signum, _frame):
+        raise _Detach
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    watch = None
+    if not session.replay and not session.trainer_gone:
+        record = session.run.read_trainer() or {}
+        watch = LiveWatch(record.get("pid")).start()
+    try:
+        if console.is_terminal:
+            return _follow_live(session, console, watch)
+        return _follow_plain(session, out, log_every_s, watch)
+    except _Detach:
+        run = session.run.run_id
+        if session.replay:  # a recording (or a run that no longer trains): nothing goes on
+            said = f"\nleft the recording of {run}; it is not training (`cockpit runs` shows its status)"
+        else:
+            said = f"\ndetached; training goes on. Watch: cockpit attach {run}   Stop: cockpit stop {run}"
+        print(said, file=out, flush=True)
+        return EXIT_DETACHED
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if watch is not None:
+            watch.stop()
+        session.close()
+
+
+def _follow_plain(session: RunSession, out, log_every_s: float, watch: LiveWatch | None) -> int:
+    # lines are printed message by message, so a replayed history reads as it happened
+    view = RunState(run_id=session.run.run_id)
+    last_log, last_step = -1e18, None
+    shown: dict[str, Finding] = {}
+    while True:
+        items = session.poll()
+        sample, findings = watch.update(session.state) if watch else (None, [])
+        _print_changes(shown, findings, out)
+        for item in items:
+            view.apply(item)
+            ts = item.get("ts") if isinstance(item, dict) else None
+            stamp = datetime.fromtimestamp(ts if isinstance(ts, (int, float)) else time.time()).isoformat(
+                timespec="seconds"
+            )
+            if isinstance(item, dict) and item.get("type") == "log":
+                due = ts is None or ts - last_log >= log_every_s or view.step == view.total_steps
+                if due and view.step != last_step:
+                    last_log, last_step = ts or time.time(), view.step
+                    pids = _trainer_pids(watch, session.state)
+                    ok = sample is not None and sample.nvml == "ok"
+                    gpu = f"  {gpu_status(sample, pids)}" if ok else ""
+                    print(f"{stamp} {log_line(view, ts)}{gpu}", file=out, flush=True)
+                continue
+            line = describe(item)
+            if line:
+                print(f"{stamp} {line}", file=out, flush=True)
+        if session.ended or (session.trainer_gone and not items):
+            return exit_code(session.state)
+        if not items:
+            time.sleep(POLL_S)
+
+
+def _print_changes(shown: dict[str, Finding], findings: list[Finding], out) -> None:
+    """A line when the doctor finds something, and one when it no longer holds."""
+    stamp = datetime.now().isoformat(timespec="seconds")
+    current = {f.rule: f for f in findings}
+    for rule, finding in current.items():
+        if rule not in shown:
+            print(f"{stamp} {finding_line(finding)}", file=out, flush=True)
+    for rule, finding in shown.items():
+        if rule not in current:
+            print(f"{stamp} doctor: no longer holds: {finding.title}", file=out, flush=True)
+    shown.clear()
+    shown.update(current)
+
+
+def _trainer_pids(watch: LiveWatch | None, state: RunState) -> set[int]:
+    """The trainer and, on several GPUs, its ranks: the GPUs they hold are the run's."""
+    return {*([watch.trainer_pid] if watch is not None and watch.trainer_pid else []), *rank_pids(state)}
+
+
+def _render(
+    state: RunState,
+    now_ts: float,
+    sample=None,
+    findings=(),
+    watching: bool = False,
+    pids: set[int] | frozenset[int] = frozenset(),
+) -> Group:
+    head = Table.grid(expand=True, padding=(0, 1))
+    head.add_column(ratio=1)
+    head.add_column(width=40)
+    head.add_column(justify="right")
+    total = state.total_steps or 0
+    bar = ProgressBar(total=max(total, 1), completed=min(state.step, total) if total else 0, width=40)
+    head.add_row(
+        Text(f"{state.run_id}  [{state.status}] {state.phase}", style="bold"),
+        bar,
+        f"{state.step}/{total or '?'}",
+    )
+    lines = [head, Text(status_line(state, now_ts))]
+    if watching:
+        lines.append(Text(gpu_status(sample, pids)))
+        for finding in findings:
+            style = {"alarm": "bold red", "warn": "yellow"}.get(finding.severity, "cyan")
+            lines.append(Text(finding_line(finding), style=style))
+    return Group(*lines)
+
+
+def _follow_live(session: RunSession, console: Console, watch: LiveWatch | None) -> int:
+    with Live(console=console, refresh_per_second=REFRESH_PER_S, transient=False) as live:
+        while True:
+            items = session.poll()
+            state = session.state
+            sample, findings = watch.update(state) if watch else (None, [])
+            for item in items:
+                line = describe(item)
+                if line:
+                    live.console.print(line, markup=False, highlight=False)
+            now = state.last_ts if session.trainer_gone else time.time()
+            live.update(_render(state, now, sample, findings, watch is not None, _trainer_pids(watch, state)))
+            if session.ended or (session.trainer_gone and not items):
+                return exit_code(state)
+            if not items:
+                time.sleep(POLL_S)

@@ -1,0 +1,72 @@
+"""A client's view of one run: follow its events, send commands, notice the trainer's end.
+
+Used by the headless renderer and the TUI alike. A session may own the trainer
+(it launched it, so it can reap it and record an exit code) or only attach to it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from cockpit.live.state import RunState
+from cockpit.protocol.wire import Fault
+from cockpit.run import process as supervisor
+from cockpit.run.rundir import RunDir
+
+
+class RunSession:
+    def __init__(self, run: RunDir, proc: subprocess.Popen | None = None, replay: bool = False):
+        self.run = run
+        self.proc = proc
+        self.replay = replay  # a recorded run: never looks for a live trainer
+        self.state = RunState(run_id=run.run_id)
+        self.follower = supervisor.EventFollower(run.events_path)
+        self.trainer_gone = False
+        self._alive_checked = 0.0
+        self._alive = True
+
+    def poll(self) -> list[dict | Fault]:
+        """New messages since the last poll, already applied to `state`."""
+        items = self.follower.poll()
+        if not self.trainer_gone and not self._trainer_alive():
+            self.trainer_gone = True
+            items.extend(self.follower.finish())
+            self._apply(items)
+            fresh = self._after_exit()
+            self._apply(fresh)
+            return items + fresh
+        self._apply(items)
+        return items
+
+    def _apply(self, items: list) -> None:
+        for item in items:
+            self.state.apply(item)
+
+    def _trainer_alive(self) -> bool:
+        if self.replay:
+            return False
+        if self.proc is not None:
+            return self.proc.poll() is None
+        now = time.monotonic()
+        if now - self._alive_checked > 0.5:  # a process-table look-up costs more than a file read
+            self._alive_checked = now
+            self._alive = supervisor.is_alive(self.run)
+        return self._alive
+
+    def _after_exit(self) -> list:
+        """The trainer ended; if it said nothing final, write down how it ended."""
+        if self.state.ended or self.replay:
+            return []
+        unwritten = supervisor.record_exit(self.run, self.proc.returncode if self.proc is not None else None)
+        return self.follower.poll() + unwritten
+
+    @property
+    def ended(self) -> bool:
+        return self.trainer_gone and (self.state.ended or self.replay)
+
+    def send(self, command: str, sender: str = "cockpit") -> None:
+        supervisor.send_command(self.run, command, sender)
+
+    def close(self) -> None:
+        self.follower.close()

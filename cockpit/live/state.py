@@ -1,0 +1,248 @@
+"""Folding the channel's messages into what a screen shows (pure; no clock of its own).
+
+Both the headless renderer and the TUI render a `RunState`. Figures are taken from
+the events or computed from them and the config's price: the ETA from the recent
+step time, the cost from the trainer's wall time (`ts` of its events), never
+from the client's clock, so a replay shows what the live run showed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cockpit.protocol.wire import EVENT_TYPES, Fault, number
+
+MAX_NOTICES = 200
+
+
+def notice_text(item: dict | Fault) -> str | None:
+    """The notice a message adds to the run's notices (faults, commands, pauses, warnings...)."""
+    if isinstance(item, Fault):
+        return item.describe()
+    kind = item.get("type")
+    if kind not in EVENT_TYPES:
+        return f"ignored a message of unknown type {kind!r}"
+    if kind == "hello" and item.get("resume_from"):
+        return f"resumed from {str(item['resume_from']).rsplit('/', 1)[-1]}"
+    if kind == "command":
+        verdict = "" if item.get("accepted", True) else " (refused)"
+        detail = item.get("detail", "")
+        return f"command {item.get('name')}{verdict}" + (f": {detail}" if detail else "")
+    if kind == "paused":
+        return f"paused at step {item.get('step')}"
+    if kind == "resumed":
+        return f"resumed at step {item.get('step')}"
+    if kind == "warning":
+        return f"warning: {item.get('message', '')}"
+    return None
+
+
+@dataclass
+class Attempt:
+    """One trainer process: the first launch or a resume."""
+
+    pid: int | None
+    started_ts: float
+    last_ts: float
+    resume_from: str | None = None
+
+
+@dataclass
+class RunState:
+    run_id: str = ""
+    phase: str = "starting"
+    phase_message: str = ""
+    status: str = "starting"  # starting | running | paused | finished | stopped | failed
+    device: dict = field(default_factory=dict)
+    precision: str | None = None
+    versions: dict = field(default_factory=dict)
+    price_per_hour: float | None = None
+    data: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)
+    distributed: dict = field(default_factory=dict)  # several GPUs: world size, strategy, rank pids
+    plan: dict = field(default_factory=dict)  # train_begin
+    step: int = 0
+    total_steps: int | None = None
+    epoch: float | None = None
+    loss: float | None = None
+    first_loss: float | None = None
+    learning_rate: float | None = None
+    grad_norm: float | None = None
+    tokens_per_s: float | None = None
+    samples_per_s: float | None = None
+    step_time_s: float | None = None
+    tokens_seen: int | None = None
+    memory: dict = field(default_factory=dict)
+    losses: list[tuple[int, float]] = field(default_factory=list)
+    learning_rates: list[tuple[int, float]] = field(default_factory=list)
+    checkpoints: list[dict] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    train_started_ts: float | None = None
+    error: dict | None = None
+    outcome: dict | None = None  # the done or exit message
+    notices: list[str] = field(default_factory=list)
+    faults: int = 0
+    last_ts: float | None = None
+
+    # ------------------------------------------------------------ folding
+
+    def apply(self, item: dict | Fault) -> None:
+        text = notice_text(item)
+        if text:
+            self._notice(text)
+        if isinstance(item, Fault):
+            self.faults += 1
+            return
+        kind = item.get("type")
+        ts = number(item.get("ts"))
+        if ts is not None:
+            self.last_ts = ts
+            # an attempt lasts from its hello to its last event of its own: what comes after its end
+            # (the next attempt's start, a relaunch's config change, an exit a client wrote when it
+            # noticed, maybe much later) does not stretch it over time when nothing ran
+            if self.attempts and not self.ended and kind not in ("hello", "config_change", "exit"):
+                self.attempts[-1].last_ts = max(self.attempts[-1].last_ts, ts)
+        if kind not in EVENT_TYPES:
+            return
+        handler = getattr(self, f"_on_{kind}", None)
+        if handler is not None:
+            handler(item)
+
+    def _notice(self, text: str) -> None:
+        self.notices.append(text)
+        del self.notices[:-MAX_NOTICES]
+
+    def _on_hello(self, m: dict) -> None:
+        ts = number(m.get("ts")) or 0.0
+        self.attempts.append(Attempt(m.get("pid"), ts, ts, m.get("resume_from")))
+        self.run_id = m.get("run_id", self.run_id)
+        self.device = m.get("device") or {}
+        self.precision = m.get("precision")
+        self.versions = m.get("versions") or {}
+        self.price_per_hour = number(m.get("price_per_hour"))
+        self.distributed = m.get("distributed") or {}
+        self.status = "starting"
+        self.error = None
+        self.outcome = None
+
+    def _on_phase(self, m: dict) -> None:
+        self.phase = m.get("phase", self.phase)
+        self.phase_message = m.get("message", "")
+        if self.status not in ("paused",) and self.phase != "done":
+            self.status = "running" if self.phase == "training" else "starting"
+
+    def _on_data(self, m: dict) -> None:
+        self.data = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
+
+    def _on_model(self, m: dict) -> None:
+        self.model = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
+        self.distributed = m.get("distributed") or self.distributed
+
+    def _on_train_begin(self, m: dict) -> None:
+        self.plan = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
+        self.total_steps = m.get("total_steps")
+        self.status = "running"
+        if self.train_started_ts is None:
+            self.train_started_ts = number(m.get("ts"))
+
+    def _on_log(self, m: dict) -> None:
+        self.step = int(m.get("step") or self.step)
+        self.total_steps = m.get("total_steps") or self.total_steps
+        self.epoch = number(m.get("epoch"))
+        loss = number(m.get("loss"))
+        if loss is not None:
+            self.loss = loss
+            if self.first_loss is None:
+                self.first_loss = loss
+            self.losses.append((self.step, loss))
+        lr = number(m.get("learning_rate"))
+        if lr is not None:
+            self.learning_rate = lr
+            self.learning_rates.append((self.step, lr))
+        self.grad_norm = number(m.get("grad_norm"))
+        self.tokens_per_s = number(m.get("tokens_per_s"))
+        self.samples_per_s = number(m.get("samples_per_s"))
+        self.step_time_s = number(m.get("step_time_s"))
+        self.tokens_seen = m.get("tokens_seen")
+        self.memory = {
+            k: m[k]
+            for k in ("mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes", "rss_bytes")
+            if k in m
+        }
+        if self.status != "paused":
+            self.status = "running"
+
+    def _on_checkpoint(self, m: dict) -> None:
+        removed = set(m.get("removed") or [])
+        self.checkpoints = [c for c in self.checkpoints if c["name"] not in removed]
+        path = m.get("path", "")
+        self.checkpoints.append(
+            {"name": path.rsplit("/", 1)[-1], "step": m.get("step"), "bytes": m.get("bytes")}
+        )
+
+    def _on_paused(self, m: dict) -> None:
+        self.status = "paused"
+
+    def _on_resumed(self, m: dict) -> None:
+        self.status = "running"
+
+    def _on_error(self, m: dict) -> None:
+        self.error = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
+        self.status = "failed"
+
+    def _on_done(self, m: dict) -> None:
+        self.outcome = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
+        self.status = m.get("status", "finished")
+        self.phase = "done"
+        if m.get("step"):
+            self.step = int(m["step"])
+
+    def _on_exit(self, m: dict) -> None:
+        # written by a client that saw the trainer end without done/error
+        if self.status not in ("finished", "stopped", "failed"):
+            self.status = "failed"
+            self.outcome = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
+
+    # ------------------------------------------------------------ derived figures
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ("finished", "stopped", "failed")
+
+    @property
+    def progress(self) -> float | None:
+        if not self.total_steps:
+            return None
+        return min(1.0, self.step / self.total_steps)
+
+    def eta_s(self) -> float | None:
+        if self.ended or not self.total_steps or not self.step_time_s:
+            return None
+        return max(0, self.total_steps - self.step) * self.step_time_s
+
+    def billed_s(self, now_ts: float | None = None) -> float:
+        """Wall time of all trainer attempts so far: what the instance was billed while training ran."""
+        total = 0.0
+        for i, attempt in enumerate(self.attempts):
+            end = attempt.last_ts
+            if i == len(self.attempts) - 1 and now_ts is not None and not self.ended:
+                end = max(end, now_ts)
+            total += max(0.0, end - attempt.started_ts)
+        return total
+
+    def cost_so_far(self, now_ts: float | None = None) -> float | None:
+        if self.price_per_hour is None:
+            return None
+        return self.price_per_hour * self.billed_s(now_ts) / 3600
+
+    def cost_projected(self, now_ts: float | None = None) -> float | None:
+        spent = self.cost_so_far(now_ts)
+        eta = self.eta_s()
+        if spent is None:
+            return None
+        return spent + (self.price_per_hour or 0) * (eta or 0) / 3600
+
+    def loss_drop(self) -> float | None:
+        if self.first_loss in (None, 0) or self.loss is None:
+            return None
+        return 1 - self.loss / self.first_loss

@@ -1,0 +1,364 @@
+"""The memory model: peak device memory of a fine-tune, as nvidia-smi shows it, in parts.
+
+Pure Python, no torch. Every part is computed from the model's shape and the run's
+settings; three coefficients are calibrated on measured runs (docs/estimator.md):
+
+- ACTIVATION_SCALE scales the tensors a llama-style block saves for backward, counted
+  from the architecture (`block_saved_bytes_per_token`);
+- HF_LOGITS_BYTES: plain HF Trainer materialises the logits (bf16, their fp32 upcast
+  and its gradient) — TRL's SFTTrainer, which the product runs, computes the loss with a
+  fused LM head and does not;
+- HF_KBIT_RESIDUAL_BYTES: plain HF Trainer + peft's prepare_model_for_kbit_training keeps
+  non-quantized weights in fp32, which makes part of each block's activations fp32.
+
+What the planning commands report beyond one peak (N-GPU options, the inference row, the JSON
+form) is in cockpit.models.memory_report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cockpit import fmt
+from cockpit.models.shape import ModelShape
+
+GIB = 2**30
+ACTIVATION_SCALE = 0.886
+HF_LOGITS_BYTES = 25.1  # per token per vocabulary entry
+HF_KBIT_RESIDUAL_BYTES = 17.1  # per token per hidden unit per layer held
+CUDA_CONTEXT_BYTES = int(0.75 * GIB)  # CUDA context, cuBLAS workspace (H200, CUDA 13; ~0.5-1 GiB on others)
+BNB_WORKSPACE_BYTES = int(0.15 * GIB)  # bitsandbytes kernels and their workspaces
+NF4_CONSTANTS_PER_PARAM = {True: 0.127 / 8, False: 0.5 / 8}  # bytes/param, with/without double quant
+OPTIMIZER_STATE_BYTES = {  # per trainable parameter; None: two states in the parameter's own dtype
+    "adamw_torch": None,
+    "adamw_torch_fused": None,
+    "adamw_8bit": 2,
+    "paged_adamw_8bit": 2,
+    "paged_adamw_32bit": 8,
+    "adafactor": 0,
+    "sgd": 0,
+}
+TRAINERS = ("trl", "hf")
+SHARDINGS = ("ddp", "fsdp")  # with gpus > 1: a whole replica per GPU, or weights/grads/states sharded
+# NCCL's own buffers and communicator state per GPU (typically 0.2-1 GiB; not yet calibrated here:
+# bench/multi_gpu.py measures a DDP run's device memory against the same run on one GPU)
+NCCL_BUFFERS_BYTES = int(0.5 * GIB)
+# what a prediction must leave free on the card: the model's own error (<10% on measured
+# points) and memory other processes or fragmentation take
+SAFETY_MARGIN = 0.05
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is trained, how: the inputs of the estimate (all stated, all shown)."""
+
+    shape: ModelShape
+    method: str = "qlora"  # qlora | lora | full
+    quant_bits: int = 4
+    double_quant: bool = True
+    lora_r: int = 64
+    lora_targets: list[str] | str = field(default_factory=lambda: ["q_proj", "v_proj"])
+    seq_len: int = 512
+    micro_batch: int = 4
+    grad_accum: int = 4
+    gradient_checkpointing: bool = True
+    optimizer: str = "paged_adamw_32bit"
+    precision: str = "bf16"  # bf16 | fp16 | fp32
+    trainer: str = "trl"  # trl: the product (TRL SFTTrainer); hf: plain HF Trainer + peft
+    gpus: int = 1  # processes of the job (GPUs over all machines); the estimate is per GPU
+    sharding: str = "ddp"  # with gpus > 1: ddp (replicated) or fsdp (sharded, each layer gathered in turn)
+
+    @property
+    def tokens_per_micro_batch(self) -> int:
+        return self.seq_len * self.micro_batch
+
+
+@dataclass(frozen=True)
+class Part:
+    key: str
+    label: str
+    bytes: int
+    note: str
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    parts: tuple[Part, ...]
+    load_peak_bytes: int
+
+    @property
+    def peak_bytes(self) -> int:
+        return sum(p.bytes for p in self.parts)
+
+    @property
+    def peak_gib(self) -> float:
+        return self.peak_bytes / GIB
+
+    def part(self, key: str) -> Part | None:
+        return next((p for p in self.parts if p.key == key), None)
+
+
+class EstimateError(ValueError):
+    pass
+
+
+def check(w: Workload) -> None:
+    """Absurd or unknown inputs get a message, not a number."""
+    if w.method not in ("qlora", "lora", "full"):
+        raise EstimateError(f"method {w.method!r}: expected qlora, lora or full")
+    if w.trainer not in TRAINERS:
+        raise EstimateError(f"trainer {w.trainer!r}: expected trl (the product) or hf (plain HF Trainer)")
+    if w.optimizer not in OPTIMIZER_STATE_BYTES:
+        raise EstimateError(f"optimizer {w.optimizer!r}: expected one of {', '.join(OPTIMIZER_STATE_BYTES)}")
+    for name, value, low, high in (
+        ("sequence length", w.seq_len, 1, 1 << 21),
+        ("micro-batch", w.micro_batch, 1, 1 << 16),
+        ("gradient accumulation", w.grad_accum, 1, 1 << 16),
+        ("LoRA rank", w.lora_r, 1, 1 << 14),
+    ):
+        if not isinstance(value, int) or not low <= value <= high:
+            raise EstimateError(f"{name} {value!r}: expected a whole number from {low} to {high}")
+    if w.method == "qlora" and w.quant_bits not in (4, 8):
+        raise EstimateError(f"quantisation bits {w.quant_bits!r}: expected 4 or 8")
+    if not isinstance(w.gpus, int) or not 1 <= w.gpus <= 4096:
+        raise EstimateError(f"GPU count {w.gpus!r}: expected a whole number from 1 to 4096")
+    if w.sharding not in SHARDINGS:
+        raise EstimateError(f"sharding {w.sharding!r}: expected ddp or fsdp")
+    if w.sharding == "fsdp" and w.gpus > 1 and w.method == "qlora" and w.quant_bits == 8:
+        raise EstimateError("FSDP shards 4-bit QLoRA weights only; with 8-bit weights use ddp")
+    unknown = w.shape.unknown_targets(w.lora_targets) if w.method != "full" else []
+    if unknown:
+        names = ", ".join(w.shape.linear_shapes())
+        raise EstimateError(
+            f"LoRA targets {', '.join(unknown)} are not linear layers of {w.shape.name} ({names})"
+        )
+
+
+def block_saved_bytes_per_token(shape: ModelShape, full: bool) -> int:
+    """Bytes one decoder block saves for backward, per token, in 16-bit activations.
+
+    Two RMSNorms (their fp32 input and output), the normed input of q/k/v and of
+    gate/up, q/k/v after rotary, the attention output and o_proj's input, SiLU's
+    input, the gated product and down_proj's input. A full fine-tune also keeps each
+    trainable linear's input for its weight gradient.
+    """
+    h, i, q, kv = shape.hidden_size, shape.intermediate_size, shape.q_out, shape.kv_out
+    saved = 12 * h + 6 * q + 4 * kv + 8 * i
+    if full:
+        saved += 2 * sum(d_in for d_in, _ in shape.linear_shapes().values())
+    return saved
+
+
+def estimate_memory(w: Workload) -> MemoryEstimate:
+    check(w)
+    s = w.shape
+    parts: list[Part] = []
+    linear = s.num_layers * s.layer_linear_params
+    other = s.params - linear  # embeddings, lm_head, norms, biases
+    act_bytes = 4 if w.precision == "fp32" else 2
+    hf_kbit = w.trainer == "hf" and w.method == "qlora"
+
+    if w.method == "qlora":
+        per_weight = 0.5 if w.quant_bits == 4 else 1.0
+        other_bytes = 4 if hf_kbit else 2  # prepare_model_for_kbit_training upcasts the rest to fp32
+        parts.append(
+            Part(
+                "weights",
+                "weights",
+                int(linear * per_weight + other * other_bytes),
+                f"{linear / 1e9:.2f}B linear params in {w.quant_bits}-bit, {other / 1e9:.2f}B "
+                f"(embeddings, lm_head, norms) in {8 * other_bytes}-bit",
+            )
+        )
+        if w.quant_bits == 4:
+            const = NF4_CONSTANTS_PER_PARAM[w.double_quant]
+            parts.append(
+                Part(
+                    "quant_constants",
+                    "quantisation constants",
+                    int(linear * const),
+                    f"absmax per 64 weights{', double-quantised' if w.double_quant else ''}",
+                )
+            )
+    elif w.method == "lora":
+        parts.append(
+            Part("weights", "weights", s.params * act_bytes, f"{fmt.params(s.params)} params, 16-bit")
+        )
+    else:
+        parts.append(
+            Part("weights", "weights (fp32 master)", s.params * 4, f"{fmt.params(s.params)} params in fp32")
+        )
+        if w.precision != "fp32":
+            parts.append(
+                Part(
+                    "autocast_copies",
+                    "16-bit weight copies",
+                    s.params * 2,
+                    "autocast keeps a 16-bit copy of each weight during the step",
+                )
+            )
+
+    if w.method == "full":
+        state = OPTIMIZER_STATE_BYTES[w.optimizer]
+        state = 8 if state is None else state
+        parts.append(Part("gradients", "gradients", s.params * 4, "fp32, one per parameter"))
+        parts.append(
+            Part("optimizer", "optimizer states", s.params * state, f"{w.optimizer}: {state} B/param")
+        )
+    else:
+        trainable = s.lora_params(w.lora_r, w.lora_targets)
+        # TRL casts a quantized model's adapters to bf16; peft otherwise keeps them in fp32
+        adapter = 2 if (w.trainer == "trl" and w.method == "qlora") else 4
+        state = OPTIMIZER_STATE_BYTES[w.optimizer]
+        state = 2 * adapter if state is None else state
+        parts.append(
+            Part(
+                "adapter",
+                "LoRA adapter + grads + optimizer",
+                trainable * (2 * adapter + state),
+                f"{trainable / 1e6:.1f}M params x ({adapter} weight + {adapter} grad + {state} "
+                f"{w.optimizer}) B",
+            )
+        )
+
+    tokens = w.tokens_per_micro_batch
+    per_block = block_saved_bytes_per_token(s, w.method == "full") * act_bytes / 2 * ACTIVATION_SCALE
+    if hf_kbit:
+        per_block += HF_KBIT_RESIDUAL_BYTES * s.hidden_size
+    if w.gradient_checkpointing:
+        held = int(tokens * 2 * per_block)  # one block recomputed during backward, and its gradients
+        parts.append(
+            Part(
+                "activations",
+                "activations (one block, recomputed)",
+                held,
+                f"{tokens} tokens x {per_block / 1024:.0f} KiB, checkpointing on",
+            )
+        )
+        parts.append(
+            Part(
+                "checkpoints",
+                "checkpointed block inputs",
+                tokens * s.num_layers * s.hidden_size * 2,
+                f"{s.num_layers} blocks x {tokens} tokens x hidden {s.hidden_size}, 16-bit",
+            )
+        )
+    else:
+        held = int(tokens * s.num_layers * per_block)
+        parts.append(
+            Part(
+                "activations",
+                "activations",
+                held,
+                f"{s.num_layers} blocks x {tokens} tokens x {per_block / 1024:.0f} KiB, no checkpointing",
+            )
+        )
+    if w.trainer == "hf":
+        parts.append(
+            Part(
+                "logits",
+                "logits (+ fp32 upcast, grad)",
+                int(tokens * s.vocab_size * HF_LOGITS_BYTES),
+                f"{tokens} tokens x vocab {s.vocab_size}",
+            )
+        )
+    context = CUDA_CONTEXT_BYTES + (BNB_WORKSPACE_BYTES if w.method == "qlora" else 0)
+    parts.append(
+        Part("context", "CUDA context + workspaces", context, "measured on an H200; similar elsewhere")
+    )
+
+    # loading holds the weights and, while quantising, one 16-bit layer at a time
+    static = sum(p.bytes for p in parts if p.key in ("weights", "quant_constants"))
+    biggest_layer = max(a * b for a, b in s.linear_shapes().values()) * 2
+    if w.gpus > 1:
+        parts = _per_gpu_parts(w, parts, act_bytes)
+        if w.sharding == "fsdp":  # loaded on the host, then sharded onto the GPUs
+            static = sum(p.bytes for p in parts if p.key in ("weights", "quant_constants"))
+            biggest_layer = 0
+    return MemoryEstimate(tuple(parts), static + context + biggest_layer)
+
+
+def _per_gpu_parts(w: Workload, parts: list[Part], act_bytes: int) -> list[Part]:
+    """One GPU's share under DDP (everything replicated, plus gradient buckets) or FSDP (weights,
+    gradients and optimizer states divided by the GPU count; the layers in flight gathered whole)."""
+    s, n = w.shape, w.gpus
+    nccl = Part(
+        "nccl", "NCCL buffers", NCCL_BUFFERS_BYTES, "communicator state; an assumption, not calibrated"
+    )
+    if w.sharding == "ddp":
+        if w.method == "full":
+            bucket = s.params * 4
+        else:
+            trainable = s.lora_params(w.lora_r, w.lora_targets)
+            bucket = trainable * (2 if (w.trainer == "trl" and w.method == "qlora") else 4)
+        note = "a copy of every gradient for the all-reduce (gradient_as_bucket_view off)"
+        out = [*parts[:-1], Part("ddp_buckets", "DDP gradient buckets", bucket, note), nccl, parts[-1]]
+        return out
+    sharded = ("weights", "quant_constants", "gradients", "optimizer", "adapter")
+    out = []
+    for p in parts:
+        if p.key in sharded:
+            out.append(
+                Part(p.key, f"{p.label} (1/{n})", -(-p.bytes // n), f"{p.note}; sharded over {n} GPUs")
+            )
+        elif p.key != "autocast_copies":  # FSDP gathers 16-bit layers instead of keeping a full copy
+            out.append(p)
+    layer = s.layer_linear_params + s.layer_other_params
+    root = s.params - s.num_layers * layer  # embeddings, lm_head, final norm: one unit, held all step
+    if w.method == "qlora":
+        per_weight = 0.5 if w.quant_bits == 4 else 1.0
+        layer_bytes = int(s.layer_linear_params * per_weight + s.layer_other_params * 2)
+        root_bytes, grad_bytes = root * 2, 0
+    else:
+        layer_bytes, root_bytes = layer * act_bytes, root * act_bytes
+        grad_bytes = layer * 4 if w.method == "full" else 0  # one layer's gradient before reduce-scatter
+    gathered = root_bytes + 2 * layer_bytes + grad_bytes
+    out.insert(
+        len(out) - 1,
+        Part(
+            "gathered",
+            "gathered layers",
+            gathered,
+            "the root unit (embeddings, lm_head) + the current and the prefetched decoder layer"
+            + (" + one layer's full gradient" if grad_bytes else ""),
+        ),
+    )
+    out.insert(len(out) - 1, nccl)
+    return out
+
+
+def verdict(estimate: MemoryEstimate, vram_bytes: int) -> str:
+    """fits | tight (fits, but inside the safety margin) | no."""
+    if estimate.peak_bytes > vram_bytes:
+        return "no"
+    return "fits" if estimate.peak_bytes <= vram_bytes * (1 - SAFETY_MARGIN) else "tight"
+
+
+def workload_from_config(cfg, shape: ModelShape, trainer: str = "trl") -> Workload:
+    """The estimate's inputs from a training config (precision auto is taken as bf16)."""
+    t = cfg.training
+    return Workload(
+        shape=shape,
+        method=cfg.method,
+        quant_bits=cfg.quantization.bits,
+        double_quant=cfg.quantization.double_quant,
+        lora_r=cfg.lora.r,
+        lora_targets=cfg.lora.target_modules,
+        seq_len=t.max_length,
+        micro_batch=t.micro_batch_size,
+        grad_accum=t.gradient_accumulation_steps,
+        gradient_checkpointing=t.gradient_checkpointing,
+        optimizer=t.optimizer,
+        precision="bf16" if t.precision == "auto" else t.precision,
+        trainer=trainer,
+        gpus=cfg.gpus * cfg.distributed.nnodes,
+        sharding=_config_sharding(cfg),
+    )
+
+
+def _config_sharding(cfg) -> str:
+    """What the trainer runs: the strategy asked for, else auto's rule without the card
+    (a full fine-tune counts as sharded: the trainer picks DDP only when a replica fits)."""
+    if cfg.distributed.strategy in SHARDINGS:
+        return cfg.distributed.strategy
+    return "fsdp" if cfg.method == "full" else "ddp"

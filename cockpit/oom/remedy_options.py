@@ -1,0 +1,251 @@
+"""The knobs an OOM remedy can turn, each with its choices (mildest first), and the speed model.
+
+A choice says which config keys it sets, which memory-model inputs it changes, its effect on
+the results (ranked: 0 none, 1 near-identical, 2 quality, 3 truncation, 4 adapter capacity),
+whether the relaunch can resume from the last checkpoint, and why it changes the speed (the
+speed model, `cockpit.models.speed`, gives the figure). Pure Python; `cockpit.oom.remedies` predicts,
+combines and ranks them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cockpit.models.memory import Workload
+
+# expandable segments is offered when the allocator holds at least this much reserved but unallocated
+FRAGMENTED_MIN_BYTES = 256 * 2**20
+FRAGMENTED_MIN_SHARE = 0.05  # ... and at least this share of what the process holds
+EIGHT_BIT_OPTIMIZER = "paged_adamw_8bit"
+LOW_STATE_OPTIMIZERS = ("paged_adamw_8bit", "adamw_8bit", "adafactor", "sgd")
+MIN_LENGTH = 64
+# cutting at most this share of the samples (a few outliers) counts as near-identical results
+FEW_CUT_SHARE = 0.01
+MIN_RANK = 8
+
+
+@dataclass(frozen=True)
+class Choice:
+    key: str
+    title: str
+    config: dict[str, Any]  # dotted config keys to set
+    fields: dict[str, Any]  # memory-model inputs it changes
+    effect: str
+    effect_rank: int = 0
+    speed_reason: str = ""  # why the speed changes; the speed model gives the figure
+    saves_bytes: int = 0  # memory it frees outside the model (fragmentation)
+    from_step_zero: bool = False
+    fresh_optimizer: bool = False
+
+
+@dataclass(frozen=True)
+class Knob:
+    key: str
+    choices: tuple[Choice, ...] = field(default_factory=tuple)
+
+
+def knobs(cfg, base: Workload, observation, data: dict, device_kind: str) -> list[Knob]:
+    """Every knob that can lower the peak of `base`, with its choices, mildest first."""
+    gpu = device_kind == "cuda"
+    found = [
+        _fragmentation(cfg, observation) if gpu else None,
+        _checkpointing(base),
+        _micro_batch(base),
+        _optimizer(base) if gpu else None,
+        _base_weights(base, gpu),
+        _targets(base),
+        _rank(base),
+        _max_length(cfg, base, data),
+    ]
+    return [k for k in found if k is not None and k.choices]
+
+
+def _fragmentation(cfg, observation) -> Knob | None:
+    free_able = observation.reserved_unallocated_bytes
+    held = observation.in_use_bytes or observation.allocated_bytes or 0
+    if cfg.expandable_segments or not free_able:
+        return None
+    if free_able < FRAGMENTED_MIN_BYTES or free_able < FRAGMENTED_MIN_SHARE * held:
+        return None
+    return Knob(
+        "expandable_segments",
+        (
+            Choice(
+                "expandable_segments",
+                "allocator expandable_segments",
+                {"expandable_segments": True},
+                {},
+                "none",
+                saves_bytes=free_able,
+                speed_reason="an allocator setting: same kernels",
+            ),
+        ),
+    )
+
+
+def _checkpointing(w: Workload) -> Knob | None:
+    if w.gradient_checkpointing:
+        return None
+    return Knob(
+        "gradient_checkpointing",
+        (
+            Choice(
+                "gradient_checkpointing",
+                "gradient checkpointing",
+                {"training.gradient_checkpointing": True},
+                {"gradient_checkpointing": True},
+                "none",
+                speed_reason="one more forward pass per step: each block is recomputed in backward",
+            ),
+        ),
+    )
+
+
+def _micro_batch(w: Workload) -> Knob:
+    effective = w.micro_batch * w.grad_accum
+    choices = []
+    for size in sorted((d for d in range(1, w.micro_batch) if w.micro_batch % d == 0), reverse=True):
+        accum = w.grad_accum * (w.micro_batch // size)
+        choices.append(
+            Choice(
+                "micro_batch",
+                f"micro-batch {w.micro_batch} -> {size}, accum {w.grad_accum} -> {accum}",
+                {"training.micro_batch_size": size, "training.gradient_accumulation_steps": accum},
+                {"micro_batch": size, "grad_accum": accum},
+                f"effective batch kept at {effective} ({size} x {accum})",
+                speed_reason="smaller matmuls use the GPU less; fixed costs per micro-batch weigh more",
+            )
+        )
+    return Knob("micro_batch", tuple(choices))
+
+
+def _optimizer(w: Workload) -> Knob | None:
+    if w.optimizer in LOW_STATE_OPTIMIZERS:
+        return None
+    return Knob(
+        "optimizer",
+        (
+            Choice(
+                "optimizer",
+                f"{EIGHT_BIT_OPTIMIZER} optimizer",
+                {"training.optimizer": EIGHT_BIT_OPTIMIZER},
+                {"optimizer": EIGHT_BIT_OPTIMIZER},
+                "8-bit optimizer states: results very close to 32-bit AdamW",
+                effect_rank=1,
+                speed_reason="8-bit optimizer states: less memory traffic in the optimizer step",
+                fresh_optimizer=True,
+            ),
+        ),
+    )
+
+
+def _base_weights(w: Workload, gpu: bool) -> Knob | None:
+    if w.method == "full":
+        choice = Choice(
+            "lora",
+            "LoRA instead of a full fine-tune",
+            {"method": "lora"},
+            {"method": "lora"},
+            "a LoRA adapter instead of all weights: a different, smaller fine-tune",
+            effect_rank=4,
+            speed_reason="no weight gradients and optimizer states for the base",
+            from_step_zero=True,
+        )
+        return Knob("base", (choice,))
+    if not gpu or (w.method == "qlora" and w.quant_bits == 4):
+        return None
+    if w.method == "lora":
+        choice = Choice(
+            "qlora",
+            "a 4-bit base (QLoRA)",
+            {"method": "qlora", "quantization.bits": 4},
+            {"method": "qlora", "quant_bits": 4},
+            "4-bit base weights: slightly lower quality",
+            effect_rank=2,
+            speed_reason="the 4-bit weights are dequantised in every pass",
+        )
+    else:
+        choice = Choice(
+            "nf4",
+            "a 4-bit instead of an 8-bit base",
+            {"quantization.bits": 4},
+            {"quant_bits": 4},
+            "4-bit base weights: slightly lower quality",
+            effect_rank=2,
+            speed_reason="4-bit dequantisation instead of 8-bit",
+        )
+    return Knob("base", (choice,))
+
+
+def _targets(w: Workload) -> Knob | None:
+    fewer = ["q_proj", "v_proj"]
+    if w.method == "full" or w.lora_targets == fewer or not set(fewer) <= _target_set(w):
+        return None
+    choice = Choice(
+        "targets",
+        "LoRA on q_proj, v_proj only",
+        {"lora.target_modules": fewer},
+        {"lora_targets": fewer},
+        "fewer adapted layers: a lower-capacity adapter",
+        effect_rank=4,
+        speed_reason="fewer adapter matmuls",
+        from_step_zero=True,
+    )
+    return Knob("targets", (choice,))
+
+
+def _target_set(w: Workload) -> set[str]:
+    if w.lora_targets == "all-linear":
+        return set(w.shape.linear_shapes())
+    return set(w.lora_targets)
+
+
+def _rank(w: Workload) -> Knob | None:
+    if w.method == "full":
+        return None
+    choices = []
+    rank = w.lora_r // 2
+    while rank >= MIN_RANK and len(choices) < 2:
+        choices.append(
+            Choice(
+                "rank",
+                f"LoRA rank {w.lora_r} -> {rank}",
+                {"lora.r": rank},
+                {"lora_r": rank},
+                f"rank {rank} instead of {w.lora_r}: a lower-capacity adapter",
+                effect_rank=4,
+                speed_reason="smaller adapter matmuls",
+                from_step_zero=True,
+            )
+        )
+        rank //= 2
+    return Knob("rank", tuple(choices))
+
+
+def _max_length(cfg, w: Workload, data: dict) -> Knob:
+    over = data.get("tokens_over") or {}
+    samples = data.get("samples")
+    choices = []
+    length = 1 << ((w.seq_len - 1).bit_length() - 1)  # the largest power of two below seq_len
+    while length >= MIN_LENGTH and len(choices) < 4:
+        rank = 3
+        if str(length) in over and samples:
+            cut = over[str(length)]
+            share = f"cuts {cut / samples:.1%} of the samples ({cut} of {samples}) to {length} tokens"
+            rank = 1 if cut <= FEW_CUT_SHARE * samples else 3
+        else:
+            share = f"cuts the samples longer than {length} tokens (share unknown: no length figures)"
+        choices.append(
+            Choice(
+                "max_length",
+                f"max length {cfg.training.max_length} -> {length}",
+                {"training.max_length": length},
+                {"seq_len": length},
+                share,
+                effect_rank=rank,
+                speed_reason="fewer tokens per micro-batch: smaller matmuls",
+            )
+        )
+        length //= 2
+    return Knob("max_length", tuple(choices))

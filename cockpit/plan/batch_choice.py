@@ -1,0 +1,244 @@
+"""The micro-batch, gradient accumulation and checkpointing of `speed: auto` (cockpit/plan/speed_auto.py).
+
+Every split of the optimizer step into micro-batch x accumulation is tried, each with the
+fewest checkpointed decoder layers (transformers' every_n_layers: every n-th layer, so
+ceil(layers / n) of them) whose peak, by the memory model, stays inside the card's memory
+less SAFETY_MARGIN. A partly checkpointed model holds the full activations of its other
+layers, the inputs of its checkpointed ones and one recomputed block: the memory model's two
+extremes, mixed per layer. The speed model rates each fitting split the same way (the
+recompute of its share of the layers) and the fastest wins. Pure Python, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from cockpit.models import speed as speed_model
+from cockpit.models.memory import (
+    GIB,
+    SAFETY_MARGIN,
+    EstimateError,
+    Workload,
+    estimate_memory,
+    workload_from_config,
+)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the trainer found out about this machine and model."""
+
+    device_kind: str  # cuda | cpu
+    precision: str  # as chosen: bf16 | fp16 | fp32
+    device_name: str = ""
+    memory_bytes: int | None = None  # device memory the run may use (the card's, or emulate_vram_gib)
+    memory_note: str = ""  # where memory_bytes comes from
+    capability: str | None = None
+    cpu_count: int = 1
+    host_available_bytes: int | None = None
+    flash_attention: str | None = None  # the best flash kernel transformers can use here
+    liger: str | None = None  # liger-kernel's version, when it imports
+    liger_model: bool = False  # liger has kernels for this model type
+    liger_note: str = ""  # why liger is not usable, when it is not
+    card: speed_model.CardSpeed | None = None  # for the speed model
+    card_note: str = ""
+
+
+@dataclass(frozen=True)
+class Choice:
+    name: str
+    value: str
+    reason: str
+    source: str  # auto: chosen here | yours: your config | off: speed.mode off | fixed: how the trainer works
+
+
+@dataclass(frozen=True)
+class Fit:
+    micro_batch: int
+    accum: int
+    layers: int  # decoder layers checkpointed
+    every: int  # transformers' every_n_layers (0: none)
+    budget: int | None = None
+    peak: int | None = None
+    tokens_per_s: float | None = None
+
+
+def fit_batch(
+    cfg, run, facts: Facts, shape, shape_note, keep, rows_per_step, packed
+) -> tuple[Fit, list[Choice]]:
+    t = cfg.training
+    unit = "rows" if packed else "samples"
+    pinned_batch = bool({"training.micro_batch_size", "training.gradient_accumulation_steps"} & keep)
+    pinned_ckpt = "training.gradient_checkpointing" in keep
+    layers_total = shape.num_layers if shape else 1
+    written = Fit(
+        t.micro_batch_size,
+        t.gradient_accumulation_steps,
+        layers_total if t.gradient_checkpointing else 0,
+        1 if t.gradient_checkpointing else 0,
+    )
+    if facts.device_kind != "cuda":
+        fit, ckpt = written, _yours_or(pinned_ckpt, "gradient checkpointing", written, "")
+        if not pinned_ckpt and shape is not None:
+            fit, ckpt = _cpu_checkpointing(run, facts, shape, written)
+        batch = _yours_or(
+            pinned_batch,
+            "micro-batch",
+            written,
+            "on the CPU there is no device memory to "
+            "fit and a larger micro-batch is no faster per token: as configured",
+        )
+        return fit, [batch, ckpt]
+    if shape is None or not facts.memory_bytes:
+        why = (
+            f"the memory model cannot size this run ({shape_note or 'unknown device memory'}): as configured"
+        )
+        return written, _as_written(written, why, pinned_batch, pinned_ckpt)
+
+    budget = int(facts.memory_bytes * (1 - SAFETY_MARGIN))
+    where = f"{_gib(budget)} GiB ({facts.memory_note} less the {SAFETY_MARGIN:.0%} margin)"
+    base = replace(workload_from_config(run, shape), precision=facts.precision)
+    if pinned_batch:
+        splits = [(t.micro_batch_size, t.gradient_accumulation_steps)]
+    else:  # every micro-batch size that splits the step, with the fewest accumulation steps
+        splits = []
+        for accum in range(1, rows_per_step + 1):
+            mb = math.ceil(rows_per_step / accum)
+            if not splits or splits[-1][0] != mb:
+                splits.append((mb, accum))
+    if pinned_ckpt:
+        layer_options = [layers_total if t.gradient_checkpointing else 0]
+    else:
+        layer_options = sorted({0} | {math.ceil(layers_total / n) for n in range(1, layers_total + 1)})
+    scored = []
+    for mb, accum in splits:
+        try:
+            off = estimate_memory(
+                replace(base, micro_batch=mb, grad_accum=accum, gradient_checkpointing=False)
+            )
+            on = estimate_memory(replace(base, micro_batch=mb, grad_accum=accum, gradient_checkpointing=True))
+        except EstimateError as exc:
+            return written, _as_written(
+                written,
+                f"the memory model refuses this run ({exc}): as configured",
+                pinned_batch,
+                pinned_ckpt,
+            )
+        for k in layer_options:
+            peak = _partial_peak(off, on, k, layers_total)
+            if peak <= budget:
+                rate = _tokens_per_s(base, mb, accum, k, layers_total, facts.card)
+                scored.append((rate, -k, -accum, mb, accum, k, peak))
+                break
+    if not scored:
+        why = f"nothing fits {where} by the memory model: as configured; expect an out-of-memory error"
+        return written, _as_written(written, why, pinned_batch, pinned_ckpt)
+    scored.sort(reverse=True)
+    rate, _, _, mb, accum, k, peak = scored[0]
+    every = 0 if k == 0 else min(n for n in range(1, layers_total + 1) if math.ceil(layers_total / n) == k)
+    rate_note = f", ~{rate / 1000:.1f}k tokens/s by the speed model{facts.card_note}" if rate else ""
+    if len(scored) > 1 and rate:
+        r2, _, _, mb2, accum2, k2, _ = scored[1]
+        rate_note += f"; next best {mb2} x {accum2} with {k2} layers checkpointed, ~{r2 / 1000:.1f}k"
+    written_step = (
+        f"{t.micro_batch_size} x {t.gradient_accumulation_steps}{' samples, packed' if packed else ''}"
+    )
+    batch_why = (
+        "training.micro_batch_size is set in your config"
+        if pinned_batch
+        else f"{rows_per_step} {unit} per optimizer step (from your {written_step}); the fastest split "
+        f"that fits: peak ~{_gib(peak)} GiB of {where}{rate_note}"
+    )
+    value = (
+        "off"
+        if k == 0
+        else (
+            f"all {layers_total} layers"
+            if k == layers_total
+            else f"{k} of {layers_total} layers (every {every}{_nth(every)})"
+        )
+    )
+    ckpt_why = (
+        "training.gradient_checkpointing is set in your config"
+        if pinned_ckpt
+        else "not needed: the activations fit"
+        if k == 0
+        else f"the fewest recomputed layers with which {mb} x {accum} fits"
+    )
+    return Fit(mb, accum, k, every, budget, peak, round(rate, 1) if rate else None), [
+        Choice(
+            "micro-batch",
+            f"{mb} x {accum} ({mb * accum} {unit} per step)",
+            batch_why,
+            "yours" if pinned_batch else "auto",
+        ),
+        Choice("gradient checkpointing", value, ckpt_why, "yours" if pinned_ckpt else "auto"),
+    ]
+
+
+def _yours_or(pinned: bool, name: str, fit: Fit, why: str) -> Choice:
+    value = f"{fit.micro_batch} x {fit.accum}" if name == "micro-batch" else ("on" if fit.layers else "off")
+    key = "training.micro_batch_size" if name == "micro-batch" else "training.gradient_checkpointing"
+    return Choice(
+        name, value, f"{key} is set in your config" if pinned else why, "yours" if pinned else "auto"
+    )
+
+
+def _as_written(written: Fit, why: str, pinned_batch: bool, pinned_ckpt: bool) -> list[Choice]:
+    return [
+        _yours_or(pinned_batch, "micro-batch", written, why),
+        _yours_or(pinned_ckpt, "gradient checkpointing", written, why),
+    ]
+
+
+def _cpu_checkpointing(run, facts: Facts, shape, written: Fit) -> tuple[Fit, Choice]:
+    """On the CPU, recomputing activations only costs time unless host memory is short."""
+    try:
+        w = replace(
+            workload_from_config(run, shape),
+            precision=facts.precision,
+            gradient_checkpointing=False,
+            micro_batch=written.micro_batch,
+        )
+        peak = estimate_memory(w).peak_bytes
+    except EstimateError as exc:
+        return written, _yours_or(False, "gradient checkpointing", written, f"as configured ({exc})")
+    free = facts.host_available_bytes
+    if free is None or peak <= free * 0.5:
+        where = f" of the {_gib(free)} GiB of free host memory" if free else ""
+        why = f"not needed: the run needs ~{_gib(peak)} GiB{where} without it"
+        return replace(written, layers=0, every=0), Choice("gradient checkpointing", "off", why, "auto")
+    why = f"without it the run needs ~{_gib(peak)} GiB, over half of the {_gib(free)} GiB free"
+    fit = replace(written, layers=shape.num_layers, every=1)
+    return fit, Choice("gradient checkpointing", f"all {shape.num_layers} layers", why, "auto")
+
+
+def _partial_peak(off, on, k: int, layers: int) -> int:
+    """Peak with `k` of `layers` blocks checkpointed, from the memory model's two extremes."""
+    if k == 0:
+        return off.peak_bytes
+    per_layer = off.part("activations").bytes / layers
+    saved = on.part("checkpoints").bytes / layers if on.part("checkpoints") else 0
+    static = off.peak_bytes - off.part("activations").bytes
+    return int(static + (layers - k) * per_layer + k * saved + on.part("activations").bytes)
+
+
+def _tokens_per_s(base: Workload, mb: int, accum: int, k: int, layers: int, card) -> float:
+    """The speed model's tokens/s; a partly checkpointed model pays the recompute of its share."""
+    if card is None:
+        return 0.0
+    w = replace(base, micro_batch=mb, grad_accum=accum)
+    off = speed_model.estimate_speed(replace(w, gradient_checkpointing=False), card)
+    on = speed_model.estimate_speed(replace(w, gradient_checkpointing=True), card)
+    share = k / layers
+    micro_s = (1 - share) * off.micro_batch_s + share * on.micro_batch_s
+    return w.tokens_per_micro_batch * accum / (micro_s * accum + off.optimizer_step_s)
+
+
+def _gib(n: float | None) -> str:
+    return "?" if n is None else f"{n / GIB:.1f}"
+
+
+def _nth(n: int) -> str:
+    return "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")

@@ -1,0 +1,194 @@
+"""The card table in words: the cells the picker's table and `cockpit cards` show, and the
+plain-text table (at most 100 columns) of `cockpit cards`.
+
+A row's peak and free memory are the run as given; its speed, time and cost are the run as
+given where it fits, else the run with the single change named in the fit column ("no→ckpt").
+"""
+
+from __future__ import annotations
+
+import textwrap
+from datetime import date
+
+from cockpit import fmt
+from cockpit.models.memory import GIB, SAFETY_MARGIN
+from cockpit.models.speed import CALIBRATED_ON
+from cockpit.plan.card import price_age_days
+from cockpit.plan.cards import CardRow, CardTable, money
+
+MULTI_NOTE = (
+    "rows xN: N GPUs of the card above, run as distributed.strategy auto would (DDP or FSDP); peak and "
+    "free per GPU; tok/s of all N GPUs from a communication model NOT calibrated on a measured multi-GPU "
+    "run (extrapolated); cost and $/hour: N x the price per GPU-hour"
+)
+CHEAPEST_MARK = "$"
+FASTEST_MARK = "»"
+TEXT_WIDTH = 100
+# (key, header, width, right-aligned): the picker drops "vram" on narrow terminals
+COLUMNS: tuple[tuple[str, str, int, bool], ...] = (
+    ("flag", "", 2, False),
+    ("card", "card", 15, False),
+    ("vram", "VRAM", 5, True),
+    ("fit", "fit", 8, False),
+    ("peak", "peak", 6, True),
+    ("free", "free", 6, True),
+    ("tok_s", "tok/s", 6, True),
+    ("time", "time", 8, True),
+    ("cost", "cost", 8, True),
+    ("price", "$/hour", 10, False),
+)
+# a few words for the fit column: the single change that makes the run fit
+CHANGE_WORDS = {
+    "gradient_checkpointing": "ckpt",
+    "micro_batch": "mb/2",
+    "optimizer": "8bit",
+    "qlora": "qlora",
+    "lora": "lora",
+    "nf4": "4-bit",
+    "targets": "q,v",
+    "max_length": "len/2",
+}
+
+
+def gib_cell(n_bytes: float, sign: bool = False) -> str:
+    gib = n_bytes / GIB
+    text = f"{gib:+.1f}" if sign else f"{gib:.1f}"
+    if abs(gib) >= 99.95:
+        text = f"{gib:+.0f}" if sign else f"{gib:.0f}"
+    return f"{text}G"
+
+
+def fit_cell(row: CardRow) -> str:
+    if row.fit.verdict == "no" and row.fit.change is not None:
+        return f"no→{CHANGE_WORDS.get(row.fit.change.key, row.fit.change.key)}"
+    return row.fit.verdict
+
+
+def flag_cell(row: CardRow) -> str:
+    return (CHEAPEST_MARK if row.cheapest else "") + (FASTEST_MARK if row.fastest else "")
+
+
+def card_cell(row: CardRow) -> str:
+    """The card's name; a row of several GPUs follows its card's row: `  x4 FSDP`."""
+    return row.card.name if row.gpus == 1 else f"  x{row.gpus} {row.sharding.upper()}"
+
+
+def price_cell(row: CardRow, today: date) -> str:
+    """`$0.59 30d` (a default price, 30 days old) or `$0.44 own` (your cards.yaml); a row of
+    several GPUs: what they cost together an hour, `$2.36 x4`."""
+    if row.gpus > 1:
+        return f"${row.usd_per_hour:.2f} x{row.gpus}"
+    price = f"${row.card.price_per_hour:.2f}"
+    if not row.card.price_is_default:
+        return f"{price} own"
+    return f"{price} {max(price_age_days(row.card, today), 0)}d"
+
+
+def row_cells(row: CardRow, today: date) -> dict[str, str]:
+    """Every column of one row, as text."""
+    shown = row.shown
+    return {
+        "flag": flag_cell(row),
+        "card": card_cell(row),
+        "vram": f"{row.card.vram_gib:.0f}G" if row.card.vram_gib >= 99.95 else f"{row.card.vram_gib:.1f}G",
+        "fit": fit_cell(row),
+        "peak": gib_cell(row.fit.peak_bytes),
+        "free": gib_cell(row.fit.headroom_bytes, sign=True),
+        "tok_s": "-" if shown is None else fmt.rate(shown.speed.tokens_per_s),
+        "time": "-" if shown is None or shown.time_s is None else fmt.duration(shown.time_s),
+        "cost": "-" if shown is None else money(shown.cost_usd),
+        "price": price_cell(row, today),
+    }
+
+
+def workload_words(table: CardTable) -> str:
+    w = table.workload
+    s = w.shape
+    if w.method == "full":
+        method = "full fine-tune"
+    else:
+        targets = w.lora_targets if isinstance(w.lora_targets, str) else ",".join(w.lora_targets)
+        base = f"{w.quant_bits}-bit QLoRA" if w.method == "qlora" else "LoRA"
+        method = f"{base} r{w.lora_r} on {targets}"
+    ckpt = "checkpointing on" if w.gradient_checkpointing else "checkpointing off"
+    return (
+        f"{s.name} ({fmt.params(s.params)} params), {method}, max length {w.seq_len}, "
+        f"micro-batch {w.micro_batch} x {w.grad_accum} accumulation, {ckpt}, {w.optimizer}"
+    )
+
+
+def legend_lines(table: CardTable) -> list[str]:
+    """What the flags mean and which rows they mark."""
+    lines = []
+    cheapest, fastest = table.cheapest, table.fastest
+    margin = f"with the {SAFETY_MARGIN:.0%} margin"
+    if cheapest is None:
+        lines.append(f"no card fits the run as given ({margin}); see what makes it fit below")
+    else:
+        cost = cheapest.as_given.cost_usd
+        what = money(cost) if cost is not None else f"${cheapest.usd_per_hour:.2f}/hour"
+        lines.append(
+            f"{CHEAPEST_MARK} cheapest card the run fits ({margin}), by {table.cheapest_by}: "
+            f"{cheapest.name} ({what})"
+        )
+    if fastest is not None:
+        within = "" if table.budget_usd is None else f" within {money(table.budget_usd)}"
+        figures = fastest.as_given
+        time = "" if figures.time_s is None else f", {fmt.duration(figures.time_s)}"
+        lines.append(
+            f"{FASTEST_MARK} fastest card that fits{within}: {fastest.name} "
+            f"({fmt.rate(figures.speed.tokens_per_s)} tok/s{time})"
+        )
+    return lines
+
+
+def table_text(table: CardTable) -> str:
+    """`cockpit cards`: the inputs, the table, the flags, what makes each card fit, the warnings."""
+    est = table.estimate
+    lines = [
+        f"{workload_words(table)}; an estimate:",
+        f"peak {est.peak_bytes / GIB:.1f} GiB on any card (while loading {est.load_peak_bytes / GIB:.1f} "
+        f"GiB); run: {table.size.describe(table.workload)}"
+        + ("" if table.budget_usd is None else f"; budget {money(table.budget_usd)}"),
+        f"prices: {table.prices_from}; $/hour shows a default's age in days, or 'own' for yours",
+        f"speeds: calibrated on {CALIBRATED_ON}; other cards scaled by dense bf16 TFLOPS and bandwidth",
+    ]
+    if max(table.gpu_counts) > 1:
+        lines.append(MULTI_NOTE)
+    lines += [
+        "",
+    ]
+    widths = {key: width for key, _, width, _ in COLUMNS}
+    cells = [row_cells(row, table.today) for row in table.rows]
+    for key in widths:  # user cards may have long names
+        widths[key] = max([widths[key], *(len(c[key]) for c in cells)])
+    widths["card"] = min(widths["card"], 22)
+
+    def line(values: dict[str, str]) -> str:
+        out = []
+        for key, _, _, right in COLUMNS:
+            text = values[key][: widths[key]]
+            out.append(text.rjust(widths[key]) if right else text.ljust(widths[key]))
+        return " ".join(out).rstrip()
+
+    lines.append(line({key: header for key, header, _, _ in COLUMNS}))
+    lines.extend(line(c) for c in cells)
+    lines.append("")
+    lines.extend(legend_lines(table))
+    changed = [row for row in table.rows if row.fit.change is not None]
+    if changed:
+        lines.append("what makes it fit (no→X in the table: its speed, time and cost are with that change):")
+        lines.extend(f"  {row.phrase()}" for row in changed)
+    hopeless = [row.name for row in table.rows if row.fit.verdict == "no" and row.fit.change is None]
+    if hopeless:
+        lines.append(f"no single change makes it fit: {', '.join(hopeless)}")
+    lines.extend(f"warning: {w}" for w in table.warnings)
+    return "\n".join(_wrapped(lines, TEXT_WIDTH))
+
+
+def _wrapped(lines: list[str], width: int) -> list[str]:
+    out = []
+    for text in lines:
+        indent = " " * (len(text) - len(text.lstrip()) + 2)
+        out.extend(textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False) or [""])
+    return out

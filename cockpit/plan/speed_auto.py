@@ -1,0 +1,325 @@
+"""`speed: auto`: the fast settings of a run, chosen from the card, the data and the models.
+
+Pure Python, no torch. The trainer detects the facts (device and its memory, which kernels
+import, the samples' token lengths) and `plan` decides, giving a reason for every choice:
+
+- attention: flash_attention_3 > flash_attention_2 > sdpa, by what imports and the device;
+- packing: samples packed into rows of max_length (best-fit decreasing) when a row would
+  hold >= PACK_MIN_SAMPLES_PER_ROW of them, with every sample attending to itself only.
+  With flash-attention the micro-batch is flattened into one sequence (TRL's padding-free
+  path and the varlen kernel); with sdpa or eager each row keeps its own block-diagonal
+  causal mask, which transformers builds from position_ids that restart at 0 for every
+  sample (train_backend/packing.py). The optimizer step keeps about as many samples as the
+  config's micro_batch_size x gradient_accumulation_steps;
+- micro-batch, accumulation and gradient checkpointing: every split of the effective batch
+  into micro-batch x accumulation, each with the fewest checkpointed decoder layers
+  (transformers' every_n_layers) whose peak, by the memory model, stays inside the card's
+  memory less SAFETY_MARGIN; the one the speed model (cockpit/models/speed.py) rates fastest wins;
+- fused kernels (Liger: RMSNorm, RoPE, SwiGLU), loader workers, the token cache, and what
+  is fixed: TRL's chunked cross-entropy, the precision.
+
+A key the user's config sets is kept as written (config: speed.keep), and the reason says so.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+from dataclasses import dataclass
+
+from cockpit.config.schema import TrainConfig
+from cockpit.models import speed as speed_model
+from cockpit.models.memory import GIB
+from cockpit.models.shape import ModelShape
+from cockpit.plan.batch_choice import Choice, Facts, fit_batch
+
+__all__ = ["Choice", "Facts", "SpeedPlan", "bfd_rows", "card_for", "plan", "samples_per_row"]
+
+PACK_MIN_SAMPLES_PER_ROW = 1.1  # below this, packing gains less than 10% real tokens per row
+BFD_SAMPLE = 20000  # lengths looked at to predict the packing (an even subsample beyond this)
+MAX_LOADER_WORKERS = 4
+# how each attention kernel keeps packed samples apart: rows (a block-diagonal mask per row,
+# from position_ids) or flat (one flattened sequence per micro-batch, varlen kernel)
+PACKING_BY_ATTENTION = {
+    "sdpa": "rows",
+    "eager": "rows",
+    "flash_attention_2": "flat",
+    "flash_attention_3": "flat",
+}
+
+
+@dataclass(frozen=True)
+class SpeedPlan:
+    mode: str
+    config: TrainConfig  # the config to run
+    choices: tuple[Choice, ...]
+    packing: str = "none"  # none | rows | flat
+    sft_packing: bool = False  # what SFTConfig.packing gets
+    checkpoint_every: int = 0  # transformers' every_n_layers; 0: no checkpointing
+    checkpoint_layers: int = 0
+    num_layers: int | None = None
+    liger: bool = False
+    cache_tokens: bool = False
+    samples_per_row: float | None = None
+    budget_bytes: int | None = None
+    predicted_peak_bytes: int | None = None
+    predicted_tokens_per_s: float | None = None
+
+    def to_event(self) -> dict:
+        t = self.config.training
+        return {
+            "mode": self.mode,
+            "choices": [
+                {"name": c.name, "value": c.value, "reason": c.reason, "source": c.source}
+                for c in self.choices
+            ],
+            "micro_batch_size": t.micro_batch_size,
+            "gradient_accumulation_steps": t.gradient_accumulation_steps,
+            "checkpoint_layers": self.checkpoint_layers,
+            "num_layers": self.num_layers,
+            "packing": self.packing,
+            "samples_per_row": self.samples_per_row,
+            "attn_implementation": self.config.model.attn_implementation,
+            "liger": self.liger,
+            "dataloader_num_workers": t.dataloader_num_workers,
+            "cache_tokens": self.cache_tokens,
+            "budget_bytes": self.budget_bytes,
+            "predicted_peak_bytes": self.predicted_peak_bytes,
+            "predicted_tokens_per_s": self.predicted_tokens_per_s,
+        }
+
+
+def bfd_rows(lengths: list[int], capacity: int) -> int:
+    """Rows that best-fit decreasing packs `lengths` into, each at most `capacity` tokens."""
+    spaces: list[int] = []  # free space of the open rows, ascending
+    rows = 0
+    for n in sorted((min(x, capacity) for x in lengths if x > 0), reverse=True):
+        i = bisect.bisect_left(spaces, n)
+        if i < len(spaces):
+            left = spaces.pop(i) - n
+        else:
+            rows += 1
+            left = capacity - n
+        if left > 0:
+            bisect.insort(spaces, left)
+    return rows
+
+
+def samples_per_row(lengths: list[int], capacity: int) -> float:
+    looked = lengths[:: max(1, len(lengths) // BFD_SAMPLE)] if len(lengths) > BFD_SAMPLE else lengths
+    rows = bfd_rows(looked, capacity)
+    return len([x for x in looked if x > 0]) / rows if rows else 1.0
+
+
+def plan(
+    cfg: TrainConfig, facts: Facts, lengths: list[int], shape: ModelShape | None, shape_note: str = ""
+) -> SpeedPlan:
+    """The settings to run `cfg` with, and why. `lengths`: the samples' token lengths."""
+    if cfg.speed.mode == "off":
+        off = Choice("speed", "off", "speed.mode: off: every setting runs as written in the config", "off")
+        return SpeedPlan("off", cfg, (off, _cross_entropy()), sft_packing=cfg.training.packing)
+    keep = set(cfg.speed.keep or [])
+    run = copy.deepcopy(cfg)
+    t = run.training
+    choices: list[Choice] = []
+    gpu = facts.device_kind == "cuda"
+
+    # attention kernel
+    if "model.attn_implementation" in keep:
+        attn = cfg.model.attn_implementation
+        choices.append(Choice("attention", attn, "model.attn_implementation is set in your config", "yours"))
+    elif gpu and facts.flash_attention and facts.precision in ("bf16", "fp16"):
+        attn = facts.flash_attention
+        choices.append(
+            Choice(
+                "attention",
+                attn,
+                "flash-attention imports: the fastest kernel here, and its "
+                "varlen form runs packed samples without padding",
+                "auto",
+            )
+        )
+    else:
+        attn = "sdpa"
+        why = (
+            "flash-attn is not installed; PyTorch's sdpa runs its flash kernel on plain rows and the "
+            "memory-efficient kernel with a block-diagonal mask on packed rows"
+            if gpu
+            else "PyTorch's fused attention (flash-attn needs a CUDA GPU)"
+        )
+        if gpu and facts.flash_attention and facts.precision == "fp32":
+            why = "flash-attention needs 16-bit precision and this run is fp32"
+        choices.append(Choice("attention", attn, why, "auto"))
+    run.model.attn_implementation = attn
+
+    # packing
+    used = [min(x, t.max_length) for x in lengths if x > 0]
+    per_row = samples_per_row(used, t.max_length) if used else 1.0
+    mean = sum(used) / len(used) if used else 0.0
+    mode = PACKING_BY_ATTENTION.get(attn)
+    if "training.packing" in keep:
+        want, source, why = cfg.training.packing, "yours", "training.packing is set in your config"
+    elif not gpu:
+        want, source = False, "auto"
+        why = (
+            "on the CPU a step costs in proportion to its tokens, and group_by_length already keeps "
+            "padding small; packing pays on a GPU, where it fills the memory with full rows"
+        )
+    else:
+        want, source = per_row >= PACK_MIN_SAMPLES_PER_ROW, "auto"
+        why = (
+            f"samples average {mean:.0f} of {t.max_length} tokens: best-fit decreasing puts "
+            f"{per_row:.2f} of them in a row"
+        )
+        why += (
+            ", so a micro-batch carries that many times the real tokens in the same memory"
+            if want
+            else f"; below {PACK_MIN_SAMPLES_PER_ROW} there is little to gain"
+        )
+    packing = "none"
+    if want and mode is None:
+        why = f"{why}; but attention {attn} does not keep packed samples apart, so packing is off"
+    elif want:
+        packing = mode
+        how = (
+            "one flattened sequence per micro-batch (varlen kernel)"
+            if mode == "flat"
+            else "rows with position_ids restarting per sample: transformers masks each sample to itself"
+        )
+        why = f"{why}; {how}"
+    value = {"none": "off", "rows": f"rows of {t.max_length}", "flat": "padding-free (flattened)"}[packing]
+    choices.append(Choice("packing", value, why, source))
+    t.packing = packing != "none"
+
+    # effective batch, micro-batch and checkpointing
+    samples_per_step = cfg.training.micro_batch_size * cfg.training.gradient_accumulation_steps
+    rows_per_step = samples_per_step if packing == "none" else max(1, round(samples_per_step / per_row))
+    fit, fit_choices = fit_batch(cfg, run, facts, shape, shape_note, keep, rows_per_step, packing != "none")
+    choices.extend(fit_choices)
+    t.micro_batch_size, t.gradient_accumulation_steps = fit.micro_batch, fit.accum
+    t.gradient_checkpointing = fit.layers > 0
+
+    # fused kernels
+    liger = False
+    if cfg.speed.fused_kernels == "off":
+        choices.append(Choice("fused kernels", "off", "speed.fused_kernels: off", "yours"))
+    elif not gpu:
+        choices.append(Choice("fused kernels", "off", "Liger's Triton kernels need a CUDA GPU", "auto"))
+    elif not facts.liger or not facts.liger_model:
+        choices.append(
+            Choice("fused kernels", "off", facts.liger_note or "liger-kernel is not usable", "auto")
+        )
+    else:
+        liger = True
+        choices.append(
+            Choice(
+                "fused kernels",
+                f"Liger {facts.liger}: RMSNorm, RoPE, SwiGLU",
+                "fewer kernel launches per layer and less activation memory (not counted in the memory plan)",
+                "auto",
+            )
+        )
+    choices.append(_cross_entropy())
+
+    # data loading
+    if "training.dataloader_num_workers" in keep:
+        choices.append(
+            Choice(
+                "loader workers",
+                str(t.dataloader_num_workers),
+                "training.dataloader_num_workers is set in your config",
+                "yours",
+            )
+        )
+    elif not gpu:
+        t.dataloader_num_workers = 0
+        choices.append(
+            Choice(
+                "loader workers",
+                "0",
+                "on the CPU, loader processes would take cores from the compute threads",
+                "auto",
+            )
+        )
+    else:
+        t.dataloader_num_workers = min(MAX_LOADER_WORKERS, facts.cpu_count // 4)
+        why = (
+            f"{t.dataloader_num_workers} of {facts.cpu_count} CPU cores collate batches while the GPU "
+            "trains (into pinned memory)"
+            if t.dataloader_num_workers
+            else f"only {facts.cpu_count} CPU cores: batches are collated in the trainer process"
+        )
+        choices.append(Choice("loader workers", str(t.dataloader_num_workers), why, "auto"))
+    cache = cfg.speed.cache_tokens
+    choices.append(
+        Choice(
+            "token cache",
+            "on" if cache else "off",
+            "the tokenized dataset is kept in the run directory; a restart skips tokenizing"
+            if cache
+            else "speed.cache_tokens: false",
+            "auto" if cache else "yours",
+        )
+    )
+    choices.append(_precision(cfg, facts))
+    return SpeedPlan(
+        "auto",
+        run,
+        tuple(choices),
+        packing=packing,
+        sft_packing=packing == "flat",
+        checkpoint_every=fit.every,
+        checkpoint_layers=fit.layers,
+        num_layers=shape.num_layers if shape else None,
+        liger=liger,
+        cache_tokens=cache,
+        samples_per_row=round(per_row, 3) if packing != "none" else None,
+        budget_bytes=fit.budget,
+        predicted_peak_bytes=fit.peak,
+        predicted_tokens_per_s=fit.tokens_per_s,
+    )
+
+
+def _cross_entropy() -> Choice:
+    return Choice(
+        "cross-entropy",
+        "chunked, fused LM head",
+        "TRL's SFTTrainer computes the loss from the "
+        "hidden states in chunks, so the logits are never materialised (Liger's fused linear "
+        "cross-entropy would replace it; TRL 1.x refuses it)",
+        "fixed",
+    )
+
+
+def _precision(cfg: TrainConfig, facts: Facts) -> Choice:
+    if cfg.training.precision != "auto":
+        return Choice("precision", facts.precision, "training.precision is set in your config", "yours")
+    why = {
+        "bf16": f"compute capability {facts.capability} computes in bf16",
+        "fp16": f"compute capability {facts.capability} has no real bf16",
+        "fp32": "the CPU has no fast 16-bit path",
+    }[facts.precision]
+    return Choice("precision", facts.precision, why, "auto")
+
+
+def card_for(device_name: str, total_bytes: int | None) -> tuple[speed_model.CardSpeed, str]:
+    """The catalog card behind a torch device name, for the speed model; the H200 (the model's
+    calibration card) when there is none, which then only ranks the options."""
+    from cockpit.plan import catalog
+
+    cards = catalog.load_catalog().cards
+    words = [
+        w for w in device_name.replace("-", " ").split() if w.lower() not in ("nvidia", "geforce", "tesla")
+    ]
+    found = []
+    for n in range(len(words), 0, -1):
+        found = catalog.Catalog(cards).find(" ".join(words[:n]))
+        if found:
+            break
+    if found:
+        gib = (total_bytes or 0) / GIB
+        card = min(found, key=lambda c: abs(c.vram_gib - gib))
+        return speed_model.CardSpeed(card.name, card.bf16_dense_tflops, card.bandwidth_gbs), ""
+    h200 = next(c for c in cards if c.id == "h200-sxm")
+    note = f" (figures of the {h200.name}: {device_name or 'this card'} is not in the catalog)"
+    return speed_model.CardSpeed(h200.name, h200.bf16_dense_tflops, h200.bandwidth_gbs), note

@@ -1,0 +1,158 @@
+"""NVML as plain data for the GPU checks: `read_nvml(source)` turns an `NvmlSource` (real or `FakeNvml`)
+plus the few system/ECC fields outside `NVML_FIELDS` (`extras`) into an `NvmlState`; `sample_load()`
+reads what changes under load. Also the catalog card an NVML name denotes (`find_card`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from cockpit.telemetry.nvml import NVML_NOT_SUPPORTED, nvml_code
+
+GIB = 1 << 30
+# achievable host->device copy over PCIe x16, GB/s, by generation (practical, not the line rate)
+PCIE_X16_PRACTICAL_GBS = {3: 12.0, 4: 25.0, 5: 50.0, 6: 100.0}
+# NVML name -> catalog id, first match wins (the NVL variants are not in the catalog)
+CARD_PATTERNS = (
+    (r"h200 nvl|h100 nvl", None), (r"h200", "h200-sxm"), (r"h100.*pcie", "h100-pcie"), (r"h100", "h100-sxm"),
+    (r"a100.*sxm.*80|a100.*80.*sxm", "a100-80gb-sxm"), (r"a100.*sxm", "a100-40gb-sxm"),
+    (r"a100.*80gb", "a100-80gb-pcie"), (r"a100", "a100-40gb-pcie"), (r"b200", "b200"),
+    (r"a10g", "a10g"), (r"\ba10\b", "a10"), (r"l40s", "l40s"), (r"\bl4\b", "l4"),
+    (r"rtx 6000 ada", "rtx-6000-ada"), (r"rtx a6000", "rtx-a6000"), (r"rtx 3090", "rtx-3090"),
+    (r"rtx 4090", "rtx-4090"), (r"rtx 5090", "rtx-5090"),
+)  # fmt: skip
+
+
+@dataclass
+class NvmlState:
+    error: str | None = None  # why NVML cannot be used; None when it answered
+    source_kind: str = "pynvml"
+    driver_version: str | None = None
+    cuda_driver_version: int | None = None  # 12040 = the newest CUDA the driver supports, 12.4
+    gpus: list[dict] = field(default_factory=list)  # per GPU: field -> value; "unsupported": names
+
+
+STATE_FIELDS = (
+    "name",
+    "memory",
+    "power_limit_mw",
+    "power_default_limit_mw",
+    "pcie_gen",
+    "pcie_width",
+    "pcie_gen_max",
+    "pcie_width_max",
+    "clock_event_reasons",
+    "processes",
+)
+LOAD_FIELDS = ("clock_event_reasons", "pcie_gen", "pcie_width", "utilization")
+
+
+def _plain(name: str, raw: Any) -> Any:
+    if name == "memory":
+        return {"total_bytes": raw.total, "used_bytes": raw.used}
+    if name == "utilization":
+        return raw.gpu
+    if name == "processes":
+        return [{"pid": p.pid, "used_bytes": p.usedGpuMemory} for p in raw]
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def _read_fields(source, names: tuple[str, ...]) -> list[dict]:
+    gpus = []
+    for index in range(source.device_count()):
+        handle, gpu = source.handle(index), {"index": index, "unsupported": []}
+        for name in names:
+            try:
+                gpu[name] = _plain(name, source.read(handle, name))
+            except Exception as exc:
+                gpu["unsupported" if nvml_code(exc) == NVML_NOT_SUPPORTED else "errors"] = [
+                    *gpu.get("unsupported" if nvml_code(exc) == NVML_NOT_SUPPORTED else "errors", []),
+                    name,
+                ]
+        gpus.append(gpu)
+    return gpus
+
+
+def read_nvml(source, extras: dict | None = None) -> NvmlState:
+    """NVML as plain data. `extras`: {"driver_version", "cuda_driver_version", "gpus": [{...}]} with
+    persistence_mode, ecc_uncorrected, retired_pending, remapped_rows_pending/failure per GPU; read from
+    pynvml itself when None and the source is real."""
+    try:
+        source.init()
+    except Exception as exc:
+        return NvmlState(error=f"NVML did not start: {exc}", source_kind=source.kind)
+    try:
+        state = NvmlState(source_kind=source.kind, gpus=_read_fields(source, STATE_FIELDS))
+        if extras is None and source.kind == "pynvml":
+            extras = _pynvml_extras(len(state.gpus))
+        extras = extras or {}
+        state.driver_version = extras.get("driver_version")
+        state.cuda_driver_version = extras.get("cuda_driver_version")
+        for gpu, more in zip(state.gpus, extras.get("gpus", [])):
+            gpu.update(more)
+        return state
+    finally:
+        try:
+            source.shutdown()
+        except Exception:
+            pass
+
+
+def sample_load(source) -> list[dict]:
+    """Throttle reasons, PCIe link and utilisation now; pass it as `run_probe(sample=...)`."""
+    source.init()
+    try:
+        return _read_fields(source, LOAD_FIELDS)
+    finally:
+        source.shutdown()
+
+
+def _pynvml_extras(count: int) -> dict:
+    import pynvml
+
+    def ask(fn, *args):
+        try:
+            value = fn(*args)
+            return value.decode() if isinstance(value, bytes) else value
+        except pynvml.NVMLError:
+            return None  # not supported (consumer cards, vGPU): the check skips
+
+    extras: dict = {
+        "driver_version": ask(pynvml.nvmlSystemGetDriverVersion),
+        "cuda_driver_version": ask(pynvml.nvmlSystemGetCudaDriverVersion),
+        "gpus": [],
+    }
+    for index in range(count):
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        rows = ask(pynvml.nvmlDeviceGetRemappedRows, h)  # (corrected, uncorrected, pending, failed)
+        extras["gpus"].append(
+            {
+                "persistence_mode": ask(pynvml.nvmlDeviceGetPersistenceMode, h),
+                "ecc_uncorrected": ask(
+                    pynvml.nvmlDeviceGetTotalEccErrors,
+                    h,
+                    pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                    pynvml.NVML_VOLATILE_ECC,
+                ),
+                "retired_pending": ask(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, h),
+                "remapped_rows_pending": None if rows is None else bool(rows[2]),
+                "remapped_rows_failure": None if rows is None else bool(rows[3]),
+            }
+        )
+    return extras
+
+
+def find_card(nvml_name: str | None, catalog=None):
+    """The catalog card an NVML name denotes ("NVIDIA H200" -> h200-sxm), else None."""
+    from cockpit.plan.catalog import load_catalog
+
+    name = (nvml_name or "").lower()
+    for pattern, card_id in CARD_PATTERNS:
+        if re.search(pattern, name):
+            if card_id is None:
+                return None
+            catalog = catalog or load_catalog()
+            return next((c for c in catalog.cards if c.id == card_id), None)
+    return None

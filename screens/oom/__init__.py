@@ -1,0 +1,1 @@
+"""The OOM wizard: where the memory went and the ranked remedies."""

@@ -1,0 +1,1 @@
+"""The preflight screen, its export dialog, and the notice shown over a run."""

@@ -1,0 +1,62 @@
+"""What the quick preflight found wrong at a training start, in a modal the user dismisses.
+
+The run has started already (a start is never blocked): the notice says what to look at before
+the run costs much, and Enter or Escape goes back to the run screen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+from cockpit.preflight.checks.base import CheckResult
+from widgets.check_list import GLYPHS, STATUS_STYLES
+
+HINT = "The run goes on. `cockpit preflight` runs every check; --skip-preflight skips these."
+
+
+def notice_text(problems: Sequence[CheckResult]) -> Content:
+    parts: list[Content | str | tuple[str, str]] = []
+    for index, result in enumerate(problems):
+        parts.append((("\n" if index else "") + f"{GLYPHS[result.status]} ", STATUS_STYLES[result.status]))
+        parts.append((result.title, "bold"))
+        parts.append(f": {result.value}")
+        if result.fix:
+            parts.append(("\n  fix: ", "bold"))
+            parts.append(result.fix)
+    return Content.assemble(*parts)
+
+
+class PreflightNotice(ModalScreen[None]):
+    CSS_PATH = "notice.tcss"
+    AUTO_FOCUS = "#notice-body"  # arrows scroll a long list
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "dismiss_notice", "Go on"),
+        Binding("escape", "dismiss_notice", "Go on", show=False),
+    ]
+
+    def __init__(self, problems: Sequence[CheckResult]):
+        super().__init__()
+        self.problems = list(problems)
+
+    def compose(self) -> ComposeResult:
+        fails = sum(r.status == "fail" for r in self.problems)
+        warns = len(self.problems) - fails
+        said = ", ".join(f"{n} {word}" for n, word in ((fails, "failed"), (warns, "warned")) if n)
+        with Vertical(id="notice"):
+            yield Static(f"Quick preflight before this run: {said}", id="notice-title")
+            with VerticalScroll(id="notice-body"):
+                yield Static(notice_text(self.problems), id="notice-problems")
+            yield Static(HINT, id="notice-hint")
+            yield Static("Enter or Esc: back to the run", id="notice-keys")
+        yield Footer()  # the keys of this notice, not those of the screen under it
+
+    def action_dismiss_notice(self) -> None:
+        self.dismiss(None)

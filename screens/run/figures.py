@@ -1,0 +1,174 @@
+"""The run screen's figures, as plain rows and text: what a run's `RunState` says, formatted.
+
+Pure: a state (and "now" for the clock-bound figures) in, rows out; the screen draws them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.text import Text
+
+from cockpit import fmt
+from cockpit.live.headless import describe
+from cockpit.live.state import RunState
+from cockpit.protocol.wire import Fault
+from widgets.stats import Row
+
+ERROR_MESSAGE_CHARS = 300
+
+
+def param_count(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return str(n)
+
+
+def byte_size(n_bytes: int | None) -> str:
+    if n_bytes is None:
+        return "-"
+    return f"{n_bytes / 2**20:.1f} MiB" if n_bytes < 2**30 else fmt.gib(n_bytes)
+
+
+def memory_rows(state: RunState) -> list[Row]:
+    memory, total = state.memory, state.device.get("total_bytes")
+    if "mem_allocated_bytes" in memory:
+        of_total = f" of {fmt.gib(total, 1)}" if total else ""
+        reserved = memory.get("mem_reserved_bytes")
+        return [
+            ("GPU alloc/res", f"{memory['mem_allocated_bytes'] / 2**30:.2f} / {fmt.gib(reserved)}"),
+            ("GPU peak", f"{fmt.gib(memory.get('mem_peak_bytes'))}{of_total}"),
+        ]
+    if "rss_bytes" in memory:
+        return [("memory", f"{fmt.gib(memory['rss_bytes'])} RSS (host)")]
+    return [("memory", "-")]
+
+
+def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
+    """The stats panel: training figures first, then what runs where on what data."""
+    drop = state.loss_drop()
+    loss = fmt.loss(state.loss)
+    if drop is not None and math.isfinite(drop):  # a nan or inf loss has no change to show
+        loss += f", {-drop:+.1%} from first"
+    rows: list[Row] = [
+        ("loss", loss),
+        ("learning rate", fmt.sci(state.learning_rate)),
+        ("grad norm", fmt.rate(state.grad_norm)),
+        ("tokens/s", fmt.rate(state.tokens_per_s)),
+        ("samples/s", fmt.rate(state.samples_per_s)),
+        ("step time", fmt.rate(state.step_time_s, " s")),
+        ("ETA", fmt.duration(state.eta_s()) + (" once resumed" if state.status == "paused" else "")),
+        ("elapsed", f"{fmt.duration(state.billed_s(now_ts))} billed"),
+    ]
+    if state.price_per_hour is None:
+        rows.append(("cost", Text("- set cost.price_per_hour", style="dim")))  # fits 80x24
+    else:
+        rows.append(
+            ("cost", f"{fmt.money(state.cost_so_far(now_ts))} at {fmt.money(state.price_per_hour)}/h")
+        )
+        rows.append(("projected", f"~{fmt.money(state.cost_projected(now_ts))} for the run"))
+    rows.extend(memory_rows(state))
+    device = state.device
+    if device:
+        rows.append(("device", f"{device.get('kind')} {device.get('name')}"))
+        rows.append(("precision", state.precision or "-"))
+    model = state.model
+    if model:
+        rows.append(("model", f"{model.get('name')} ({model.get('method')})"))
+        trainable, total = model.get("params_trainable"), model.get("params_total")
+        share = f" ({trainable / total:.1%})" if trainable and total else ""
+        rows.append(("trainable", f"{param_count(trainable)} of {param_count(total)}{share}"))
+    data = state.data
+    if data:
+        rows.append(("data", f"{data.get('samples')} samples, {data.get('truncated')} truncated"))
+        rows.append(
+            (
+                "tokens",
+                f"{data.get('tokens_min')}-{data.get('tokens_max')}, mean {data.get('tokens_mean')}, "
+                f"p95 {data.get('tokens_p95')}",
+            )
+        )
+    return rows
+
+
+def checkpoint_rows(state: RunState) -> list[Row]:
+    if not state.checkpoints:
+        return [("", Text("none yet", style="dim"))]
+    width = max(len(str(c.get("step"))) for c in state.checkpoints)
+    return [
+        (c["name"], f"step {c.get('step')!s:<{width}}  {byte_size(c.get('bytes'))}")
+        for c in state.checkpoints
+    ]
+
+
+def error_text(state: RunState, interrupted: bool = False) -> Text | None:
+    """What went wrong, what to do, and that the checkpoints are intact; None while nothing did.
+
+    `interrupted`: a replayed run whose trainer is gone without a final event (killed, rebooted).
+    """
+    if state.status != "failed" and not interrupted:
+        return None
+    text = Text()
+    error = state.error
+    if error:
+        phase = str(error.get("phase") or "").replace("_", " ")
+        step = error.get("step")
+        where = (f" at step {step}" if step else "") + (f" while {phase}" if phase else "")
+        message = str(error.get("message", ""))
+        if len(message) > ERROR_MESSAGE_CHARS:
+            message = message[:ERROR_MESSAGE_CHARS] + "… (the events log has all of it)"
+        text.append(
+            f"{str(error.get('kind', 'error')).upper()}{where}: ",
+            style="bold",
+        )
+        text.append(f"{message}\n")
+        if error.get("hint"):
+            text.append("fix: ", style="bold")
+            text.append(f"{error['hint']}\n")
+        names = error.get("checkpoints") or []
+    else:  # the trainer ended without a final event; a client may have written down how
+        outcome = state.outcome or {
+            "reason": "the trainer is gone without a final event (killed, crashed, or the machine rebooted)"
+        }
+        text.append(f"{outcome.get('reason', 'the trainer exited without a final event')}\n", style="bold")
+        tail = [line for line in str(outcome.get("log_tail") or "").splitlines() if line.strip()][-3:]
+        for line in tail:
+            text.append(f"{line}\n", style="dim")
+        names = [c["name"] for c in state.checkpoints]
+    if names:
+        text.append(f"checkpoints intact: {', '.join(names)}", style="bold")
+        text.append(f"; continue with: cockpit restart {state.run_id}")
+    else:
+        text.append("no complete checkpoint: a restart begins from step 0")
+    return text
+
+
+def item_type(item: dict | Fault) -> str | None:
+    return item.get("type") if isinstance(item, dict) else None
+
+
+class EventLines:
+    """Lines for the events log, each stamped with the run time since its first event."""
+
+    def __init__(self) -> None:
+        self.first_ts: float | None = None
+        self.last_ts: float | None = None
+
+    def lines(self, items: list[dict | Fault]) -> list[str]:
+        out = []
+        for item in items:
+            ts = item.get("ts") if isinstance(item, dict) else None
+            if isinstance(ts, (int, float)):
+                self.first_ts = ts if self.first_ts is None else self.first_ts
+                self.last_ts = ts
+            line = describe(item)
+            if not line:
+                continue
+            if item_type(item) == "error":
+                line = line.splitlines()[0]  # the error panel shows the fix
+            stamp = fmt.duration(self.last_ts - self.first_ts) if self.first_ts is not None else "-:--:--"
+            out.extend(f"{stamp} {part}" for part in line.splitlines())
+        return out

@@ -1,0 +1,391 @@
+"""The run screen: one training run's status, figures, loss, checkpoints and events, and, when
+there is telemetry, its GPUs and host, the doctor's findings, and the tail of the trainer's log.
+
+Every figure comes from the run's events folded into a `RunState`; cost and elapsed time
+take "now" from the app's clock while the trainer runs and the last event's time once it
+has ended. GPU and host figures come from a watch (live NVML sampling, or a replay) and the
+run's recorded `telemetry.jsonl`. The app's threads read all of it; this screen only draws
+what it is handed (`show`, `show_log`, `show_history`, `show_telemetry`) and sends the
+user's commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Footer, Static
+from textual.worker import Worker, WorkerState
+
+from cockpit import fmt
+from cockpit.doctor.multi_gpu import rank_pids
+from cockpit.live.replay import sample_of_bin
+from cockpit.live.session import RunSession
+from cockpit.run import process as supervisor
+from screens.confirm import Confirm
+from screens.oom.wizard import offer_oom_wizard, open_oom_wizard
+from screens.run.figures import (  # noqa: F401 - the tests and other screens import them from here
+    EventLines,
+    checkpoint_rows,
+    error_text,
+    memory_rows,
+    stat_rows,
+)
+from screens.run.telemetry_feed import SeriesBook
+from widgets.doctor_panel import DoctorPanel
+from widgets.event_log import EventLog
+from widgets.gpu_panel import GpuPanel, GpuView, gpu_title, torch_text
+from widgets.host_panel import HostPanel
+from widgets.log_tail import LogTail
+from widgets.loss_plot import LossPlot
+from widgets.progress import StepProgress
+from widgets.stats import StatsPanel
+
+MAX_LOG_LINES = 1000
+CLIENT_LINE_INDENT = " " * len("0:00:00 ")  # this client's own lines carry no event time
+STOP_QUESTION = "Stop the run? A checkpoint is saved first."
+COMPACT_BELOW_ROWS = 30  # shorter terminals get one row per GPU and one for the host
+MANY_GPUS = 2  # more GPUs than this: one row each at any size
+RECENT_SPAN_S = 300.0  # `h` switches the sparklines between the whole run and this
+WATCH_LATE_S = 3.0  # a watch that has not answered for this long is said to be late
+NO_TELEMETRY = "no GPU/host telemetry for this run: no live watch and no telemetry.jsonl"
+
+
+class RunView(Screen):
+    CSS_PATH = "view.tcss"
+    AUTO_FOCUS = "#events"  # arrow keys and PgUp scroll the event history
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "save", "Save checkpoint"),
+        Binding("p", "pause", "Pause"),
+        Binding("p", "resume", "Resume"),
+        Binding("x", "stop", "Stop"),
+        Binding("g", "toggle_telemetry", "GPU/host"),
+        Binding("l", "toggle_log", "Log"),
+        Binding("h", "toggle_span", "Span"),
+        Binding("o", "oom_wizard", "OOM wizard", show=False),
+    ]
+
+    class Ready(Message):
+        """The view is composed and mounted: updates can reach its widgets."""
+
+    class StopSaid(Message):
+        """A line from the stop thread (`supervisor.stop` says what it escalates to)."""
+
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    def __init__(self, session: RunSession, clock: Callable[[], float], *, watching: bool = False):
+        super().__init__()
+        self.session = session
+        self.clock = clock
+        self.status = "starting"
+        self.live = not session.replay  # until the first update says otherwise
+        self.stopping = False
+        self.updates_shown = 0
+        self.telemetry_shown = 0  # samples (or a recorded history) drawn so far
+        self._losses_shown = -1
+        self.book = SeriesBook()
+        self.sample: Any = None  # the newest telemetry sample, live or rebuilt from the last bin
+        self.has_telemetry = watching  # a watch or a recorded history: the GPU/host panels have a source
+        self.telemetry_wanted = True  # `g`
+        self.span_s: float | None = None  # `h`: None for the whole run, else the last RECENT_SPAN_S
+        self.short = False  # set from the terminal's height
+        self.watch_late_s: float | None = None
+        self.watch_error: str | None = None
+        self._panels_drawn: tuple | None = None  # what the GPU and host panels last drew
+        self._texts: dict[str, str | Text] = {}  # what each Static shows
+        self._titles: dict[str | None, tuple[str, str | None]] = {}  # border title, subtitle per widget
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="header"):
+            yield Static(self.session.run.run_id, id="run-id")
+            yield Static("", id="status")
+            yield Static("", id="phase")
+            yield Static(getattr(self.session, "replay_label", "REPLAY"), id="replay")
+        yield StepProgress(id="progress")
+        with VerticalScroll(id="error"):
+            yield Static("", id="error-text")
+        with Vertical(id="telemetry"):
+            yield GpuPanel(id="gpus")
+            yield HostPanel(id="host")
+        with VerticalScroll(id="doctor-box"):
+            yield DoctorPanel(id="doctor")
+        with Horizontal(id="body"):
+            with VerticalScroll(id="stats-box"):
+                yield StatsPanel(id="stats")
+            with Vertical(id="right"):
+                yield LossPlot(id="loss-plot")
+                yield StatsPanel(id="checkpoints")
+                yield EventLog(id="events", max_lines=MAX_LOG_LINES)
+                yield LogTail(id="log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#stats-box").border_title = "run"
+        self.query_one("#loss-plot").border_title = "loss"
+        self.query_one("#checkpoints").border_title = "checkpoints"
+        self.query_one("#events").border_title = "events"
+        self.query_one("#doctor-box").border_title = "doctor"
+        self.query_one("#log").border_title = "backend.log"
+        self.query_one("#replay").display = self.session.replay
+        self.query_one("#doctor-box").display = False
+        self.query_one("#log").display = False
+        self._show_telemetry_panels()
+        self.post_message(self.Ready())  # every widget exists now: the app may start its threads
+
+    def on_resize(self, event: events.Resize) -> None:
+        short = event.size.height < COMPACT_BELOW_ROWS
+        if short != self.short:
+            self.short = short
+            self.query_one(DoctorPanel).show(self.query_one(DoctorPanel).findings, brief=short)
+            self._show_telemetry_panels()
+
+    # ------------------------------------------------------------ drawing
+
+    def show(self, lines: list[str]) -> None:
+        """Redraw from the session's state; called from the app's handler while the follow thread waits."""
+        session, state = self.session, self.session.state
+        ended = session.ended or state.ended
+        self.live = not session.replay and not ended
+        interrupted = session.replay and session.trainer_gone and not state.ended
+        status = "interrupted" if interrupted else state.status
+        if self.status != status:
+            self.status = status
+            self.refresh_bindings()
+        now_ts = state.last_ts if ended or session.trainer_gone else self.clock()
+        self._show_status()
+        if session.replay:
+            self._set_text("#replay", getattr(session, "replay_label", "REPLAY"))
+        phase = state.phase.replace("_", " ")
+        self._set_text("#phase", f"{phase}: {state.phase_message}" if state.phase_message else phase)
+        self.query_one(StepProgress).show(
+            state.step, state.total_steps, state.epoch, state.plan.get("epochs")
+        )
+        self.query_one("#stats", StatsPanel).show_rows(stat_rows(state, now_ts))
+        self.query_one("#checkpoints", StatsPanel).show_rows(checkpoint_rows(state))
+        if len(state.losses) != self._losses_shown:
+            self._losses_shown = len(state.losses)
+            self.query_one(LossPlot).plot(state.losses, state.learning_rates)
+            self._show_telemetry_panels()  # the torch memory counters came with the step
+        error = error_text(state, interrupted)
+        self.set_class(error is not None, "-failed")
+        if error is not None:
+            self._set_title(
+                self.query_one("#error"), "the trainer is gone" if interrupted else "the run failed"
+            )
+            self._set_text("#error-text", error)
+        log = self.query_one(EventLog)
+        for line in lines:
+            log.write(line)
+        self.updates_shown += 1
+        offer_oom_wizard(self)  # an OOM: the wizard opens by itself, once
+
+    def show_log(self, lines: Sequence[str]) -> None:
+        """The last lines of backend.log."""
+        self.query_one(LogTail).show(lines)
+
+    def show_history(self, bins: Sequence[dict]) -> None:
+        """The run's recorded telemetry (cockpit.telemetry.history bins), oldest first."""
+        if not bins:
+            return
+        for line in bins:
+            self.book.add_bin(line)
+        if self.sample is None or self.sample.ts < bins[-1]["ts_end"]:
+            self.sample = sample_of_bin(bins[-1])  # until a live sample comes
+        self.has_telemetry = True
+        self.telemetry_shown += 1
+        self._show_telemetry_panels()
+
+    def show_telemetry(self, sample: Any, findings: Sequence[Any], samples: Sequence[Any] = ()) -> None:
+        """The watch's newest sample and findings; `samples`: every sample since the last call."""
+        for each in samples or ([sample] if sample is not None else []):
+            self.book.add_sample(each)
+        if sample is not None:
+            self.sample = sample
+        self.has_telemetry = True
+        self.watch_error = None
+        doctor_box = self.query_one("#doctor-box")
+        if self.query_one(DoctorPanel).show(findings, brief=self.short):
+            doctor_box.display = bool(findings)
+            severity = findings[0].severity if findings else "info"
+            doctor_box.set_classes(f"-{severity}")
+            self._set_title(doctor_box, f"doctor: {len(findings)} finding{'s' if len(findings) != 1 else ''}")
+        self.telemetry_shown += 1
+        self._show_telemetry_panels()
+
+    def show_watch_error(self, error: str, samples: Sequence[Any] = ()) -> None:
+        """The watch raised: the figures shown are its last good ones (and `samples`, taken before)."""
+        for each in samples:
+            self.book.add_sample(each)
+        self.watch_error = error
+        self.has_telemetry = True
+        self._show_telemetry_panels()
+
+    def show_watch_late(self, late_s: float | None) -> None:
+        """How long the watch has kept the app waiting for a sample (None: it answers)."""
+        late_s = late_s if late_s is not None and late_s >= WATCH_LATE_S else None
+        if (late_s is None) != (self.watch_late_s is None) or late_s is not None:
+            self.watch_late_s = late_s
+            self._show_telemetry_panels()
+
+    def _show_telemetry_panels(self) -> None:
+        box = self.query_one("#telemetry")
+        shown = self.has_telemetry and self.telemetry_wanted
+        if box.display != shown:
+            box.display = shown
+        if not shown:
+            return
+        sample, state = self.sample, self.session.state
+        span = self.book.span(self.span_s)
+        pid = sample.host.trainer_pid if sample is not None else None
+        if pid is None and state.attempts:
+            pid = state.attempts[-1].pid
+        many = sample is not None and len(sample.gpus) > MANY_GPUS
+        compact = self.short or many
+        box.set_class(many, "-many")  # eight GPUs, their spread and the host fit at 80x24
+        ranks = frozenset(rank_pids(state))  # several GPUs: which of them the run uses
+        # the panels redraw only when what they draw changed: a new sample (its sparklines end at
+        # its time), the span, the layout, the trainer's ranks, or the trainer's torch counters
+        signature = (sample, span, pid, compact, ranks, torch_text(state.memory))
+        if signature != self._panels_drawn:
+            self._panels_drawn = signature
+            view = GpuView(sample, self.book, span, state.memory, pid, compact, ranks)
+            self.query_one(GpuPanel).show(view)
+            cpu = self.book.get("host.cpu")
+            cpu_spark = (cpu, span) if cpu is not None and span is not None else None
+            self.query_one(HostPanel).show(sample.host if sample is not None else None, cpu_spark, self.short)
+        subtitle = ""
+        if span is not None:
+            subtitle = f"last {fmt.duration(span[1] - span[0])}" if self.span_s else "whole run"
+        if self.watch_late_s is not None:
+            subtitle = f"no new sample for {self.watch_late_s:.0f} s · {subtitle}".rstrip(" ·")
+        if self.watch_error is not None:
+            subtitle = f"{self.watch_error} · {subtitle}".rstrip(" ·")
+        self._set_title(box, f"{gpu_title(sample)} · host", subtitle)
+
+    def _show_status(self) -> None:
+        label = "stopping…" if self.stopping and self.live else self.status
+        self._set_text("#status", f" {label} ")
+        # query, not query_one: a redraw that lands while the screen is being torn down finds nothing
+        self.query("#status").set_classes("-stopping" if label == "stopping…" else f"-{self.status}")
+
+    def _set_text(self, selector: str, content: str | Text) -> None:
+        """Update a Static only when its content changed: each update costs a layout pass."""
+        if self._texts.get(selector) != content:
+            self._texts[selector] = content
+            self.query_one(selector, Static).update(content)
+
+    def _set_title(self, widget: Widget, title: str, subtitle: str | None = None) -> None:
+        """Border titles repaint their widget when set, even to the same text: set them on change."""
+        if self._titles.get(widget.id) != (title, subtitle):
+            self._titles[widget.id] = (title, subtitle)
+            widget.border_title = title
+            if subtitle is not None:
+                widget.border_subtitle = subtitle
+
+    # ------------------------------------------------------------ commands
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "pause":
+            return self.status != "paused"
+        if action == "resume":
+            return self.status == "paused"
+        return True
+
+    def _refusal(self, command: str) -> str | None:
+        if self.session.replay:
+            return f"this is a replay of a recorded run: '{command}' needs a live trainer"
+        if not self.live:
+            return f"the run has ended ({self.status}): nothing to {command}"
+        if self.stopping:
+            return f"the run is stopping: '{command}' is not sent"
+        return None
+
+    def _send(self, command: str, sent: str) -> None:
+        refusal = self._refusal(command)
+        if refusal:
+            self.notify(refusal, severity="warning")
+            return
+        try:
+            self.session.send(command)
+        except (supervisor.NotRunning, OSError) as exc:
+            self.notify(f"'{command}' was not sent: {exc}", severity="error")
+            return
+        self.notify(sent)
+
+    def action_toggle_telemetry(self) -> None:
+        if not self.has_telemetry:
+            self.notify(NO_TELEMETRY)
+            return
+        self.telemetry_wanted = not self.telemetry_wanted
+        self._show_telemetry_panels()
+
+    def action_toggle_log(self) -> None:
+        """The tail of backend.log in the place of the events, or back."""
+        log = self.query_one(LogTail)
+        log.display = not log.display
+        self.query_one(EventLog).display = not log.display
+
+    def action_toggle_span(self) -> None:
+        if not self.has_telemetry:  # no sparklines whose span could change
+            self.notify(NO_TELEMETRY)
+            return
+        self.span_s = None if self.span_s else RECENT_SPAN_S
+        self._show_telemetry_panels()
+
+    def action_oom_wizard(self) -> None:
+        open_oom_wizard(self)
+
+    def action_save(self) -> None:
+        self._send("save", "asked for a checkpoint after the current step")
+
+    def action_pause(self) -> None:
+        self._send("pause", "asked the trainer to pause after the current step")
+
+    def action_resume(self) -> None:
+        self._send("resume", "asked the trainer to resume")
+
+    def action_stop(self) -> None:
+        refusal = self._refusal("stop")
+        if refusal:
+            self.notify(refusal, severity="warning")
+            return
+        self.app.push_screen(Confirm(STOP_QUESTION), self._stop_confirmed)
+
+    def _stop_confirmed(self, confirmed: bool | None) -> None:
+        if not confirmed:
+            return
+        refusal = self._refusal("stop")  # the run may have ended while the question was open
+        if refusal:
+            self.notify(refusal, severity="warning")
+            return
+        self.stopping = True
+        self._show_status()
+        self.query_one(EventLog).write(f"{CLIENT_LINE_INDENT}stopping: asked for a checkpoint, then a stop")
+        self.run_worker(self._stop, thread=True, group="stop", exit_on_error=False)
+
+    def _stop(self) -> str:
+        # blocks for up to STOP_GRACE_S + TERM_GRACE_S while the trainer checkpoints and exits
+        return supervisor.stop(self.session.run, say=lambda text: self.post_message(self.StopSaid(text)))
+
+    def on_run_view_stop_said(self, message: StopSaid) -> None:
+        self.query_one(EventLog).write(f"{CLIENT_LINE_INDENT}stopping: {message.text}")
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "stop" or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
+            return
+        self.stopping = False
+        if event.state == WorkerState.SUCCESS:
+            self.notify(f"stop: {event.worker.result}")
+        else:
+            self.notify(f"stop failed: {event.worker.error}", severity="error")
+        self._show_status()

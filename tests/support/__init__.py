@@ -1,0 +1,1 @@
+"""Test aids: fakes and pilot helpers shared by the tests (never shipped in the product)."""
