@@ -6,7 +6,11 @@ speed model's tokens/s, and the time and cost of the run at the card's price (th
 dated default). A card the run does not fit gets the first single change that makes it fit
 (`cockpit.plan.fits`), with the speed, time and cost of the run so changed. Two rows are flagged:
 the cheapest card the run fits as given (with the safety margin), and the fastest such card
-within the budget.
+within the budget; cards within TIE_SHARE of the fastest tie, and the cheapest of them is
+flagged. Several cards tie where the run is host-bound (the speed model's "overhead" bound:
+Python and kernel launches set a micro-batch's time, which no faster GPU shortens; the H200
+runs of a 7B QLoRA step take 0.25 s at micro-batch 1 and at 4, bench/results/
+2026-11-30-speed-sweep-2-h200.jsonl); the legend says so and names the change that helps.
 
 The run's size is dataset tokens x epochs (tokens given, or samples x mean tokens per sample,
 each sample cut at the max length), or `training.max_steps` x the tokens of one optimizer
@@ -198,6 +202,8 @@ def within(figures: RunFigures | None, budget_usd: float | None) -> bool | None:
     return figures.cost_usd <= budget_usd
 
 
+TIE_SHARE = 0.005  # cards this close to the fastest tie (the model is not closer than that)
+
 # ---------------------------------------------------------------- the table
 
 
@@ -219,6 +225,17 @@ class CardTable:
     @property
     def fastest(self) -> CardRow | None:
         return next((r for r in self.rows if r.fastest), None)
+
+    @property
+    def tied_with_fastest(self) -> list[CardRow]:
+        """The other cards as fast as the flagged one (within TIE_SHARE)."""
+        fastest = self.fastest
+        if fastest is None:
+            return []
+        in_budget = [
+            r for r in self.rows if r.fit.verdict == "fits" and (self.budget_usd is None or r.within_budget)
+        ]
+        return [r for r in fastest_tied(in_budget) if r is not fastest]
 
     @property
     def cheapest_by(self) -> str:
@@ -294,7 +311,7 @@ def card_table(
     fitting = [r for r in rows if r.fit.verdict == "fits"]
     cheapest = min(fitting, key=_cost_key(size), default=None)
     in_budget = [r for r in fitting if budget_usd is None or r.within_budget]
-    fastest = max(in_budget, key=lambda r: r.as_given.speed.tokens_per_s, default=None)
+    fastest = min(fastest_tied(in_budget), key=_cost_key(size), default=None)
     if budget_usd is not None and fitting and fastest is None:
         warnings.append(
             f"no card that fits costs {money(budget_usd)} or less; the cheapest that fits costs "
@@ -303,6 +320,12 @@ def card_table(
     rows = [replace(r, cheapest=r is cheapest, fastest=r is fastest) for r in rows]
     prices_from = str(catalog.user_file) if catalog.user_file else "default prices (no cards.yaml)"
     return CardTable(w, estimate, size, budget_usd, today, tuple(rows), prices_from, tuple(warnings))
+
+
+def fastest_tied(rows: list[CardRow]) -> list[CardRow]:
+    """The rows whose tokens/s are within TIE_SHARE of the fastest."""
+    best = max((r.as_given.speed.tokens_per_s for r in rows), default=0.0)
+    return [r for r in rows if r.as_given.speed.tokens_per_s >= best * (1 - TIE_SHARE)]
 
 
 def _cost_key(size: RunSize):
