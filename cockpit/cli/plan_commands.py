@@ -82,7 +82,8 @@ def estimate_part_lines(parts, width: int) -> list[str]:
         room = width - len(head) - 3
         if room < 40:
             out.append(head)
-            out.extend(textwrap.wrap(part.note, width - 6, initial_indent="      ", subsequent_indent="      "))
+            pad = "      "
+            out.extend(textwrap.wrap(part.note, width - 6, initial_indent=pad, subsequent_indent=pad))
             continue
         notes = textwrap.wrap(part.note, room, break_on_hyphens=False) or [""]
         out.append(f"{head}   {notes[0]}")

@@ -10,9 +10,9 @@ from __future__ import annotations
 from datetime import date
 
 from cockpit import fmt
-from cockpit.plain import wrapped
 from cockpit.models.memory import GIB, SAFETY_MARGIN
 from cockpit.models.speed import CALIBRATED_ON
+from cockpit.plain import wrapped
 from cockpit.plan.card import price_age_days
 from cockpit.plan.cards import CardRow, CardTable, money
 
