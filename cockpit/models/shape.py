@@ -44,6 +44,7 @@ class ModelShape:
     attention_bias: bool = False
     qk_norm: bool = False
     source: str = ""
+    max_positions: int | None = None  # max_position_embeddings: the context the model was trained for
 
     # ---- parameter counts, per part
     @property
@@ -140,6 +141,9 @@ def from_config_dict(config: dict, name: str, source: str) -> ModelShape:
         attention_bias=bool(config.get("attention_bias", model_type in ATTENTION_BIAS)),
         qk_norm=model_type in QK_NORM,
         source=source,
+        max_positions=positions
+        if isinstance(positions := config.get("max_position_embeddings"), int)
+        else None,
     )
 
 

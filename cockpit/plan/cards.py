@@ -296,6 +296,7 @@ def card_table(
         if w.gpus not in gpu_counts:
             warnings.append(f"the config asks for {w.gpus} GPUs; this table is for one GPU of each card")
         w = replace(w, gpus=1, sharding="ddp")
+    warnings.extend(context_warnings(w))
     estimate = estimate_memory(w)
     rows = []
     for card in catalog.cards:
@@ -320,6 +321,18 @@ def card_table(
     rows = [replace(r, cheapest=r is cheapest, fastest=r is fastest) for r in rows]
     prices_from = str(catalog.user_file) if catalog.user_file else "default prices (no cards.yaml)"
     return CardTable(w, estimate, size, budget_usd, today, tuple(rows), prices_from, tuple(warnings))
+
+
+def context_warnings(w: Workload) -> list[str]:
+    """A max length past the model's own context: the run goes, but its far positions are untrained."""
+    limit = w.shape.max_positions
+    if limit is None or w.seq_len <= limit:
+        return []
+    return [
+        f"max length {w.seq_len} is past {w.shape.name}'s context of {limit} tokens "
+        "(max_position_embeddings): positions beyond it were never trained; "
+        f"set training.max_length to {limit} or less, or pick a longer-context model"
+    ]
 
 
 def fastest_tied(rows: list[CardRow]) -> list[CardRow]:

@@ -1,8 +1,8 @@
 """The card table in words: the cells the picker's table and `cockpit cards` show, and the
 plain-text table of `cockpit cards` (as wide as the terminal, 80 columns by default).
 
-A row's peak and free memory are the run as given; its speed, time and cost are the run as
-given where it fits, else the run with the single change named in the fit column ("no→ckpt").
+Every figure of a row is for one run: the run as given where it fits, else the run with the
+single change named in the fit column ("no→ckpt"): its peak, free memory, speed, time and cost.
 """
 
 from __future__ import annotations
@@ -87,13 +87,17 @@ def price_cell(row: CardRow, today: date) -> str:
 def row_cells(row: CardRow, today: date) -> dict[str, str]:
     """Every column of one row, as text."""
     shown = row.shown
+    peak, free = row.fit.peak_bytes, row.fit.headroom_bytes
+    if row.shown_workload_is_changed:
+        peak = row.fit.change.peak_bytes
+        free = row.card.vram_gib * GIB - peak
     return {
         "flag": flag_cell(row),
         "card": card_cell(row),
         "vram": f"{row.card.vram_gib:.0f}G" if row.card.vram_gib >= 99.95 else f"{row.card.vram_gib:.1f}G",
         "fit": fit_cell(row),
-        "peak": gib_cell(row.fit.peak_bytes),
-        "free": gib_cell(row.fit.headroom_bytes, sign=True),
+        "peak": gib_cell(peak),
+        "free": gib_cell(free, sign=True),
         "tok_s": "-" if shown is None else fmt.rate(shown.speed.tokens_per_s),
         "time": "-" if shown is None or shown.time_s is None else fmt.duration(shown.time_s),
         "cost": "-" if shown is None else money(shown.cost_usd),
@@ -190,7 +194,9 @@ def table_text(table: CardTable, width: int = TEXT_WIDTH) -> str:
     lines.extend(legend_lines(table))
     changed = [row for row in table.rows if row.fit.change is not None]
     if changed:
-        lines.append("what makes it fit (no→X in the table: its speed, time and cost are with that change):")
+        lines.append(
+            "what makes it fit (no→X in the table: its peak, speed, time and cost are with that change):"
+        )
         lines.extend(f"  {row.phrase()}" for row in changed)
     hopeless = [row.name for row in table.rows if row.fit.verdict == "no" and row.fit.change is None]
     if hopeless:
