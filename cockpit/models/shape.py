@@ -107,6 +107,10 @@ class ModelShape:
         return [t for t in targets if t not in self.linear_shapes()]
 
 
+def _positive_int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def from_config_dict(config: dict, name: str, source: str) -> ModelShape:
     if not isinstance(config, dict):  # a JSON file that is no model config: a list, a string, null
         raise ShapeError(f"{name}: config.json is not a JSON object of model settings")
@@ -141,9 +145,7 @@ def from_config_dict(config: dict, name: str, source: str) -> ModelShape:
         attention_bias=bool(config.get("attention_bias", model_type in ATTENTION_BIAS)),
         qk_norm=model_type in QK_NORM,
         source=source,
-        max_positions=positions
-        if isinstance(positions := config.get("max_position_embeddings"), int)
-        else None,
+        max_positions=_positive_int(config.get("max_position_embeddings")),
     )
 
 

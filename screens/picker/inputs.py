@@ -183,7 +183,8 @@ def evaluate(
         size = parse_dataset(str(fields["dataset"]), cfg.training.epochs, cfg.training.max_steps)
         workload = workload_from_config(cfg, shape, trainer)
         out.table = card_table(workload, catalog, size, budget, today, gpu_counts)
-        out.notes.update({"seq": warning for warning in context_warnings(workload)})
+        for warning in context_warnings(workload):
+            out.notes["seq"] = warning
     except CardsError as exc:
         out.errors[exc.field] = str(exc)
     except EstimateError as exc:

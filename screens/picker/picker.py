@@ -256,8 +256,8 @@ class PickerScreen(Screen[None]):
         figures = row.shown
         bound = f", {BOUND_WORDS.get(figures.speed.bound, figures.speed.bound)}-bound" if figures else ""
         second = (
-            f"{row.card.vram_gib:g} GiB · ${row.card.price_per_hour:.2f}/h {short_price_label(row, self.picker.today())} · "
-            f"speed {origin}{bound}"
+            f"{row.card.vram_gib:g} GiB · ${row.card.price_per_hour:.2f}/h "
+            f"{short_price_label(row, self.picker.today())} · speed {origin}{bound}"
         )
         if row.gpus > 1:
             link = f" over {row.multi['link']['label']}" if row.multi else ""
