@@ -39,13 +39,13 @@ def status_line(state: RunState, now_ts: float | None) -> str:
         f"loss {fmt.loss(state.loss)}",
         f"lr {fmt.sci(state.learning_rate)}",
         f"tok/s {fmt.rate(state.tokens_per_s)}",
-        f"ETA {fmt.duration(state.eta_s())}",
+        f"ETA {'estimating' if state.estimating and state.total_steps else fmt.duration(state.eta_s())}",
         f"elapsed {fmt.duration(state.billed_s(now_ts))}",
     ]
     if state.price_per_hour is not None:
-        parts.append(
-            f"cost {fmt.money(state.cost_so_far(now_ts))} (of ~{fmt.money(state.cost_projected(now_ts))})"
-        )
+        projected = state.cost_projected(now_ts)
+        of = "" if projected is None else f" (of ~{fmt.money(projected)})"
+        parts.append(f"cost {fmt.money(state.cost_so_far(now_ts))}{of}")
     return "  ".join(parts)
 
 
@@ -94,7 +94,7 @@ def describe(item: dict | Fault) -> str | None:
     if kind == "done":
         out = f", output in {item['output']}" if item.get("output") else ""
         loss = fmt.loss(item.get("train_loss"))
-        return f"done: {item.get('status')} at step {item.get('step')}, train loss {loss}{out}"
+        return f"done: {item.get('status')} at step {item.get('step')}, mean loss over the run {loss}{out}"
     if kind == "exit":
         return item.get("reason") or "trainer exited"  # the reason names the trainer already
     if kind == "config_change":

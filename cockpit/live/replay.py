@@ -131,7 +131,7 @@ class ReplaySession:
         self.speed = float(speed)
         self.clock = clock
         self.max_bins = max_bins
-        self.state = RunState(run_id=run.run_id)
+        self.state = RunState(run_id=run.run_id, price_per_hour=run.config_price_per_hour())
         self.trainer_gone = False
         self.telemetry_skipped_lines = 0
         self.watch = ReplayWatch(self)

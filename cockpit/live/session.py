@@ -20,7 +20,7 @@ class RunSession:
         self.run = run
         self.proc = proc
         self.replay = replay  # a recorded run: never looks for a live trainer
-        self.state = RunState(run_id=run.run_id)
+        self.state = RunState(run_id=run.run_id, price_per_hour=run.config_price_per_hour())
         self.follower = supervisor.EventFollower(run.events_path)
         self.trainer_gone = False
         self._alive_checked = 0.0

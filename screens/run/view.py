@@ -37,6 +37,7 @@ from screens.run.figures import (  # noqa: F401 - the tests and other screens im
     checkpoint_rows,
     error_text,
     memory_rows,
+    phase_text,
     stat_rows,
 )
 from screens.run.telemetry_feed import SeriesBook
@@ -63,11 +64,11 @@ class RunView(Screen):
     CSS_PATH = "view.tcss"
     AUTO_FOCUS = "#events"  # arrow keys and PgUp scroll the event history
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("s", "save", "Save checkpoint"),
+        Binding("s", "save", "Save"),  # short words: every key on the footer at 60 columns
         Binding("p", "pause", "Pause"),
         Binding("p", "resume", "Resume"),
         Binding("x", "stop", "Stop"),
-        Binding("g", "toggle_telemetry", "GPU/host"),
+        Binding("g", "toggle_telemetry", "GPU"),
         Binding("l", "toggle_log", "Log"),
         Binding("h", "toggle_span", "Span"),
         Binding("o", "oom_wizard", "OOM wizard", show=False),
@@ -165,8 +166,7 @@ class RunView(Screen):
         self._show_status()
         if session.replay:
             self._set_text("#replay", getattr(session, "replay_label", "REPLAY"))
-        phase = state.phase.replace("_", " ")
-        self._set_text("#phase", f"{phase}: {state.phase_message}" if state.phase_message else phase)
+        self._set_text("#phase", phase_text(state, interrupted))
         self.query_one(StepProgress).show(
             state.step, state.total_steps, state.epoch, state.plan.get("epochs")
         )

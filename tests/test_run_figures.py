@@ -1,0 +1,86 @@
+"""What the run screen's header, progress line and figures say in the states a first hour meets:
+a failed start, a pause, a run bounded by max_steps, the two losses, a replay's price (issue 16)."""
+
+from __future__ import annotations
+
+import shutil
+
+from test_tui import EVENTS, FIXTURE, events_until_step
+
+from cockpit.live.headless import describe
+from cockpit.live.replay import ReplaySession
+from cockpit.live.session import RunSession
+from cockpit.live.state import RunState
+from cockpit.run.rundir import RunDir
+from screens.run.figures import phase_text, stat_rows
+from widgets.progress import progress_label
+
+
+def state_of(events: list[dict]) -> RunState:
+    state = RunState()
+    for event in events:
+        state.apply(event)
+    return state
+
+
+def test_a_run_that_failed_while_starting_says_so_not_its_last_phase():
+    hello = next(e for e in EVENTS if e["type"] == "hello")
+    reading = {
+        "v": 1,
+        "type": "phase",
+        "ts": hello["ts"] + 0.1,
+        "phase": "starting",
+        "message": "reading config",
+    }
+    error = {
+        "v": 1,
+        "type": "error",
+        "ts": hello["ts"] + 0.2,
+        "kind": "config",
+        "message": "bad",
+        "phase": "starting",
+    }
+    state = state_of([hello, reading])
+    assert phase_text(state) == "starting: reading config"
+    state.apply(error)
+    assert phase_text(state) == "failed while starting"
+    trained = state_of(events_until_step(30))
+    trained.apply({**error, "ts": trained.last_ts + 1, "phase": "training", "step": 31})
+    assert phase_text(trained) == "failed while training at step 31"
+    assert phase_text(state_of(EVENTS)) == "finished at step 88"
+
+
+def test_a_pause_moves_the_header_to_the_step_the_trainer_paused_at():
+    events = events_until_step(5)
+    state = state_of([*events, {"v": 1, "type": "paused", "ts": events[-1]["ts"] + 0.1, "step": 6}])
+    assert state.step == 6 and state.status == "paused"
+    assert progress_label(state.step, state.total_steps, None, None).startswith("step 6/88")
+    assert describe({"v": 1, "type": "paused", "ts": 0.0, "step": 6}) == "paused at step 6"
+
+
+def test_epochs_past_their_total_show_without_the_total():
+    assert progress_label(100, 100, 16.67, 1.0) == "step 100/100 · epoch 16.67 · 100%"  # max_steps bounded
+    assert progress_label(50, 100, 0.5, 1.0) == "step 50/100 · epoch 0.50/1 · 50%"
+    assert progress_label(50, 100, 0.5, None) == "step 50/100 · epoch 0.50 · 50%"
+
+
+def test_both_losses_are_labelled():
+    state = state_of(EVENTS)
+    rows = dict(stat_rows(state, state.last_ts))
+    assert "step loss" in rows and "loss" not in rows
+    done = next(e for e in EVENTS if e["type"] == "done")
+    assert "mean loss over the run" in describe(done)
+
+
+def test_a_replay_and_an_attach_show_the_configs_price_before_the_first_event(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    shutil.copy(FIXTURE, run.events_path)
+    run.config_path.write_text("model:\n  name: synthetic:tiny\ncost:\n  price_per_hour: 1.2\n")
+    for session in (ReplaySession(run, speed=1.0), RunSession(run, replay=True)):
+        rows = dict(stat_rows(session.state, None))  # nothing played yet
+        assert str(rows["cost"]).endswith("at $1.20/h"), rows["cost"]
+    run.config_path.write_text("cost: [not, a, mapping]\n")
+    assert run.config_price_per_hour() is None
+    run.config_path.unlink()
+    assert run.config_price_per_hour() is None
