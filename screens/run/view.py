@@ -41,7 +41,7 @@ from screens.run.figures import (  # noqa: F401 - the tests and other screens im
     stat_rows,
 )
 from screens.run.telemetry_feed import SeriesBook
-from widgets.doctor_panel import DoctorPanel
+from widgets.doctor_panel import DoctorPanel, finding_log_line
 from widgets.event_log import EventLog
 from widgets.gpu_panel import GpuPanel, GpuView, gpu_title, torch_text
 from widgets.host_panel import HostPanel
@@ -72,7 +72,13 @@ class RunView(Screen):
         Binding("l", "toggle_log", "Log"),
         Binding("h", "toggle_span", "Span"),
         Binding("o", "oom_wizard", "OOM wizard", show=False),
+        # a replay's own keys (its footer has these instead of s, p and x)
+        Binding("minus", "replay_speed(0.5)", "Slower", key_display="-"),
+        Binding("plus,equals_sign", "replay_speed(2)", "Faster", key_display="+"),
+        Binding("right_square_bracket", "replay_skip(60)", "+1 min", key_display="]"),
     ]
+    COMMANDS_OF_LIVE_RUNS = frozenset({"save", "pause", "resume", "stop"})
+    REPLAY_ACTIONS = frozenset({"replay_speed", "replay_skip"})
 
     class Ready(Message):
         """The view is composed and mounted: updates can reach its widgets."""
@@ -102,6 +108,7 @@ class RunView(Screen):
         self.short = False  # set from the terminal's height
         self.watch_late_s: float | None = None
         self.watch_error: str | None = None
+        self._findings_logged: set[tuple[str, str]] = set()
         self._panels_drawn: tuple | None = None  # what the GPU and host panels last drew
         self._texts: dict[str, str | Text] = {}  # what each Static shows
         self._titles: dict[str | None, tuple[str, str | None]] = {}  # border title, subtitle per widget
@@ -147,6 +154,7 @@ class RunView(Screen):
         short = event.size.height < COMPACT_BELOW_ROWS
         if short != self.short:
             self.short = short
+            self.query_one("#doctor-box").set_class(short, "-short")
             self.query_one(DoctorPanel).show(self.query_one(DoctorPanel).findings, brief=short)
             self._show_telemetry_panels()
 
@@ -214,10 +222,15 @@ class RunView(Screen):
         self.has_telemetry = True
         self.watch_error = None
         doctor_box = self.query_one("#doctor-box")
+        for finding in findings:  # the whole finding in the events log, once each time it comes up
+            if (finding.rule, finding.title) not in self._findings_logged:
+                self.query_one(EventLog).write(f"{CLIENT_LINE_INDENT}{finding_log_line(finding)}")
+        self._findings_logged = {(f.rule, f.title) for f in findings}
         if self.query_one(DoctorPanel).show(findings, brief=self.short):
             doctor_box.display = bool(findings)
             severity = findings[0].severity if findings else "info"
-            doctor_box.set_classes(f"-{severity}")
+            for each in ("alarm", "warn", "info"):  # set_class: the box keeps its -short
+                doctor_box.set_class(each == severity, f"-{each}")
             self._set_title(doctor_box, f"doctor: {len(findings)} finding{'s' if len(findings) != 1 else ''}")
         self.telemetry_shown += 1
         self._show_telemetry_panels()
@@ -295,6 +308,11 @@ class RunView(Screen):
     # ------------------------------------------------------------ commands
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        replaying = self.session.replay and hasattr(self.session, "set_speed")
+        if action in self.REPLAY_ACTIONS:
+            return replaying and getattr(self.session, "playing", False)
+        if action in self.COMMANDS_OF_LIVE_RUNS and self.session.replay:
+            return False  # a recording takes no commands: not offered
         if action == "pause":
             return self.status != "paused"
         if action == "resume":
@@ -321,6 +339,22 @@ class RunView(Screen):
             self.notify(f"'{command}' was not sent: {exc}", severity="error")
             return
         self.notify(sent)
+
+    def on_key(self, event: events.Key) -> None:
+        """A replay's footer leaves s, p and x out; pressed anyway, they say why nothing happens."""
+        names = {"s": "save", "p": "pause", "x": "stop"}
+        if self.session.replay and event.key in names:
+            event.stop()
+            self.notify(self._refusal(names[event.key]), severity="warning")
+
+    def action_replay_speed(self, factor: float) -> None:
+        speed = self.session.set_speed(self.session.speed * factor if self.session.speed else 1.0)
+        self.notify(f"replay at x{speed:g}", timeout=2)
+        self._set_text("#replay", self.session.replay_label)
+
+    def action_replay_skip(self, seconds: float) -> None:
+        self.session.skip(seconds)
+        self._set_text("#replay", self.session.replay_label)
 
     def action_toggle_telemetry(self) -> None:
         if not self.has_telemetry:
