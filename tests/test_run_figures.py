@@ -84,3 +84,40 @@ def test_a_replay_and_an_attach_show_the_configs_price_before_the_first_event(tm
     assert run.config_price_per_hour() is None
     run.config_path.unlink()
     assert run.config_price_per_hour() is None
+
+
+def _contrast(a, b) -> float:
+    """WCAG contrast ratio of two colours."""
+
+    def luminance(color) -> float:
+        def channel(c: int) -> float:
+            c = c / 255
+            return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+        r, g, b_ = color.triplet
+        return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b_)
+
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+async def test_the_learning_rate_line_is_legible_in_colour_and_with_no_color(tmp_path, monkeypatch):
+    from textual.filter import monochrome_style
+    from test_tui_snapshots import drawn, finished_replay
+
+    from widgets.loss_plot import LossPlot
+
+    for no_color in (False, True):
+        if no_color:
+            monkeypatch.setenv("NO_COLOR", "1")
+        folder = tmp_path / str(no_color)
+        folder.mkdir()
+        app = finished_replay(folder)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await drawn(pilot)
+            plot = app.run_view.query_one(LossPlot)
+            style = plot.base_style + plot.component_style("loss-plot--lr")
+            if no_color:
+                assert app.no_color
+                style = monochrome_style(style)
+            assert _contrast(style.color, style.bgcolor) >= 3.0  # WCAG's minimum for graphics
