@@ -102,8 +102,8 @@ def _contrast(a, b) -> float:
 
 
 async def test_the_learning_rate_line_is_legible_in_colour_and_with_no_color(tmp_path, monkeypatch):
-    from textual.filter import monochrome_style
     from test_tui_snapshots import drawn, finished_replay
+    from textual.filter import monochrome_style
 
     from widgets.loss_plot import LossPlot
 

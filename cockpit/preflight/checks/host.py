@@ -202,7 +202,8 @@ def _big_card_ram(
         if status == "pass"
         else (
             f"{gib(usable, 1)} RAM is little for a {gib(vram_bytes, 0)} card: loading a model that uses "
-            f"the card stages its weights in RAM; rent >= {gib(BIG_CARD_RAM_BYTES, 0)} RAM, or load it quantised."
+            f"the card stages its weights in RAM; rent >= {gib(BIG_CARD_RAM_BYTES, 0)} RAM, "
+            "or load it quantised."
         ),
         evidence=evidence | {"rule_applies": False},
         duration_s=time.monotonic() - started,
