@@ -53,6 +53,7 @@ from widgets.stats import StatsPanel
 MAX_LOG_LINES = 1000
 CLIENT_LINE_INDENT = " " * len("0:00:00 ")  # this client's own lines carry no event time
 STOP_QUESTION = "Stop the run? A checkpoint is saved first."
+COMPACT_FOOTER_BELOW_COLUMNS = 70  # narrower: the footer's keys closer together, so none is cut
 COMPACT_BELOW_ROWS = 30  # shorter terminals get one row per GPU and one for the host
 MANY_GPUS = 2  # more GPUs than this: one row each at any size
 RECENT_SPAN_S = 300.0  # `h` switches the sparklines between the whole run and this
@@ -151,6 +152,7 @@ class RunView(Screen):
         self.post_message(self.Ready())  # every widget exists now: the app may start its threads
 
     def on_resize(self, event: events.Resize) -> None:
+        self.query_one(Footer).compact = event.size.width < COMPACT_FOOTER_BELOW_COLUMNS  # every key shown
         short = event.size.height < COMPACT_BELOW_ROWS
         if short != self.short:
             self.short = short
