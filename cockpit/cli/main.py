@@ -224,10 +224,14 @@ def cmd_runs(args) -> int:
     if not rows:
         print("no runs yet; start one with: cockpit demo")
         return 0
+    from cockpit.plain import output_width, wrapped
+
     width = max(len(r["run"]) for r in rows)
+    lines = []
     for r in rows:
         steps = f"{r['step']}/{r['total_steps'] or '?'}"
-        print(f"{r['run']:<{width}}  {r['status']:<8}  {steps:>11}  {r['detail']}")
+        lines.append(f"{r['run']:<{width}}  {r['status']:<8}  {steps:>11}  {r['detail']}")
+    print("\n".join(wrapped(lines, output_width())))  # a long reason goes on under the row
     return 0
 
 

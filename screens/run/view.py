@@ -313,8 +313,8 @@ class RunView(Screen):
         replaying = self.session.replay and hasattr(self.session, "set_speed")
         if action in self.REPLAY_ACTIONS:
             return replaying and getattr(self.session, "playing", False)
-        if action in self.COMMANDS_OF_LIVE_RUNS and self.session.replay:
-            return False  # a recording takes no commands: not offered
+        if action in self.COMMANDS_OF_LIVE_RUNS and (self.session.replay or not self.live):
+            return False  # a recording or an ended run takes no commands: not offered
         if action == "pause":
             return self.status != "paused"
         if action == "resume":
@@ -343,9 +343,10 @@ class RunView(Screen):
         self.notify(sent)
 
     def on_key(self, event: events.Key) -> None:
-        """A replay's footer leaves s, p and x out; pressed anyway, they say why nothing happens."""
+        """A replay's or an ended run's footer leaves s, p and x out; pressed anyway, they say why
+        nothing happens."""
         names = {"s": "save", "p": "pause", "x": "stop"}
-        if self.session.replay and event.key in names:
+        if (self.session.replay or not self.live) and event.key in names:
             event.stop()
             self.notify(self._refusal(names[event.key]), severity="warning")
 
