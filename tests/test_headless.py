@@ -93,7 +93,7 @@ def test_a_killed_trainer_is_said_once(tmp_path):
     import json
 
     from cockpit.live.headless import describe
-    from cockpit.run.process import record_exit
+    from cockpit.run.status import record_exit
 
     run = tmp_path / "run"
     run.mkdir()
