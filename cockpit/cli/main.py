@@ -15,10 +15,10 @@ from pathlib import Path
 
 from cockpit import paths
 from cockpit.cli.args import build_parser
+from cockpit.cli.exit_codes import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.cli.plan_commands import cmd_cards, cmd_estimate, cmd_pick, cmd_preflight
 from cockpit.config import load as config_load
 from cockpit.config import schema as config
-from cockpit.live.headless import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.run import process, rundir
 from cockpit.run.control import NotRunning, send_command
 from cockpit.run.status import run_status
