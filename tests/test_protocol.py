@@ -131,3 +131,18 @@ def test_emitter_survives_a_full_disk_and_a_gone_reader(monkeypatch):
     emitter.emit("log", step=3)  # EPIPE: the reader is gone
     assert emitter.broken
     os.close(write_fd)
+
+
+def test_one_money_format_for_the_picker_and_the_run_view():
+    from cockpit import fmt
+
+    assert [fmt.money(v) for v in (None, 0.004, 0.0, 0.62, 1234.5, float("nan"))] == [
+        "-",
+        "$0.0040",
+        "$0.0000",
+        "$0.62",
+        "$1,234",
+        "-",
+    ]
+    assert fmt.rate(1_000_000) == "1.00M" and fmt.rate(12_345) == "12.3k" and fmt.rate(150) == "150"
+    assert fmt.gib(3 * fmt.GIB, 1) == "3.0 GiB" and fmt.gib(1.5 * fmt.GIB, 2, "", sign=True) == "+1.50"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cockpit.cli import main as cli
+from cockpit.fmt import GIB
 from cockpit.live.replay import MAX_GAP_S, ReplaySession, Timeline, sample_of_bin
 from cockpit.run.control import NotRunning
 from cockpit.run.rundir import RunDir
@@ -20,7 +21,6 @@ from cockpit.telemetry.gpu import GPU_LOST_TEXT
 FIXTURES = Path(__file__).parent / "fixtures"
 EVENTS_FIXTURE = FIXTURES / "demo_run_events.jsonl"
 TELEMETRY_FIXTURE = FIXTURES / "demo_run_telemetry.jsonl"
-GIB = 2**30
 T0 = 1_800_000_000.0
 
 

@@ -20,6 +20,7 @@ from support.nvml_fake import FakeGpu, FakeNvml
 import screens.run.app
 import screens.run.view
 from cockpit.doctor.window import Finding
+from cockpit.fmt import GIB
 from cockpit.live.replay import ReplaySession
 from cockpit.live.session import RunSession
 from cockpit.live.state import RunState
@@ -503,7 +504,6 @@ def test_the_ui_never_imports_torch():
 
 TELEMETRY_FIXTURE = Path(__file__).parent / "fixtures" / "demo_run_telemetry.jsonl"
 BINS = [json.loads(line) for line in TELEMETRY_FIXTURE.read_text().splitlines()]
-GIB = 2**30
 TRAINER_PID = 4253  # the recorded hello's pid
 
 
