@@ -85,7 +85,7 @@ def test_status_line_shows_cost_only_with_a_price():
     )
     line = status_line(state, 200.0)
     assert "cost $0.10" in line and "ETA 0:00:50" in line  # 100 s at $3.6/h; 5 steps x 10 s left
-    assert "(of ~$0.1500)" in line
+    assert "(of ~$0.15)" in line
     state.price_per_hour = None
     assert "cost" not in status_line(state, 200.0)
 
