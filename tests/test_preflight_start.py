@@ -12,12 +12,13 @@ import time
 
 import pytest
 from conftest import ROOT, events, only_run
-from support.nvml_fake import GIB, FakeGpu, FakeNvml
+from support.nvml_fake import FakeGpu, FakeNvml
 from test_tui import events_until_step, scripted
 
 from cockpit.cli import main as cli
 from cockpit.config import schema as config
 from cockpit.config.load import load_config
+from cockpit.fmt import GIB
 from cockpit.preflight import quick as preflight_start
 from cockpit.run import process
 from screens.preflight.notice import PreflightNotice
