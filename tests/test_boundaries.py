@@ -188,3 +188,16 @@ def test_a_forbidden_import_breaks_the_contracts(tmp_path):
     assert "cockpit.fmt -> textual" in out.stdout, out.stdout[-3000:]
     first = "the core imports neither textual nor torch (nor screens, widgets or the trainer)"
     assert f"{first}BROKEN" in out.stdout
+
+
+def test_the_architecture_map_names_every_package():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    packages = sorted(
+        p.relative_to(ROOT).as_posix()
+        for top in ("cockpit", "screens")
+        for p in (ROOT / top).iterdir()
+        if p.is_dir() and (p / "__init__.py").exists()
+    )
+    assert len(packages) >= 14
+    missing = [p for p in packages if f"`{p}/`" not in doc and f"`{p.split('/', 1)[1]}/`" not in doc]
+    assert missing == [], f"docs/architecture.md does not name {missing}"
