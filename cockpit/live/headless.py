@@ -65,7 +65,7 @@ def follow(
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     watch = None
-    if not session.replay and not session.trainer_gone:
+    if session.mode == "live" and not session.trainer_gone:
         record = session.run.read_trainer() or {}
         watch = LiveWatch(record.get("pid")).start()
     try:
@@ -74,7 +74,7 @@ def follow(
         return _follow_plain(session, out, log_every_s, watch)
     except _Detach:
         run = session.run.run_id
-        if session.replay:  # a recording (or a run that no longer trains): nothing goes on
+        if session.mode != "live":  # a recording (or a run that no longer trains): nothing goes on
             said = f"\nleft the recording of {run}; it is not training (`cockpit runs` shows its status)"
         else:
             said = f"\ndetached; training goes on. Watch: cockpit attach {run}   Stop: cockpit stop {run}"

@@ -8,7 +8,7 @@ from the client's clock, so a replay shows what the live run showed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 from cockpit.protocol.events import (
     CheckpointEvent,
@@ -218,6 +218,18 @@ class RunState:
             self.outcome = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
 
     # ------------------------------------------------------------ derived figures
+
+    def snapshot(self) -> RunState:
+        """A copy that folding more events no longer changes: what the follow thread hands to the
+        screen and to the watch's thread (the doctor), which read it while this one goes on."""
+        copied = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (list, dict)):
+                value = value.copy()
+            copied[f.name] = value
+        copied["attempts"] = [replace(a) for a in self.attempts]
+        return RunState(**copied)
 
     @property
     def ended(self) -> bool:
