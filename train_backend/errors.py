@@ -23,6 +23,8 @@ _GPU_FAILURE = re.compile(
     r"NVML_ERROR_GPU_IS_LOST|cudaErrorDevicesUnavailable|CUDA driver version is insufficient",
     re.IGNORECASE,
 )
+# peft found none of lora.target_modules in the model: a config mistake, found with the weights loaded
+_NO_TARGET = re.compile(r"NoMatchingPeftModuleError|Target modules .* not found in the base model")
 # a write the file system refused (full disk or quota), as torch's zip writer, safetensors and the OS say it
 _WRITE_REFUSED = re.compile(
     r"inline_container\.cc.*unexpected pos|PytorchStreamWriter failed writing|file write failed|"
@@ -63,6 +65,13 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, ConfigError):
         return Classified("config", str(exc), "Fix the key in config.yaml (or --set it) and start again.")
+    if _NO_TARGET.search(text):  # peft's NoMatchingPeftModuleError, or its ValueError of old
+        return Classified(
+            "config",
+            f"lora.target_modules: no module of the model matches ({str(exc).split(chr(10))[0][:300]})",
+            "Name the model's linear layers (`cockpit estimate CONFIG` lists them for modelled families) "
+            "or use lora.target_modules: all-linear, and start again.",
+        )
     if isinstance(exc, DataError):
         return Classified("data", str(exc), "Fix the dataset settings (dataset.*) and start again.")
     oom = parse_oom_message(text)

@@ -79,6 +79,7 @@ def _load(path: str, args) -> config.TrainConfig:
 
 
 def _start(cfg: config.TrainConfig, args) -> int:
+    _check_against_model(cfg)
     if args.check:
         print("config OK")
         return 0
@@ -107,6 +108,15 @@ def _start(cfg: config.TrainConfig, args) -> int:
     proc = process.launch(run)
     print(f"run {run.run_id} started (trainer pid {proc.pid}); directory {run.path}", file=sys.stderr)
     return _show(run, proc, args, preflight_problems=problems)
+
+
+def _check_against_model(cfg: config.TrainConfig) -> None:
+    """LoRA targets the model lacks are refused (ConfigError) before a run directory is made; a
+    max_length past its context is said."""
+    from cockpit.config.model_fit import check_against_model
+
+    for warning in check_against_model(cfg):
+        print(f"config warning: {warning}", file=sys.stderr)
 
 
 def _show(run: rundir.RunDir, proc, args, replay: bool = False, preflight_problems=()) -> int:
@@ -190,8 +200,8 @@ def cmd_restart(args) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    try:
-        config_load.load_config(run.config_path)  # still valid? (it may have been edited by hand)
+    try:  # still valid? (it may have been edited by hand)
+        _check_against_model(config_load.load_config(run.config_path))
     except config.ConfigError as exc:
         raise config.ConfigError(f"{run.config_path}: {exc}") from None
     if args.emulate_vram is not None:

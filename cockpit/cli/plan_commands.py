@@ -21,8 +21,13 @@ def load_workload(args):
     from cockpit.models import memory as est
     from cockpit.models import shape as modelshape
 
+    from cockpit.config.model_fit import context_warning
+
     cfg = config_load.load_config(args.config, workload_overrides(args))
     shape = modelshape.load_shape(cfg.model.name, cfg.model.revision or "main")
+    warning = context_warning(shape, cfg.training.max_length)
+    if warning:
+        print(f"config warning: {warning}", file=sys.stderr)
     return cfg, shape, est.workload_from_config(cfg, shape, args.trainer)
 
 
