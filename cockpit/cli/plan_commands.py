@@ -18,10 +18,9 @@ def load_workload(args):
     """(config, model shape, workload) from the config and flags.
 
     Raises ConfigError, modelshape.ShapeError (the model), estimate.EstimateError (the settings)."""
+    from cockpit.config.model_fit import context_warning
     from cockpit.models import memory as est
     from cockpit.models import shape as modelshape
-
-    from cockpit.config.model_fit import context_warning
 
     cfg = config_load.load_config(args.config, workload_overrides(args))
     shape = modelshape.load_shape(cfg.model.name, cfg.model.revision or "main")

@@ -22,9 +22,9 @@ import yaml
 from cockpit import fmt
 from cockpit.config import load as config_load
 from cockpit.config import schema as config_mod
+from cockpit.config.model_fit import context_warning
 from cockpit.models import shape as modelshape
 from cockpit.models import shipped as shapes
-from cockpit.config.model_fit import context_warning
 from cockpit.models.memory import GIB, EstimateError, workload_from_config
 from cockpit.plan.cards import CardRow, CardsError, CardTable, card_table, money, parse_dataset
 from cockpit.plan.catalog import Catalog
