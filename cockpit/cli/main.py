@@ -18,6 +18,7 @@ from cockpit.cli.args import build_parser
 from cockpit.cli.plan_commands import cmd_cards, cmd_estimate, cmd_pick, cmd_preflight
 from cockpit.config import load as config_load
 from cockpit.config import schema as config
+from cockpit.config.secrets import ScrubbedOutput, secret_values
 from cockpit.live.headless import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.run import process, rundir
 from cockpit.run.control import NotRunning, send_command
@@ -31,6 +32,20 @@ def demo_config_path() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every line the client prints, its errors included, goes out with the environment's secrets
+    scrubbed (cockpit.config.secrets)."""
+    secrets = secret_values()
+    if not secrets:
+        return _main(argv)
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = ScrubbedOutput(out, secrets), ScrubbedOutput(err, secrets)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command is None:
         build_parser().print_help()

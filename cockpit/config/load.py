@@ -24,6 +24,7 @@ from cockpit.config.schema import (
     all_keys,
     is_section,
 )
+from cockpit.config.secrets import secret_in_values
 from cockpit.models import shipped as shapes
 
 
@@ -139,6 +140,14 @@ def config_from_dotted(values: dict) -> TrainConfig:
 
 
 def config_from_dict(raw: dict) -> TrainConfig:
+    found = secret_in_values(raw)
+    if found is not None:
+        key, variable = found
+        raise ConfigError(
+            f"{key}: holds the value of the environment variable {variable}, a secret; the config is saved "
+            f"in the run directory (config.yaml). Remove it from the config: the trainer reads {variable} "
+            "from the environment."
+        )
     speed = raw.get("speed")
     if isinstance(speed, dict):  # YAML reads a bare `off` as false
         raw = {
