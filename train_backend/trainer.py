@@ -163,6 +163,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         enter("preparing_data", f"loading {cfg.dataset.path}")
         prepared = data_mod.prepare(cfg.dataset, tokenizer, cfg.training.max_length)
         emitter.emit("data", **prepared.stats)
+        if prepared.dropped_note:
+            emitter.emit("warning", message=prepared.dropped_note, hint="fix or remove those rows")
         plan = fast.make_plan(cfg, device, precision, prepared.lengths, model_path)  # speed: auto
         cfg = plan.config
         emitter.emit("speed_plan", **plan.to_event())
