@@ -59,8 +59,8 @@ class RunSession:
 
     def _after_exit(self) -> list:
         """The trainer ended; if it said nothing final, write down how it ended."""
-        if self.state.ended or self.replay:
-            return []
+        if self.state.settle_from_remains(self.run.final_dir.is_dir()) or self.state.ended or self.replay:
+            return []  # finished, as its final adapter says, though its last event was cut
         unwritten = record_exit(self.run, self.proc.returncode if self.proc is not None else None)
         return self.follower.poll() + unwritten
 

@@ -203,6 +203,21 @@ class RunState:
             self.status = "failed"
             self.outcome = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
 
+    def settle_from_remains(self, final_written: bool) -> bool:
+        """A trainer that is gone without a final event: judged by what it left. The final adapter
+        (`final/` appears by one rename after its save) or a `done` phase means training finished and
+        only the last event was cut (a crash or a full disk while writing it). True if so."""
+        if self.ended or not (final_written or self.phase == "done"):
+            return False
+        self.status, self.phase = "finished", "done"
+        left = "its final adapter is in final/" if final_written else "it reached its done phase"
+        self.outcome = {
+            "status": "finished",
+            "message": f"finished: {left}; the events file ends before the final event (cut while written)",
+            "step": self.step,
+        }
+        return True
+
     # ------------------------------------------------------------ derived figures
 
     @property
