@@ -18,7 +18,7 @@ from train_backend import oom_watch
 from train_backend import speed_setup as fast
 from train_backend.callbacks import Controls, make_callback, memory_fields
 from train_backend.channel import CommandListener, Emitter
-from train_backend.checkpoints import fsync_tree, make_trainer_class
+from train_backend.checkpoints import clean_unfinished, fsync_tree, make_trainer_class
 from train_backend.distributed import RankControls, World, choose_strategy, local_first
 from train_backend.errors import classify, format_traceback
 
@@ -122,13 +122,9 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         model_mod.check_device_fits_method(cfg, device)
         precision = model_mod.choose_precision(cfg, device)
         tracker.emulation = oom_watch.emulate_vram(cfg, device.kind)
+        if owner:
+            clean_unfinished(run, emitter)
         resume = run.complete_checkpoints()
-        staging = run.checkpoints_dir / rundir.STAGING_NAME
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-            emitter.emit(
-                "warning", message="removed an unfinished checkpoint save from a previous attempt", hint=""
-            )
         emitter.emit(
             "hello",
             pid=os.getpid(),
