@@ -94,7 +94,8 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
     refused = refused_write(exc)
     if refused is not None:
         return _disk_full(refused, phase, run_dir)
-    if run_dir and not Path(run_dir).is_dir():  # whatever failed, this is why
+    if type(exc).__name__ == "RunDirectoryGone" or (run_dir and not Path(run_dir).is_dir()):
+        # whatever failed, this is why
         gone = f"the run directory {run_dir} was deleted (or its disk unmounted) while the trainer ran"
         return Classified(
             "other",

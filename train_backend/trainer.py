@@ -21,6 +21,7 @@ from train_backend.channel import CommandListener, Emitter
 from train_backend.checkpoints import clean_unfinished, fsync_tree, make_trainer_class
 from train_backend.distributed import RankControls, World, choose_strategy, local_first
 from train_backend.errors import classify, format_traceback
+from train_backend.rundir_watch import RunDirectoryGone, RunDirWatch
 
 
 def build_sft_config(
@@ -93,6 +94,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # an SSH drop is not a reason to stop
     if owner:
         CommandListener(str(run.control_path), controls.on_command, controls.on_fault).start()
+        RunDirWatch(run.path, controls.on_run_dir_gone).start()
         start_recorder(run)
     phase = "starting"
     step = None
@@ -105,6 +107,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         emitter.emit("phase", phase=name, message=message)
 
     def stopped_early() -> int:
+        if controls.gone.is_set():
+            raise RunDirectoryGone(f"stopped while {phase.replace('_', ' ')}")
         emitter.emit("done", status="stopped", step=0, message=f"stopped while {phase.replace('_', ' ')}")
         return 0
 
@@ -214,6 +218,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         enter("training", f"resuming from {resume[-1].name}" if resume else "")
         result = trainer.train(resume_from_checkpoint=str(resume[-1]) if resume else None)
         step = trainer.state.global_step
+        if controls.gone.is_set():
+            raise RunDirectoryGone(f"stopped at step {step} of {trainer.state.max_steps}, with no checkpoint")
         if controls.stop.is_set():
             emitter.emit(
                 "done",

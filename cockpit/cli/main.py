@@ -244,6 +244,18 @@ def cmd_runs(args) -> int:
                 "path": str(run.path),
             }
         )
+    for orphan in process.orphaned_trainers():  # its directory and trainer.json are gone; it trains on
+        rows.append(
+            {
+                "run": orphan.run_id,
+                "status": "orphaned",
+                "step": None,
+                "total_steps": None,
+                "detail": f"run directory deleted; trainer pid {orphan.pid} still runs: "
+                f"cockpit stop {orphan.run_id}",
+                "path": orphan.path,
+            }
+        )
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -252,18 +264,37 @@ def cmd_runs(args) -> int:
         return 0
     width = max(len(r["run"]) for r in rows)
     for r in rows:
-        steps = f"{r['step']}/{r['total_steps'] or '?'}"
+        steps = f"{'?' if r['step'] is None else r['step']}/{r['total_steps'] or '?'}"
         print(f"{r['run']:<{width}}  {r['status']:<8}  {steps:>11}  {r['detail']}")
     return 0
 
 
 def cmd_stop(args) -> int:
-    run = rundir.find(args.run)
+    try:
+        run = rundir.find(args.run)
+    except rundir.RunNotFound:
+        orphan = _orphan(args.run)
+        if orphan is None:
+            raise
+        outcome = process.stop_orphan(
+            orphan, term_s=args.term_timeout, say=lambda t: print(t, file=sys.stderr)
+        )
+        print(f"{orphan.run_id}: {outcome}")
+        return 0
     outcome = process.stop(
         run, grace_s=args.timeout, term_s=args.term_timeout, say=lambda t: print(t, file=sys.stderr)
     )
     print(f"{run.run_id}: {outcome}")
     return 0 if outcome in ("stopped", "terminated", "killed", "not running") else EXIT_FAILED
+
+
+def _orphan(spec: str | None) -> process.Orphan | None:
+    """The one trainer whose run directory is gone that `spec` (an id, a prefix, the old path) names."""
+    orphans = process.orphaned_trainers()
+    if spec in (None, "", "last", "latest"):
+        return orphans[-1] if len(orphans) == 1 else None
+    matches = [o for o in orphans if spec in (o.run_id, o.path) or o.run_id.startswith(spec)]
+    return matches[0] if len(matches) == 1 else None
 
 
 def _send(args, name: str) -> int:
