@@ -83,6 +83,8 @@ class RunState:
     notices: list[str] = field(default_factory=list)
     faults: int = 0
     last_ts: float | None = None
+    log_gap_s: float | None = None  # between the last two log events: how often a training step is said
+    _last_log_ts: float | None = None
 
     # ------------------------------------------------------------ folding
 
@@ -146,6 +148,11 @@ class RunState:
             self.train_started_ts = number(m.get("ts"))
 
     def _on_log(self, m: dict) -> None:
+        ts = number(m.get("ts"))
+        if ts is not None:
+            if self._last_log_ts is not None and self.status == "running":  # not across a pause
+                self.log_gap_s = max(0.0, ts - self._last_log_ts)
+            self._last_log_ts = ts
         self.step = int(m.get("step") or self.step)
         self.total_steps = m.get("total_steps") or self.total_steps
         self.epoch = number(m.get("epoch"))
