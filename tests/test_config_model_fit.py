@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.cli.exit_codes import exit_code
 from cockpit.cli.main import main
 from cockpit.config.load import config_from_dotted
 from cockpit.config.model_fit import check_against_model
 from cockpit.config.schema import ConfigError
-from cockpit.live.headless import exit_code
 from cockpit.live.state import RunState
 from tests.conftest import cockpit, has_cuda, write_config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from test_tui import EVENTS, event, events_until_step, running, screen_text, scripted, shown, wait_for
+from support.pilot import EVENTS, event, events_until_step, running, screen_text, scripted, shown, wait_for
 
 from cockpit.live import headless
 from cockpit.live.stall import STALL_FLOOR_S, StallNotices, find_stall

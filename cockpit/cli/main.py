@@ -15,11 +15,11 @@ from pathlib import Path
 
 from cockpit import paths
 from cockpit.cli.args import build_parser
+from cockpit.cli.exit_codes import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.cli.plan_commands import cmd_cards, cmd_estimate, cmd_pick, cmd_preflight
 from cockpit.config import load as config_load
 from cockpit.config import schema as config
 from cockpit.config.secrets import ScrubbedOutput, secret_values
-from cockpit.live.headless import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.run import process, rundir
 from cockpit.run.control import NotRunning, send_command
 from cockpit.run.status import run_status
@@ -134,10 +134,10 @@ def _check_against_model(cfg: config.TrainConfig) -> None:
         print(f"config warning: {warning}", file=sys.stderr)
 
 
-def _show(run: rundir.RunDir, proc, args, replay: bool = False, preflight_problems=()) -> int:
+def _show(run: rundir.RunDir, proc, args, recorded: bool = False, preflight_problems=()) -> int:
     from cockpit.live.session import RunSession
 
-    session = RunSession(run, proc=proc, replay=replay)
+    session = RunSession(run, proc=proc, recorded=recorded)
     if _headless(args):
         from cockpit.live.headless import follow
 
@@ -149,14 +149,14 @@ def _show(run: rundir.RunDir, proc, args, replay: bool = False, preflight_proble
     from screens.run.app import CockpitApp  # the only place the TUI is imported
 
     watch = None
-    if not replay:  # a live trainer: sample its GPUs and host now; the app stops the watch on exit
+    if not recorded:  # a live trainer: sample its GPUs and host now; the app stops the watch on exit
         pid = proc.pid if proc is not None else (run.read_trainer() or {}).get("pid")
         watch = LiveWatch(pid).start()
     app = CockpitApp(session, watch=watch, preflight_problems=list(preflight_problems))
     code = app.run() or 0
     if app.relaunched is not None:  # the OOM wizard started a new trainer: follow it
         return _show(run, app.relaunched, args)
-    if code == EXIT_DETACHED and not replay:
+    if code == EXIT_DETACHED and not recorded:
         run_id = run.run_id
         print(f"detached; training goes on. Watch: cockpit attach {run_id}   Stop: cockpit stop {run_id}")
     return code
@@ -181,7 +181,7 @@ def _relaunch_after_oom(run: rundir.RunDir, state, args):
 
 def cmd_attach(args) -> int:
     run = rundir.find(args.run)
-    return _show(run, None, args, replay=not process.is_alive(run))
+    return _show(run, None, args, recorded=not process.is_alive(run))
 
 
 def cmd_replay(args) -> int:

@@ -28,7 +28,7 @@ from textual.worker import Worker, WorkerState
 from cockpit import fmt
 from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.live.replay import sample_of_bin
-from cockpit.live.session import RunSession
+from cockpit.live.sources import RunSource
 from cockpit.live.stall import Stall, StallNotices, find_stall
 from cockpit.run import process
 from cockpit.run.control import NotRunning
@@ -85,12 +85,12 @@ class RunView(Screen):
             super().__init__()
             self.text = text
 
-    def __init__(self, session: RunSession, clock: Callable[[], float], *, watching: bool = False):
+    def __init__(self, session: RunSource, clock: Callable[[], float], *, watching: bool = False):
         super().__init__()
         self.session = session
         self.clock = clock
         self.status = "starting"
-        self.live = not session.replay  # until the first update says otherwise
+        self.live = session.mode == "live"  # until the first update says otherwise
         self.stopping = False
         self.updates_shown = 0
         self.telemetry_shown = 0  # samples (or a recorded history) drawn so far
@@ -114,7 +114,7 @@ class RunView(Screen):
             yield Static(self.session.run.run_id, id="run-id")
             yield Static("", id="status")
             yield Static("", id="phase")
-            yield Static(getattr(self.session, "replay_label", "REPLAY"), id="replay")
+            yield Static(self.session.label or "", id="replay")
         yield StepProgress(id="progress")
         with VerticalScroll(id="error"):
             yield Static("", id="error-text")
@@ -140,7 +140,7 @@ class RunView(Screen):
         self.query_one("#events").border_title = "events"
         self.query_one("#doctor-box").border_title = "doctor"
         self.query_one("#log").border_title = "backend.log"
-        self.query_one("#replay").display = self.session.replay
+        self.query_one("#replay").display = self.session.mode != "live"
         self.query_one("#doctor-box").display = False
         self.query_one("#log").display = False
         self._show_telemetry_panels()
@@ -159,8 +159,8 @@ class RunView(Screen):
         """Redraw from the session's state; called from the app's handler while the follow thread waits."""
         session, state = self.session, self.session.state
         ended = session.ended or state.ended
-        self.live = not session.replay and not ended
-        interrupted = session.replay and session.trainer_gone and not state.ended
+        self.live = session.mode == "live" and not ended
+        interrupted = session.mode != "live" and session.trainer_gone and not state.ended
         status = "interrupted" if interrupted else state.status
         if self.status != status:
             self.status = status
@@ -169,8 +169,8 @@ class RunView(Screen):
         self.stall = find_stall(state, now_ts) if self.live else None
         said = self._stall_notices.update(self.stall)
         self._show_status()
-        if session.replay:
-            self._set_text("#replay", getattr(session, "replay_label", "REPLAY"))
+        if session.label is not None:
+            self._set_text("#replay", session.label)
         phase = state.phase.replace("_", " ")
         phase_text = f"{phase}: {state.phase_message}" if state.phase_message else phase
         self._set_text("#phase", self.stall.text() if self.stall is not None else phase_text)
@@ -312,7 +312,7 @@ class RunView(Screen):
         return True
 
     def _refusal(self, command: str) -> str | None:
-        if self.session.replay:
+        if self.session.mode != "live":
             return f"this is a replay of a recorded run: '{command}' needs a live trainer"
         if not self.live:
             return f"the run has ended ({self.status}): nothing to {command}"
