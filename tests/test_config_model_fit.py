@@ -106,6 +106,7 @@ def test_peft_finding_no_target_is_a_config_error():
     assert verdict.message.startswith("lora.target_modules: no module of the model matches")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(has_cuda(), reason="qlora runs on a GPU")
 def test_qlora_on_the_cpu_exits_2_through_the_real_trainer(tmp_path, env):
     path = write_config(tmp_path / "qlora.yaml", {"method": "qlora"})
