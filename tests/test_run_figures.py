@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 
-from test_tui import EVENTS, FIXTURE, events_until_step
+from support.pilot import EVENTS, FIXTURE, events_until_step
 
 from cockpit.live.headless import describe
 from cockpit.live.replay import ReplaySession
@@ -77,7 +77,7 @@ def test_a_replay_and_an_attach_show_the_configs_price_before_the_first_event(tm
     run.path.mkdir()
     shutil.copy(FIXTURE, run.events_path)
     run.config_path.write_text("model:\n  name: synthetic:tiny\ncost:\n  price_per_hour: 1.2\n")
-    for session in (ReplaySession(run, speed=1.0), RunSession(run, replay=True)):
+    for session in (ReplaySession(run, speed=1.0), RunSession(run, recorded=True)):
         rows = dict(stat_rows(session.state, None))  # nothing played yet
         assert str(rows["cost"]).endswith("at $1.20/h"), rows["cost"]
     run.config_path.write_text("cost: [not, a, mapping]\n")

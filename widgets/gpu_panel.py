@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from rich.style import Style
 from rich.text import Text
 
+from cockpit import fmt
 from cockpit.telemetry.spread import (
     SPREAD_WINDOW_S,
     GpuSpread,
@@ -33,7 +34,6 @@ from widgets.progress import bar_cells
 from widgets.sparkline import spark
 from widgets.styled import StyledWidget
 
-GIB = 2**30
 GAUGE_WIDTH = 10
 VALUE_WIDTH = 15
 LABEL_WIDTH = 6  # "power "
@@ -60,7 +60,7 @@ class GpuView:
 
 
 def gib(value: float | None, unit: str = " GiB") -> str:
-    return "-" if value is None else f"{value / GIB:.1f}{unit}"
+    return fmt.gib(value, 1, unit)
 
 
 def throttle_text(gpu: Any) -> str:

@@ -17,21 +17,17 @@ from rich.table import Table
 from rich.text import Text
 
 from cockpit import fmt
+from cockpit.cli.exit_codes import EXIT_DETACHED, exit_code
 from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.doctor.window import Finding
+from cockpit.live.event_text import describe
 from cockpit.live.session import RunSession
-from cockpit.live.state import RunState, notice_text
+from cockpit.live.stall import StallNotices, find_stall
+from cockpit.live.state import RunState
 from cockpit.live.watch import LiveWatch, finding_line, gpu_status
-from cockpit.protocol.wire import Fault
 
-# how a run ended -> the client's exit code (README: "Exit codes")
-EXIT_FINISHED, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED, EXIT_DETACHED = 0, 1, 2, 3, 4
 POLL_S = 0.1
 REFRESH_PER_S = 2
-
-
-def exit_code(state: RunState) -> int:
-    return {"finished": EXIT_FINISHED, "stopped": EXIT_STOPPED}.get(state.status, EXIT_FAILED)
 
 
 def status_line(state: RunState, now_ts: float | None) -> str:
@@ -47,71 +43,6 @@ def status_line(state: RunState, now_ts: float | None) -> str:
         of = "" if projected is None else f" (of ~{fmt.money(projected)})"
         parts.append(f"cost {fmt.money(state.cost_so_far(now_ts))}{of}")
     return "  ".join(parts)
-
-
-def describe(item: dict | Fault) -> str | None:
-    """One plain line for a message worth a line of its own (log events are throttled elsewhere)."""
-    notice = notice_text(item)
-    if isinstance(item, Fault) or (notice and item.get("type") != "hello"):
-        return notice
-    kind = item.get("type")
-    if kind == "hello":
-        dev = item.get("device") or {}
-        resumed = (
-            f", resuming from {item['resume_from'].rsplit('/', 1)[-1]}" if item.get("resume_from") else ""
-        )
-        where = f"{dev.get('kind')} {dev.get('name')} ({item.get('precision')})"
-        return f"trainer pid {item.get('pid')} on {where}{resumed}"
-    if kind == "phase":
-        return f"phase: {item.get('phase')} {item.get('message', '')}".rstrip()
-    if kind == "data":
-        return (
-            f"data: {item.get('samples')} samples ({item.get('format')}), tokens min/mean/p95/max "
-            f"{item.get('tokens_min')}/{item.get('tokens_mean')}/{item.get('tokens_p95')}/"
-            f"{item.get('tokens_max')}, "
-            f"{item.get('truncated')} truncated at {item.get('max_length')}, {item.get('dropped')} dropped"
-        )
-    if kind == "model":
-        return (
-            f"model: {item.get('name')} ({item.get('method')}), {item.get('params_trainable'):,} of "
-            f"{item.get('params_total'):,} params trainable, loaded in {item.get('load_s')} s"
-        )
-    if kind == "speed_plan":
-        return speed_plan_lines(item)
-    if kind == "train_begin":
-        return (
-            f"training: {item.get('total_steps')} steps from {item.get('start_step')}, micro-batch "
-            f"{item.get('micro_batch_size')} x {item.get('gradient_accumulation_steps')}, length "
-            f"{item.get('max_length')}, {item.get('precision')}, gradient checkpointing "
-            f"{'on' if item.get('gradient_checkpointing') else 'off'}, {item.get('optimizer')}"
-        )
-    if kind == "checkpoint":
-        return (
-            f"checkpoint: step {item.get('step')} ({fmt.gib(item.get('bytes'), 3)}, {item.get('save_s')} s)"
-        )
-    if kind == "error":
-        return f"ERROR ({item.get('kind')}): {item.get('message')}\n  fix: {item.get('hint')}"
-    if kind == "done":
-        out = f", output in {item['output']}" if item.get("output") else ""
-        loss = fmt.loss(item.get("train_loss"))
-        return f"done: {item.get('status')} at step {item.get('step')}, mean loss over the run {loss}{out}"
-    if kind == "exit":
-        return item.get("reason") or "trainer exited"  # the reason names the trainer already
-    if kind == "config_change":
-        changes = ", ".join(f"{k}={v}" for k, v in (item.get("changes") or {}).items())
-        why = f"OOM remedy: {item.get('title')}" if item.get("reason") == "oom" else item.get("reason")
-        return f"config changed ({why}): {changes}; the old config is in {item.get('previous')}"
-    return None
-
-
-def speed_plan_lines(item: dict) -> str:
-    """The speed plan: one line per choice, with its reason (who chose it: auto, yours, fixed)."""
-    lines = [f"speed: {item.get('mode')}"]
-    for choice in item.get("choices") or []:
-        lines.append(
-            f"  {choice.get('name')}: {choice.get('value')} [{choice.get('source')}] - {choice.get('reason')}"
-        )
-    return "\n".join(lines)
 
 
 def log_line(state: RunState, now_ts: float | None) -> str:
@@ -135,7 +66,7 @@ def follow(
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     watch = None
-    if not session.replay and not session.trainer_gone:
+    if session.mode == "live" and not session.trainer_gone:
         record = session.run.read_trainer() or {}
         watch = LiveWatch(record.get("pid")).start()
     try:
@@ -144,7 +75,7 @@ def follow(
         return _follow_plain(session, out, log_every_s, watch)
     except _Detach:
         run = session.run.run_id
-        if session.replay:  # a recording (or a run that no longer trains): nothing goes on
+        if session.mode != "live":  # a recording (or a run that no longer trains): nothing goes on
             said = f"\nleft the recording of {run}; it is not training (`cockpit runs` shows its status)"
         else:
             said = f"\ndetached; training goes on. Watch: cockpit attach {run}   Stop: cockpit stop {run}"
@@ -162,10 +93,14 @@ def _follow_plain(session: RunSession, out, log_every_s: float, watch: LiveWatch
     view = RunState(run_id=session.run.run_id)
     last_log, last_step = -1e18, None
     shown: dict[str, Finding] = {}
+    stalls = StallNotices()
     while True:
         items = session.poll()
         sample, findings = watch.update(session.state) if watch else (None, [])
         _print_changes(shown, findings, out)
+        said = stalls.update(_stall(session))
+        if said:
+            print(f"{datetime.now().isoformat(timespec='seconds')} {said}", file=out, flush=True)
         for item in items:
             view.apply(item)
             ts = item.get("ts") if isinstance(item, dict) else None
@@ -188,6 +123,13 @@ def _follow_plain(session: RunSession, out, log_every_s: float, watch: LiveWatch
             return exit_code(session.state)
         if not items:
             time.sleep(POLL_S)
+
+
+def _stall(session: RunSession):
+    """A live trainer gone quiet (cockpit.live.stall); a replay's silences are in its recording."""
+    if session.mode != "live" or session.trainer_gone:
+        return None
+    return find_stall(session.state, time.time())
 
 
 def _print_changes(shown: dict[str, Finding], findings: list[Finding], out) -> None:
@@ -238,6 +180,7 @@ def _render(
 
 
 def _follow_live(session: RunSession, console: Console, watch: LiveWatch | None) -> int:
+    stalls = StallNotices()
     with Live(console=console, refresh_per_second=REFRESH_PER_S, transient=False) as live:
         while True:
             items = session.poll()
@@ -248,7 +191,13 @@ def _follow_live(session: RunSession, console: Console, watch: LiveWatch | None)
                 if line:
                     live.console.print(line, markup=False, highlight=False)
             now = state.last_ts if session.trainer_gone else time.time()
-            live.update(_render(state, now, sample, findings, watch is not None, _trainer_pids(watch, state)))
+            said = stalls.update(_stall(session))
+            if said:
+                live.console.print(said, markup=False, highlight=False)
+            group = _render(state, now, sample, findings, watch is not None, _trainer_pids(watch, state))
+            if stalls.current is not None:
+                group.renderables.append(Text(stalls.current.text(), style="bold red"))
+            live.update(group)
             if session.ended or (session.trainer_gone and not items):
                 return exit_code(state)
             if not items:

@@ -8,8 +8,22 @@ from the client's clock, so a replay shows what the live run showed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
+from cockpit.protocol.events import (
+    CheckpointEvent,
+    DataEvent,
+    DoneEvent,
+    ErrorEvent,
+    ExitEvent,
+    HelloEvent,
+    LogEvent,
+    ModelEvent,
+    PausedEvent,
+    PhaseEvent,
+    ResumedEvent,
+    TrainBeginEvent,
+)
 from cockpit.protocol.wire import EVENT_TYPES, Fault, number
 
 MAX_NOTICES = 200
@@ -88,6 +102,8 @@ class RunState:
     notices: list[str] = field(default_factory=list)
     faults: int = 0
     last_ts: float | None = None
+    log_gap_s: float | None = None  # between the last two log events: how often a training step is said
+    _last_log_ts: float | None = None
 
     # ------------------------------------------------------------ folding
 
@@ -117,7 +133,7 @@ class RunState:
         self.notices.append(text)
         del self.notices[:-MAX_NOTICES]
 
-    def _on_hello(self, m: dict) -> None:
+    def _on_hello(self, m: HelloEvent) -> None:
         ts = number(m.get("ts")) or 0.0
         self.attempts.append(Attempt(m.get("pid"), ts, ts, m.get("resume_from")))
         self.run_id = m.get("run_id", self.run_id)
@@ -132,27 +148,32 @@ class RunState:
         self.error = None
         self.outcome = None
 
-    def _on_phase(self, m: dict) -> None:
+    def _on_phase(self, m: PhaseEvent) -> None:
         self.phase = m.get("phase", self.phase)
         self.phase_message = m.get("message", "")
         if self.status not in ("paused",) and self.phase != "done":
             self.status = "running" if self.phase == "training" else "starting"
 
-    def _on_data(self, m: dict) -> None:
+    def _on_data(self, m: DataEvent) -> None:
         self.data = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
 
-    def _on_model(self, m: dict) -> None:
+    def _on_model(self, m: ModelEvent) -> None:
         self.model = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
         self.distributed = m.get("distributed") or self.distributed
 
-    def _on_train_begin(self, m: dict) -> None:
+    def _on_train_begin(self, m: TrainBeginEvent) -> None:
         self.plan = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
         self.total_steps = m.get("total_steps")
         self.status = "running"
         if self.train_started_ts is None:
             self.train_started_ts = number(m.get("ts"))
 
-    def _on_log(self, m: dict) -> None:
+    def _on_log(self, m: LogEvent) -> None:
+        ts = number(m.get("ts"))
+        if ts is not None:
+            if self._last_log_ts is not None and self.status == "running":  # not across a pause
+                self.log_gap_s = max(0.0, ts - self._last_log_ts)
+            self._last_log_ts = ts
         self.step = int(m.get("step") or self.step)
         self.total_steps = m.get("total_steps") or self.total_steps
         self.epoch = number(m.get("epoch"))
@@ -182,7 +203,7 @@ class RunState:
         if self.status != "paused":
             self.status = "running"
 
-    def _on_checkpoint(self, m: dict) -> None:
+    def _on_checkpoint(self, m: CheckpointEvent) -> None:
         removed = set(m.get("removed") or [])
         self.checkpoints = [c for c in self.checkpoints if c["name"] not in removed]
         path = m.get("path", "")
@@ -190,11 +211,11 @@ class RunState:
             {"name": path.rsplit("/", 1)[-1], "step": m.get("step"), "bytes": m.get("bytes")}
         )
 
-    def _on_paused(self, m: dict) -> None:
+    def _on_paused(self, m: PausedEvent) -> None:
         self.status = "paused"
         self._at_step(m)
 
-    def _on_resumed(self, m: dict) -> None:
+    def _on_resumed(self, m: ResumedEvent) -> None:
         self.status = "running"
         self._at_step(m)
 
@@ -205,24 +226,51 @@ class RunState:
         if isinstance(step, int) and step > self.step:
             self.step = step
 
-    def _on_error(self, m: dict) -> None:
+    def _on_error(self, m: ErrorEvent) -> None:
         self.error = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
         self.status = "failed"
 
-    def _on_done(self, m: dict) -> None:
+    def _on_done(self, m: DoneEvent) -> None:
         self.outcome = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
         self.status = m.get("status", "finished")
         self.phase = "done"
         if m.get("step"):
             self.step = int(m["step"])
 
-    def _on_exit(self, m: dict) -> None:
+    def _on_exit(self, m: ExitEvent) -> None:
         # written by a client that saw the trainer end without done/error
         if self.status not in ("finished", "stopped", "failed"):
             self.status = "failed"
             self.outcome = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
 
+    def settle_from_remains(self, final_written: bool) -> bool:
+        """A trainer that is gone without a final event: judged by what it left. The final adapter
+        (`final/` appears by one rename after its save) or a `done` phase means training finished and
+        only the last event was cut (a crash or a full disk while writing it). True if so."""
+        if self.ended or not (final_written or self.phase == "done"):
+            return False
+        self.status, self.phase = "finished", "done"
+        left = "its final adapter is in final/" if final_written else "it reached its done phase"
+        self.outcome = {
+            "status": "finished",
+            "message": f"finished: {left}; the events file ends before the final event (cut while written)",
+            "step": self.step,
+        }
+        return True
+
     # ------------------------------------------------------------ derived figures
+
+    def snapshot(self) -> RunState:
+        """A copy that folding more events no longer changes: what the follow thread hands to the
+        screen and to the watch's thread (the doctor), which read it while this one goes on."""
+        copied = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (list, dict)):
+                value = value.copy()
+            copied[f.name] = value
+        copied["attempts"] = [replace(a) for a in self.attempts]
+        return RunState(**copied)
 
     @property
     def ended(self) -> bool:

@@ -44,7 +44,7 @@ class ModelShape:
     attention_bias: bool = False
     qk_norm: bool = False
     source: str = ""
-    max_positions: int | None = None  # max_position_embeddings: the context the model was trained for
+    max_positions: int | None = None  # config.json's max_position_embeddings: the context it was built for
 
     # ---- parameter counts, per part
     @property
@@ -107,10 +107,6 @@ class ModelShape:
         return [t for t in targets if t not in self.linear_shapes()]
 
 
-def _positive_int(value) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
 def from_config_dict(config: dict, name: str, source: str) -> ModelShape:
     if not isinstance(config, dict):  # a JSON file that is no model config: a list, a string, null
         raise ShapeError(f"{name}: config.json is not a JSON object of model settings")
@@ -147,6 +143,10 @@ def from_config_dict(config: dict, name: str, source: str) -> ModelShape:
         source=source,
         max_positions=_positive_int(config.get("max_position_embeddings")),
     )
+
+
+def _positive_int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def load_shape(spec: str, revision: str = "main", timeout_s: float = HUB_TIMEOUT_S) -> ModelShape:

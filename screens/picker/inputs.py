@@ -22,19 +22,15 @@ import yaml
 from cockpit import fmt
 from cockpit.config import load as config_load
 from cockpit.config import schema as config_mod
+from cockpit.config.model_fit import context_warning
+from cockpit.fmt import GIB
 from cockpit.models import shape as modelshape
 from cockpit.models import shipped as shapes
-from cockpit.models.memory import GIB, EstimateError, workload_from_config
-from cockpit.plan.cards import (
-    CardRow,
-    CardsError,
-    CardTable,
-    card_table,
-    context_warnings,
-    money,
-    parse_dataset,
-)
+from cockpit.models.memory import EstimateError, workload_from_config
+from cockpit.plan.cards import CardRow
+from cockpit.plan.cards_inputs import CardsError, parse_dataset
 from cockpit.plan.catalog import Catalog
+from cockpit.plan.table import CardTable, card_table
 
 # field id -> the config key it sets
 FIELD_KEYS = {
@@ -179,12 +175,13 @@ def evaluate(
     if shape is None:
         out.notes["model"] = f"{cfg.model.name}: press Enter here to fetch its config.json from the hub"
         return out
+    warning = context_warning(shape, cfg.training.max_length)
+    if warning:
+        out.notes["seq"] = warning
     try:
         size = parse_dataset(str(fields["dataset"]), cfg.training.epochs, cfg.training.max_steps)
         workload = workload_from_config(cfg, shape, trainer)
         out.table = card_table(workload, catalog, size, budget, today, gpu_counts)
-        for warning in context_warnings(workload):
-            out.notes["seq"] = warning
     except CardsError as exc:
         out.errors[exc.field] = str(exc)
     except EstimateError as exc:
@@ -262,7 +259,7 @@ def config_text(cfg: config_mod.TrainConfig, table: CardTable, row: CardRow, now
     if figures.time_s is not None:
         lines.append(
             f"# run: {table.size.describe(table.workload)}: {fmt.duration(figures.time_s)}, "
-            f"{money(figures.cost_usd)}"
+            f"{fmt.money(figures.cost_usd)}"
         )
     lines += [
         "# micro-batch, accumulation and checkpointing are set as the estimate assumed them, so",

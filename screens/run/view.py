@@ -28,8 +28,10 @@ from textual.worker import Worker, WorkerState
 from cockpit import fmt
 from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.live.replay import sample_of_bin
-from cockpit.live.session import RunSession
-from cockpit.run import process as supervisor
+from cockpit.live.sources import RunSource
+from cockpit.live.stall import Stall, StallNotices, find_stall
+from cockpit.run import process
+from cockpit.run.control import NotRunning
 from screens.confirm import Confirm
 from screens.oom.wizard import offer_oom_wizard, open_oom_wizard
 from screens.run.figures import (  # noqa: F401 - the tests and other screens import them from here
@@ -85,18 +87,18 @@ class RunView(Screen):
         """The view is composed and mounted: updates can reach its widgets."""
 
     class StopSaid(Message):
-        """A line from the stop thread (`supervisor.stop` says what it escalates to)."""
+        """A line from the stop thread (`process.stop` says what it escalates to)."""
 
         def __init__(self, text: str) -> None:
             super().__init__()
             self.text = text
 
-    def __init__(self, session: RunSession, clock: Callable[[], float], *, watching: bool = False):
+    def __init__(self, session: RunSource, clock: Callable[[], float], *, watching: bool = False):
         super().__init__()
         self.session = session
         self.clock = clock
         self.status = "starting"
-        self.live = not session.replay  # until the first update says otherwise
+        self.live = session.mode == "live"  # until the first update says otherwise
         self.stopping = False
         self.updates_shown = 0
         self.telemetry_shown = 0  # samples (or a recorded history) drawn so far
@@ -110,6 +112,8 @@ class RunView(Screen):
         self.watch_late_s: float | None = None
         self.watch_error: str | None = None
         self._findings_logged: set[tuple[str, str]] = set()
+        self.stall: Stall | None = None  # the trainer silent for longer than its steps take
+        self._stall_notices = StallNotices()
         self._panels_drawn: tuple | None = None  # what the GPU and host panels last drew
         self._texts: dict[str, str | Text] = {}  # what each Static shows
         self._titles: dict[str | None, tuple[str, str | None]] = {}  # border title, subtitle per widget
@@ -119,7 +123,7 @@ class RunView(Screen):
             yield Static(self.session.run.run_id, id="run-id")
             yield Static("", id="status")
             yield Static("", id="phase")
-            yield Static(getattr(self.session, "replay_label", "REPLAY"), id="replay")
+            yield Static(self.session.label or "", id="replay")
         yield StepProgress(id="progress")
         with VerticalScroll(id="error"):
             yield Static("", id="error-text")
@@ -145,7 +149,7 @@ class RunView(Screen):
         self.query_one("#events").border_title = "events"
         self.query_one("#doctor-box").border_title = "doctor"
         self.query_one("#log").border_title = "backend.log"
-        self.query_one("#replay").display = self.session.replay
+        self.query_one("#replay").display = self.session.mode != "live"
         self.query_one("#doctor-box").display = False
         self.query_one("#log").display = False
         self._show_telemetry_panels()
@@ -166,17 +170,20 @@ class RunView(Screen):
         """Redraw from the session's state; called from the app's handler while the follow thread waits."""
         session, state = self.session, self.session.state
         ended = session.ended or state.ended
-        self.live = not session.replay and not ended
-        interrupted = session.replay and session.trainer_gone and not state.ended
+        self.live = session.mode == "live" and not ended
+        interrupted = session.mode != "live" and session.trainer_gone and not state.ended
         status = "interrupted" if interrupted else state.status
         if self.status != status:
             self.status = status
             self.refresh_bindings()
         now_ts = state.last_ts if ended or session.trainer_gone else self.clock()
+        self.stall = find_stall(state, now_ts) if self.live else None
+        said = self._stall_notices.update(self.stall)
         self._show_status()
-        if session.replay:
-            self._set_text("#replay", getattr(session, "replay_label", "REPLAY"))
-        self._set_text("#phase", phase_text(state, interrupted))
+        if session.label is not None:
+            self._set_text("#replay", session.label)
+        phase = phase_text(state, interrupted)
+        self._set_text("#phase", self.stall.text() if self.stall is not None else phase)
         self.query_one(StepProgress).show(
             state.step, state.total_steps, state.epoch, state.plan.get("epochs")
         )
@@ -194,7 +201,7 @@ class RunView(Screen):
             )
             self._set_text("#error-text", error)
         log = self.query_one(EventLog)
-        for line in lines:
+        for line in [*lines, *([said] if said else [])]:
             log.write(line)
         self.updates_shown += 1
         offer_oom_wizard(self)  # an OOM: the wizard opens by itself, once
@@ -289,9 +296,12 @@ class RunView(Screen):
 
     def _show_status(self) -> None:
         label = "stopping…" if self.stopping and self.live else self.status
+        if label == self.status and self.stall is not None:
+            label = "silent"  # the trainer has gone quiet (cockpit.live.stall)
         self._set_text("#status", f" {label} ")
         # query, not query_one: a redraw that lands while the screen is being torn down finds nothing
-        self.query("#status").set_classes("-stopping" if label == "stopping…" else f"-{self.status}")
+        css = {"stopping…": "-stopping", "silent": "-stalled"}.get(label, f"-{self.status}")
+        self.query("#status").set_classes(css)
 
     def _set_text(self, selector: str, content: str | Text) -> None:
         """Update a Static only when its content changed: each update costs a layout pass."""
@@ -310,10 +320,9 @@ class RunView(Screen):
     # ------------------------------------------------------------ commands
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        replaying = self.session.replay and hasattr(self.session, "set_speed")
         if action in self.REPLAY_ACTIONS:
-            return replaying and getattr(self.session, "playing", False)
-        if action in self.COMMANDS_OF_LIVE_RUNS and (self.session.replay or not self.live):
+            return self.session.mode == "playback" and self.session.playing
+        if action in self.COMMANDS_OF_LIVE_RUNS and (self.session.mode != "live" or not self.live):
             return False  # a recording or an ended run takes no commands: not offered
         if action == "pause":
             return self.status != "paused"
@@ -322,7 +331,7 @@ class RunView(Screen):
         return True
 
     def _refusal(self, command: str) -> str | None:
-        if self.session.replay:
+        if self.session.mode != "live":
             return f"this is a replay of a recorded run: '{command}' needs a live trainer"
         if not self.live:
             return f"the run has ended ({self.status}): nothing to {command}"
@@ -337,7 +346,7 @@ class RunView(Screen):
             return
         try:
             self.session.send(command)
-        except (supervisor.NotRunning, OSError) as exc:
+        except (NotRunning, OSError) as exc:
             self.notify(f"'{command}' was not sent: {exc}", severity="error")
             return
         self.notify(sent)
@@ -346,18 +355,18 @@ class RunView(Screen):
         """A replay's or an ended run's footer leaves s, p and x out; pressed anyway, they say why
         nothing happens."""
         names = {"s": "save", "p": "pause", "x": "stop"}
-        if (self.session.replay or not self.live) and event.key in names:
+        if (self.session.mode != "live" or not self.live) and event.key in names:
             event.stop()
             self.notify(self._refusal(names[event.key]), severity="warning")
 
     def action_replay_speed(self, factor: float) -> None:
         speed = self.session.set_speed(self.session.speed * factor if self.session.speed else 1.0)
         self.notify(f"replay at x{speed:g}", timeout=2)
-        self._set_text("#replay", self.session.replay_label)
+        self._set_text("#replay", self.session.label)
 
     def action_replay_skip(self, seconds: float) -> None:
         self.session.skip(seconds)
-        self._set_text("#replay", self.session.replay_label)
+        self._set_text("#replay", self.session.label)
 
     def action_toggle_telemetry(self) -> None:
         if not self.has_telemetry:
@@ -412,7 +421,7 @@ class RunView(Screen):
 
     def _stop(self) -> str:
         # blocks for up to STOP_GRACE_S + TERM_GRACE_S while the trainer checkpoints and exits
-        return supervisor.stop(self.session.run, say=lambda text: self.post_message(self.StopSaid(text)))
+        return process.stop(self.session.run, say=lambda text: self.post_message(self.StopSaid(text)))
 
     def on_run_view_stop_said(self, message: StopSaid) -> None:
         self.query_one(EventLog).write(f"{CLIENT_LINE_INDENT}stopping: {message.text}")
