@@ -38,11 +38,28 @@ EVENT_TYPES = frozenset(
         "exit",
         "probe",
         "config_change",
+        "eval",
+        "sample",
+        "chat_ready",
+        "chat_token",
+        "chat_done",
     }
 )
 # Client -> trainer, through the run directory's control FIFO.
 COMMAND_TYPES = frozenset({"stop", "save", "pause", "resume"})
-PHASES = ("starting", "preparing_data", "loading_model", "quantising", "training", "saving", "done")
+PHASES = (
+    "starting",
+    "preparing_data",
+    "loading_model",
+    "quantising",
+    "training",
+    "evaluating",
+    "saving",
+    "sampling",
+    "done",
+)
+# Client -> chat backend (`python -m train_backend.chat`), on its stdin
+CHAT_REQUEST_TYPES = frozenset({"chat", "quit"})
 ERROR_KINDS = ("config", "data", "model_load", "oom", "disk", "gpu", "other")
 
 
