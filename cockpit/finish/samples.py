@@ -143,7 +143,8 @@ def text_report(book: SampleBook, width: int = 100) -> str:
             lines.append(f"    reference: {_one_line(p.reference, width)}")
         for a in p.answers:
             tail = f"  ({a.finish}, {a.new_tokens} tokens)" if a.finish else ""
-            lines.append(f"    {a.label:>14}: {_one_line(a.output, width)}{tail}")
+            shown = _one_line(a.output, width) if a.output.strip() else "(no visible text)"
+            lines.append(f"    {a.label:>14}: {shown}{tail}")
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from cockpit.protocol.wire import Fault
 from widgets.stats import Row
 
 ERROR_MESSAGE_CHARS = 300
+BEST_MARK = "★"  # the checkpoint with the lowest eval loss
 
 
 def param_count(n: int | None) -> str:
@@ -104,12 +105,12 @@ def checkpoint_rows(state: RunState) -> list[Row]:
     width = max(len(str(c.get("step"))) for c in state.checkpoints)
     rows: list[Row] = []
     for c in state.checkpoints:
-        value = Text(f"step {c.get('step')!s:<{width}}  {byte_size(c.get('bytes'))}")
+        value = f"step {c.get('step')!s:<{width}}  {byte_size(c.get('bytes'))}"
         if c.get("eval_loss") is not None:
-            value.append(f"  eval {fmt.loss(c['eval_loss'])}")
-        if c["name"] == state.best_checkpoint:
-            value.append("  ★ best", style="bold")
-        rows.append((c["name"], value))
+            value += f"  eval {fmt.loss(c['eval_loss'])}"
+        # the mark leads the name, so a narrow panel that cuts the row still shows it
+        name = f"{BEST_MARK} {c['name']}" if c["name"] == state.best_checkpoint else c["name"]
+        rows.append((name, value))
     return rows
 
 

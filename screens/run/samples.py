@@ -19,7 +19,7 @@ from cockpit.finish.samples import Answer, SampleBook
 def answer_text(answer: Answer | None, missing: str) -> Text:
     if answer is None:
         return Text(missing, style="dim")
-    text = Text(answer.output or "(nothing)")
+    text = Text(answer.output) if answer.output.strip() else Text("(no visible text)", style="italic")
     text.append(f"\n{answer.finish}, {answer.new_tokens} tokens", style="dim")
     return text
 
@@ -83,12 +83,8 @@ class SamplesView(Screen):
         book, label = self.book, self.shown_label
         trained = book.trained_labels
         where = f"{trained.index(label) + 1}/{len(trained)}" if label else "none yet"
-        head = Text(f"Samples of {self.run_id}", style="bold")
-        head.append(
-            f"  base vs {label or '-'} ({where}) · greedy, {book.max_new_tokens} new tokens, "
-            f"seed {book.seed}",
-            style="dim",
-        )
+        head = Text(f"Samples: base vs {label or '-'}", style="bold")
+        head.append(f" ({where}) · greedy, {book.max_new_tokens} new tokens, seed {book.seed}", style="dim")
         self.query_one("#samples-head", Static).update(head)
         box = self.query_one("#samples", VerticalScroll)
         box.remove_children()

@@ -67,7 +67,7 @@ class RunView(Screen):
     CSS_PATH = "view.tcss"
     AUTO_FOCUS = "#events"  # arrow keys and PgUp scroll the event history
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("s", "save", "Save checkpoint"),
+        Binding("s", "save", "Save"),  # a checkpoint; short, so that every key fits 80 columns
         Binding("p", "pause", "Pause"),
         Binding("p", "resume", "Resume"),
         Binding("x", "stop", "Stop"),
@@ -181,10 +181,13 @@ class RunView(Screen):
         if (len(state.losses), len(state.evals)) != self._losses_shown:
             if state.evals and self._losses_shown[1] <= 0:
                 self._set_title(self.query_one(LossPlot), LOSS_TITLE_WITH_EVAL)
+                self._set_title(self.query_one("#checkpoints"), "checkpoints · ★ best eval")
             self._losses_shown = (len(state.losses), len(state.evals))
             self.query_one(LossPlot).plot(state.losses, state.learning_rates, state.evals)
             self._show_telemetry_panels()  # the torch memory counters came with the step
         if len(state.samples) != self._samples_shown:
+            if not self._samples_shown:
+                self.refresh_bindings()  # the Samples key shows once there are samples
             self._samples_shown = len(state.samples)
             for screen in self.app.screen_stack:
                 if isinstance(screen, SamplesView):
@@ -312,6 +315,8 @@ class RunView(Screen):
             return self.status != "paused"
         if action == "resume":
             return self.status == "paused"
+        if action == "samples":
+            return bool(self.session.state.samples)
         return True
 
     def _refusal(self, command: str) -> str | None:
