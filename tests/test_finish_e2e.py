@@ -170,3 +170,34 @@ def test_an_eval_split_the_dataset_does_not_have(tmp_path, env):
     error = next(e for e in events(only_run(env)) if e["type"] == "error")
     assert error["kind"] == "data" and error["phase"] == "preparing_data"
     assert error["message"] == f"dataset.eval_split: 'validation' not in {str(folder)!r}; splits are: train"
+
+
+def test_the_finish_line_bench_smoke(tmp_path, env):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "finish_line.py"), "--smoke", "--out", str(out)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads((out / "finish_line.json").read_text())
+    assert result["status"] == "finished" and result["train_exit"] == 0
+    assert [e["step"] for e in result["evals"]] == [0, 3, 6]
+    assert {s["stage"] for s in result["samples"]} == {"base", "checkpoint", "final"}
+    assert result["best_checkpoint"] in ("checkpoint-3", "checkpoint-6")
+    assert result["samples_cli"] == {
+        "exit": 0,
+        "labels": ["base", "checkpoint-3", "checkpoint-6", "final"],
+        "prompts": 2,
+    }
+    assert result["chat"]["exit"] == 0 and result["chat"]["checkpoint"] == "best"
+    assert result["chat"]["loaded"].startswith("loaded in") and result["chat"]["ended"].startswith("[")
+    assert 0 < result["eval_and_samples_share_of_runtime"]
