@@ -24,10 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import run_cockpit  # noqa: E402
-from gpu_runs import FULL, SMOKE, bench_env, events_of, prebuild  # noqa: E402
-
-import yaml  # noqa: E402
+import yaml
+from common import run_cockpit
+from gpu_runs import FULL, SMOKE, bench_env, events_of, prebuild
 
 PROMPT = "What is the capital of France?"
 
