@@ -28,7 +28,7 @@ def replay(tmp_path: Path) -> CockpitApp:
     run = RunDir(tmp_path / RUN_ID)
     run.path.mkdir()
     shutil.copy(FIXTURE, run.events_path)
-    session = RunSession(run, replay=True)
+    session = RunSession(run, recorded=True)
     return CockpitApp(session, poll_interval_s=0.02, clock=lambda: 1796164340.0)
 
 

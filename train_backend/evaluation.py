@@ -10,14 +10,13 @@ as the trainer tokenizes its rows (text + eos, or the chat template) and truncat
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cockpit.config.schema import TrainConfig
-from cockpit.run import rundir
+from cockpit.run import journal, rundir
 from train_backend import data as data_mod
 from train_backend import generation
 from train_backend.errors import DataError
@@ -195,18 +194,11 @@ class EvalTracker:
         self.restore()
 
     def restore(self) -> None:
-        path = self.run.events_path
-        if not path.is_file():
-            return
-        with open(path, encoding="utf-8", errors="replace") as lines:
-            for line in lines:
-                if '"type":"eval"' not in line:
-                    continue
-                try:
-                    event = json.loads(line)
-                    self.losses[int(event["step"])] = float(event["eval_loss"])
-                except (ValueError, KeyError, TypeError):
-                    continue
+        for event in journal.read_all(self.run.events_path):
+            if isinstance(event, dict) and event.get("type") == "eval":
+                step, loss = event.get("step"), event.get("eval_loss")
+                if isinstance(step, int) and isinstance(loss, (int, float)):
+                    self.losses[step] = float(loss)
 
     def add(self, step: int, loss: float) -> None:
         self.losses[step] = loss

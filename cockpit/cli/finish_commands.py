@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import sys
 
+from cockpit.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from cockpit.finish import samples as samples_mod
 from cockpit.finish import targets
-from cockpit.finish.chat_client import ChatError, ChatSession, Done, Token
-from cockpit.live.headless import EXIT_FAILED, EXIT_USAGE
+from cockpit.finish.chat_client import ChatError, ChatSession, Done, Token, ready_line
 from cockpit.run import rundir
 
 
@@ -72,16 +72,6 @@ def _what(run: rundir.RunDir, target: targets.ChatTarget, state) -> str:
         return f"the model in {target.path}"
     base = (state.model or {}).get("name") or "the base model"
     return f"{base} with the adapter {target.label} of {run.run_id}"
-
-
-def ready_line(ready: dict) -> str:
-    device = ready.get("device") or {}
-    bits = ", 4-bit base" if ready.get("quantized") else ""
-    stops = ", ".join(ready.get("stop_tokens", []) + ready.get("stop_strings", [])) or "none"
-    return (
-        f"loaded in {ready.get('load_s')} s on {device.get('kind')} ({ready.get('precision')}{bits}); "
-        f"prompts as {ready.get('style')}; stops at: {stops}"
-    )
 
 
 def _answer(session: ChatSession, text: str) -> Done | None:

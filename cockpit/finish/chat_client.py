@@ -213,3 +213,13 @@ class ChatSession:
         except OSError:
             pass
         return f"the chat backend exited (code {code}) {when}; the end of {self.log_path}:\n{tail}"
+
+
+def ready_line(ready: dict) -> str:
+    device = ready.get("device") or {}
+    bits = ", 4-bit base" if ready.get("quantized") else ""
+    stops = ", ".join(ready.get("stop_tokens", []) + ready.get("stop_strings", [])) or "none"
+    return (
+        f"loaded in {ready.get('load_s')} s on {device.get('kind')} ({ready.get('precision')}{bits}); "
+        f"prompts as {ready.get('style')}; stops at: {stops}"
+    )

@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from cockpit.live.state import RunState
-from cockpit.protocol.wire import Fault
-from cockpit.run import process as supervisor
+from cockpit.run import journal
 from cockpit.run.rundir import RunDir
 
 
@@ -107,15 +106,7 @@ def collect(samples: list[dict]) -> SampleBook:
 
 def read_state(run: RunDir) -> RunState:
     """Every event of the run folded, as `cockpit attach` would show it once caught up."""
-    state = RunState(run_id=run.run_id)
-    follower = supervisor.EventFollower(run.events_path)
-    try:
-        for item in follower.poll() + follower.finish():
-            if not isinstance(item, Fault):
-                state.apply(item)
-    finally:
-        follower.close()
-    return state
+    return journal.fold(run.events_path, RunState(run_id=run.run_id))
 
 
 def no_samples_reason(state: RunState) -> str:

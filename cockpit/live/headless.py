@@ -17,21 +17,16 @@ from rich.table import Table
 from rich.text import Text
 
 from cockpit import fmt
+from cockpit.cli.exit_codes import EXIT_DETACHED, exit_code
 from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.doctor.window import Finding
+from cockpit.live.event_text import describe
 from cockpit.live.session import RunSession
-from cockpit.live.state import RunState, notice_text
+from cockpit.live.state import RunState
 from cockpit.live.watch import LiveWatch, finding_line, gpu_status
-from cockpit.protocol.wire import Fault
 
-# how a run ended -> the client's exit code (README: "Exit codes")
-EXIT_FINISHED, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED, EXIT_DETACHED = 0, 1, 2, 3, 4
 POLL_S = 0.1
 REFRESH_PER_S = 2
-
-
-def exit_code(state: RunState) -> int:
-    return {"finished": EXIT_FINISHED, "stopped": EXIT_STOPPED}.get(state.status, EXIT_FAILED)
 
 
 def status_line(state: RunState, now_ts: float | None) -> str:
@@ -49,110 +44,6 @@ def status_line(state: RunState, now_ts: float | None) -> str:
             f"cost {fmt.money(state.cost_so_far(now_ts))} (of ~{fmt.money(state.cost_projected(now_ts))})"
         )
     return "  ".join(parts)
-
-
-def describe(item: dict | Fault) -> str | None:
-    """One plain line for a message worth a line of its own (log events are throttled elsewhere)."""
-    notice = notice_text(item)
-    if isinstance(item, Fault) or (notice and item.get("type") != "hello"):
-        return notice
-    kind = item.get("type")
-    if kind == "hello":
-        dev = item.get("device") or {}
-        resumed = (
-            f", resuming from {item['resume_from'].rsplit('/', 1)[-1]}" if item.get("resume_from") else ""
-        )
-        where = f"{dev.get('kind')} {dev.get('name')} ({item.get('precision')})"
-        return f"trainer pid {item.get('pid')} on {where}{resumed}"
-    if kind == "phase":
-        return f"phase: {item.get('phase')} {item.get('message', '')}".rstrip()
-    if kind == "data":
-        return (
-            f"data: {item.get('samples')} samples ({item.get('format')}), tokens min/mean/p95/max "
-            f"{item.get('tokens_min')}/{item.get('tokens_mean')}/{item.get('tokens_p95')}/"
-            f"{item.get('tokens_max')}, "
-            f"{item.get('truncated')} truncated at {item.get('max_length')}, {item.get('dropped')} dropped"
-        )
-    if kind == "model":
-        return (
-            f"model: {item.get('name')} ({item.get('method')}), {item.get('params_trainable'):,} of "
-            f"{item.get('params_total'):,} params trainable, loaded in {item.get('load_s')} s"
-        )
-    if kind == "speed_plan":
-        return speed_plan_lines(item)
-    if kind == "train_begin":
-        return (
-            f"training: {item.get('total_steps')} steps from {item.get('start_step')}, micro-batch "
-            f"{item.get('micro_batch_size')} x {item.get('gradient_accumulation_steps')}, length "
-            f"{item.get('max_length')}, {item.get('precision')}, gradient checkpointing "
-            f"{'on' if item.get('gradient_checkpointing') else 'off'}, {item.get('optimizer')}"
-        )
-    if kind == "checkpoint":
-        return (
-            f"checkpoint: step {item.get('step')} ({fmt.gib(item.get('bytes'), 3)}, {item.get('save_s')} s)"
-        )
-    if kind == "eval":
-        return eval_line(item)
-    if kind == "sample":
-        return sample_line(item)
-    if kind == "error":
-        return f"ERROR ({item.get('kind')}): {item.get('message')}\n  fix: {item.get('hint')}"
-    if kind == "done":
-        out = f", output in {item['output']}" if item.get("output") else ""
-        loss = fmt.loss(item.get("train_loss"))
-        evaluated = ""
-        if item.get("eval_loss") is not None:
-            evaluated = f", eval loss {fmt.loss(item.get('eval_loss'))}"
-            if item.get("best_checkpoint"):
-                evaluated += f" (best: {item['best_checkpoint']}, {fmt.loss(item.get('best_eval_loss'))})"
-        return f"done: {item.get('status')} at step {item.get('step')}, train loss {loss}{evaluated}{out}"
-    if kind == "exit":
-        return item.get("reason") or "trainer exited"  # the reason names the trainer already
-    if kind == "config_change":
-        changes = ", ".join(f"{k}={v}" for k, v in (item.get("changes") or {}).items())
-        why = f"OOM remedy: {item.get('title')}" if item.get("reason") == "oom" else item.get("reason")
-        return f"config changed ({why}): {changes}; the old config is in {item.get('previous')}"
-    return None
-
-
-SAMPLE_LINE_CHARS = 100
-
-
-def eval_line(item: dict) -> str:
-    """`eval: step 20 loss 1.2345 on 35 samples (best so far)`, or which step holds the best."""
-    step, loss = item.get("step"), fmt.loss(item.get("eval_loss"))
-    where = "base model, before step 1" if item.get("stage") == "base" else f"step {step}"
-    best = item.get("best_step")
-    if best == step:
-        verdict = "best so far"
-    else:
-        verdict = f"best: step {best}, {fmt.loss(item.get('best_eval_loss'))}" if best is not None else ""
-    if item.get("best_checkpoint"):
-        verdict += f"; best checkpoint {item['best_checkpoint']}"
-    return f"eval: {where}: loss {loss} on {item.get('eval_samples')} samples" + (
-        f" ({verdict})" if verdict else ""
-    )
-
-
-def sample_line(item: dict) -> str:
-    """One line per sample: which weights, which prompt, the answer's start and how it ended."""
-    stage = item.get("stage")
-    who = {"base": "base", "final": "final"}.get(stage, item.get("checkpoint") or f"step {item.get('step')}")
-    answer = " ".join(str(item.get("output") or "").split())
-    if len(answer) > SAMPLE_LINE_CHARS:
-        answer = answer[: SAMPLE_LINE_CHARS - 1] + "…"
-    number_of = f"{int(item.get('index', 0)) + 1}/{item.get('count')}"
-    return f"sample {number_of} ({who}, {item.get('finish')}): {answer!r}"
-
-
-def speed_plan_lines(item: dict) -> str:
-    """The speed plan: one line per choice, with its reason (who chose it: auto, yours, fixed)."""
-    lines = [f"speed: {item.get('mode')}"]
-    for choice in item.get("choices") or []:
-        lines.append(
-            f"  {choice.get('name')}: {choice.get('value')} [{choice.get('source')}] - {choice.get('reason')}"
-        )
-    return "\n".join(lines)
 
 
 def log_line(state: RunState, now_ts: float | None) -> str:
@@ -176,7 +67,7 @@ def follow(
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     watch = None
-    if not session.replay and not session.trainer_gone:
+    if session.mode == "live" and not session.trainer_gone:
         record = session.run.read_trainer() or {}
         watch = LiveWatch(record.get("pid")).start()
     try:
@@ -185,7 +76,7 @@ def follow(
         return _follow_plain(session, out, log_every_s, watch)
     except _Detach:
         run = session.run.run_id
-        if session.replay:  # a recording (or a run that no longer trains): nothing goes on
+        if session.mode != "live":  # a recording (or a run that no longer trains): nothing goes on
             said = f"\nleft the recording of {run}; it is not training (`cockpit runs` shows its status)"
         else:
             said = f"\ndetached; training goes on. Watch: cockpit attach {run}   Stop: cockpit stop {run}"

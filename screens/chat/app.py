@@ -17,8 +17,7 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Input, Static
 
-from cockpit.cli.finish_commands import ready_line
-from cockpit.finish.chat_client import ChatError, Done, Token
+from cockpit.finish.chat_client import ChatError, Done, Token, ready_line
 
 
 class ChatApp(App[int]):

@@ -22,7 +22,7 @@ from textual.worker import Worker, WorkerState
 from cockpit.config import schema as config_mod
 from cockpit.oom import relaunch as relaunch_mod
 from cockpit.oom.remedies import Analysis, Option
-from cockpit.run import process as supervisor
+from cockpit.run import process
 from screens.confirm import Confirm
 from screens.oom.figures import (
     REMEDY_COLUMNS,
@@ -185,9 +185,9 @@ class OomWizard(Screen[Any]):
             return problem
         if not option.applicable:
             return f"{option.title}: {option.resume}"
-        if getattr(self.session, "replay_label", None) is not None:
+        if self.session.mode == "playback":
             return f"this is a replay: relaunch the run with cockpit restart {self.session.run.run_id}"
-        if supervisor.is_alive(self.session.run):
+        if process.is_alive(self.session.run):
             return "the failed trainer is still exiting: try again in a moment"
         return None
 
@@ -217,7 +217,7 @@ def offer_oom_wizard(view) -> None:
     state = view.session.state
     if not relaunch_mod.is_oom_failure(state) or getattr(view, "_oom_offered", None) is state.error:
         return
-    if getattr(view.session, "replay_label", None) is not None or not view.session.run.config_path.is_file():
+    if view.session.mode == "playback" or not view.session.run.config_path.is_file():
         return  # a recording plays as it was; `o` still opens the wizard
     view._oom_offered = state.error
     open_oom_wizard(view)

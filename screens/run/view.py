@@ -30,8 +30,9 @@ from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.finish.samples import collect as collect_samples
 from cockpit.finish.samples import no_samples_reason
 from cockpit.live.replay import sample_of_bin
-from cockpit.live.session import RunSession
-from cockpit.run import process as supervisor
+from cockpit.live.sources import RunSource
+from cockpit.run import process
+from cockpit.run.control import NotRunning
 from screens.confirm import Confirm
 from screens.oom.wizard import offer_oom_wizard, open_oom_wizard
 from screens.run.figures import (  # noqa: F401 - the tests and other screens import them from here
@@ -82,18 +83,18 @@ class RunView(Screen):
         """The view is composed and mounted: updates can reach its widgets."""
 
     class StopSaid(Message):
-        """A line from the stop thread (`supervisor.stop` says what it escalates to)."""
+        """A line from the stop thread (`process.stop` says what it escalates to)."""
 
         def __init__(self, text: str) -> None:
             super().__init__()
             self.text = text
 
-    def __init__(self, session: RunSession, clock: Callable[[], float], *, watching: bool = False):
+    def __init__(self, session: RunSource, clock: Callable[[], float], *, watching: bool = False):
         super().__init__()
         self.session = session
         self.clock = clock
         self.status = "starting"
-        self.live = not session.replay  # until the first update says otherwise
+        self.live = session.mode == "live"  # until the first update says otherwise
         self.stopping = False
         self.updates_shown = 0
         self.telemetry_shown = 0  # samples (or a recorded history) drawn so far
@@ -116,7 +117,7 @@ class RunView(Screen):
             yield Static(self.session.run.run_id, id="run-id")
             yield Static("", id="status")
             yield Static("", id="phase")
-            yield Static(getattr(self.session, "replay_label", "REPLAY"), id="replay")
+            yield Static(self.session.label or "", id="replay")
         yield StepProgress(id="progress")
         with VerticalScroll(id="error"):
             yield Static("", id="error-text")
@@ -142,7 +143,7 @@ class RunView(Screen):
         self.query_one("#events").border_title = "events"
         self.query_one("#doctor-box").border_title = "doctor"
         self.query_one("#log").border_title = "backend.log"
-        self.query_one("#replay").display = self.session.replay
+        self.query_one("#replay").display = self.session.mode != "live"
         self.query_one("#doctor-box").display = False
         self.query_one("#log").display = False
         self._show_telemetry_panels()
@@ -161,16 +162,16 @@ class RunView(Screen):
         """Redraw from the session's state; called from the app's handler while the follow thread waits."""
         session, state = self.session, self.session.state
         ended = session.ended or state.ended
-        self.live = not session.replay and not ended
-        interrupted = session.replay and session.trainer_gone and not state.ended
+        self.live = session.mode == "live" and not ended
+        interrupted = session.mode != "live" and session.trainer_gone and not state.ended
         status = "interrupted" if interrupted else state.status
         if self.status != status:
             self.status = status
             self.refresh_bindings()
         now_ts = state.last_ts if ended or session.trainer_gone else self.clock()
         self._show_status()
-        if session.replay:
-            self._set_text("#replay", getattr(session, "replay_label", "REPLAY"))
+        if session.label is not None:
+            self._set_text("#replay", session.label)
         phase = state.phase.replace("_", " ")
         self._set_text("#phase", f"{phase}: {state.phase_message}" if state.phase_message else phase)
         self.query_one(StepProgress).show(
@@ -320,7 +321,7 @@ class RunView(Screen):
         return True
 
     def _refusal(self, command: str) -> str | None:
-        if self.session.replay:
+        if self.session.mode != "live":
             return f"this is a replay of a recorded run: '{command}' needs a live trainer"
         if not self.live:
             return f"the run has ended ({self.status}): nothing to {command}"
@@ -335,7 +336,7 @@ class RunView(Screen):
             return
         try:
             self.session.send(command)
-        except (supervisor.NotRunning, OSError) as exc:
+        except (NotRunning, OSError) as exc:
             self.notify(f"'{command}' was not sent: {exc}", severity="error")
             return
         self.notify(sent)
@@ -401,7 +402,7 @@ class RunView(Screen):
 
     def _stop(self) -> str:
         # blocks for up to STOP_GRACE_S + TERM_GRACE_S while the trainer checkpoints and exits
-        return supervisor.stop(self.session.run, say=lambda text: self.post_message(self.StopSaid(text)))
+        return process.stop(self.session.run, say=lambda text: self.post_message(self.StopSaid(text)))
 
     def on_run_view_stop_said(self, message: StopSaid) -> None:
         self.query_one(EventLog).write(f"{CLIENT_LINE_INDENT}stopping: {message.text}")
