@@ -179,10 +179,33 @@ def fsync_dir(folder: Path) -> None:
 
 
 def _rotate(folder: Path, keep: int, protect: str | None = None) -> list[Path]:
-    """Delete all but the newest `keep` complete checkpoints and `protect` (the best by eval loss)."""
+    """The oldest complete checkpoints past `keep` (but never `protect`, the best by eval loss), and
+    any incomplete one, removed."""
     complete = rundir.complete_checkpoints(folder)
     kept = {p.name for p in (complete[-keep:] if keep else complete)} | {protect}
     removed = [p for p in complete if p.name not in kept]
+    removed += rundir.incomplete_checkpoints(folder)
     for path in removed:
-        shutil.rmtree(path, ignore_errors=True)
-    return removed
+        rundir.remove_checkpoint(path)
+    return [p for p in removed if not p.name.startswith(rundir.REMOVING_PREFIX)]
+
+
+def clean_unfinished(run: rundir.RunDir, emitter: Emitter) -> None:
+    """At the start: what a killed save or rotation left (a staging folder, a checkpoint without its
+    marker, one whose removal began) is removed, and said; complete checkpoints are kept."""
+    staging = run.checkpoints_dir / rundir.STAGING_NAME
+    if staging.exists():
+        shutil.rmtree(staging, ignore_errors=True)
+        emitter.emit(
+            "warning", message="removed an unfinished checkpoint save from a previous attempt", hint=""
+        )
+    leftovers = rundir.incomplete_checkpoints(run.checkpoints_dir)
+    for path in leftovers:
+        rundir.remove_checkpoint(path)
+    named = [p.name.removeprefix(rundir.REMOVING_PREFIX) for p in leftovers]
+    if named:
+        emitter.emit(
+            "warning",
+            message=f"removed {', '.join(named)}: incomplete (a save or a removal cut short); never resumed",
+            hint="",
+        )

@@ -61,7 +61,7 @@ def split_eval(cfg: TrainConfig, prepared: data_mod.PreparedData, tokenizer):
         lengths = [prepared.lengths[i] for i in kept]
         stats = dict(prepared.stats)
         stats.update(data_mod.length_stats(lengths, cfg.training.max_length), samples=len(kept))
-        train = data_mod.PreparedData(train_ds, prepared.format, stats, lengths)
+        train = data_mod.PreparedData(train_ds, prepared.format, stats, lengths, prepared.dropped_note)
         source = f"{FRACTION_SOURCE} {ds.eval_fraction} of {n} samples, seed {cfg.training.seed}"
         evaluation = EvalData(eval_ds, prepared.format, source)
     elif ds.eval_split is not None:

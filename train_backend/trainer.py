@@ -19,9 +19,10 @@ from train_backend import model as model_mod
 from train_backend import speed_setup as fast
 from train_backend.callbacks import Controls, make_callback, memory_fields
 from train_backend.channel import CommandListener, Emitter
-from train_backend.checkpoints import fsync_tree, make_trainer_class
+from train_backend.checkpoints import clean_unfinished, fsync_tree, make_trainer_class
 from train_backend.distributed import RankControls, World, choose_strategy, local_first
 from train_backend.errors import classify, format_traceback
+from train_backend.rundir_watch import RunDirectoryGone, RunDirWatch
 
 
 def build_sft_config(
@@ -94,6 +95,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # an SSH drop is not a reason to stop
     if owner:
         CommandListener(str(run.control_path), controls.on_command, controls.on_fault).start()
+        RunDirWatch(run.path, controls.on_run_dir_gone).start()
         start_recorder(run)
     phase = "starting"
     step = None
@@ -106,6 +108,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         emitter.emit("phase", phase=name, message=message)
 
     def stopped_early() -> int:
+        if controls.gone.is_set():
+            raise RunDirectoryGone(f"stopped while {phase.replace('_', ' ')}")
         emitter.emit("done", status="stopped", step=0, message=f"stopped while {phase.replace('_', ' ')}")
         return 0
 
@@ -123,13 +127,9 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         model_mod.check_device_fits_method(cfg, device)
         precision = model_mod.choose_precision(cfg, device)
         tracker.emulation = oom_watch.emulate_vram(cfg, device.kind)
+        if owner:
+            clean_unfinished(run, emitter)
         resume = run.complete_checkpoints()
-        staging = run.checkpoints_dir / rundir.STAGING_NAME
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-            emitter.emit(
-                "warning", message="removed an unfinished checkpoint save from a previous attempt", hint=""
-            )
         emitter.emit(
             "hello",
             pid=os.getpid(),
@@ -167,6 +167,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         style, prefix = _prompt_style(prepared, tokenizer)
         prompts = eval_mod.build_prompts(cfg, held_out, tokenizer, style, prefix)
         emitter.emit("data", **prepared.stats, **_eval_fields(held_out, style, prefix, prompts))
+        if prepared.dropped_note:
+            emitter.emit("warning", message=prepared.dropped_note, hint="fix or remove those rows")
         plan = fast.make_plan(cfg, device, precision, prepared.lengths, model_path)  # speed: auto
         cfg = plan.config
         emitter.emit("speed_plan", **plan.to_event())
@@ -236,6 +238,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         enter("training", f"resuming from {resume[-1].name}" if resume else "")
         result = trainer.train(resume_from_checkpoint=str(resume[-1]) if resume else None)
         step = trainer.state.global_step
+        if controls.gone.is_set():
+            raise RunDirectoryGone(f"stopped at step {step} of {trainer.state.max_steps}, with no checkpoint")
         if controls.stop.is_set():
             emitter.emit(
                 "done",

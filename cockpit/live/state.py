@@ -104,6 +104,8 @@ class RunState:
     notices: list[str] = field(default_factory=list)
     faults: int = 0
     last_ts: float | None = None
+    log_gap_s: float | None = None  # between the last two log events: how often a training step is said
+    _last_log_ts: float | None = None
 
     # ------------------------------------------------------------ folding
 
@@ -167,6 +169,11 @@ class RunState:
             self.train_started_ts = number(m.get("ts"))
 
     def _on_log(self, m: LogEvent) -> None:
+        ts = number(m.get("ts"))
+        if ts is not None:
+            if self._last_log_ts is not None and self.status == "running":  # not across a pause
+                self.log_gap_s = max(0.0, ts - self._last_log_ts)
+            self._last_log_ts = ts
         self.step = int(m.get("step") or self.step)
         self.total_steps = m.get("total_steps") or self.total_steps
         self.epoch = number(m.get("epoch"))
@@ -249,6 +256,21 @@ class RunState:
         if self.status not in ("finished", "stopped", "failed"):
             self.status = "failed"
             self.outcome = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
+
+    def settle_from_remains(self, final_written: bool) -> bool:
+        """A trainer that is gone without a final event: judged by what it left. The final adapter
+        (`final/` appears by one rename after its save) or a `done` phase means training finished and
+        only the last event was cut (a crash or a full disk while writing it). True if so."""
+        if self.ended or not (final_written or self.phase == "done"):
+            return False
+        self.status, self.phase = "finished", "done"
+        left = "its final adapter is in final/" if final_written else "it reached its done phase"
+        self.outcome = {
+            "status": "finished",
+            "message": f"finished: {left}; the events file ends before the final event (cut while written)",
+            "step": self.step,
+        }
+        return True
 
     # ------------------------------------------------------------ derived figures
 

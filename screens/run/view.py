@@ -31,6 +31,7 @@ from cockpit.finish.samples import collect as collect_samples
 from cockpit.finish.samples import no_samples_reason
 from cockpit.live.replay import sample_of_bin
 from cockpit.live.sources import RunSource
+from cockpit.live.stall import Stall, StallNotices, find_stall
 from cockpit.run import process
 from cockpit.run.control import NotRunning
 from screens.confirm import Confirm
@@ -108,6 +109,8 @@ class RunView(Screen):
         self.short = False  # set from the terminal's height
         self.watch_late_s: float | None = None
         self.watch_error: str | None = None
+        self.stall: Stall | None = None  # the trainer silent for longer than its steps take
+        self._stall_notices = StallNotices()
         self._panels_drawn: tuple | None = None  # what the GPU and host panels last drew
         self._texts: dict[str, str | Text] = {}  # what each Static shows
         self._titles: dict[str | None, tuple[str, str | None]] = {}  # border title, subtitle per widget
@@ -169,11 +172,14 @@ class RunView(Screen):
             self.status = status
             self.refresh_bindings()
         now_ts = state.last_ts if ended or session.trainer_gone else self.clock()
+        self.stall = find_stall(state, now_ts) if self.live else None
+        said = self._stall_notices.update(self.stall)
         self._show_status()
         if session.label is not None:
             self._set_text("#replay", session.label)
         phase = state.phase.replace("_", " ")
-        self._set_text("#phase", f"{phase}: {state.phase_message}" if state.phase_message else phase)
+        phase_text = f"{phase}: {state.phase_message}" if state.phase_message else phase
+        self._set_text("#phase", self.stall.text() if self.stall is not None else phase_text)
         self.query_one(StepProgress).show(
             state.step, state.total_steps, state.epoch, state.plan.get("epochs")
         )
@@ -201,7 +207,7 @@ class RunView(Screen):
             )
             self._set_text("#error-text", error)
         log = self.query_one(EventLog)
-        for line in lines:
+        for line in [*lines, *([said] if said else [])]:
             log.write(line)
         self.updates_shown += 1
         offer_oom_wizard(self)  # an OOM: the wizard opens by itself, once
@@ -291,9 +297,12 @@ class RunView(Screen):
 
     def _show_status(self) -> None:
         label = "stopping…" if self.stopping and self.live else self.status
+        if label == self.status and self.stall is not None:
+            label = "silent"  # the trainer has gone quiet (cockpit.live.stall)
         self._set_text("#status", f" {label} ")
         # query, not query_one: a redraw that lands while the screen is being torn down finds nothing
-        self.query("#status").set_classes("-stopping" if label == "stopping…" else f"-{self.status}")
+        css = {"stopping…": "-stopping", "silent": "-stalled"}.get(label, f"-{self.status}")
+        self.query("#status").set_classes(css)
 
     def _set_text(self, selector: str, content: str | Text) -> None:
         """Update a Static only when its content changed: each update costs a layout pass."""
