@@ -29,7 +29,8 @@ class PreparedData:
     dropped_note: str | None = None  # "dropped 3 of 345 rows: empty or missing 'text' (rows 4, 9, 12)"
 
 
-def load_raw(section: DatasetSection):
+def load_raw(section: DatasetSection, split_key: str = "dataset.split"):
+    """`split_key`: the config key that named `section.split`, for the error that it is missing."""
     import datasets
 
     path = demo_dataset_path() if section.path == "demo" else section.path
@@ -40,7 +41,7 @@ def load_raw(section: DatasetSection):
             if isinstance(loaded, datasets.DatasetDict):
                 if section.split not in loaded:
                     raise DataError(
-                        f"dataset.split: {section.split!r} not in {str(local)!r}; splits are: "
+                        f"{split_key}: {section.split!r} not in {str(local)!r}; splits are: "
                         f"{', '.join(loaded.keys())}"
                     )
                 loaded = loaded[section.split]
@@ -107,8 +108,10 @@ def detect_format(columns: list[str], section: DatasetSection) -> str:
     )
 
 
-def prepare(section: DatasetSection, tokenizer, max_length: int) -> PreparedData:
-    raw = load_raw(section)
+def prepare(
+    section: DatasetSection, tokenizer, max_length: int, split_key: str = "dataset.split"
+) -> PreparedData:
+    raw = load_raw(section, split_key)
     columns = list(raw.column_names)
     fmt = detect_format(columns, section)
     column = {"text": section.text_field, "messages": section.messages_field, "tokens": "input_ids"}[fmt]

@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from cockpit import paths
+from cockpit.cli import finish_commands
 from cockpit.cli.args import build_parser
 from cockpit.cli.exit_codes import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.cli.plan_commands import cmd_cards, cmd_estimate, cmd_pick, cmd_preflight
@@ -336,4 +337,5 @@ COMMANDS = {
     "save": cmd_save,
     "pause": cmd_pause,
     "resume": cmd_resume,
+    **finish_commands.COMMANDS,
 }

@@ -261,6 +261,8 @@ def _coerce(key: str, value: Any, allowed: tuple) -> Any:
             return value
         if get_origin(t) is list and isinstance(value, list) and all(isinstance(v, str) for v in value):
             if not value:
+                if key == "eval.prompts":
+                    raise ConfigError(f"{key}: the list is empty; give at least one prompt, or leave it out")
                 raise ConfigError(f"{key}: the list is empty; name at least one module or use 'all-linear'")
             return list(value)
     # YAML reads 2e-4 as a string (no dot in the mantissa): accept numbers written that way
@@ -345,6 +347,7 @@ def _check_combinations(cfg: TrainConfig) -> None:
             "or the string 'all-linear'"
         )
     _check_distributed(cfg)
+    _check_eval(cfg)
     t = cfg.training
     if (
         cfg.debug.fail_at_step is not None
@@ -354,6 +357,48 @@ def _check_combinations(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"debug.fail_at_step: {cfg.debug.fail_at_step} is after training.max_steps ({t.max_steps})"
         )
+
+
+def _check_eval(cfg: TrainConfig) -> None:
+    ds, ev = cfg.dataset, cfg.eval
+    if ds.eval_split is not None and ds.eval_fraction is not None:
+        raise ConfigError(
+            f"dataset.eval_split ({ds.eval_split!r}) and dataset.eval_fraction ({ds.eval_fraction}) are both "
+            "set; the eval data comes from one of them: keep one"
+        )
+    if ds.eval_split is not None:
+        if not ds.eval_split.strip():
+            raise ConfigError("dataset.eval_split: empty; give a split name (e.g. validation) or a file path")
+        if looks_like_path(ds.eval_split) or Path(ds.eval_split).suffix.lower() in (
+            ".json",
+            ".jsonl",
+            ".csv",
+        ):
+            path = Path(ds.eval_split).expanduser()
+            if not path.exists():
+                raise ConfigError(
+                    f"dataset.eval_split: {ds.eval_split!r} does not exist. Give a split of the dataset "
+                    "(e.g. validation), an existing .json/.jsonl/.csv/.parquet file, or use "
+                    "dataset.eval_fraction: 0.05 to hold out part of the training data."
+                )
+        if ds.eval_split == ds.split and not looks_like_path(ds.eval_split):
+            raise ConfigError(
+                f"dataset.eval_split: {ds.eval_split!r} is the split trained on (dataset.split); eval data "
+                "must be held out: name another split, or use dataset.eval_fraction"
+            )
+    has_eval = ds.eval_split is not None or ds.eval_fraction is not None
+    if not has_eval and ev.steps is not None:
+        raise ConfigError(
+            f"eval.steps: {ev.steps}, but there is no eval data; set dataset.eval_fraction (e.g. 0.05) or "
+            "dataset.eval_split"
+        )
+    if not has_eval and isinstance(ev.prompts, int):
+        raise ConfigError(
+            f"eval.prompts: {ev.prompts} takes that many prompts from the eval split, and there is none; set "
+            "dataset.eval_fraction (e.g. 0.05) or dataset.eval_split, or give the prompts as strings"
+        )
+    if isinstance(ev.prompts, list) and any(not p.strip() for p in ev.prompts):
+        raise ConfigError("eval.prompts: one of the prompts is empty; give text for each, or remove it")
 
 
 def _check_distributed(cfg: TrainConfig) -> None:
@@ -400,6 +445,11 @@ def with_absolute_paths(cfg: TrainConfig, base: Path | None = None) -> TrainConf
         cfg.model.name = str((base / Path(cfg.model.name).expanduser()).resolve())
     if cfg.dataset.path != "demo" and looks_like_path(cfg.dataset.path):
         cfg.dataset.path = str((base / Path(cfg.dataset.path).expanduser()).resolve())
+    split = cfg.dataset.eval_split
+    if split is not None and (
+        looks_like_path(split) or Path(split).suffix.lower() in (".json", ".jsonl", ".csv")
+    ):
+        cfg.dataset.eval_split = str((base / Path(split).expanduser()).resolve())
     if cfg.output.dir:
         cfg.output.dir = str((base / Path(cfg.output.dir).expanduser()).resolve())
     return cfg

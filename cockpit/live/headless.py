@@ -31,8 +31,10 @@ REFRESH_PER_S = 2
 
 
 def status_line(state: RunState, now_ts: float | None) -> str:
-    parts = [
-        f"loss {fmt.loss(state.loss)}",
+    parts = [f"loss {fmt.loss(state.loss)}"]
+    if state.eval_loss is not None:
+        parts.append(f"eval {fmt.loss(state.eval_loss)}")
+    parts += [
         f"lr {fmt.sci(state.learning_rate)}",
         f"tok/s {fmt.rate(state.tokens_per_s)}",
         f"ETA {'estimating' if state.estimating and state.total_steps else fmt.duration(state.eta_s())}",

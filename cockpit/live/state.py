@@ -15,6 +15,7 @@ from cockpit.protocol.events import (
     DataEvent,
     DoneEvent,
     ErrorEvent,
+    EvalEvent,
     ExitEvent,
     HelloEvent,
     LogEvent,
@@ -22,6 +23,7 @@ from cockpit.protocol.events import (
     PausedEvent,
     PhaseEvent,
     ResumedEvent,
+    SampleEvent,
     TrainBeginEvent,
 )
 from cockpit.protocol.wire import EVENT_TYPES, Fault, number
@@ -95,6 +97,11 @@ class RunState:
     losses: list[tuple[int, float]] = field(default_factory=list)
     learning_rates: list[tuple[int, float]] = field(default_factory=list)
     checkpoints: list[dict] = field(default_factory=list)
+    evals: list[tuple[int, float]] = field(default_factory=list)  # (step, eval loss), step 0 the base
+    eval_loss: float | None = None
+    best_eval: dict = field(default_factory=dict)  # step, eval_loss: the lowest so far
+    best_checkpoint: str | None = None  # the kept checkpoint with the lowest eval loss
+    samples: list[dict] = field(default_factory=list)  # the sample events, in order
     attempts: list[Attempt] = field(default_factory=list)
     train_started_ts: float | None = None
     error: dict | None = None
@@ -208,8 +215,32 @@ class RunState:
         self.checkpoints = [c for c in self.checkpoints if c["name"] not in removed]
         path = m.get("path", "")
         self.checkpoints.append(
-            {"name": path.rsplit("/", 1)[-1], "step": m.get("step"), "bytes": m.get("bytes")}
+            {
+                "name": path.rsplit("/", 1)[-1],
+                "step": m.get("step"),
+                "bytes": m.get("bytes"),
+                "eval_loss": number(m.get("eval_loss")),
+            }
         )
+        if "best_checkpoint" in m:
+            self.best_checkpoint = m.get("best_checkpoint")
+
+    def _on_eval(self, m: EvalEvent) -> None:
+        loss, step = number(m.get("eval_loss")), m.get("step")
+        if loss is None or not isinstance(step, int):
+            return
+        self.evals = [(s, v) for s, v in self.evals if s != step] + [(step, loss)]  # a restart re-evaluates
+        self.eval_loss = loss
+        best = number(m.get("best_eval_loss"))
+        if best is not None:
+            self.best_eval = {"step": m.get("best_step"), "eval_loss": best}
+        if m.get("best_checkpoint"):
+            self.best_checkpoint = m["best_checkpoint"]
+        # new dicts, not changed ones: a snapshot handed to the screen shares the old
+        self.checkpoints = [dict(c, eval_loss=loss) if c.get("step") == step else c for c in self.checkpoints]
+
+    def _on_sample(self, m: SampleEvent) -> None:
+        self.samples.append({k: v for k, v in m.items() if k not in ("v", "type")})
 
     def _on_paused(self, m: PausedEvent) -> None:
         self.status = "paused"
@@ -233,6 +264,8 @@ class RunState:
     def _on_done(self, m: DoneEvent) -> None:
         self.outcome = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
         self.status = m.get("status", "finished")
+        if m.get("best_checkpoint"):
+            self.best_checkpoint = m["best_checkpoint"]
         self.phase = "done"
         if m.get("step"):
             self.step = int(m["step"])

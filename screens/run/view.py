@@ -27,6 +27,8 @@ from textual.worker import Worker, WorkerState
 
 from cockpit import fmt
 from cockpit.doctor.multi_gpu import rank_pids
+from cockpit.finish.samples import collect as collect_samples
+from cockpit.finish.samples import no_samples_reason
 from cockpit.live.replay import sample_of_bin
 from cockpit.live.sources import RunSource
 from cockpit.live.stall import Stall, StallNotices, find_stall
@@ -42,6 +44,7 @@ from screens.run.figures import (  # noqa: F401 - the tests and other screens im
     phase_text,
     stat_rows,
 )
+from screens.run.samples import SamplesView
 from screens.run.telemetry_feed import SeriesBook
 from widgets.doctor_panel import DoctorPanel, finding_log_line
 from widgets.event_log import EventLog
@@ -60,6 +63,7 @@ COMPACT_BELOW_ROWS = 30  # shorter terminals get one row per GPU and one for the
 MANY_GPUS = 2  # more GPUs than this: one row each at any size
 RECENT_SPAN_S = 300.0  # `h` switches the sparklines between the whole run and this
 WATCH_LATE_S = 3.0  # a watch that has not answered for this long is said to be late
+LOSS_TITLE_WITH_EVAL = "loss: [$accent]train[/] · [$warning]eval[/]"
 NO_TELEMETRY = "no GPU/host telemetry for this run: no live watch and no telemetry.jsonl"
 
 
@@ -67,13 +71,14 @@ class RunView(Screen):
     CSS_PATH = "view.tcss"
     AUTO_FOCUS = "#events"  # arrow keys and PgUp scroll the event history
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("s", "save", "Save"),  # short words: every key on the footer at 60 columns
+        Binding("s", "save", "Save"),  # a checkpoint; short, so that every key fits 80 columns
         Binding("p", "pause", "Pause"),
         Binding("p", "resume", "Resume"),
         Binding("x", "stop", "Stop"),
         Binding("g", "toggle_telemetry", "GPU"),
         Binding("l", "toggle_log", "Log"),
         Binding("h", "toggle_span", "Span"),
+        Binding("m", "samples", "Samples"),
         Binding("o", "oom_wizard", "OOM wizard", show=False),
         # a replay's own keys (its footer has these instead of s, p and x)
         Binding("minus", "replay_speed(0.5)", "Slower", key_display="-"),
@@ -102,7 +107,8 @@ class RunView(Screen):
         self.stopping = False
         self.updates_shown = 0
         self.telemetry_shown = 0  # samples (or a recorded history) drawn so far
-        self._losses_shown = -1
+        self._losses_shown = (-1, -1)
+        self._samples_shown = 0
         self.book = SeriesBook()
         self.sample: Any = None  # the newest telemetry sample, live or rebuilt from the last bin
         self.has_telemetry = watching  # a watch or a recorded history: the GPU/host panels have a source
@@ -189,10 +195,20 @@ class RunView(Screen):
         )
         self.query_one("#stats", StatsPanel).show_rows(stat_rows(state, now_ts))
         self.query_one("#checkpoints", StatsPanel).show_rows(checkpoint_rows(state))
-        if len(state.losses) != self._losses_shown:
-            self._losses_shown = len(state.losses)
-            self.query_one(LossPlot).plot(state.losses, state.learning_rates)
+        if (len(state.losses), len(state.evals)) != self._losses_shown:
+            if state.evals and self._losses_shown[1] <= 0:
+                self._set_title(self.query_one(LossPlot), LOSS_TITLE_WITH_EVAL)
+                self._set_title(self.query_one("#checkpoints"), "checkpoints · ★ best eval")
+            self._losses_shown = (len(state.losses), len(state.evals))
+            self.query_one(LossPlot).plot(state.losses, state.learning_rates, state.evals)
             self._show_telemetry_panels()  # the torch memory counters came with the step
+        if len(state.samples) != self._samples_shown:
+            if not self._samples_shown:
+                self.refresh_bindings()  # the Samples key shows once there are samples
+            self._samples_shown = len(state.samples)
+            for screen in self.app.screen_stack:
+                if isinstance(screen, SamplesView):
+                    screen.show_book(collect_samples(state.samples))
         error = error_text(state, interrupted)
         self.set_class(error is not None, "-failed")
         if error is not None:
@@ -328,6 +344,8 @@ class RunView(Screen):
             return self.status != "paused"
         if action == "resume":
             return self.status == "paused"
+        if action == "samples":
+            return bool(self.session.state.samples)
         return True
 
     def _refusal(self, command: str) -> str | None:
@@ -387,6 +405,14 @@ class RunView(Screen):
             return
         self.span_s = None if self.span_s else RECENT_SPAN_S
         self._show_telemetry_panels()
+
+    def action_samples(self) -> None:
+        """Base vs now, side by side: the samples the trainer wrote (eval.prompts)."""
+        state = self.session.state
+        if not state.samples:
+            self.notify(no_samples_reason(state))
+            return
+        self.app.push_screen(SamplesView(collect_samples(state.samples), state.run_id))
 
     def action_oom_wizard(self) -> None:
         open_oom_wizard(self)
