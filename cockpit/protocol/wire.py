@@ -38,6 +38,9 @@ EVENT_TYPES = frozenset(
         "exit",
         "probe",
         "config_change",
+        "export_progress",
+        "export_check",
+        "export_done",
     }
 )
 # Client -> trainer, through the run directory's control FIFO.
