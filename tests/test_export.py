@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -45,9 +44,12 @@ def _base_env() -> dict:
 
     env = {k: v for k, v in os.environ.items() if k != "COCKPIT_TEST_MODULES_DIR"}
     env.update(
-        HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
         PYTHONPATH=str(ROOT),
-    )  # fmt: skip
+    )
     env.pop("HF_TOKEN", None)
     return env
 
@@ -56,14 +58,18 @@ def _base_env() -> dict:
 def exported(trained) -> dict:
     """The merged model + GGUF q8_0 of the shared run, through the CLI."""
     out = trained["base"] / "merged-q8"
-    proc = cockpit(["export", str(trained["run"]), "--merge", "--gguf", "q8_0", "--to", str(out)], trained["env"])
+    proc = cockpit(
+        ["export", str(trained["run"]), "--merge", "--gguf", "q8_0", "--to", str(out)], trained["env"]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {"out": out, "proc": proc, **trained}
 
 
 def _python(code: str, env: dict, timeout: float = 240) -> dict:
     """Run torch-side checks in a child (this process never imports torch); it prints one JSON line."""
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -71,7 +77,13 @@ def _python(code: str, env: dict, timeout: float = 240) -> dict:
 def test_merged_export_has_shards_tokenizer_template_and_matching_eos(exported):
     out = exported["out"]
     names = {p.name for p in out.iterdir()}
-    assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json", "README.md"} <= names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "generation_config.json",
+        "README.md",
+    } <= names
     assert "Modelfile" in names and any(n.endswith("-q8_0.gguf") for n in names)
     gen = json.loads((out / "generation_config.json").read_text())
     assert gen["eos_token_id"] == [2]  # </s>, where the shipped template ends an assistant turn
@@ -93,8 +105,16 @@ def test_gguf_reads_back_with_gguf_reader(exported):
     layers, hidden, vocab, ffn = 4, 256, 1024, 688  # the shipped tiny shape
     names = {t.name: t for t in reader.tensors}
     per_layer = [
-        "attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
-    ]  # fmt: skip
+        "attn_norm",
+        "ffn_norm",
+        "attn_q",
+        "attn_k",
+        "attn_v",
+        "attn_output",
+        "ffn_gate",
+        "ffn_up",
+        "ffn_down",
+    ]
     expected = {"token_embd.weight", "output_norm.weight", "output.weight"} | {
         f"blk.{i}.{n}.weight" for i in range(layers) for n in per_layer
     }
@@ -147,7 +167,8 @@ ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
 ids_back = back_tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
 with torch.no_grad():
     a, b = merged(input_ids=ids).logits[0, -1], back(input_ids=ids).logits[0, -1]
-print(json.dumps({{"same_ids": ids.tolist() == ids_back.tolist(), "relative": float((a - b).abs().max() / a.abs().max()),
+relative = float((a - b).abs().max() / a.abs().max())
+print(json.dumps({{"same_ids": ids.tolist() == ids_back.tolist(), "relative": relative,
                   "top1_same": int(a.argmax()) == int(b.argmax()),
                   "template_same": back_tok.chat_template == tok.chat_template}}))
 """
@@ -200,7 +221,10 @@ def test_a_run_without_final_adapter_exports_its_last_checkpoint(trained, tmp_pa
     out = tmp_path / "out"
     assert main(["export", str(run), "--to", str(out)]) == 0, capsys.readouterr().err
     err = capsys.readouterr().err
-    assert "has no final adapter (it did not finish); exporting its last complete checkpoint, checkpoint-4" in err
+    assert (
+        "has no final adapter (it did not finish); exporting its last complete checkpoint, checkpoint-4"
+        in err
+    )
     assert (out / "adapter_config.json").is_file()
 
 
@@ -211,7 +235,9 @@ def test_too_little_disk_is_refused_before_anything_is_written(trained, tmp_path
     out = tmp_path / "never"
     assert main(["export", str(trained["run"]), "--merge", "--gguf", "f16", "--to", str(out)]) == 1
     err = capsys.readouterr().err
-    assert "not enough disk at" in err and "is free" in err and "merged safetensors" in err and "GGUF f16" in err
+    assert (
+        "not enough disk at" in err and "is free" in err and "merged safetensors" in err and "GGUF f16" in err
+    )
     assert "976.6 KiB is free" in err
     assert not out.exists() and not list(tmp_path.glob(".never.partial-*"))
 
@@ -284,7 +310,9 @@ def test_a_refused_push_says_why_and_keeps_the_export(exported, monkeypatch, cap
     finally:
         server.shutdown()
     assert not result.ok
-    assert f"at http://127.0.0.1:{server.server_port} refused: HTTP 401 (the token is invalid" in result.message
+    assert (
+        f"at http://127.0.0.1:{server.server_port} refused: HTTP 401 (the token is invalid" in result.message
+    )
     assert "hf_not_a_real_token" not in result.message
     assert (exported["out"] / "model.safetensors").is_file()
 

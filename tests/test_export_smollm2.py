@@ -32,10 +32,15 @@ REAL_CACHE = str(packaged.model_dir("smollm2-135m").parents[2])  # before a fixt
 def test_smollm2_export_round_trip(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("COCKPIT_TEST_MODULES_DIR", "HF_TOKEN")}
     env.update(
-        COCKPIT_HOME=str(tmp_path / "home"), COCKPIT_CACHE=REAL_CACHE, HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_CACHE=str(tmp_path / "datasets"),
-        PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
-    )  # fmt: skip
+        COCKPIT_HOME=str(tmp_path / "home"),
+        COCKPIT_CACHE=REAL_CACHE,
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_CACHE=str(tmp_path / "datasets"),
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+    )
     cfg = write_config(
         tmp_path / "smol.yaml",
         {
@@ -80,7 +85,8 @@ ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
 with torch.no_grad():
     a, b = merged(input_ids=ids).logits[0, -1], back(input_ids=ids).logits[0, -1]
 print(json.dumps({{
-    "same_ids": ids.tolist() == back_tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"].tolist(),
+    "same_ids": ids.tolist() == back_tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    .tolist(),
     "relative": float((a - b).abs().max() / a.abs().max()), "top1": [int(a.argmax()), int(b.argmax())],
     "template_same": back_tok.chat_template == tok.chat_template}}))
 """

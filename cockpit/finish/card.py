@@ -14,8 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from cockpit import __version__
-from cockpit import fmt
+from cockpit import __version__, fmt
 from cockpit.live.state import RunState
 from cockpit.run import rundir
 from cockpit.run.process import EventFollower
@@ -100,7 +99,9 @@ def card_fields(facts: RunFacts, export: dict) -> dict[str, str]:
     data = s.data
     data_text = f"{_get(c, 'dataset.path')} (split {_get(c, 'dataset.split')})"
     if data:
-        parts = [f"{data[k]} {label}" for k, label in (("samples", "samples"), ("tokens", "tokens")) if k in data]
+        parts = [
+            f"{data[k]} {label}" for k, label in (("samples", "samples"), ("tokens", "tokens")) if k in data
+        ]
         if parts:
             data_text += ": " + ", ".join(parts)
     train_loss = (s.outcome or {}).get("train_loss")
@@ -146,7 +147,8 @@ def render(facts: RunFacts, export: dict) -> str:
     merged = bool(export.get("merged"))
     front = {
         "library_name": "transformers" if merged else "peft",
-        "tags": ["lora-cockpit", facts.config.get("method", "lora")] + (["gguf"] if export.get("gguf") else []),
+        "tags": ["lora-cockpit", facts.config.get("method", "lora")]
+        + (["gguf"] if export.get("gguf") else []),
     }
     if "/" in str(base) and not str(base).startswith(("/", ".", "synthetic:")):
         front["base_model"] = base
@@ -154,8 +156,10 @@ def render(facts: RunFacts, export: dict) -> str:
     title = export.get("title") or facts.run_id
     lines += [f"# {title}", ""]
     if merged:
-        lines.append(f"{base} with the LoRA adapter of run `{facts.run_id}` merged into its weights "
-                     f"({export.get('dtype')}).")  # fmt: skip
+        lines.append(
+            f"{base} with the LoRA adapter of run `{facts.run_id}` merged into its weights "
+            f"({export.get('dtype')})."
+        )
     else:
         lines.append(f"A LoRA adapter for {base}, from run `{facts.run_id}`.")
     lines += ["", "## Training", "", "| | |", "|---|---|"]
@@ -171,14 +175,20 @@ def render(facts: RunFacts, export: dict) -> str:
     if export.get("gguf"):
         g = export["gguf"]
         lines += [
-            "", "## GGUF", "",
+            "",
+            "## GGUF",
+            "",
             f"`{g['file']}`: {g['type']}, architecture `{g['architecture']}`, {g['tensors']} tensors "
             f"({', '.join(f'{n} {k}' for k, n in sorted(g['types'].items()))}), with the tokenizer and "
             "chat template in its metadata. Ollama: `ollama create NAME -f Modelfile`.",
-        ]  # fmt: skip
+        ]
     if export.get("eos_tokens"):
-        lines += ["", f"Generation stops at: {', '.join(f'`{t}`' for t in export['eos_tokens'])} "
-                      "(the chat template's end of turn; generation_config.json).", ""]  # fmt: skip
+        lines += [
+            "",
+            f"Generation stops at: {', '.join(f'`{t}`' for t in export['eos_tokens'])} "
+            "(the chat template's end of turn; generation_config.json).",
+            "",
+        ]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -50,9 +50,14 @@ class LogitsCheck:
 
 
 def verdict(
-    compared: str, max_abs_diff: float, ref_max_abs: float, tolerance: float, inputs: int, positions: int,
+    compared: str,
+    max_abs_diff: float,
+    ref_max_abs: float,
+    tolerance: float,
+    inputs: int,
+    positions: int,
     top1_agree: float,
-) -> LogitsCheck:  # fmt: skip
+) -> LogitsCheck:
     return LogitsCheck(compared, inputs, positions, max_abs_diff, ref_max_abs, tolerance, top1_agree)
 
 

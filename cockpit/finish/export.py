@@ -79,9 +79,7 @@ def pick_source(run: rundir.RunDir, checkpoint: int | None) -> Source:
 
 
 def _has_weights(folder: Path) -> bool:
-    return folder.is_dir() and any(
-        (folder / n).is_file() for n in ("adapter_config.json", "config.json")
-    )
+    return folder.is_dir() and any((folder / n).is_file() for n in ("adapter_config.json", "config.json"))
 
 
 def default_out(run: rundir.RunDir, source: Source, merge: bool, dtype: str, gguf: str | None) -> Path:
@@ -96,8 +94,8 @@ def model_size(cfg, run_facts: card_mod.RunFacts) -> tuple[int, int]:
 
     try:
         shape = load_shape(cfg.model.name, revision=cfg.model.revision or "main", timeout_s=5.0)
-        vocab_rows = shape.embedding_params()
-        return shape.params(), vocab_rows
+        vocab_rows = shape.embedding_params
+        return shape.params, vocab_rows
     except (ShapeError, OSError):
         counted = int(run_facts.state.model.get("params_total") or 0)
         return counted, counted // 8
@@ -108,7 +106,10 @@ def folder_bytes(folder: Path) -> int:
 
 
 def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "-", text.rsplit("/", 1)[-1].replace("synthetic:", "")).strip("-") or "model"
+    return (
+        re.sub(r"[^A-Za-z0-9.]+", "-", text.rsplit("/", 1)[-1].replace("synthetic:", "")).strip("-")
+        or "model"
+    )
 
 
 # ---------------------------------------------------------------- progress
@@ -132,7 +133,7 @@ class Progress:
             self._print(line, final=True)
             return
         fraction = min(1.0, done / total)
-        filled = int(round(fraction * BAR_WIDTH))
+        filled = round(fraction * BAR_WIDTH)
         bar = "#" * filled + "-" * (BAR_WIDTH - filled)
         line = f"  {stage:<8} [{bar}] {fraction:4.0%}  {done}/{total} {event.get('unit', '')}"
         if done == 0 and event.get("message"):
@@ -169,9 +170,13 @@ def run_backend(request: dict, log_path: Path, progress: Progress) -> tuple[int,
         log.write(f"\n--- cockpit export {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode())
         log.flush()
         proc = subprocess.Popen(
-            backend_command(request), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-            cwd=project_root(), env=env,
-        )  # fmt: skip
+            backend_command(request),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            cwd=project_root(),
+            env=env,
+        )
         try:
             for chunk in iter(lambda: proc.stdout.read1(65536), b""):
                 for item in decoder.feed(chunk):
@@ -226,7 +231,9 @@ def export(
     facts = card_mod.read_facts(run)
     out = Path(to).expanduser().resolve() if to else default_out(run, source, merge, dtype, gguf)
     if out.exists() and any(out.iterdir()):
-        raise ExportError(f"{out} already exists and is not empty; remove it, or choose another folder with --to")
+        raise ExportError(
+            f"{out} already exists and is not empty; remove it, or choose another folder with --to"
+        )
     params, largest = model_size(cfg, facts)
     need = needs_mod.estimate(params, largest, dtype, merge, gguf, folder_bytes(source.path), out)
     if need.problems:
@@ -238,10 +245,15 @@ def export(
     shutil.rmtree(staging, ignore_errors=True)
     staging.parent.mkdir(parents=True, exist_ok=True)
     request = {
-        "run_dir": str(run.path), "source": str(source.path), "out_dir": str(staging), "dtype": dtype,
-        "gguf": gguf, "merge": merge, "name": slug(cfg.model.name) + f"-{run.run_id.split('-')[0]}",
+        "run_dir": str(run.path),
+        "source": str(source.path),
+        "out_dir": str(staging),
+        "dtype": dtype,
+        "gguf": gguf,
+        "merge": merge,
+        "name": slug(cfg.model.name) + f"-{run.run_id.split('-')[0]}",
         "train_precision": facts.state.precision,
-    }  # fmt: skip
+    }
     started = time.time()
     try:
         code, events, faults = run_backend(request, run.path / LOG_NAME, Progress())
@@ -256,8 +268,12 @@ def export(
                 + f"; see {run.path / LOG_NAME}"
             )
         info = {k: v for k, v in done.items() if k not in ("v", "type", "ts")}
-        info.update(source_label=source.label, source_note=source.note, wall_s=round(time.time() - started, 2),
-                    title=f"{slug(cfg.model.name)} · {run.run_id}")  # fmt: skip
+        info.update(
+            source_label=source.label,
+            source_note=source.note,
+            wall_s=round(time.time() - started, 2),
+            title=f"{slug(cfg.model.name)} · {run.run_id}",
+        )
         card_mod.write_card(staging, facts, info)
         info["files"] = [{"name": p.name, "bytes": p.stat().st_size} for p in sorted(staging.iterdir())]
         if out.exists():
@@ -277,9 +293,12 @@ def summary_lines(out: Path, info: dict) -> list[str]:
         lines.append(f"merge check: {describe_event(info['check'])}")
     timings = info.get("timings_s") or {}
     if timings:
-        lines.append("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
-                     + f"; peak RAM {fmt.size(info.get('peak_rss_bytes'))}"
-                     + (f", peak GPU {fmt.size(info['peak_gpu_bytes'])}" if info.get("peak_gpu_bytes") else ""))  # fmt: skip
+        lines.append(
+            "time: "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
+            + f"; peak RAM {fmt.size(info.get('peak_rss_bytes'))}"
+            + (f", peak GPU {fmt.size(info['peak_gpu_bytes'])}" if info.get("peak_gpu_bytes") else "")
+        )
     if info.get("gguf"):
         lines.append(f"Ollama: cd {out} && ollama create NAME -f Modelfile")
     return lines

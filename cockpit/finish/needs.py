@@ -43,7 +43,7 @@ class Needs:
         if self.disk_bytes > self.disk_free:
             out.append(
                 f"not enough disk at {self.disk_where}: the export needs ~{fmt.size(self.disk_bytes)} "
-                f"({self.disk_parts}), {fmt.size(self.disk_free)} is free. Free space (cockpit runs --prune), "
+                f"({self.disk_parts}), {fmt.size(self.disk_free)} is free. Free space (cockpit runs --prune) "
                 "or write elsewhere with --to DIR."
             )
         return out

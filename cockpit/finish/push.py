@@ -44,14 +44,19 @@ def push(folder: Path, repo_id: str, private: bool = True) -> PushResult:
     try:
         from huggingface_hub import HfApi
     except ImportError:
-        return PushResult(False, f"not pushed: huggingface_hub is not installed (pip install huggingface_hub). {kept}")
+        return PushResult(
+            False, f"not pushed: huggingface_hub is not installed (pip install huggingface_hub). {kept}"
+        )
     api = HfApi(endpoint=endpoint(), token=token)
     try:
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
         commit = api.upload_folder(
-            folder_path=str(folder), repo_id=repo_id, repo_type="model",
-            commit_message="lora-cockpit export", ignore_patterns=["cockpit-export.json"],
-        )  # fmt: skip
+            folder_path=str(folder),
+            repo_id=repo_id,
+            repo_type="model",
+            commit_message="lora-cockpit export",
+            ignore_patterns=["cockpit-export.json"],
+        )
     except Exception as exc:
         reason = _reason(exc)
         return PushResult(False, f"push to {repo_id} at {endpoint()} refused: {reason}. {kept}")

@@ -26,6 +26,9 @@ CHECK_PROMPTS = (
 )
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 MAX_SHARD = "2GB"
+# what a checkpoint holds for resuming, not for using the adapter
+TRAINER_STATE = ("optimizer", "scheduler", "rng_state", "trainer_state")
+NOT_COPIED = ("training_args.bin", "cockpit-complete.json", "README.md")
 
 
 class Refused(RuntimeError):
@@ -54,18 +57,29 @@ class Stages:
 
     def step(self, done: int, total: int, unit: str) -> None:
         self.emitter.emit(
-            "export_progress", stage=self._stage, done=done, total=total, unit=unit,
+            "export_progress",
+            stage=self._stage,
+            done=done,
+            total=total,
+            unit=unit,
             elapsed_s=round(time.time() - self._started, 2),
-        )  # fmt: skip
+        )
 
     def end(self, message: str = "") -> None:
         elapsed = round(time.time() - self._started, 3)
         self.timings[self._stage] = elapsed
         self.peaks[self._stage] = peak_rss_bytes()
         self.emitter.emit(
-            "export_progress", stage=self._stage, done=1, total=1, unit="stage", elapsed_s=elapsed,
-            finished=True, message=message, peak_rss_bytes=self.peaks[self._stage],
-        )  # fmt: skip
+            "export_progress",
+            stage=self._stage,
+            done=1,
+            total=1,
+            unit="stage",
+            elapsed_s=elapsed,
+            finished=True,
+            message=message,
+            peak_rss_bytes=self.peaks[self._stage],
+        )
 
 
 def run_export(request: dict, emitter: Emitter) -> int:
@@ -84,8 +98,9 @@ def run_export(request: dict, emitter: Emitter) -> int:
         from train_backend.errors import format_traceback
 
         message = f"{type(exc).__name__}: {exc}".split("\n")[0][:600]
-        emitter.emit("error", kind="export", message=message, hint="", phase="export",
-                     traceback=format_traceback(exc))  # fmt: skip
+        emitter.emit(
+            "error", kind="export", message=message, hint="", phase="export", traceback=format_traceback(exc)
+        )
         print(format_traceback(exc))
         return 1
 
@@ -100,10 +115,7 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
     is_adapter = (source / "adapter_config.json").is_file()
     device = model_mod.detect_device()
     dtype = getattr(torch, DTYPES[dtype_name])
-    if dtype_name == "fp16" and device.kind == "cpu":
-        dtype_note = " (fp16 on the CPU: slow but exact)"
-    else:
-        dtype_note = ""
+    dtype_note = " (fp16 on the CPU: slow)" if dtype_name == "fp16" and device.kind == "cpu" else ""
 
     stages.begin("load", message=f"base {cfg.model.name} in {dtype_name} on {device.kind}{dtype_note}")
     if is_adapter:
@@ -116,7 +128,9 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
     if gguf_type:  # refuse before the expensive part
         to_gguf.gguf_architecture(config.model_type)
         to_gguf.rope_settings(config.to_dict())
-        to_gguf.byte_level_vocab(json.loads((tokenizer_dir / "tokenizer.json").read_text()), config.vocab_size)
+        to_gguf.byte_level_vocab(
+            json.loads((tokenizer_dir / "tokenizer.json").read_text()), config.vocab_size
+        )
     kwargs = {"dtype": dtype}
     if device.kind == "cuda":
         kwargs["device_map"] = {"": torch.cuda.current_device()}
@@ -158,7 +172,9 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
                 "The adapter may not belong to this base (model.name / revision changed since training?).",
             )
     elif merge:
-        emitter.emit("warning", message=f"{source.name} is a whole model (method: full): nothing to merge", hint="")
+        emitter.emit(
+            "warning", message=f"{source.name} is a whole model (method: full): nothing to merge", hint=""
+        )
 
     special = tokens.special_tokens(tokenizer)
     files: list[str] = []
@@ -176,9 +192,8 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
 
         stages.begin("write", message="the adapter")
         for item in source.iterdir():
-            if item.is_file() and not item.name.startswith(("optimizer", "scheduler", "rng_state", "trainer_state")):
-                if item.name not in ("training_args.bin", "cockpit-complete.json", "README.md"):
-                    shutil.copy2(item, out / item.name)
+            if item.is_file() and not item.name.startswith(TRAINER_STATE) and item.name not in NOT_COPIED:
+                shutil.copy2(item, out / item.name)
         stages.end()
 
     gguf_result = None
@@ -189,12 +204,20 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
         gguf_file = out / f"{name}-{gguf_type}.gguf"
         stages.begin("convert", total=len(shapes), unit="tensor", message=gguf_file.name)
         gguf_result = to_gguf.write_gguf(
-            gguf_file, config.to_dict(),
+            gguf_file,
+            config.to_dict(),
             lambda hf_name: state[hf_name].detach().to("cpu", torch.float32).numpy(),
-            shapes, tokenizer_dir, special, gguf_type, name,
-            progress=lambda done, total: stages.step(done, total, "tensor")
-            if done % max(1, total // 20) == 0 or done == total else None,
-        )  # fmt: skip
+            shapes,
+            tokenizer_dir,
+            special,
+            gguf_type,
+            name,
+            progress=lambda done, total: (
+                stages.step(done, total, "tensor")
+                if done % max(1, total // 20) == 0 or done == total
+                else None
+            ),
+        )
         (out / "Modelfile").write_text(tokens.modelfile(gguf_file.name, tokenizer, special["eos_tokens"]))
         stages.end()
 
@@ -211,15 +234,12 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
         model_type=config.model_type,
         eos_tokens=special["eos_tokens"],
         check=check.to_event() if check else None,
-        gguf=None if gguf_result is None else {
-            "file": Path(gguf_result.path).name, "tensors": gguf_result.tensors, "bytes": gguf_result.bytes,
-            "type": gguf_result.out_type, "architecture": gguf_result.architecture, "types": gguf_result.types,
-        },
+        gguf=None if gguf_result is None else gguf_result.to_event(),
         timings_s=stages.timings,
         peak_rss_bytes=peak_rss_bytes(),
         stage_peak_rss_bytes=stages.peaks,
         peak_gpu_bytes=torch.cuda.max_memory_allocated() if device.kind == "cuda" else None,
-    )  # fmt: skip
+    )
     return 0
 
 
@@ -251,5 +271,10 @@ def _compare(reference: list, candidate: list, dtype_name: str, device_kind: str
     same = sum(int((a.argmax(-1) == b.argmax(-1)).sum()) for a, b in zip(reference, candidate))
     return merge_check.verdict(
         f"merged vs base + adapter ({dtype_name}, {device_kind})",
-        diff, scale, merge_check.RELATIVE_TOLERANCE[dtype_name], len(reference), positions, same / positions,
-    )  # fmt: skip
+        diff,
+        scale,
+        merge_check.RELATIVE_TOLERANCE[dtype_name],
+        len(reference),
+        positions,
+        same / positions,
+    )

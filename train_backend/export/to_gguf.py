@@ -114,9 +114,10 @@ def plan_tensors(config: dict, shapes: dict[str, tuple[int, ...]], out_type: str
     model_type = config["model_type"]
     gguf_architecture(model_type)
     permute = ARCHITECTURES[model_type] == "llama"
-    heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads") or config[
-        "num_attention_heads"
-    ]
+    heads, kv_heads = (
+        config["num_attention_heads"],
+        config.get("num_key_value_heads") or config["num_attention_heads"],
+    )
     tied = bool(config.get("tie_word_embeddings"))
     planned = []
     for hf_name, shape in shapes.items():
@@ -193,7 +194,9 @@ def byte_level_vocab(tokenizer_json: dict, vocab_size: int) -> Vocab:
         types[added["id"]] = TokenType.CONTROL if added.get("special") else TokenType.USER_DEFINED
     count = max(by_id) + 1
     if count > vocab_size:
-        raise CannotConvert(f"GGUF export: the tokenizer has {count} tokens, the model only {vocab_size} rows")
+        raise CannotConvert(
+            f"GGUF export: the tokenizer has {count} tokens, the model only {vocab_size} rows"
+        )
     tokens, token_types = [], []
     for index in range(vocab_size):
         if index in by_id:
@@ -234,6 +237,16 @@ class GgufResult:
     out_type: str
     architecture: str
     types: dict[str, int]  # F16/Q8_0/F32 -> tensor count
+
+    def to_event(self) -> dict:
+        return {
+            "file": Path(self.path).name,
+            "tensors": self.tensors,
+            "bytes": self.bytes,
+            "type": self.out_type,
+            "architecture": self.architecture,
+            "types": self.types,
+        }
 
 
 def write_gguf(
@@ -311,7 +324,9 @@ def write_gguf(
             )
         else:
             dtype = np.dtype(np.float32 if item.kind == "F32" else np.float16)
-            writer.add_tensor_info(item.gguf_name, item.shape, dtype, int(np.prod(item.shape)) * dtype.itemsize)
+            writer.add_tensor_info(
+                item.gguf_name, item.shape, dtype, int(np.prod(item.shape)) * dtype.itemsize
+            )
     for gguf_name, array in extra:
         writer.add_tensor_info(gguf_name, array.shape, array.dtype, array.nbytes)
     writer.write_header_to_file()

@@ -13,7 +13,9 @@ SENTINELS = {"system": "@@SYSTEM-7f3a@@", "user": "@@USER-7f3a@@", "assistant": 
 def render(tokenizer, messages: list[dict], generation_prompt: bool) -> str | None:
     """The template's text for these messages; None when the template refuses them (e.g. no system)."""
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+        return tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt
+        )
     except Exception:
         return None
 
@@ -42,7 +44,9 @@ def special_tokens(tokenizer) -> dict:
     """Ids and flags the GGUF and the generation_config carry."""
     ends = template_end_tokens(tokenizer)
     end_ids = [tokenizer.convert_tokens_to_ids(t) for t in ends]
-    eos_ids = list(dict.fromkeys(end_ids + ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])))
+    eos_ids = list(
+        dict.fromkeys(end_ids + ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []))
+    )
     probe = tokenizer("a")["input_ids"]
     return {
         "bos": tokenizer.bos_token_id,
