@@ -99,8 +99,11 @@ def card_fields(facts: RunFacts, export: dict) -> dict[str, str]:
     data = s.data
     data_text = f"{_get(c, 'dataset.path')} (split {_get(c, 'dataset.split')})"
     if data:
+        labels = (("samples", "samples"), ("tokens_total", "tokens"), ("format", "format"))
         parts = [
-            f"{data[k]} {label}" for k, label in (("samples", "samples"), ("tokens", "tokens")) if k in data
+            f"{data[k]:,} {label}" if isinstance(data[k], int) else f"{label} {data[k]}"
+            for k, label in labels
+            if k in data
         ]
         if parts:
             data_text += ": " + ", ".join(parts)
@@ -108,6 +111,8 @@ def card_fields(facts: RunFacts, export: dict) -> dict[str, str]:
     device = s.device or {}
     gpus = (s.distributed or {}).get("world_size")
     hardware = device.get("name") or NOT_RECORDED
+    if device.get("kind") == "cpu":
+        hardware = f"CPU ({hardware})"
     if device.get("kind") == "cuda" and gpus and gpus > 1:
         hardware = f"{gpus} x {hardware}"
     if device.get("total_bytes"):

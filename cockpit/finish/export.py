@@ -251,7 +251,7 @@ def export(
         "dtype": dtype,
         "gguf": gguf,
         "merge": merge,
-        "name": slug(cfg.model.name) + f"-{run.run_id.split('-')[0]}",
+        "name": f"{slug(cfg.model.name)}-{run.run_id[:15]}",
         "train_precision": facts.state.precision,
     }
     started = time.time()

@@ -148,7 +148,9 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
         model = PeftModel.from_pretrained(model, str(source))
         model.eval()
         inputs = _check_inputs(tokenizer, model.device)
-        stages.begin("check", total=len(inputs), unit="input", message="base + adapter, unmerged")
+        stages.begin(
+            "reference", total=len(inputs), unit="input", message="logits of base + adapter, unmerged"
+        )
         reference = _logits(model, inputs)
         stages.end()
         layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
@@ -160,7 +162,7 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
                     stages.step(done, len(layers), "layer")
             model = model.merge_and_unload()  # already merged: this unwraps the LoRA layers
         stages.end()
-        stages.begin("check", total=len(inputs), unit="input", message="merged")
+        stages.begin("check", total=len(inputs), unit="input", message="logits of the merged model")
         merged_logits = _logits(model, inputs)
         check = _compare(reference, merged_logits, dtype_name, device.kind)
         stages.end()
@@ -235,12 +237,25 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
         eos_tokens=special["eos_tokens"],
         check=check.to_event() if check else None,
         gguf=None if gguf_result is None else gguf_result.to_event(),
+        export_versions=_versions(),
         timings_s=stages.timings,
         peak_rss_bytes=peak_rss_bytes(),
         stage_peak_rss_bytes=stages.peaks,
         peak_gpu_bytes=torch.cuda.max_memory_allocated() if device.kind == "cuda" else None,
     )
     return 0
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {}
+    for name in ("torch", "transformers", "peft", "gguf", "safetensors"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return out
 
 
 def _check_inputs(tokenizer, device) -> list:
