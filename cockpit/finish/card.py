@@ -177,6 +177,8 @@ def render(facts: RunFacts, export: dict) -> str:
         from cockpit.finish.check import describe_event
 
         lines += ["", "## Merge check", "", describe_event(check) + "."]
+        if export.get("quantised_check"):
+            lines += ["", describe_event(export["quantised_check"]) + "."]
     if export.get("gguf"):
         g = export["gguf"]
         lines += [

@@ -268,6 +268,9 @@ def export(
                 + f"; see {run.path / LOG_NAME}"
             )
         info = {k: v for k, v in done.items() if k not in ("v", "type", "ts")}
+        info["quantised_check"] = next(
+            (e for e in events if e.get("type") == "export_check" and e.get("gating") is False), None
+        )
         info.update(
             source_label=source.label,
             source_note=source.note,
@@ -291,6 +294,8 @@ def summary_lines(out: Path, info: dict) -> list[str]:
         lines.append(f"  {f['name']:<34} {fmt.size(f['bytes']):>10}")
     if info.get("check"):
         lines.append(f"merge check: {describe_event(info['check'])}")
+    if info.get("quantised_check"):
+        lines.append(f"against the trained 4-bit base: {describe_event(info['quantised_check'])}")
     timings = info.get("timings_s") or {}
     if timings:
         lines.append(

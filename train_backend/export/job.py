@@ -173,6 +173,10 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
                 f"the merged model does not match base + adapter: {check.describe()}. Nothing was written.",
                 "The adapter may not belong to this base (model.name / revision changed since training?).",
             )
+        if cfg.method == "qlora" and device.kind == "cuda":
+            quantised = _quantised_gap(cfg, base_path, source, request, device, inputs, merged_logits)
+            if quantised is not None:
+                emitter.emit("export_check", **quantised.to_event(), gating=False)
     elif merge:
         emitter.emit(
             "warning", message=f"{source.name} is a whole model (method: full): nothing to merge", hint=""
@@ -244,6 +248,40 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
         peak_gpu_bytes=torch.cuda.max_memory_allocated() if device.kind == "cuda" else None,
     )
     return 0
+
+
+def _quantised_gap(cfg, base_path, source, request, device, inputs, merged_logits):
+    """QLoRA: the merged 16-bit model against what the run trained, the 4-bit base + adapter. They
+    differ by the base's quantisation error, so this is reported, not gated on (tolerance: the
+    q8_0 round trip's, as a yardstick); a failure to measure it only warns."""
+    import torch
+    from peft import PeftModel
+
+    try:
+        precision = request.get("train_precision") or "bf16"
+        quantised = model_mod.load_model(cfg, base_path, precision, device)
+        quantised = PeftModel.from_pretrained(quantised, str(source))
+        quantised.eval()
+        reference = _logits(quantised, inputs)
+        del quantised
+        torch.cuda.empty_cache()
+    except Exception as exc:
+        print(f"[cockpit] 4-bit comparison skipped: {type(exc).__name__}: {exc}")
+        return None
+    diff = max(float((a - b).abs().max()) for a, b in zip(reference, merged_logits))
+    scale = max(float(a.abs().max()) for a in reference)
+    positions = sum(a.shape[1] for a in reference)
+    same = sum(int((a.argmax(-1) == b.argmax(-1)).sum()) for a, b in zip(reference, merged_logits))
+    bits = cfg.quantization.bits
+    return merge_check.verdict(
+        f"merged ({request['dtype']}) vs the {bits}-bit base + adapter the run trained (information)",
+        diff,
+        scale,
+        merge_check.ROUND_TRIP_TOLERANCE["q8_0"],
+        len(reference),
+        positions,
+        same / positions,
+    )
 
 
 def _versions() -> dict:
