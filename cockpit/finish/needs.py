@@ -80,8 +80,12 @@ def estimate(
     out_dir: Path,
 ) -> Needs:
     weights = params * DTYPE_BYTES[dtype]
-    ram = weights + OVERHEAD_BYTES
-    ram_parts = f"{fmt.params(params)} params x {DTYPE_BYTES[dtype]} B ({dtype})"
+    if merge or gguf:
+        ram = weights + OVERHEAD_BYTES
+        ram_parts = f"{fmt.params(params)} params x {DTYPE_BYTES[dtype]} B ({dtype})"
+    else:  # the adapter is copied: no model is loaded
+        ram = OVERHEAD_BYTES
+        ram_parts = "no model is loaded to copy an adapter"
     if gguf:
         ram += largest_tensor * 4
         ram_parts += f" + the largest tensor in fp32 ({fmt.size(largest_tensor * 4)})"

@@ -116,6 +116,8 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
     device = model_mod.detect_device()
     dtype = getattr(torch, DTYPES[dtype_name])
     dtype_note = " (fp16 on the CPU: slow)" if dtype_name == "fp16" and device.kind == "cpu" else ""
+    if is_adapter and not (merge or gguf_type):
+        return _adapter_only(source, out, dtype_name, device, stages, emitter)
 
     stages.begin("load", message=f"base {cfg.model.name} in {dtype_name} on {device.kind}{dtype_note}")
     if is_adapter:
@@ -185,22 +187,13 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
     special = tokens.special_tokens(tokenizer)
     files: list[str] = []
     out.mkdir(parents=True, exist_ok=True)
-    if merge or not is_adapter or gguf_type:
-        stages.begin("write", message=f"safetensors shards of at most {MAX_SHARD}")
-        model.generation_config = GenerationConfig(
-            bos_token_id=special["bos"], eos_token_id=special["eos_ids"], pad_token_id=special["pad"]
-        )
-        model.save_pretrained(str(out), max_shard_size=MAX_SHARD)
-        tokenizer.save_pretrained(str(out))
-        stages.end()
-    else:  # the adapter alone, with its tokenizer
-        import shutil
-
-        stages.begin("write", message="the adapter")
-        for item in source.iterdir():
-            if item.is_file() and not item.name.startswith(TRAINER_STATE) and item.name not in NOT_COPIED:
-                shutil.copy2(item, out / item.name)
-        stages.end()
+    stages.begin("write", message=f"safetensors shards of at most {MAX_SHARD}")
+    model.generation_config = GenerationConfig(
+        bos_token_id=special["bos"], eos_token_id=special["eos_ids"], pad_token_id=special["pad"]
+    )
+    model.save_pretrained(str(out), max_shard_size=MAX_SHARD)
+    tokenizer.save_pretrained(str(out))
+    stages.end()
 
     gguf_result = None
     if gguf_type:
@@ -246,6 +239,34 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
         peak_rss_bytes=peak_rss_bytes(),
         stage_peak_rss_bytes=stages.peaks,
         peak_gpu_bytes=torch.cuda.max_memory_allocated() if device.kind == "cuda" else None,
+    )
+    return 0
+
+
+def _adapter_only(source: Path, out: Path, dtype_name: str, device, stages: Stages, emitter: Emitter) -> int:
+    """The adapter as trained, with its tokenizer: no base is loaded, nothing is merged."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    stages.begin("write", message="the adapter and its tokenizer")
+    for item in source.iterdir():
+        if item.is_file() and not item.name.startswith(TRAINER_STATE) and item.name not in NOT_COPIED:
+            shutil.copy2(item, out / item.name)
+    stages.end()
+    files = sorted(p.name for p in out.iterdir() if p.is_file())
+    emitter.emit(
+        "export_done",
+        out_dir=str(out),
+        files=[{"name": f, "bytes": (out / f).stat().st_size} for f in files],
+        merged=False,
+        dtype=None,
+        device=device.to_dict(),
+        check=None,
+        gguf=None,
+        export_versions=_versions(),
+        timings_s=stages.timings,
+        peak_rss_bytes=peak_rss_bytes(),
+        stage_peak_rss_bytes=stages.peaks,
     )
     return 0
 
