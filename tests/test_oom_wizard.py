@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 from fixtures_oom import ARTICLE_13B as ARTICLE_13B_DOTTED
-from fixtures_oom import DATA, GIB, H200, OOM, nested
+from fixtures_oom import DATA, H200, OOM, nested
 from test_tui import ScriptedSession, screen_text
 
 from cockpit.config import load as config_load
 from cockpit.config import schema as config_mod
+from cockpit.fmt import GIB
 from cockpit.oom import relaunch as relaunch_mod
 from cockpit.run.rundir import RunDir
 from screens.confirm import Confirm

@@ -16,8 +16,7 @@ import yaml
 
 from cockpit import __version__, fmt
 from cockpit.live.state import RunState
-from cockpit.run import rundir
-from cockpit.run.process import EventFollower
+from cockpit.run import journal, rundir
 
 NOT_RECORDED = "not recorded"
 
@@ -36,16 +35,15 @@ class RunFacts:
 
 def read_facts(run: rundir.RunDir) -> RunFacts:
     config = yaml.safe_load(run.config_path.read_text(encoding="utf-8")) or {}
+    items = journal.read_all(run.events_path)
     state = RunState()
-    follower = EventFollower(run.events_path)
     eval_loss = eval_step = None
-    for item in follower.finish():
+    for item in items:
         state.apply(item)
         if isinstance(item, dict) and item.get("type") == "eval":
             loss = item.get("eval_loss", item.get("loss"))
             if isinstance(loss, (int, float)):
                 eval_loss, eval_step = float(loss), item.get("step")
-    follower.close()
     return RunFacts(run.run_id, config, state, eval_loss, eval_step)
 
 

@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable
 
 from cockpit.doctor.engine import Doctor
 from cockpit.doctor.window import Finding
+from cockpit.fmt import GIB
 from cockpit.live.state import RunState
 from cockpit.telemetry import spread as gpu_spread
 from cockpit.telemetry.sampler import BackgroundSampler, Sample, Sampler
 
-GIB = 2**30
 SAMPLE_INTERVAL_S = 0.45  # GPU figures at least twice a second, with margin for a late sample
 HOST_EVERY = 2  # host figures (CPU, RAM, disk, network, the trainer's CPU) about once a second
 JUDGE_EVERY_S = 1.0  # the doctor's rules look at windows of a minute: judged once a second

@@ -1,0 +1,1 @@
+"""What comes after training: export (merge, safetensors, GGUF, model card, push)."""
