@@ -10,7 +10,7 @@ and the GGUF. Its figures come from the export's own `export_done` event (cockpi
 per-stage wall time, the process's peak RSS (getrusage) after each stage, peak GPU memory
 (torch.cuda.max_memory_allocated).
 
-  python bench/export_merge.py --out DIR [--steps 60] [--run RUN] [--gguf q8_0] [--smoke]
+  python bench/export_merge.py --out DIR [--steps 60] [--run RUN] [--home DIR] [--gguf q8_0] [--smoke]
 
 `--smoke`: the shipped tiny model on the CPU, 4 steps (the tests run it). Writes
 DIR/export_merge.json; exits 1 when the run or the export failed.
@@ -81,11 +81,15 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--run", help="export this run instead of training one")
     p.add_argument("--gguf", choices=("f16", "q8_0"), default="q8_0")
+    p.add_argument(
+        "--home", type=Path, help="COCKPIT_HOME for the run and the export (default: a new temp dir)"
+    )
     p.add_argument("--smoke", action="store_true")
     args = p.parse_args()
     shape = SMOKE if args.smoke else FULL
     steps = 4 if args.smoke else args.steps
-    home = Path(tempfile.mkdtemp(prefix="cockpit-export-bench-"))
+    home = args.home or Path(tempfile.mkdtemp(prefix="cockpit-export-bench-"))
+    home.mkdir(parents=True, exist_ok=True)
     env = bench_env(home)
     result: dict = {"bench": "export_merge", "shape": shape.name, "machine": machine()}
     if args.run:
@@ -112,7 +116,7 @@ def main() -> int:
             return 1
     result["run"] = str(run)
     result["versions"] = versions(events_of(run))
-    target = home / "export"
+    target = home / f"export-{time.strftime('%Y%m%d-%H%M%S')}"
     command = [
         sys.executable,
         "-m",

@@ -322,3 +322,26 @@ def test_an_existing_target_is_not_overwritten(exported, capsys):
     assert main(["export", str(exported["run"]), "--to", str(exported["out"])]) == 1
     assert "already exists and is not empty" in capsys.readouterr().err
     assert (exported["out"] / "model.safetensors").is_file()
+
+
+def test_the_export_bench_smoke_mode_reads_the_gguf_back(trained, tmp_path):
+    """bench/export_merge.py (the H200 measurement) on the shared CPU run: check, timings, readback."""
+    out = tmp_path / "bench"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "export_merge.py"), "--smoke", "--run", str(trained["run"]),
+         "--out", str(out)],
+        env=trained["env"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "export_merge.json").read_text())
+    assert result["export"]["check"]["passed"]
+    assert set(result["export"]["timings_s"]) == {"load", "reference", "merge", "check", "write", "convert"}
+    assert result["export"]["peak_rss_bytes"] > 100 * 2**20
+    back = result["readback"]
+    assert (
+        back["tensor_count"] == 39
+        and back["blocks"] == 4
+        and back["types"] == {"F32": 9, "Q8_0": 26, "F16": 4}
+    )
+    assert back["metadata"]["general.architecture"] == "llama"
+    assert back["metadata"]["tokenizer.ggml.tokens"] == "[1024 items]"

@@ -273,14 +273,22 @@ class ExportCheckEvent(TypedDict, total=False):
     compared: Annotated[str, Meaning("what against what, in which dtype, on which device")]
     inputs: Annotated[int, Meaning("prompts compared")]
     positions: Annotated[int, Meaning("token positions compared")]
+    rms_diff: Annotated[float, Meaning("root-mean-square logit difference")]
+    ref_rms: Annotated[float, Meaning("root-mean-square of the reference logits")]
     max_abs_diff: Annotated[float, Meaning("largest absolute logit difference")]
     ref_max_abs: Annotated[float, Meaning("largest absolute reference logit")]
-    relative: Annotated[float, Meaning("max_abs_diff / ref_max_abs")]
+    adapter_effect_rms: Annotated[
+        float | None, Meaning("RMS of (base + adapter) - base: what a merge that lost the adapter would show")
+    ]
+    relative: Annotated[float, Meaning("rms_diff / ref_rms")]
     tolerance: Annotated[
         float, Meaning("the largest relative difference that passes (cockpit/finish/check.py)")
     ]
     top1_agree: Annotated[float, Meaning("fraction of positions with the same most likely token")]
-    passed: Annotated[bool, Meaning("relative <= tolerance")]
+    passed: Annotated[bool, Meaning("relative <= tolerance and rms_diff below the adapter's effect")]
+    discriminates: Annotated[
+        bool, Meaning("the adapter's effect is at least twice rms_diff: a lost adapter could not pass")
+    ]
     gating: Annotated[bool | None, Meaning("false: reported only (QLoRA: against the 4-bit base)")]
 
 

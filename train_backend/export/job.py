@@ -154,6 +154,8 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
             "reference", total=len(inputs), unit="input", message="logits of base + adapter, unmerged"
         )
         reference = _logits(model, inputs)
+        with model.disable_adapter():  # the adapter's own effect, for the verdict
+            base_logits = _logits(model, inputs)
         stages.end()
         layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
         stages.begin("merge", total=len(layers), unit="layer")
@@ -166,7 +168,7 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
         stages.end()
         stages.begin("check", total=len(inputs), unit="input", message="logits of the merged model")
         merged_logits = _logits(model, inputs)
-        check = _compare(reference, merged_logits, dtype_name, device.kind)
+        check = _compare(reference, merged_logits, base_logits, dtype_name, device.kind)
         stages.end()
         emitter.emit("export_check", **check.to_event())
         if not check.passed:
@@ -289,19 +291,11 @@ def _quantised_gap(cfg, base_path, source, request, device, inputs, merged_logit
     except Exception as exc:
         print(f"[cockpit] 4-bit comparison skipped: {type(exc).__name__}: {exc}")
         return None
-    diff = max(float((a - b).abs().max()) for a, b in zip(reference, merged_logits))
-    scale = max(float(a.abs().max()) for a in reference)
-    positions = sum(a.shape[1] for a in reference)
-    same = sum(int((a.argmax(-1) == b.argmax(-1)).sum()) for a, b in zip(reference, merged_logits))
     bits = cfg.quantization.bits
     return merge_check.verdict(
         f"merged ({request['dtype']}) vs the {bits}-bit base + adapter the run trained (information)",
-        diff,
-        scale,
         merge_check.ROUND_TRIP_TOLERANCE["q8_0"],
-        len(reference),
-        positions,
-        same / positions,
+        **_figures(reference, merged_logits),
     )
 
 
@@ -338,17 +332,31 @@ def _logits(model, inputs: list) -> list:
         return [model(input_ids=ids).logits.float().cpu() for ids in inputs]
 
 
-def _compare(reference: list, candidate: list, dtype_name: str, device_kind: str) -> merge_check.LogitsCheck:
-    diff = max(float((a - b).abs().max()) for a, b in zip(reference, candidate))
-    scale = max(float(a.abs().max()) for a in reference)
+def _figures(reference: list, candidate: list) -> dict:
+    """RMS and largest differences over every position and vocabulary entry, and top-1 agreement."""
+    squares = sum(float(((a - b) ** 2).sum()) for a, b in zip(reference, candidate))
+    ref_squares = sum(float((a**2).sum()) for a in reference)
+    count = sum(a.numel() for a in reference)
     positions = sum(a.shape[1] for a in reference)
     same = sum(int((a.argmax(-1) == b.argmax(-1)).sum()) for a, b in zip(reference, candidate))
+    return {
+        "inputs": len(reference),
+        "positions": positions,
+        "rms_diff": (squares / count) ** 0.5,
+        "ref_rms": (ref_squares / count) ** 0.5,
+        "max_abs_diff": max(float((a - b).abs().max()) for a, b in zip(reference, candidate)),
+        "ref_max_abs": max(float(a.abs().max()) for a in reference),
+        "top1_agree": same / positions,
+    }
+
+
+def _compare(
+    reference: list, candidate: list, base: list, dtype_name: str, device_kind: str
+) -> merge_check.LogitsCheck:
+    effect = _figures(reference, base)["rms_diff"]
     return merge_check.verdict(
         f"merged vs base + adapter ({dtype_name}, {device_kind})",
-        diff,
-        scale,
         merge_check.RELATIVE_TOLERANCE[dtype_name],
-        len(reference),
-        positions,
-        same / positions,
+        adapter_effect_rms=effect,
+        **_figures(reference, candidate),
     )
