@@ -14,11 +14,13 @@ from importlib import resources
 from pathlib import Path
 
 from cockpit import paths
+from cockpit.cli import finish_commands
 from cockpit.cli.args import build_parser
 from cockpit.cli.exit_codes import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.cli.plan_commands import cmd_cards, cmd_estimate, cmd_pick, cmd_preflight
 from cockpit.config import load as config_load
 from cockpit.config import schema as config
+from cockpit.config.secrets import ScrubbedOutput, secret_values
 from cockpit.run import process, rundir
 from cockpit.run.control import NotRunning, send_command
 from cockpit.run.status import run_status
@@ -31,6 +33,20 @@ def demo_config_path() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every line the client prints, its errors included, goes out with the environment's secrets
+    scrubbed (cockpit.config.secrets)."""
+    secrets = secret_values()
+    if not secrets:
+        return _main(argv)
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = ScrubbedOutput(out, secrets), ScrubbedOutput(err, secrets)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command is None:
         build_parser().print_help()
@@ -79,6 +95,7 @@ def _load(path: str, args) -> config.TrainConfig:
 
 
 def _start(cfg: config.TrainConfig, args) -> int:
+    _check_against_model(cfg)
     if args.check:
         print("config OK")
         return 0
@@ -109,10 +126,19 @@ def _start(cfg: config.TrainConfig, args) -> int:
     return _show(run, proc, args, preflight_problems=problems)
 
 
-def _show(run: rundir.RunDir, proc, args, replay: bool = False, preflight_problems=()) -> int:
+def _check_against_model(cfg: config.TrainConfig) -> None:
+    """LoRA targets the model lacks are refused (ConfigError) before a run directory is made; a
+    max_length past its context is said."""
+    from cockpit.config.model_fit import check_against_model
+
+    for warning in check_against_model(cfg):
+        print(f"config warning: {warning}", file=sys.stderr)
+
+
+def _show(run: rundir.RunDir, proc, args, recorded: bool = False, preflight_problems=()) -> int:
     from cockpit.live.session import RunSession
 
-    session = RunSession(run, proc=proc, replay=replay)
+    session = RunSession(run, proc=proc, recorded=recorded)
     if _headless(args):
         from cockpit.live.headless import follow
 
@@ -124,14 +150,14 @@ def _show(run: rundir.RunDir, proc, args, replay: bool = False, preflight_proble
     from screens.run.app import CockpitApp  # the only place the TUI is imported
 
     watch = None
-    if not replay:  # a live trainer: sample its GPUs and host now; the app stops the watch on exit
+    if not recorded:  # a live trainer: sample its GPUs and host now; the app stops the watch on exit
         pid = proc.pid if proc is not None else (run.read_trainer() or {}).get("pid")
         watch = LiveWatch(pid).start()
     app = CockpitApp(session, watch=watch, preflight_problems=list(preflight_problems))
     code = app.run() or 0
     if app.relaunched is not None:  # the OOM wizard started a new trainer: follow it
         return _show(run, app.relaunched, args)
-    if code == EXIT_DETACHED and not replay:
+    if code == EXIT_DETACHED and not recorded:
         run_id = run.run_id
         print(f"detached; training goes on. Watch: cockpit attach {run_id}   Stop: cockpit stop {run_id}")
     return code
@@ -156,7 +182,7 @@ def _relaunch_after_oom(run: rundir.RunDir, state, args):
 
 def cmd_attach(args) -> int:
     run = rundir.find(args.run)
-    return _show(run, None, args, replay=not process.is_alive(run))
+    return _show(run, None, args, recorded=not process.is_alive(run))
 
 
 def cmd_replay(args) -> int:
@@ -190,8 +216,8 @@ def cmd_restart(args) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    try:
-        config_load.load_config(run.config_path)  # still valid? (it may have been edited by hand)
+    try:  # still valid? (it may have been edited by hand)
+        _check_against_model(config_load.load_config(run.config_path))
     except config.ConfigError as exc:
         raise config.ConfigError(f"{run.config_path}: {exc}") from None
     if args.emulate_vram is not None:
@@ -219,6 +245,18 @@ def cmd_runs(args) -> int:
                 "path": str(run.path),
             }
         )
+    for orphan in process.orphaned_trainers():  # its directory and trainer.json are gone; it trains on
+        rows.append(
+            {
+                "run": orphan.run_id,
+                "status": "orphaned",
+                "step": None,
+                "total_steps": None,
+                "detail": f"run directory deleted; trainer pid {orphan.pid} still runs: "
+                f"cockpit stop {orphan.run_id}",
+                "path": orphan.path,
+            }
+        )
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -227,18 +265,37 @@ def cmd_runs(args) -> int:
         return 0
     width = max(len(r["run"]) for r in rows)
     for r in rows:
-        steps = f"{r['step']}/{r['total_steps'] or '?'}"
+        steps = f"{'?' if r['step'] is None else r['step']}/{r['total_steps'] or '?'}"
         print(f"{r['run']:<{width}}  {r['status']:<8}  {steps:>11}  {r['detail']}")
     return 0
 
 
 def cmd_stop(args) -> int:
-    run = rundir.find(args.run)
+    try:
+        run = rundir.find(args.run)
+    except rundir.RunNotFound:
+        orphan = _orphan(args.run)
+        if orphan is None:
+            raise
+        outcome = process.stop_orphan(
+            orphan, term_s=args.term_timeout, say=lambda t: print(t, file=sys.stderr)
+        )
+        print(f"{orphan.run_id}: {outcome}")
+        return 0
     outcome = process.stop(
         run, grace_s=args.timeout, term_s=args.term_timeout, say=lambda t: print(t, file=sys.stderr)
     )
     print(f"{run.run_id}: {outcome}")
     return 0 if outcome in ("stopped", "terminated", "killed", "not running") else EXIT_FAILED
+
+
+def _orphan(spec: str | None) -> process.Orphan | None:
+    """The one trainer whose run directory is gone that `spec` (an id, a prefix, the old path) names."""
+    orphans = process.orphaned_trainers()
+    if spec in (None, "", "last", "latest"):
+        return orphans[-1] if len(orphans) == 1 else None
+    matches = [o for o in orphans if spec in (o.run_id, o.path) or o.run_id.startswith(spec)]
+    return matches[0] if len(matches) == 1 else None
 
 
 def _send(args, name: str) -> int:
@@ -319,6 +376,7 @@ COMMANDS = {
     "save": cmd_save,
     "pause": cmd_pause,
     "resume": cmd_resume,
+    **finish_commands.COMMANDS,
     "export": cmd_export,
     "fetch": cmd_fetch,
 }
