@@ -1,4 +1,6 @@
-"""After training: the samples a run wrote (before and after), and chatting with what it trained.
+"""After training: the samples a run wrote (before and after), chatting with what it trained, and
+exporting it (merge, safetensors, GGUF, model card, push).
 
-Plain Python, no torch and no textual: the model side runs in `train_backend.chat`, a subprocess.
+Plain Python, no torch and no textual: the model side runs in `train_backend.chat` and
+`train_backend.export`, subprocesses.
 """
