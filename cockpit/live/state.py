@@ -34,7 +34,21 @@ def notice_text(item: dict | Fault) -> str | None:
         return f"resumed at step {item.get('step')}"
     if kind == "warning":
         return f"warning: {item.get('message', '')}"
+    if kind == "budget":
+        return str(item.get("message") or "budget reached")
+    if kind == "end_command":
+        return end_command_text(item)
     return None
+
+
+def end_command_text(item: dict) -> str:
+    command, state = item.get("command", ""), item.get("state")
+    if state == "started":
+        return f"on_end: the run {item.get('run_status')}; running: {command}"
+    if state == "finished":
+        return f"on_end: done in {item.get('duration_s')} s (exit 0): {command}"
+    why = f"exit {item.get('returncode')}" if item.get("error") is None else item.get("error")
+    return f"on_end FAILED ({why}): {command}; its output is in backend.log, the run directory is intact"
 
 
 @dataclass
@@ -57,6 +71,9 @@ class RunState:
     precision: str | None = None
     versions: dict = field(default_factory=dict)
     price_per_hour: float | None = None
+    max_usd: float | None = None  # cost.max_usd, the budget
+    budget_reached: dict | None = None  # the budget event, when it stopped the run
+    end_command: dict | None = None  # the last end_command event (cost.on_end)
     data: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
     distributed: dict = field(default_factory=dict)  # several GPUs: world size, strategy, rank pids
@@ -120,6 +137,7 @@ class RunState:
         self.precision = m.get("precision")
         self.versions = m.get("versions") or {}
         self.price_per_hour = number(m.get("price_per_hour"))
+        self.max_usd = number(m.get("max_usd"))
         self.distributed = m.get("distributed") or {}
         self.status = "starting"
         self.error = None
@@ -179,6 +197,12 @@ class RunState:
         self.checkpoints.append(
             {"name": path.rsplit("/", 1)[-1], "step": m.get("step"), "bytes": m.get("bytes")}
         )
+
+    def _on_budget(self, m: dict) -> None:
+        self.budget_reached = {k: v for k, v in m.items() if k not in ("v", "type")}
+
+    def _on_end_command(self, m: dict) -> None:
+        self.end_command = {k: v for k, v in m.items() if k not in ("v", "type")}
 
     def _on_paused(self, m: dict) -> None:
         self.status = "paused"

@@ -38,6 +38,8 @@ EVENT_TYPES = frozenset(
         "exit",
         "probe",
         "config_change",
+        "budget",
+        "end_command",
     }
 )
 # Client -> trainer, through the run directory's control FIFO.
