@@ -35,7 +35,7 @@ from common import cockpit_env  # noqa: E402
 from cockpit.doctor.engine import Doctor  # noqa: E402
 from cockpit.live.replay import sample_of_bin  # noqa: E402
 from cockpit.live.state import RunState  # noqa: E402
-from cockpit.run import process as supervisor  # noqa: E402
+from cockpit.run import process  # noqa: E402
 from cockpit.run.rundir import RunDir  # noqa: E402
 from cockpit.telemetry.history import TELEMETRY_NAME, read_history  # noqa: E402
 
@@ -241,7 +241,7 @@ def machine() -> dict:
 def wait_trainer_gone(run: Path, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not supervisor.is_alive(RunDir(run)):
+        if not process.is_alive(RunDir(run)):
             return True
         time.sleep(1.0)
     return False

@@ -32,7 +32,7 @@ def core_modules() -> list[str]:
 
     walked = pkgutil.walk_packages(cockpit.__path__, prefix="cockpit.")
     # __main__ runs the command line when imported: its one import is cockpit.cli.main
-    return ["cockpit"] + sorted(info.name for info in walked if not info.name.endswith("__main__"))
+    return ["cockpit", *sorted(info.name for info in walked if not info.name.endswith("__main__"))]
 
 
 def test_the_walk_finds_every_module_file():

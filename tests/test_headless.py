@@ -7,7 +7,8 @@ import shutil
 
 from conftest import FIXTURES
 
-from cockpit.live.headless import EXIT_FAILED, EXIT_FINISHED, EXIT_STOPPED, follow, status_line
+from cockpit.cli.exit_codes import EXIT_FAILED, EXIT_FINISHED, EXIT_STOPPED
+from cockpit.live.headless import follow, status_line
 from cockpit.live.session import RunSession
 from cockpit.live.state import RunState
 from cockpit.protocol.wire import encode
@@ -71,7 +72,7 @@ def test_exit_codes_follow_the_ending(tmp_path):
     assert "ERROR (oom): CUDA out of memory" in out.getvalue() and "fix: turn on" in out.getvalue()
     state = RunState()
     state.apply({"v": 1, "type": "done", "ts": 1.0, "status": "stopped"})
-    from cockpit.live.headless import exit_code
+    from cockpit.cli.exit_codes import exit_code
 
     assert exit_code(state) == EXIT_STOPPED
 
@@ -92,8 +93,8 @@ def test_status_line_shows_cost_only_with_a_price():
 def test_a_killed_trainer_is_said_once(tmp_path):
     import json
 
-    from cockpit.live.headless import describe
-    from cockpit.run.process import record_exit
+    from cockpit.live.event_text import describe
+    from cockpit.run.status import record_exit
 
     run = tmp_path / "run"
     run.mkdir()
@@ -123,7 +124,7 @@ def test_ctrl_c_on_a_replay_does_not_say_training_goes_on(tmp_path):
     import os
     import signal
 
-    from cockpit.live.headless import EXIT_DETACHED
+    from cockpit.cli.exit_codes import EXIT_DETACHED
 
     session = RunSession(replay_run(tmp_path), replay=True)
     session.poll = lambda: os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while it plays

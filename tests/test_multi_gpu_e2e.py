@@ -24,9 +24,10 @@ from conftest import ROOT, cockpit, events, only_run, wait_event, wait_for, writ
 
 from cockpit.config.load import load_config
 from cockpit.config.schema import dump_config
-from cockpit.run import process as supervisor
+from cockpit.run import process, rundir
 from cockpit.run import ranks as distributed
-from cockpit.run import rundir
+from cockpit.run.control import send_command
+from cockpit.run.status import run_status
 
 pytestmark = pytest.mark.slow
 TWO = {"gpus": 2, "training.max_steps": 6, "output.save_steps": 3}
@@ -54,7 +55,7 @@ def start(tmp_path: Path, overrides: dict) -> tuple[rundir.RunDir, subprocess.Po
     """A run launched by the supervisor itself (as `cockpit train` does), no client attached."""
     cfg = load_config(write_config(tmp_path / "c.yaml", overrides))
     run = rundir.create(None, cfg.model.name, dump_config(cfg))
-    return run, supervisor.launch(run)
+    return run, process.launch(run)
 
 
 def test_two_ranks_one_event_stream(tmp_path, env):
@@ -123,17 +124,17 @@ def test_pause_save_and_stop_reach_every_rank(tmp_path, env):
     wait_event(run.path, lambda e: e["type"] == "log" and e["step"] >= 2, timeout=90)
     pids = rank_pids(run.path)
     assert len(pids) == 2
-    supervisor.send_command(run, "pause", sender="test")
+    send_command(run, "pause", sender="test")
     paused = wait_event(run.path, lambda e: e["type"] == "paused", timeout=60)
     time.sleep(1.5)  # every rank waits, agreeing each second that the pause holds
     assert max(e.get("step", 0) for e in events(run.path) if e["type"] == "log") <= paused["step"]
-    supervisor.send_command(run, "resume", sender="test")
+    send_command(run, "resume", sender="test")
     wait_event(run.path, lambda e: e["type"] == "log" and e["step"] > paused["step"], timeout=60)
-    supervisor.send_command(run, "save", sender="test")
+    send_command(run, "save", sender="test")
     saved = wait_event(run.path, lambda e: e["type"] == "checkpoint", timeout=60)
     ckpt = Path(saved["path"])
     assert {p.name for p in ckpt.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
-    outcome = supervisor.stop(run, grace_s=60)
+    outcome = process.stop(run, grace_s=60)
     assert outcome == "stopped"
     proc.wait(timeout=30)
     evs = events(run.path)
@@ -168,7 +169,7 @@ def test_a_killed_launcher_takes_its_ranks_along(tmp_path, env):
     os.kill(proc.pid, signal.SIGKILL)  # only the launcher: the ranks live in sessions of their own
     proc.wait(timeout=10)
     assert_all_gone(pids, timeout=10)
-    assert supervisor.run_status(run).state == "failed"
+    assert run_status(run).state == "failed"
 
 
 def free_port() -> int:

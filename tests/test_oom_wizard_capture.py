@@ -11,8 +11,8 @@ import pytest
 
 from cockpit.oom.messages import cgroup_memory, parse_oom_message, silent_oom
 from cockpit.protocol.wire import encode
-from cockpit.run import process as supervisor
 from cockpit.run.rundir import RunDir
+from cockpit.run.status import record_exit
 from train_backend.data import length_stats
 from train_backend.errors import classify
 from train_backend.oom_watch import format_size, injected_oom_message
@@ -152,7 +152,7 @@ def last_event(run: RunDir) -> dict:
 def test_sigkill_with_a_new_oom_kill_is_a_host_oom(tmp_path):
     run, folder = killed_run(tmp_path, kills_at_launch=0)
     (folder / "memory.events").write_text("oom 1\noom_kill 1\n")  # the kernel killed the trainer
-    supervisor.record_exit(run, -signal.SIGKILL)
+    record_exit(run, -signal.SIGKILL)
     event = last_event(run)
     assert event["type"] == "error" and event["kind"] == "oom" and event["source"] == "client"
     assert event["oom"]["kind"] == "host" and event["oom"]["host"] is True
@@ -163,7 +163,7 @@ def test_sigkill_with_a_new_oom_kill_is_a_host_oom(tmp_path):
 
 def test_a_plain_kill_is_not_taken_for_an_oom(tmp_path):
     run, _ = killed_run(tmp_path, kills_at_launch=0)  # the count did not move: someone ran kill -9
-    supervisor.record_exit(run, -signal.SIGKILL)
+    record_exit(run, -signal.SIGKILL)
     event = last_event(run)
     assert event["type"] == "exit" and event["reason"] == "trainer killed by SIGKILL"
 

@@ -19,7 +19,7 @@ from cockpit.cli import main as cli
 from cockpit.config import schema as config
 from cockpit.config.load import load_config
 from cockpit.preflight import quick as preflight_start
-from cockpit.run import process as supervisor
+from cockpit.run import process
 from screens.preflight.notice import PreflightNotice
 from screens.run.app import CockpitApp
 from screens.run.view import RunView
@@ -150,7 +150,7 @@ def test_skip_preflight_starts_without_it(env, monkeypatch, capsys):
     def launch(run):
         raise Launched(run.run_id)
 
-    monkeypatch.setattr(supervisor, "launch", launch)
+    monkeypatch.setattr(process, "launch", launch)
     with pytest.raises(Launched):
         cli.main(["demo", "--no-ui", "--skip-preflight"])
     assert calls == [] and "preflight" not in capsys.readouterr().out

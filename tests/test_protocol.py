@@ -7,7 +7,7 @@ import math
 
 from cockpit.live.state import RunState
 from cockpit.protocol.wire import PROTOCOL_VERSION, Fault, LineDecoder, decode_line, encode, number
-from cockpit.run.process import EventFollower
+from cockpit.run.journal import EventFollower
 
 
 def kinds(items) -> list[str]:

@@ -13,7 +13,7 @@ import pytest
 
 from cockpit.cli import main as cli
 from cockpit.live.replay import MAX_GAP_S, ReplaySession, Timeline, sample_of_bin
-from cockpit.run import process as supervisor
+from cockpit.run.control import NotRunning
 from cockpit.run.rundir import RunDir
 from cockpit.telemetry.gpu import GPU_LOST_TEXT
 
@@ -156,7 +156,7 @@ def test_a_line_without_a_time_comes_with_the_one_before(tmp_path):
 def test_commands_are_refused(tmp_path):
     session = ReplaySession(demo_run(tmp_path), clock=Clock())
     assert session.replay
-    with pytest.raises(supervisor.NotRunning, match="replay"):
+    with pytest.raises(NotRunning, match="replay"):
         session.send("stop")
 
 

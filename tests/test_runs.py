@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from cockpit.protocol.wire import encode
-from cockpit.run import process as supervisor
-from cockpit.run import rundir
+from cockpit.run import process, rundir
+from cockpit.run.control import NotRunning, send_command
+from cockpit.run.status import record_exit, run_status
 
 
 @pytest.fixture
@@ -43,18 +44,18 @@ def test_finished_stopped_failed(home):
     finished = make_run([*base, encode("done", status="finished", step=10)], {"pid": dead_pid()})
     stopped = make_run([*base, encode("done", status="stopped", step=4)], {"pid": dead_pid()})
     failed = make_run([*base, encode("error", kind="oom", message="CUDA out of memory")], {"pid": dead_pid()})
-    assert supervisor.run_status(finished).state == "finished"
-    assert supervisor.run_status(stopped).state == "stopped"
-    status = supervisor.run_status(failed)
+    assert run_status(finished).state == "finished"
+    assert run_status(stopped).state == "stopped"
+    status = run_status(failed)
     assert status.state == "failed" and status.detail.startswith("oom: CUDA out of memory")
 
 
 def test_crash_without_final_event_is_failed_with_a_way_on(home):
     run = make_run(
         [encode("hello", pid=1), encode("log", step=3, total_steps=10), b'{"v":1,"ty'],
-        {"pid": dead_pid(), "boot_id": supervisor.boot_id()},
+        {"pid": dead_pid(), "boot_id": process.boot_id()},
     )
-    status = supervisor.run_status(run)
+    status = run_status(run)
     assert status.state == "failed" and "killed" in status.detail and "cockpit restart" in status.detail
     assert status.step == 3
 
@@ -65,13 +66,13 @@ def test_reboot_is_detected_by_boot_id(home):
         [encode("hello", pid=os.getpid())],
         {"pid": os.getpid(), "create_time": None, "boot_id": "another-boot"},
     )
-    assert not supervisor.is_alive(run)
-    assert "machine rebooted" in supervisor.run_status(run).detail
+    assert not process.is_alive(run)
+    assert "machine rebooted" in run_status(run).detail
 
 
 def test_pid_reuse_is_not_taken_for_the_trainer(home):
     run = make_run([encode("hello", pid=os.getpid())], {"pid": os.getpid(), "create_time": 1.0})
-    assert not supervisor.is_alive(run)
+    assert not process.is_alive(run)
 
 
 def test_live_process_is_running(home):
@@ -80,9 +81,9 @@ def test_live_process_is_running(home):
     me = psutil.Process()
     run = make_run(
         [encode("hello", pid=me.pid), encode("phase", phase="training")],
-        {"pid": me.pid, "create_time": me.create_time(), "boot_id": supervisor.boot_id()},
+        {"pid": me.pid, "create_time": me.create_time(), "boot_id": process.boot_id()},
     )
-    assert supervisor.run_status(run).state == "running"
+    assert run_status(run).state == "running"
 
 
 def test_find_by_id_prefix_path_and_latest(home):
@@ -105,8 +106,8 @@ def test_run_outside_the_default_root_is_listed(home, tmp_path):
 
 def test_command_to_a_run_without_trainer_says_so(home):
     run = make_run([encode("hello", pid=1)])
-    with pytest.raises(supervisor.NotRunning, match="no live trainer"):
-        supervisor.send_command(run, "pause")
+    with pytest.raises(NotRunning, match="no live trainer"):
+        send_command(run, "pause")
 
 
 def test_runs_cli_lists_status(home, capsys):
@@ -131,7 +132,7 @@ def test_a_full_disk_at_the_trainers_end_is_shown_not_raised(home, capsys):
     run = make_run([encode("hello", pid=1), encode("log", step=3, total_steps=10)])
     run.events_path.unlink()
     run.events_path.symlink_to("/dev/full")  # every write: ENOSPC, as on a full disk
-    (unwritten,) = supervisor.record_exit(run, -9)
+    (unwritten,) = record_exit(run, -9)
     assert unwritten["type"] == "exit" and unwritten["reason"] == "trainer killed by SIGKILL"
     err = capsys.readouterr().err
     assert "could not record how the trainer ended" in err and "No space left on device" in err
@@ -140,6 +141,6 @@ def test_a_full_disk_at_the_trainers_end_is_shown_not_raised(home, capsys):
 
 def test_the_trainers_end_is_recorded_when_the_disk_takes_it(home):
     run = make_run([encode("hello", pid=1), b'{"v":1,"ty'])  # killed mid-line
-    assert supervisor.record_exit(run, 3) == []
+    assert record_exit(run, 3) == []
     last = json.loads(run.events_path.read_bytes().splitlines()[-1])
     assert last["type"] == "exit" and last["returncode"] == 3

@@ -24,8 +24,8 @@ from conftest import (
     write_config,
 )
 
-from cockpit.run import process as supervisor
-from cockpit.run import rundir
+from cockpit.run import process, rundir
+from cockpit.run.status import run_status
 
 pytestmark = pytest.mark.slow
 SECRET = "hf_TESTSECRETabcdefghijklmnop123456"
@@ -109,7 +109,7 @@ def test_full_run_headless(tmp_path, env):
     history = read_history(run / "telemetry.jsonl")
     assert history.bins and history.bins[-1]["host"]["trainer_rss_max_bytes"] > 0
     pgid = json.loads((run / "trainer.json").read_text())["pgid"]
-    wait_for(lambda: supervisor.group_members(pgid) == [], 10, what="the recorder to end with the trainer")
+    wait_for(lambda: process.group_members(pgid) == [], 10, what="the recorder to end with the trainer")
 
     # import boundaries on the real processes
     assert "textual" not in modules_of(env, "client") and "torch" not in modules_of(env, "client")
@@ -160,7 +160,7 @@ def test_client_sigkilled_training_finishes_and_attach_follows_live(tmp_path, en
     wait_event(run, lambda e: e["type"] == "log" and e["step"] >= 2)
     client.kill()
     client.wait(timeout=10)
-    assert supervisor.is_alive(rundir.RunDir(run)), "the trainer must outlive its client"
+    assert process.is_alive(rundir.RunDir(run)), "the trainer must outlive its client"
     # a new client attaches: replays history, then follows live to the end
     attach = cockpit(["attach", "--no-ui", "--log-every", "0"], env, timeout=120)
     assert attach.returncode == 0, attach.stdout + attach.stderr
@@ -179,7 +179,7 @@ def test_commands_pause_resume_save_stop(tmp_path, env):
     assert cockpit(["pause"], env).returncode == 0
     paused = wait_event(run, lambda e: e["type"] == "paused")
     time.sleep(1.0)
-    assert supervisor.run_status(rundir.RunDir(run)).state == "paused"
+    assert run_status(rundir.RunDir(run)).state == "paused"
     steps_while_paused = {e["step"] for e in events(run) if e["type"] == "log" and e["step"] > paused["step"]}
     assert not steps_while_paused
     assert cockpit(["resume"], env).returncode == 0
@@ -221,13 +221,13 @@ def test_stop_escalates_and_leaves_no_orphan(tmp_path, env, workers, outcome, te
     run = wait_run_dir(env)
     wait_event(run, lambda e: e["type"] == "train_begin")
     pgid = json.loads((run / "trainer.json").read_text())["pgid"]
-    wait_for(lambda: len(supervisor.group_members(pgid)) >= 1 + workers, 60, what="the dataloader worker")
+    wait_for(lambda: len(process.group_members(pgid)) >= 1 + workers, 60, what="the dataloader worker")
     started = time.monotonic()
     stop = cockpit(["stop", run.name, "--timeout", "1", "--term-timeout", term_timeout], env)
     assert stop.stdout.strip().endswith(outcome), stop.stdout + stop.stderr
     assert "asked the trainer to stop" in stop.stderr and "SIGTERM to its process group" in stop.stderr
     assert time.monotonic() - started < 30
-    assert supervisor.group_members(pgid) == []
+    assert process.group_members(pgid) == []
     client.wait(timeout=30)
     assert json.loads(cockpit(["runs", "--json"], env).stdout)[0]["status"] == "failed"
 

@@ -25,7 +25,8 @@ from cockpit.live.session import RunSession
 from cockpit.live.state import RunState
 from cockpit.live.watch import LiveWatch
 from cockpit.protocol.wire import Fault
-from cockpit.run import process as supervisor
+from cockpit.run import process
+from cockpit.run.control import NotRunning
 from cockpit.run.rundir import RunDir
 from cockpit.telemetry.host import HostCounters
 from cockpit.telemetry.sampler import Sample, Sampler
@@ -195,7 +196,7 @@ async def test_p_pauses_then_resumes_once_the_trainer_says_paused(tmp_path):
 
 async def test_a_command_the_trainer_cannot_take_is_a_notification(tmp_path):
     session = scripted(tmp_path, events_until_step(30))
-    session.send_error = supervisor.NotRunning(f"run {RUN_ID} has no live trainer to take 'save'")
+    session.send_error = NotRunning(f"run {RUN_ID} has no live trainer to take 'save'")
     app = make_app(session)
     async with running(app) as pilot:
         await shown(pilot, app)
@@ -207,7 +208,7 @@ async def test_a_command_the_trainer_cannot_take_is_a_notification(tmp_path):
 
 async def test_x_asks_first_and_n_cancels(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(supervisor, "stop", lambda run, **kw: calls.append(run) or "stopped")
+    monkeypatch.setattr(process, "stop", lambda run, **kw: calls.append(run) or "stopped")
     session = scripted(tmp_path, events_until_step(30))
     app = make_app(session)
     async with running(app) as pilot:
@@ -232,7 +233,7 @@ async def test_x_then_y_stops_through_the_supervisor_in_a_thread(tmp_path, monke
         release.wait(5)
         return "terminated"
 
-    monkeypatch.setattr(supervisor, "stop", fake_stop)
+    monkeypatch.setattr(process, "stop", fake_stop)
     session = scripted(tmp_path, events_until_step(30))
     app = make_app(session)
     async with running(app) as pilot:
@@ -288,7 +289,7 @@ async def test_q_on_an_ended_run_returns_how_it_ended(tmp_path, ending, code):
 
 async def test_commands_are_refused_on_a_replay(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(supervisor, "stop", lambda run, **kw: calls.append(run))
+    monkeypatch.setattr(process, "stop", lambda run, **kw: calls.append(run))
     session = recorded(tmp_path)
     sent = []
     session.send = lambda command, sender="cockpit": sent.append(command)

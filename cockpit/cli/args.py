@@ -9,7 +9,7 @@ import argparse
 import re
 
 from cockpit import __version__
-from cockpit.run import process as supervisor
+from cockpit.run import process
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -145,13 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--timeout",
         type=seconds,
-        default=supervisor.STOP_GRACE_S,
+        default=process.STOP_GRACE_S,
         help="seconds to wait for the graceful stop before SIGTERM",
     )
     sp.add_argument(
         "--term-timeout",
         type=seconds,
-        default=supervisor.TERM_GRACE_S,
+        default=process.TERM_GRACE_S,
         help="seconds to wait after SIGTERM before SIGKILL",
     )
     for name, text in (

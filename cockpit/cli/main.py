@@ -15,12 +15,13 @@ from pathlib import Path
 
 from cockpit import paths
 from cockpit.cli.args import build_parser
+from cockpit.cli.exit_codes import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.cli.plan_commands import cmd_cards, cmd_estimate, cmd_pick, cmd_preflight
 from cockpit.config import load as config_load
 from cockpit.config import schema as config
-from cockpit.live.headless import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
-from cockpit.run import process as supervisor
-from cockpit.run import rundir
+from cockpit.run import process, rundir
+from cockpit.run.control import NotRunning, send_command
+from cockpit.run.status import run_status
 
 DEMO_CONFIG = "demo.yaml"
 
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     except rundir.RunNotFound as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
-    except supervisor.NotRunning as exc:
+    except NotRunning as exc:
         print(
             f"{exc}. `cockpit runs` shows its status; `cockpit restart` continues from its last checkpoint.",
             file=sys.stderr,
@@ -103,7 +104,7 @@ def _start(cfg: config.TrainConfig, args) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE if cfg.output.dir else EXIT_FAILED
-    proc = supervisor.launch(run)
+    proc = process.launch(run)
     print(f"run {run.run_id} started (trainer pid {proc.pid}); directory {run.path}", file=sys.stderr)
     return _show(run, proc, args, preflight_problems=problems)
 
@@ -155,7 +156,7 @@ def _relaunch_after_oom(run: rundir.RunDir, state, args):
 
 def cmd_attach(args) -> int:
     run = rundir.find(args.run)
-    return _show(run, None, args, replay=not supervisor.is_alive(run))
+    return _show(run, None, args, replay=not process.is_alive(run))
 
 
 def cmd_replay(args) -> int:
@@ -180,10 +181,10 @@ def cmd_replay(args) -> int:
 
 def cmd_restart(args) -> int:
     run = rundir.find(args.run)
-    if supervisor.is_alive(run):
+    if process.is_alive(run):
         print(f"run {run.run_id} is still running; attach with: cockpit attach {run.run_id}", file=sys.stderr)
         return EXIT_USAGE
-    if supervisor.run_status(run).state == "finished":
+    if run_status(run).state == "finished":
         print(
             f"run {run.run_id} finished: nothing to continue. Its adapter is in {run.final_dir}",
             file=sys.stderr,
@@ -199,7 +200,7 @@ def cmd_restart(args) -> int:
         apply_changes(run, {"emulate_vram_gib": args.emulate_vram}, "--emulate-vram")
     checkpoints = run.complete_checkpoints()
     start = f"from {checkpoints[-1].name}" if checkpoints else "from the start (no complete checkpoint)"
-    proc = supervisor.launch(run)
+    proc = process.launch(run)
     print(f"run {run.run_id} restarted {start} (trainer pid {proc.pid})", file=sys.stderr)
     return _show(run, proc, args)
 
@@ -207,7 +208,7 @@ def cmd_restart(args) -> int:
 def cmd_runs(args) -> int:
     rows = []
     for run in rundir.all_runs():
-        status = supervisor.run_status(run)
+        status = run_status(run)
         rows.append(
             {
                 "run": run.run_id,
@@ -233,7 +234,7 @@ def cmd_runs(args) -> int:
 
 def cmd_stop(args) -> int:
     run = rundir.find(args.run)
-    outcome = supervisor.stop(
+    outcome = process.stop(
         run, grace_s=args.timeout, term_s=args.term_timeout, say=lambda t: print(t, file=sys.stderr)
     )
     print(f"{run.run_id}: {outcome}")
@@ -242,7 +243,7 @@ def cmd_stop(args) -> int:
 
 def _send(args, name: str) -> int:
     run = rundir.find(args.run)
-    supervisor.send_command(run, name)
+    send_command(run, name)
     print(f"sent {name} to {run.run_id}; `cockpit attach {run.run_id}` shows the answer")
     return 0
 

@@ -10,8 +10,8 @@ import sys
 
 from cockpit import fmt
 from cockpit.cli.args import dataset_text, workload_overrides
+from cockpit.cli.exit_codes import EXIT_USAGE
 from cockpit.config import load as config_load
-from cockpit.live.headless import EXIT_USAGE
 
 
 def load_workload(args):

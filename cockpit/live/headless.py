@@ -17,21 +17,16 @@ from rich.table import Table
 from rich.text import Text
 
 from cockpit import fmt
+from cockpit.cli.exit_codes import EXIT_DETACHED, exit_code
 from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.doctor.window import Finding
+from cockpit.live.event_text import describe
 from cockpit.live.session import RunSession
-from cockpit.live.state import RunState, notice_text
+from cockpit.live.state import RunState
 from cockpit.live.watch import LiveWatch, finding_line, gpu_status
-from cockpit.protocol.wire import Fault
 
-# how a run ended -> the client's exit code (README: "Exit codes")
-EXIT_FINISHED, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED, EXIT_DETACHED = 0, 1, 2, 3, 4
 POLL_S = 0.1
 REFRESH_PER_S = 2
-
-
-def exit_code(state: RunState) -> int:
-    return {"finished": EXIT_FINISHED, "stopped": EXIT_STOPPED}.get(state.status, EXIT_FAILED)
 
 
 def status_line(state: RunState, now_ts: float | None) -> str:
@@ -47,71 +42,6 @@ def status_line(state: RunState, now_ts: float | None) -> str:
             f"cost {fmt.money(state.cost_so_far(now_ts))} (of ~{fmt.money(state.cost_projected(now_ts))})"
         )
     return "  ".join(parts)
-
-
-def describe(item: dict | Fault) -> str | None:
-    """One plain line for a message worth a line of its own (log events are throttled elsewhere)."""
-    notice = notice_text(item)
-    if isinstance(item, Fault) or (notice and item.get("type") != "hello"):
-        return notice
-    kind = item.get("type")
-    if kind == "hello":
-        dev = item.get("device") or {}
-        resumed = (
-            f", resuming from {item['resume_from'].rsplit('/', 1)[-1]}" if item.get("resume_from") else ""
-        )
-        where = f"{dev.get('kind')} {dev.get('name')} ({item.get('precision')})"
-        return f"trainer pid {item.get('pid')} on {where}{resumed}"
-    if kind == "phase":
-        return f"phase: {item.get('phase')} {item.get('message', '')}".rstrip()
-    if kind == "data":
-        return (
-            f"data: {item.get('samples')} samples ({item.get('format')}), tokens min/mean/p95/max "
-            f"{item.get('tokens_min')}/{item.get('tokens_mean')}/{item.get('tokens_p95')}/"
-            f"{item.get('tokens_max')}, "
-            f"{item.get('truncated')} truncated at {item.get('max_length')}, {item.get('dropped')} dropped"
-        )
-    if kind == "model":
-        return (
-            f"model: {item.get('name')} ({item.get('method')}), {item.get('params_trainable'):,} of "
-            f"{item.get('params_total'):,} params trainable, loaded in {item.get('load_s')} s"
-        )
-    if kind == "speed_plan":
-        return speed_plan_lines(item)
-    if kind == "train_begin":
-        return (
-            f"training: {item.get('total_steps')} steps from {item.get('start_step')}, micro-batch "
-            f"{item.get('micro_batch_size')} x {item.get('gradient_accumulation_steps')}, length "
-            f"{item.get('max_length')}, {item.get('precision')}, gradient checkpointing "
-            f"{'on' if item.get('gradient_checkpointing') else 'off'}, {item.get('optimizer')}"
-        )
-    if kind == "checkpoint":
-        return (
-            f"checkpoint: step {item.get('step')} ({fmt.gib(item.get('bytes'), 3)}, {item.get('save_s')} s)"
-        )
-    if kind == "error":
-        return f"ERROR ({item.get('kind')}): {item.get('message')}\n  fix: {item.get('hint')}"
-    if kind == "done":
-        out = f", output in {item['output']}" if item.get("output") else ""
-        loss = fmt.loss(item.get("train_loss"))
-        return f"done: {item.get('status')} at step {item.get('step')}, train loss {loss}{out}"
-    if kind == "exit":
-        return item.get("reason") or "trainer exited"  # the reason names the trainer already
-    if kind == "config_change":
-        changes = ", ".join(f"{k}={v}" for k, v in (item.get("changes") or {}).items())
-        why = f"OOM remedy: {item.get('title')}" if item.get("reason") == "oom" else item.get("reason")
-        return f"config changed ({why}): {changes}; the old config is in {item.get('previous')}"
-    return None
-
-
-def speed_plan_lines(item: dict) -> str:
-    """The speed plan: one line per choice, with its reason (who chose it: auto, yours, fixed)."""
-    lines = [f"speed: {item.get('mode')}"]
-    for choice in item.get("choices") or []:
-        lines.append(
-            f"  {choice.get('name')}: {choice.get('value')} [{choice.get('source')}] - {choice.get('reason')}"
-        )
-    return "\n".join(lines)
 
 
 def log_line(state: RunState, now_ts: float | None) -> str:

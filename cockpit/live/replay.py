@@ -26,7 +26,8 @@ from cockpit.doctor.engine import Doctor
 from cockpit.doctor.window import Finding
 from cockpit.live.state import RunState
 from cockpit.protocol.wire import Fault, number
-from cockpit.run.process import EventFollower, NotRunning
+from cockpit.run.control import NotRunning
+from cockpit.run.journal import EventFollower
 from cockpit.run.rundir import RunDir
 from cockpit.telemetry.gpu import GPU_LOST_TEXT, GpuSample
 from cockpit.telemetry.history import TELEMETRY_NAME, read_history

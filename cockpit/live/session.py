@@ -11,8 +11,11 @@ import time
 
 from cockpit.live.state import RunState
 from cockpit.protocol.wire import Fault
-from cockpit.run import process as supervisor
+from cockpit.run import process
+from cockpit.run.control import send_command
+from cockpit.run.journal import EventFollower
 from cockpit.run.rundir import RunDir
+from cockpit.run.status import record_exit
 
 
 class RunSession:
@@ -21,7 +24,7 @@ class RunSession:
         self.proc = proc
         self.replay = replay  # a recorded run: never looks for a live trainer
         self.state = RunState(run_id=run.run_id)
-        self.follower = supervisor.EventFollower(run.events_path)
+        self.follower = EventFollower(run.events_path)
         self.trainer_gone = False
         self._alive_checked = 0.0
         self._alive = True
@@ -51,14 +54,14 @@ class RunSession:
         now = time.monotonic()
         if now - self._alive_checked > 0.5:  # a process-table look-up costs more than a file read
             self._alive_checked = now
-            self._alive = supervisor.is_alive(self.run)
+            self._alive = process.is_alive(self.run)
         return self._alive
 
     def _after_exit(self) -> list:
         """The trainer ended; if it said nothing final, write down how it ended."""
         if self.state.ended or self.replay:
             return []
-        unwritten = supervisor.record_exit(self.run, self.proc.returncode if self.proc is not None else None)
+        unwritten = record_exit(self.run, self.proc.returncode if self.proc is not None else None)
         return self.follower.poll() + unwritten
 
     @property
@@ -66,7 +69,7 @@ class RunSession:
         return self.trainer_gone and (self.state.ended or self.replay)
 
     def send(self, command: str, sender: str = "cockpit") -> None:
-        supervisor.send_command(self.run, command, sender)
+        send_command(self.run, command, sender)
 
     def close(self) -> None:
         self.follower.close()

@@ -12,7 +12,6 @@ context of the failed one is not trusted after an OOM).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -28,8 +27,7 @@ from cockpit.config import schema as config_mod
 from cockpit.live.session import RunSession
 from cockpit.models.memory import GIB
 from cockpit.oom.remedies import Analysis, Option, analyse
-from cockpit.protocol.wire import encode
-from cockpit.run import process as supervisor
+from cockpit.run import journal, process
 from cockpit.run.rundir import RunDir
 
 HISTORY_NAME = "history"
@@ -83,7 +81,8 @@ def apply_changes(run: RunDir, changes: dict[str, Any], reason: str, **record: A
     tmp = run.config_path.with_suffix(".tmp")
     _write_private(tmp, config_mod.dump_config(new_cfg))
     os.replace(tmp, run.config_path)
-    event = encode(
+    journal.append(
+        run.events_path,
         "config_change",
         attempt=attempt,
         reason=reason,
@@ -92,7 +91,6 @@ def apply_changes(run: RunDir, changes: dict[str, Any], reason: str, **record: A
         checkpoints_moved=f"{HISTORY_NAME}/{moved.name}" if moved else None,
         **record,
     )
-    _append_event(run, event)
     return Applied(attempt, changes, previous, moved)
 
 
@@ -125,19 +123,9 @@ def _write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
-def _append_event(run: RunDir, line: bytes) -> None:
-    with open(run.events_path, "ab+") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell():
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":  # a trainer killed mid-line left a fragment
-                f.write(b"\n")
-        f.write(line)
-
-
 def relaunch(run: RunDir) -> subprocess.Popen:
     """A new trainer process in the run directory: it resumes from the last complete checkpoint."""
-    return supervisor.launch(run)
+    return process.launch(run)
 
 
 # ---------------------------------------------------------------- analysis of a run
@@ -145,18 +133,7 @@ def relaunch(run: RunDir) -> subprocess.Popen:
 
 def last_speed_plan(run: RunDir) -> dict | None:
     """The `speed_plan` event of the trainer that failed (the last one in the run's events)."""
-    plan = None
-    try:
-        with open(run.events_path, "rb") as f:
-            for line in f:
-                if b'"speed_plan"' in line:
-                    try:
-                        plan = json.loads(line)
-                    except ValueError:
-                        continue
-    except OSError:
-        return None
-    return plan
+    return journal.last_event(run.events_path, "speed_plan")
 
 
 def as_run(state, plan: dict | None) -> tuple[dict[str, Any], list[str]]:

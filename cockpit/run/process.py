@@ -1,4 +1,4 @@
-"""Starting, watching, commanding and stopping the trainer process (no torch here).
+"""Starting, finding and stopping the trainer process (no torch here).
 
 The trainer runs in its own session and process group with stdout on the run's
 events.jsonl, so it outlives its client: a closed TUI, a SIGKILLed headless client
@@ -8,29 +8,23 @@ commands through the control FIFO.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-from cockpit.oom.messages import cgroup_memory, silent_oom
-from cockpit.protocol.wire import LineDecoder, encode
+from cockpit.oom.messages import cgroup_memory
+from cockpit.run import control, journal
 from cockpit.run import ranks as distributed
 from cockpit.run.rundir import RunDir
 
 STOP_GRACE_S = 60.0  # a checkpoint of a 7B QLoRA adapter takes seconds; of a full model, longer
 TERM_GRACE_S = 15.0
-
-
-class NotRunning(RuntimeError):
-    pass
 
 
 def boot_id() -> str:
@@ -54,10 +48,9 @@ def launch(run: RunDir, extra_env: dict[str, str] | None = None) -> subprocess.P
     env["PYTHONUNBUFFERED"] = "1"
     # the trainer imports this very tree, whether installed or run from a checkout
     env["PYTHONPATH"] = os.pathsep.join(p for p in (project_root(), env.get("PYTHONPATH", "")) if p)
-    events = os.open(run.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    events = journal.open_for_trainer(run.events_path)
     log = os.open(run.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        _end_partial_line(run.events_path)
         proc = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -127,22 +120,6 @@ def _trainer_command(run: RunDir) -> tuple[list[str], dict[str, str]]:
     return distributed.trainer_command(cfg, run.path), distributed.launch_env(cfg)
 
 
-def _end_partial_line(path: Path) -> None:
-    """A trainer killed mid-line leaves a fragment: close it so the next message starts clean."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            if f.tell() == 0:
-                return
-            f.seek(-1, os.SEEK_END)
-            last = f.read(1)
-    except OSError:
-        return
-    if last != b"\n":
-        with open(path, "ab") as f:
-            f.write(b"\n")
-
-
 def trainer_process(run: RunDir) -> psutil.Process | None:
     """The run's live trainer, or None (never started, exited, or gone with a reboot)."""
     record = run.read_trainer()
@@ -165,20 +142,6 @@ def is_alive(run: RunDir) -> bool:
     return trainer_process(run) is not None
 
 
-def send_command(run: RunDir, name: str, sender: str = "cli") -> None:
-    """Write one command to the control FIFO; NotRunning when no trainer reads it."""
-    try:
-        fd = os.open(run.control_path, os.O_WRONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        if exc.errno in (errno.ENXIO, errno.ENOENT):
-            raise NotRunning(f"run {run.run_id} has no live trainer to take '{name}'") from None
-        raise
-    try:
-        os.write(fd, encode(name, sender=sender))  # < PIPE_BUF: one atomic write
-    finally:
-        os.close(fd)
-
-
 def stop(
     run: RunDir, grace_s: float = STOP_GRACE_S, term_s: float = TERM_GRACE_S, say=lambda _t: None
 ) -> str:
@@ -188,11 +151,11 @@ def stop(
         return "not running"
     pgid = run.read_trainer().get("pgid", proc.pid)
     try:
-        send_command(run, "stop")
+        control.send_command(run, "stop")
         say(f"asked the trainer to stop (up to {grace_s:.0f} s for its checkpoint)")
         if _wait_gone(run, grace_s):
             return "stopped"
-    except NotRunning:
+    except control.NotRunning:
         pass
     say("the trainer did not stop in time: SIGTERM to its process group")
     _signal_group(pgid, signal.SIGTERM)
@@ -232,154 +195,3 @@ def group_members(pgid: int) -> list[int]:
         except (ProcessLookupError, psutil.Error, PermissionError):
             continue
     return members
-
-
-# ------------------------------------------------------------------ following
-
-
-class EventFollower:
-    """Reads events.jsonl from the start, then whatever is appended (replay, then live)."""
-
-    def __init__(self, path: Path, chunk_bytes: int = 1 << 16):
-        self.path = path
-        self.chunk_bytes = chunk_bytes
-        self.decoder = LineDecoder()
-        self._file = None
-        self.finished = False
-
-    def poll(self) -> list:
-        if self._file is None:
-            try:
-                self._file = open(self.path, "rb")  # noqa: SIM115 - held open while following
-            except FileNotFoundError:
-                return []
-        items = []
-        while True:
-            data = self._file.read(self.chunk_bytes)
-            if not data:
-                return items
-            items.extend(self.decoder.feed(data))
-
-    def finish(self) -> list:
-        """The writer is gone: read the rest, and report a line it left unfinished."""
-        items = self.poll()
-        if not self.finished:
-            self.finished = True
-            items.extend(self.decoder.finish())
-        return items
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-
-@dataclass
-class RunStatus:
-    state: str  # running | finished | stopped | failed
-    detail: str
-    step: int
-    total_steps: int | None
-    last_event_ts: float | None
-
-
-def run_status(run: RunDir) -> RunStatus:
-    """Status from the event history and the process table; right after a crash or reboot too."""
-    from cockpit.live.state import RunState
-
-    state = RunState()
-    follower = EventFollower(run.events_path)
-    for item in follower.finish():
-        state.apply(item)
-    follower.close()
-    alive = is_alive(run)
-    if alive:
-        label = "paused" if state.status == "paused" else "running"
-        return RunStatus(label, state.phase, state.step, state.total_steps, state.last_ts)
-    if state.status in ("finished", "stopped"):
-        return RunStatus(
-            state.status,
-            (state.outcome or {}).get("message", ""),
-            state.step,
-            state.total_steps,
-            state.last_ts,
-        )
-    if state.status == "failed" and state.error:
-        detail = f"{state.error.get('kind')}: {state.error.get('message', '')}"[:120]
-        return RunStatus("failed", detail, state.step, state.total_steps, state.last_ts)
-    if state.outcome:
-        return RunStatus(
-            "failed",
-            state.outcome.get("reason", "trainer exited"),
-            state.step,
-            state.total_steps,
-            state.last_ts,
-        )
-    record = run.read_trainer() or {}
-    reason = "machine rebooted" if record.get("boot_id") and record["boot_id"] != boot_id() else "killed"
-    return RunStatus(
-        "failed",
-        f"trainer gone without a final event ({reason}); continue from the last checkpoint with: "
-        f"cockpit restart {run.run_id}",
-        state.step,
-        state.total_steps,
-        state.last_ts,
-    )
-
-
-def record_exit(run: RunDir, returncode: int | None) -> list:
-    """A client saw the trainer end without done/error: write down how (None: not its child, unknown).
-    Returns the message when it could not be written (a full disk): the caller shows it all the same."""
-    sig = -returncode if returncode is not None and returncode < 0 else None
-    if returncode is None:
-        reason = "vanished without a final event (killed, crashed, or the machine rebooted)"
-    elif sig:
-        reason = f"killed by {signal.Signals(sig).name}"
-    else:
-        reason = f"exited with code {returncode} without a final event"
-    tail = ""
-    try:
-        tail = run.log_path.read_text(errors="replace")[-2000:]
-    except OSError:
-        pass
-    oom = _oom_without_event(run, returncode, sig, tail)
-    if oom is not None:
-        line = encode("error", **oom, returncode=returncode, signal=sig, log_tail=tail)
-    else:
-        line = encode("exit", returncode=returncode, signal=sig, reason=f"trainer {reason}", log_tail=tail)
-    try:
-        _end_partial_line(run.events_path)
-        with open(run.events_path, "ab") as f:
-            f.write(line)
-        return []
-    except OSError as exc:  # a full disk (or a run directory gone): the end is shown, not recorded
-        print(
-            f"cockpit: could not record how the trainer ended in {run.events_path}: {exc.strerror or exc}; "
-            "free space on that disk (df -h) so `cockpit runs` can tell later",
-            file=sys.stderr,
-        )
-        return LineDecoder().feed(line)
-
-
-def _oom_without_event(run: RunDir, returncode: int | None, sig: int | None, tail: str) -> dict | None:
-    """The error event for an out-of-memory death that left none (oom.messages.silent_oom), or None."""
-    from cockpit.live.state import RunState
-
-    found = silent_oom(returncode, sig, tail, (run.read_trainer() or {}).get("memory_cgroup"))
-    if found is None:
-        return None
-    state = RunState()
-    follower = EventFollower(run.events_path)
-    for item in follower.finish():
-        state.apply(item)
-    follower.close()
-    return {
-        "kind": "oom",
-        "message": found.message,
-        "hint": found.hint,
-        "phase": state.phase,
-        "step": state.step or None,
-        "oom": found.info,
-        "source": "client",
-        "checkpoints": [p.name for p in run.complete_checkpoints()],
-    }

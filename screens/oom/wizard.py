@@ -22,7 +22,7 @@ from textual.worker import Worker, WorkerState
 from cockpit.config import schema as config_mod
 from cockpit.oom import relaunch as relaunch_mod
 from cockpit.oom.remedies import Analysis, Option
-from cockpit.run import process as supervisor
+from cockpit.run import process
 from screens.confirm import Confirm
 from screens.oom.figures import (
     REMEDY_COLUMNS,
@@ -187,7 +187,7 @@ class OomWizard(Screen[Any]):
             return f"{option.title}: {option.resume}"
         if getattr(self.session, "replay_label", None) is not None:
             return f"this is a replay: relaunch the run with cockpit restart {self.session.run.run_id}"
-        if supervisor.is_alive(self.session.run):
+        if process.is_alive(self.session.run):
             return "the failed trainer is still exiting: try again in a moment"
         return None
 

@@ -34,7 +34,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.worker import get_current_worker
 
-from cockpit.live.headless import EXIT_DETACHED, exit_code
+from cockpit.cli.exit_codes import EXIT_DETACHED, exit_code
 from cockpit.live.session import RunSession
 from cockpit.telemetry.history import TELEMETRY_NAME, read_history
 from screens.preflight.notice import PreflightNotice

@@ -10,7 +10,7 @@ import math
 from rich.text import Text
 
 from cockpit import fmt
-from cockpit.live.headless import describe
+from cockpit.live.event_text import describe
 from cockpit.live.state import RunState
 from cockpit.protocol.wire import Fault
 from widgets.stats import Row

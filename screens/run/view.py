@@ -29,7 +29,8 @@ from cockpit import fmt
 from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.live.replay import sample_of_bin
 from cockpit.live.session import RunSession
-from cockpit.run import process as supervisor
+from cockpit.run import process
+from cockpit.run.control import NotRunning
 from screens.confirm import Confirm
 from screens.oom.wizard import offer_oom_wizard, open_oom_wizard
 from screens.run.figures import (  # noqa: F401 - the tests and other screens import them from here
@@ -77,7 +78,7 @@ class RunView(Screen):
         """The view is composed and mounted: updates can reach its widgets."""
 
     class StopSaid(Message):
-        """A line from the stop thread (`supervisor.stop` says what it escalates to)."""
+        """A line from the stop thread (`process.stop` says what it escalates to)."""
 
         def __init__(self, text: str) -> None:
             super().__init__()
@@ -317,7 +318,7 @@ class RunView(Screen):
             return
         try:
             self.session.send(command)
-        except (supervisor.NotRunning, OSError) as exc:
+        except (NotRunning, OSError) as exc:
             self.notify(f"'{command}' was not sent: {exc}", severity="error")
             return
         self.notify(sent)
@@ -375,7 +376,7 @@ class RunView(Screen):
 
     def _stop(self) -> str:
         # blocks for up to STOP_GRACE_S + TERM_GRACE_S while the trainer checkpoints and exits
-        return supervisor.stop(self.session.run, say=lambda text: self.post_message(self.StopSaid(text)))
+        return process.stop(self.session.run, say=lambda text: self.post_message(self.StopSaid(text)))
 
     def on_run_view_stop_said(self, message: StopSaid) -> None:
         self.query_one(EventLog).write(f"{CLIENT_LINE_INDENT}stopping: {message.text}")

@@ -1,0 +1,14 @@
+"""How a run ended -> the client's exit code (README: "Exit codes")."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cockpit.live.state import RunState
+
+EXIT_FINISHED, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED, EXIT_DETACHED = 0, 1, 2, 3, 4
+
+
+def exit_code(state: RunState) -> int:
+    return {"finished": EXIT_FINISHED, "stopped": EXIT_STOPPED}.get(state.status, EXIT_FAILED)
