@@ -99,6 +99,12 @@ def apply_override(raw: dict, item: str) -> None:
     node[parts[-1]] = value
 
 
+def set_override(overrides: list[str], key: str, text: str) -> None:
+    """Append `key=text` so that `text` is read back as that very string (quoted YAML), whatever it
+    holds (`sudo shutdown -h now`, a colon, a quote, `yes`)."""
+    overrides.append(f"{key}={yaml.safe_dump(text, default_style=chr(34), width=1 << 20).strip()}")
+
+
 def config_from_dotted(values: dict) -> TrainConfig:
     """{"training.max_length": 512, "method": "lora", ...} -> a validated config."""
     raw: dict = {}
@@ -373,9 +379,7 @@ def _check_report_to(cfg: TrainConfig) -> None:
         )
     if len(set(names)) != len(names):
         raise ConfigError("report_to: a tracker is named twice; name each once")
-    missing = [
-        n for n in names if all(importlib.util.find_spec(m) is None for m in REPORTER_PACKAGES[n][0])
-    ]
+    missing = [n for n in names if all(importlib.util.find_spec(m) is None for m in REPORTER_PACKAGES[n][0])]
     if missing:
         installs = " ".join(REPORTER_PACKAGES[n][1] for n in missing)
         raise ConfigError(

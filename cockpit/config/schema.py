@@ -179,7 +179,7 @@ class CostSection:
         "the idle alarm: every GPU below 5% util this long while no run trains (paused, ended) says so, "
         "rings the terminal bell and runs on_idle",
         min=1,
-        max=240,
+        max=120,
     )
     on_idle: str | None = _f(
         None,

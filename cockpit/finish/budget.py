@@ -14,20 +14,15 @@ from pathlib import Path
 from cockpit import fmt
 from cockpit.config.schema import TrainConfig
 from cockpit.live.state import RunState
-from cockpit.protocol.wire import LineDecoder
+from cockpit.run import journal
 
 
 def history_state(events_path: Path) -> RunState:
     """The run as its events so far tell it (a restart's previous attempts)."""
-    state = RunState()
-    decoder = LineDecoder()
     try:
-        data = events_path.read_bytes()
+        return journal.fold(events_path)
     except OSError:
-        return state
-    for item in [*decoder.feed(data), *decoder.finish()]:
-        state.apply(item)
-    return state
+        return RunState()
 
 
 @dataclass(frozen=True)
@@ -46,7 +41,8 @@ class Budget:
     def reached_message(self, now_ts: float, step: int) -> str:
         return (
             f"budget reached at step {step}: {fmt.money(self.cost_usd(now_ts))} spent of cost.max_usd "
-            f"{fmt.money(self.max_usd)} ({fmt.money(self.price_per_hour)}/h); saving a checkpoint and stopping"
+            f"{fmt.money(self.max_usd)} ({fmt.money(self.price_per_hour)}/h); saving a checkpoint and "
+            "stopping"
         )
 
 

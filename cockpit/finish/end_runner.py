@@ -36,9 +36,10 @@ import psutil
 
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, TrainConfig
-from cockpit.protocol.wire import encode
+from cockpit.run import journal
 from cockpit.run import process as supervisor
 from cockpit.run.rundir import RunDir
+from cockpit.run.status import run_status
 
 CLAIMS_NAME = "on_end"  # one claim file per trainer attempt whose end ran the command
 POLL_S = 0.5
@@ -75,8 +76,7 @@ def log(text: str) -> None:
 
 def append_event(run: RunDir, msg_type: str, **fields) -> None:
     try:
-        with open(run.events_path, "ab") as f:  # O_APPEND: one write, beside a client's exit record
-            f.write(encode(msg_type, **fields))
+        journal.append(run.events_path, msg_type, **fields)
     except OSError as exc:
         log(f"could not record {msg_type} in events.jsonl: {exc.strerror or exc}")
 
@@ -125,7 +125,7 @@ def run_end(run: RunDir, trainer_pid: int) -> int:
     started = record.get("create_time") if record.get("pid") == trainer_pid else None
     wait_trainer_gone(trainer_pid, started)
     wait_group_gone(record.get("pgid", trainer_pid) if record.get("pid") == trainer_pid else trainer_pid)
-    status = supervisor.run_status(run)
+    status = run_status(run)
     if status.state == "failed" and status.detail.startswith("oom"):
         deadline = time.monotonic() + OOM_RELAUNCH_WAIT_S
         log(f"the run failed out of memory: on_end waits up to {OOM_RELAUNCH_WAIT_S:.0f} s for a relaunch")
@@ -145,7 +145,7 @@ def run_end(run: RunDir, trainer_pid: int) -> int:
     if not claim(claim_path(run, trainer_pid, started)):
         log(f"on_end already ran for this ending of the run (trainer pid {trainer_pid}): not again")
         return 0
-    status = supervisor.run_status(run)  # as the run ended, after any client's exit record
+    status = run_status(run)  # as the run ended, after any client's exit record
     os.sync()  # checkpoints and final/ were fsynced by the trainer; the rest (logs, events) now too
     for step in steps_before_on_end(cfg, run, status.state):
         log(f"before on_end: {step.name}: {shlex.join(step.argv)}")
@@ -160,7 +160,9 @@ def run_command(run: RunDir, command: str, run_status: str, trainer_pid: int) ->
     """The end command through the shell, in the run directory, output on our stdout (backend.log)."""
     log(f"on_end: the run {run_status}; running: {command}")
     append_event(run, "end_command", state="started", command=command, run_status=run_status)
-    env = dict(os.environ, COCKPIT_RUN_ID=run.run_id, COCKPIT_RUN_DIR=str(run.path), COCKPIT_RUN_STATUS=run_status)
+    env = dict(
+        os.environ, COCKPIT_RUN_ID=run.run_id, COCKPIT_RUN_DIR=str(run.path), COCKPIT_RUN_STATUS=run_status
+    )
     began = time.time()
     try:
         code = subprocess.run(
@@ -193,7 +195,9 @@ def run_command(run: RunDir, command: str, run_status: str, trainer_pid: int) ->
 def start(run: RunDir, trainer_pid: int) -> subprocess.Popen | None:
     """Start the runner for this trainer, detached, its output on backend.log; None if it cannot be."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (supervisor.project_root(), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (supervisor.project_root(), env.get("PYTHONPATH", "")) if p
+    )
     try:
         log_fd = os.open(run.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     except OSError:

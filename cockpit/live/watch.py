@@ -29,7 +29,11 @@ OnNews = Callable[[Sample | None, list[Finding], str | None], None]
 
 class LiveWatch:
     def __init__(
-        self, trainer_pid: int | None, interval_s: float = SAMPLE_INTERVAL_S, sampler: Sampler | None = None
+        self,
+        trainer_pid: int | None,
+        interval_s: float = SAMPLE_INTERVAL_S,
+        sampler: Sampler | None = None,
+        doctor: Doctor | None = None,
     ):
         self._lock = threading.Lock()
         self._latest: Sample | None = None
@@ -37,7 +41,7 @@ class LiveWatch:
         self._findings: list[Finding] = []  # the doctor's last verdict
         self._judged_ts = float("-inf")  # the sample time it was given at
         self._subscriber: tuple[RunState, OnNews] | None = None
-        self.doctor = Doctor()
+        self.doctor = doctor or Doctor()  # the run's own: its idle window is cost.idle_minutes
         self.trainer_pid = trainer_pid
         self.background = BackgroundSampler(
             sampler or Sampler(trainer_pid=trainer_pid, host_every=HOST_EVERY),
