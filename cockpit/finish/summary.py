@@ -31,6 +31,7 @@ class RunSummary:
     max_usd: float | None
     adapter: str | None  # the folder with the trained weights: final/, else the newest checkpoint
     adapter_is_final: bool
+    adapter_was_saved: bool  # the trainer said it wrote final/ (its `done` event)
     error: str | None  # failed: kind and message
     next_commands: list[str] = field(default_factory=list)
     on_end: str | None = None  # the end command, as configured
@@ -87,6 +88,7 @@ def summarize(
         max_usd=state.max_usd,
         adapter=adapter,
         adapter_is_final=is_final,
+        adapter_was_saved=bool(outcome.get("output")),
         error=error,
         next_commands=next_commands(state, adapter, is_final, checkpoints, reason),
         on_end=on_end,
@@ -115,41 +117,42 @@ def _step_of(checkpoint: str) -> str:
 
 
 def summary_lines(s: RunSummary) -> list[str]:
-    """The summary, a few lines of at most ~80 columns each (paths may run longer)."""
-    steps = f"{s.step}/{s.total_steps or '?'} steps"
-    how = s.status
-    if s.reason == "budget":
-        how = "stopped at the budget"
-    elif s.reason == "request":
-        how = "stopped by request"
-    cost = ""
+    """The summary: a few lines of at most ~80 columns each (a path may run longer), one next
+    command a line."""
+    how = {"budget": "stopped at the budget", "request": "stopped by request"}.get(s.reason or "", s.status)
+    if s.reason == "budget" and s.max_usd is not None:
+        how += f" ({fmt.money(s.max_usd)})"
+    first = f"{how}: step {s.step}/{s.total_steps or '?'} in {fmt.duration(s.billed_s)}"
     if s.cost_usd is not None:
-        cost = f", cost {fmt.money(s.cost_usd)} at {fmt.money(s.price_per_hour)}/h"
-        if s.max_usd is not None:
-            cost += f" (budget {fmt.money(s.max_usd)})"
-    lines = [f"{how}: {steps} in {fmt.duration(s.billed_s)}{cost}"]
+        first += f", {fmt.money(s.cost_usd)} at {fmt.money(s.price_per_hour)}/h"
+        if s.max_usd is not None and s.reason != "budget":
+            first += f" (budget {fmt.money(s.max_usd)})"
+    lines = [first]
     loss = f"train loss {fmt.loss(s.train_loss)}"
     if s.mean_train_loss is not None:
-        loss += f" (last logged; mean over the run {fmt.loss(s.mean_train_loss)})"
-    if s.eval_loss is not None:
-        loss += f", eval loss {fmt.loss(s.eval_loss)}"
+        loss += f" (last logged; run mean {fmt.loss(s.mean_train_loss)})"
+    loss += f", eval loss {fmt.loss(s.eval_loss)}" if s.eval_loss is not None else ", no eval"
     lines.append(loss)
     if s.error:
         lines.append(f"error: {s.error[:200]}")
-    if s.adapter is None:
+    if s.adapter is None and s.status == "finished" and s.adapter_was_saved:
+        lines.append("adapter: its final/ folder is no longer on disk (deleted since)")
+    elif s.adapter is None:
         lines.append("adapter: none saved (no complete checkpoint)")
+    elif s.adapter_is_final:
+        lines.append(f"adapter: {s.adapter}")
     else:
-        lines.append(f"adapter: {s.adapter}" + ("" if s.adapter_is_final else " (the newest checkpoint)"))
-    if s.next_commands:
-        lines.append("next: " + "   ".join(s.next_commands))
+        lines.append(f"adapter (newest checkpoint): {s.adapter}")
+    for i, command in enumerate(s.next_commands):
+        lines.append(("next: " if i == 0 else "      ") + command)
     if s.on_end:
         state = {
             None: "runs once the trainer's processes are gone; output in backend.log",
             "started": "running; output in backend.log",
             "finished": "done (exit 0)",
-            "failed": "FAILED; see backend.log (the run directory is intact)",
+            "failed": "FAILED, see backend.log; the run directory is intact",
         }.get(s.on_end_state, s.on_end_state)
-        lines.append(f"on_end: {s.on_end} ({state})")
+        lines.append(f"on_end: {s.on_end}: {state}")
     return lines
 
 

@@ -44,6 +44,8 @@ def status_line(state: RunState, now_ts: float | None) -> str:
         parts.append(
             f"cost {fmt.money(state.cost_so_far(now_ts))} (of ~{fmt.money(state.cost_projected(now_ts))})"
         )
+        if state.max_usd is not None:
+            parts.append(f"budget {fmt.money(state.max_usd)}")
     return "  ".join(parts)
 
 

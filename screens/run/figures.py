@@ -70,6 +70,9 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
             ("cost", f"{fmt.money(state.cost_so_far(now_ts))} at {fmt.money(state.price_per_hour)}/h")
         )
         rows.append(("projected", f"~{fmt.money(state.cost_projected(now_ts))} for the run"))
+        if state.max_usd is not None:  # cost.max_usd: the trainer stops with a checkpoint there
+            left = state.max_usd - (state.cost_so_far(now_ts) or 0.0)
+            rows.append(("budget", f"{fmt.money(state.max_usd)}, {fmt.money(max(0.0, left))} left"))
     rows.extend(memory_rows(state))
     device = state.device
     if device:
