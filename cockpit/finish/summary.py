@@ -74,7 +74,7 @@ def summarize(
     reason = outcome.get("reason") if state.status == "stopped" else None
     ended_command = state.end_command or {}
     return RunSummary(
-        run_id=state.run_id or run_path.name,
+        run_id=run_path.name,
         status=state.status,
         reason=reason if isinstance(reason, str) else None,
         step=state.step,
@@ -90,16 +90,21 @@ def summarize(
         adapter_is_final=is_final,
         adapter_was_saved=bool(outcome.get("output")),
         error=error,
-        next_commands=next_commands(state, adapter, is_final, checkpoints, reason),
+        next_commands=next_commands(run_path.name, state, adapter, is_final, checkpoints, reason),
         on_end=on_end,
         on_end_state=ended_command.get("state"),
     )
 
 
 def next_commands(
-    state: RunState, adapter: str | None, is_final: bool, checkpoints: list[Path], reason: str | None
+    run_id: str,
+    state: RunState,
+    adapter: str | None,
+    is_final: bool,
+    checkpoints: list[Path],
+    reason: str | None,
 ) -> list[str]:
-    run_id = state.run_id
+    """The commands that go on from here, naming the run as `cockpit runs` does (its folder)."""
     out = []
     if state.status in ("stopped", "failed") and checkpoints:
         budget = " --max-usd N" if reason == "budget" else ""

@@ -41,7 +41,8 @@ class LiveWatch:
         self._findings: list[Finding] = []  # the doctor's last verdict
         self._judged_ts = float("-inf")  # the sample time it was given at
         self._subscriber: tuple[RunState, OnNews] | None = None
-        self.doctor = doctor or Doctor()  # the run's own: its idle window is cost.idle_minutes
+        # the run's own: its idle window is cost.idle_minutes
+        self.doctor = Doctor() if doctor is None else doctor
         self.trainer_pid = trainer_pid
         self.background = BackgroundSampler(
             sampler or Sampler(trainer_pid=trainer_pid, host_every=HOST_EVERY),

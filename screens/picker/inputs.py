@@ -263,8 +263,8 @@ def config_text(cfg: config_mod.TrainConfig, table: CardTable, row: CardRow, now
         )
     if cfg.cost.max_usd is not None:
         lines.append(
-            f"# budget {money(cfg.cost.max_usd)} (cost.max_usd): the run saves a checkpoint and stops when it "
-            "has cost that much"
+            f"# budget {money(cfg.cost.max_usd)} (cost.max_usd): the run saves a checkpoint and stops "
+            "when it has cost that much"
         )
     lines += [
         "# speed: auto may still pick micro-batch, checkpointing and packing for the card it runs on;",

@@ -107,9 +107,7 @@ class RunView(Screen):
         self._texts: dict[str, str | Text] = {}  # what each Static shows
         self._summary_of: tuple | None = None  # the ending the summary panel was drawn for
         self.idle_settings = idle.settings_of(session.run.config_path)
-        self.idle_alarm = idle.IdleAlarm(
-            self.idle_settings, None if session.replay else session.run.log_path
-        )
+        self.idle_alarm = idle.IdleAlarm(self.idle_settings, None if session.replay else session.run.log_path)
         self._titles: dict[str | None, tuple[str, str | None]] = {}  # border title, subtitle per widget
 
     def compose(self) -> ComposeResult:
