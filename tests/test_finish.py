@@ -438,3 +438,44 @@ def test_a_run_that_comes_alive_between_plan_and_delete_is_left_alone(home, monk
     with pytest.raises(runs_list.StillRunning, match="started again meanwhile"):
         runs_list.execute(removal)
     assert run.complete_checkpoints()
+
+
+# ---------------------------------------------------------------- the idle alarm in the run view
+
+
+async def test_the_run_view_rings_once_says_so_and_runs_on_idle(tmp_path):
+    from test_tui import EVENTS, ScriptedSession, ScriptedWatch, fake_samples, screen_text
+
+    from cockpit.doctor.window import Finding
+    from screens.run.app import CockpitApp
+
+    run_path = tmp_path / "run"
+    run_path.mkdir()
+    (run_path / "config.yaml").write_text("cost: {idle_minutes: 10, on_idle: 'echo idle >> idle.txt'}\n")
+    (run_path / "backend.log").write_text("")
+    finding = Finding(
+        "idle_billed",
+        "alarm",
+        "Idle GPU, still billed",
+        "GPU util below 5% for 10 min while the run is finished; $0.42 burnt at $2.50/h",
+        "Shut the instance down, or start the next run: it is billed by the hour, idle or not.",
+    )
+    watch = ScriptedWatch(fake_samples(), [finding])
+    session = ScriptedSession(rundir.RunDir(run_path), EVENTS, alive=False)
+    app = CockpitApp(session, watch=watch, poll_interval_s=0.02, clock=lambda: EVENTS[-1]["ts"] + 2)
+    bells = []
+    app.bell = lambda: bells.append(1)
+    async with app.run_test(size=(100, 32), notifications=True) as pilot:
+        deadline = time.monotonic() + 10
+        while watch.calls < 8:  # the same finding, again and again
+            assert time.monotonic() < deadline, "the watch was never asked"
+            await pilot.pause(0.05)
+        await pilot.pause(0.2)
+        text = screen_text(app)
+    assert bells == [1]
+    assert "IDLE ALARM: Idle GPU, still billed" in text
+    alarm = app.run_view.idle_alarm
+    assert alarm.spells == 1
+    alarm.wait()
+    assert (run_path / "idle.txt").read_text() == "idle\n"
+    assert "on_idle: running: echo idle >> idle.txt" in (run_path / "backend.log").read_text()

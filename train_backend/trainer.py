@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -60,10 +61,11 @@ def build_sft_config(
         save_total_limit=None,  # rotation happens after the atomic rename, see CockpitSFTTrainer
         report_to=list(cfg.report_to or []),  # validated installed (cockpit.config.load)
         run_name=run.run_id,  # the trackers' name for it
-        project="lora-cockpit",  # trackio's project
         disable_tqdm=True,
         dataset_text_field="text",
     )
+    if "trackio" in kwargs["report_to"] and "project" in {f.name for f in dataclasses.fields(SFTConfig)}:
+        kwargs["project"] = "lora-cockpit"  # trackio's project (an argument of newer transformers)
     kwargs.update(extra or {})
     return SFTConfig(**kwargs)
 
