@@ -186,6 +186,10 @@ def test_a_failing_end_command_is_said_and_the_run_directory_stays(home):
     assert run.complete_checkpoints() == [run.checkpoints_dir / "checkpoint-4"]
     lines = summary.run_summary_lines(run, state)
     assert lines[-1] == "on_end: echo partial; exit 3: FAILED, see backend.log; the run directory is intact"
+    (row,) = runs_list.rows([run])
+    assert row.on_end["state"] == "failed" and row.on_end["returncode"] == 3
+    said = "  on_end FAILED (exit 3): echo partial; exit 3 (see its backend.log)"
+    assert said in runs_list.table_lines([row])
 
 
 def test_the_end_runner_waits_for_the_trainer_to_end(home, tmp_path):

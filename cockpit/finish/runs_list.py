@@ -37,6 +37,7 @@ class RunRow:
     disk_bytes: int  # the whole run directory
     checkpoints_bytes: int  # checkpoints/ alone: what --prune frees (most of it)
     adapter: str | None  # final/ when there is one
+    on_end: dict | None  # the last end_command event: state, command, returncode (cost.on_end)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -75,7 +76,15 @@ def row_of(run: RunDir) -> RunRow:
         disk_bytes=folder_bytes(run.path),
         checkpoints_bytes=folder_bytes(run.checkpoints_dir),
         adapter=str(run.final_dir) if run.final_dir.is_dir() else None,
+        on_end=_end_command(state.end_command),
     )
+
+
+def _end_command(event: dict | None) -> dict | None:
+    if not event:
+        return None
+    keys = ("state", "command", "returncode", "error", "duration_s")
+    return {k: event[k] for k in keys if k in event}
 
 
 def rows(runs: list[RunDir]) -> list[RunRow]:
@@ -121,6 +130,9 @@ def table_lines(found: list[RunRow]) -> list[str]:
         out.append(line(cells).rstrip())
         if r.status == "failed" and r.detail:
             out.append(f"  {r.detail[:110]}")
+        if r.on_end and r.on_end.get("state") == "failed":
+            why = r.on_end.get("error") or f"exit {r.on_end.get('returncode')}"
+            out.append(f"  on_end FAILED ({why}): {r.on_end.get('command')} (see its backend.log)")
     return out
 
 
