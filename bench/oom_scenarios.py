@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cockpit.fmt import GIB
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
@@ -47,7 +49,6 @@ from common import (  # noqa: E402
     write_tokens,
 )
 
-GIB = 2**30
 QV = ["q_proj", "v_proj"]
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 
+GIB = 2**30  # bytes in a GiB: nvidia-smi's and torch's "GB"
+MIB = 2**20
+
 
 def duration(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
@@ -16,14 +19,19 @@ def duration(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
-def gib(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value / 2**30:.{digits}f} GiB"
+def gib(value: float | None, digits: int = 2, unit: str = " GiB", sign: bool = False) -> str:
+    """Bytes as GiB: `gib(3 * GIB, 1)` is "3.0 GiB"; `sign=True` writes "+1.50" for a difference."""
+    if value is None:
+        return "-"
+    return f"{value / GIB:{'+' if sign else ''}.{digits}f}{unit}"
 
 
 def rate(value: float | None, unit: str = "") -> str:
     if value is None or not math.isfinite(value):
         return "-"
-    if value >= 10_000:
+    if value >= 1_000_000:
+        text = f"{value / 1e6:.2f}M"
+    elif value >= 10_000:
         text = f"{value / 1000:.1f}k"
     elif value >= 100:
         text = f"{value:.0f}"
@@ -38,9 +46,13 @@ def params(count: float) -> str:
 
 
 def money(value: float | None) -> str:
-    if value is None:
+    """Dollars, the same everywhere: "$0.62"; under a cent, to a hundredth of a cent ("$0.0048", what
+    a minute of a CPU demo costs); from a thousand, whole dollars ("$1,234")."""
+    if value is None or not math.isfinite(value):
         return "-"
-    return f"${value:.2f}" if value >= 1 else f"${value:.4f}"
+    if abs(value) < 0.01:
+        return f"${value:.4f}"
+    return f"${value:,.0f}" if value >= 1000 else f"${value:.2f}"
 
 
 def loss(value: float | None) -> str:

@@ -12,6 +12,27 @@ from pathlib import Path
 
 import pytest
 
+# Hermetic: what the caller's shell has set must not change what the tests see (each test that
+# needs one of these sets it itself). tests/test_hermetic.py runs tests with them set.
+CALLER_ENV = (
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "HF_ENDPOINT",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_HOME",
+    "NO_COLOR",
+    "FORCE_COLOR",
+    "COLUMNS",
+    "LINES",
+    "COCKPIT_HOME",
+    "COCKPIT_CACHE",
+    "COCKPIT_CONFIG",
+)
+for _name in CALLER_ENV:
+    os.environ.pop(_name, None)
+
 ROOT = Path(__file__).resolve().parent.parent
 SUPPORT = Path(__file__).resolve().parent / "support"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

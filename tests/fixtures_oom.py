@@ -5,7 +5,8 @@ ran on and torch's figures when the allocation failed.
 
 from __future__ import annotations
 
-GIB = 2**30
+from cockpit.fmt import GIB
+
 # the article's 13B QLoRA recipe without checkpointing (measured at 33 GiB through a plain HF
 # Trainer script), as the product runs it, on an emulated 24 GiB card; dotted config keys
 ARTICLE_13B = {

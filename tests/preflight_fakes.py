@@ -14,8 +14,9 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from support.nvml_fake import GIB, FakeGpu, FakeNvml
+from support.nvml_fake import FakeGpu, FakeNvml
 
+from cockpit.fmt import GIB
 from cockpit.preflight.checks import gpu as checks_gpu
 from cockpit.preflight.checks import host as checks_host
 from cockpit.preflight.checks import network as checks_network

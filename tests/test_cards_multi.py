@@ -9,14 +9,16 @@ from datetime import date
 
 import pytest
 
+from cockpit.fmt import GIB
 from cockpit.models import shape as modelshape
-from cockpit.models.memory import GIB, Workload, estimate_memory
+from cockpit.models.memory import Workload, estimate_memory
 from cockpit.models.speed import estimate_speed
 from cockpit.models.speed_multi import CALIBRATION, estimate_multi_speed, interconnect
-from cockpit.plan.cards import CardsError, card_table, parse_dataset
+from cockpit.plan.cards_inputs import CardsError, parse_dataset
 from cockpit.plan.cards_text import table_text
 from cockpit.plan.catalog import load_catalog
 from cockpit.plan.multi_rows import parse_gpu_counts
+from cockpit.plan.table import card_table
 
 TODAY = date(2026, 12, 1)
 
@@ -126,7 +128,7 @@ def test_the_link_follows_the_catalog(catalog, card_id, gpus, kind, one_way_gbs)
 
 
 def test_one_gpu_is_not_a_multi_gpu_estimate(catalog, llama7b):
-    with pytest.raises(ValueError, match=r"use cockpit\.speed\.estimate_speed"):
+    with pytest.raises(ValueError, match=r"use cockpit\.models\.speed\.estimate_speed"):
         estimate_multi_speed(full_7b(llama7b), catalog.get("h200-sxm"))
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from cockpit.doctor.engine import Doctor
 from cockpit.doctor.window import Finding, Window
+from cockpit.fmt import GIB
 from cockpit.live.state import Attempt, RunState
 
-GIB = 2**30
 TRAINER_PID = 1000
 
 

@@ -19,7 +19,7 @@ from support.nvml_fake import FakeGpu, FakeNvml
 from cockpit.cli.main import main
 from cockpit.config import load as config_load
 from cockpit.config.schema import ConfigError
-from cockpit.finish import budget, end_runner, idle, runs_list, summary
+from cockpit.finish import budget, end_launch, end_runner, idle, runs_list, summary
 from cockpit.live.state import RunState
 from cockpit.protocol.wire import encode
 from cockpit.run import journal, process, rundir
@@ -138,7 +138,7 @@ def test_a_restart_with_the_budget_spent_is_refused_and_says_how_to_raise_it(hom
     assert main(["restart", run.run_id, "--no-ui"]) == 2
     err = capsys.readouterr().err
     assert f"cost.max_usd is $10.00 but run {run.run_id} has already cost $16.00" in err
-    assert "0:00:16 over 1 attempt at $3600.00/h" in err
+    assert "0:00:16 over 1 attempt at $3,600/h" in err
     assert f"cockpit restart {run.run_id} --max-usd N (N above $16.00)" in err
     assert main(["restart", run.run_id, "--no-ui", "--max-usd", "12"]) == 2  # still below
     assert "max_usd: 10" in run.config_path.read_text()  # a refused budget is not written
@@ -200,7 +200,7 @@ def test_the_end_runner_waits_for_the_trainer_to_end(home, tmp_path):
         "create_time": psutil.Process(trainer.pid).create_time(),
     }
     run = make_run(history(), end_config("date +%s.%N > ran_at.txt"), trainer=record)
-    runner = end_runner.start(run, trainer.pid)
+    runner = end_launch.start(run, trainer.pid)
     assert runner is not None
     trainer.wait()
     ended_at = time.time()
@@ -302,7 +302,7 @@ def test_the_idle_alarm_sounds_once_per_spell_and_runs_on_idle(tmp_path):
     said = feed(doctor, alarm, idle_samples(200, start=T0 + 100), ended)
     assert len(said) == 1 and started == ["sudo shutdown -h now"]  # once, not every second after
     assert said[0].startswith("IDLE ALARM: Idle GPU, still billed: GPU util below 5% for 2 min")
-    assert "while the run is finished; $0.0785 burnt at $2.50/h" in said[0]  # 113 s idle so far
+    assert "while the run is finished; $0.08 burnt at $2.50/h" in said[0]  # 113 s idle so far
     assert said[0].endswith("Ran cost.on_idle (pid 4242, its output in backend.log): sudo shutdown -h now")
     assert feed(doctor, alarm, idle_samples(60, util_pct=97, start=T0 + 300), ended) == []  # busy: re-armed
     assert len(feed(doctor, alarm, idle_samples(200, start=T0 + 360), ended)) == 1
@@ -448,7 +448,7 @@ def test_a_run_that_comes_alive_between_plan_and_delete_is_left_alone(home, monk
 
 
 async def test_the_run_view_rings_once_says_so_and_runs_on_idle(tmp_path):
-    from test_tui import EVENTS, ScriptedSession, ScriptedWatch, fake_samples, screen_text
+    from support.pilot import EVENTS, ScriptedSession, ScriptedWatch, fake_samples, screen_text
 
     from cockpit.doctor.window import Finding
     from screens.run.app import CockpitApp

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from rich.style import Style
 
+from cockpit.fmt import GIB
 from cockpit.telemetry.gpu import GpuSample
 from cockpit.telemetry.sampler import HostSample, Sample
 from screens.run.telemetry_feed import SeriesBook
 from widgets.gpu_panel import GpuView, gpu_lines, has_spread_row, row_count, view_spread
 
-GIB = 2**30
 WARN = Style(color="yellow")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from support.nvml_fake import FakeGpu, FakeNvml
 
+from cockpit.fmt import GIB
 from cockpit.live.watch import gpu_status
 from cockpit.telemetry.gpu import GpuSample
 from cockpit.telemetry.host import HostCounters
@@ -20,7 +21,6 @@ from cockpit.telemetry.spread import (
     window_mean,
 )
 
-GIB = 2**30
 TRAINER = 4242
 
 

@@ -27,7 +27,7 @@ def replay_run(tmp_path, extra: bytes = b"") -> RunDir:
 
 def test_plain_replay_prints_the_history_in_order(tmp_path):
     out = io.StringIO()
-    code = follow(RunSession(replay_run(tmp_path), replay=True), out=out, log_every_s=0)
+    code = follow(RunSession(replay_run(tmp_path), recorded=True), out=out, log_every_s=0)
     text = out.getvalue()
     assert code == EXIT_FINISHED
     lines = text.splitlines()
@@ -43,14 +43,14 @@ def test_plain_replay_prints_the_history_in_order(tmp_path):
 
 def test_plain_throttles_step_lines(tmp_path):
     out = io.StringIO()
-    follow(RunSession(replay_run(tmp_path), replay=True), out=out, log_every_s=10)
+    follow(RunSession(replay_run(tmp_path), recorded=True), out=out, log_every_s=10)
     steps = [line for line in out.getvalue().splitlines() if "/88 epoch" in line]
     assert 1 < len(steps) < 10 and "step 88/88" in steps[-1]
 
 
 def test_terminal_mode_renders_a_live_status(tmp_path):
     out = io.StringIO()
-    code = follow(RunSession(replay_run(tmp_path), replay=True), out=out, force_terminal=True)
+    code = follow(RunSession(replay_run(tmp_path), recorded=True), out=out, force_terminal=True)
     text = out.getvalue()
     assert code == EXIT_FINISHED
     assert "88/88" in text and "tok/s" in text and "ETA" in text and "done: finished" in text
@@ -59,7 +59,7 @@ def test_terminal_mode_renders_a_live_status(tmp_path):
 def test_garbage_on_the_channel_is_reported_and_survived(tmp_path):
     out = io.StringIO()
     extra = b"Segmentation fault (core dumped)\n" + encode("gpu_telemetry", util=3) + b'{"v":1,"type":"lo'
-    code = follow(RunSession(replay_run(tmp_path, extra), replay=True), out=out, log_every_s=0)
+    code = follow(RunSession(replay_run(tmp_path, extra), recorded=True), out=out, log_every_s=0)
     text = out.getvalue()
     assert code == EXIT_FINISHED
     assert "channel fault (not_json)" in text and "Segmentation fault" in text
@@ -70,7 +70,7 @@ def test_garbage_on_the_channel_is_reported_and_survived(tmp_path):
 def test_exit_codes_follow_the_ending(tmp_path):
     failed = encode("error", kind="oom", message="CUDA out of memory", hint="turn on gradient checkpointing")
     out = io.StringIO()
-    assert follow(RunSession(replay_run(tmp_path, failed), replay=True), out=out) == EXIT_FAILED
+    assert follow(RunSession(replay_run(tmp_path, failed), recorded=True), out=out) == EXIT_FAILED
     assert "ERROR (oom): CUDA out of memory" in out.getvalue() and "fix: turn on" in out.getvalue()
     state = RunState()
     state.apply({"v": 1, "type": "done", "ts": 1.0, "status": "stopped"})
@@ -86,8 +86,8 @@ def test_status_line_shows_cost_only_with_a_price():
         {"v": 1, "type": "log", "ts": 200.0, "step": 5, "total_steps": 10, "loss": 1.0, "step_time_s": 10.0}
     )
     line = status_line(state, 200.0)
-    assert "cost $0.1000" in line and "ETA 0:00:50" in line  # 100 s at $3.6/h; 5 steps x 10 s left
-    assert "(of ~$0.1500)" in line
+    assert "cost $0.10" in line and "ETA 0:00:50" in line  # 100 s at $3.6/h; 5 steps x 10 s left
+    assert "(of ~$0.15)" in line
     state.price_per_hour = None
     assert "cost" not in status_line(state, 200.0)
 
@@ -128,7 +128,7 @@ def test_ctrl_c_on_a_replay_does_not_say_training_goes_on(tmp_path):
 
     from cockpit.cli.exit_codes import EXIT_DETACHED
 
-    session = RunSession(replay_run(tmp_path), replay=True)
+    session = RunSession(replay_run(tmp_path), recorded=True)
     session.poll = lambda: os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while it plays
     out = io.StringIO()
     assert follow(session, out=out) == EXIT_DETACHED

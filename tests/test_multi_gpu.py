@@ -9,11 +9,12 @@ from dataclasses import replace
 import pytest
 from preflight_fakes import probe_as_h200s
 from support.nvml_fake import FakeGpu, FakeNvml
-from test_doctor import GIB, TRAINER_PID, gpu, host, rules, run_state, sample
+from test_doctor import TRAINER_PID, gpu, host, rules, run_state, sample
 
 from cockpit.config.load import config_from_dotted
 from cockpit.config.schema import ConfigError
 from cockpit.doctor.engine import Doctor
+from cockpit.fmt import GIB
 from cockpit.models import memory as est
 from cockpit.models import memory_report as estimate_report
 from cockpit.models import shape as modelshape

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 from fixtures_oom import ARTICLE_13B as ARTICLE_13B_DOTTED
-from fixtures_oom import DATA, GIB, H200, OOM, nested
-from test_tui import ScriptedSession, screen_text
+from fixtures_oom import DATA, H200, OOM, nested
+from support.pilot import ScriptedSession, screen_text
 
 from cockpit.config import load as config_load
 from cockpit.config import schema as config_mod
+from cockpit.fmt import GIB
 from cockpit.oom import relaunch as relaunch_mod
 from cockpit.run.rundir import RunDir
 from screens.confirm import Confirm
@@ -131,7 +132,7 @@ async def test_the_oom_event_opens_the_wizard_and_the_relaunch_applies_the_picks
     run = make_run(tmp_path)
     session = ScriptedSession(run, until_training())
     launched: list[RunDir] = []
-    monkeypatch.setattr(relaunch_mod.supervisor, "launch", lambda r: launched.append(r) or FakeTrainer())
+    monkeypatch.setattr(relaunch_mod.process, "launch", lambda r: launched.append(r) or FakeTrainer())
     app = make_app(session)
     async with app.run_test(size=(100, 32), notifications=True) as pilot:
         await wait_for(pilot, lambda: app.run_view.updates_shown > 0)

@@ -3,8 +3,8 @@ keeps running; at 80x24 the highlighted remedy's effect on the results is on scr
 
 from __future__ import annotations
 
+from support.pilot import ScriptedSession, screen_text
 from test_oom_wizard import RUN_ID, make_app, make_run, oom_error, until_training, wait_for, wizard_ready
-from test_tui import ScriptedSession, screen_text
 
 from screens.oom.wizard import OomWizard
 

@@ -13,7 +13,8 @@ import yaml
 from conftest import cockpit, events, only_run, write_config
 
 from cockpit.config.load import load_config
-from cockpit.models.memory import GIB, estimate_memory, workload_from_config
+from cockpit.fmt import GIB
+from cockpit.models.memory import estimate_memory, workload_from_config
 from cockpit.models.shape import load_shape
 
 # the injected message holds 95.6% of the card in use and asks for 8.5% more (a real message's

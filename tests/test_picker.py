@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from cockpit.config import load as config_load
+from cockpit.fmt import GIB
 from cockpit.models import shape as modelshape
-from cockpit.models.memory import GIB
 from cockpit.plan.catalog import load_catalog
 from screens.picker.app import PickerApp
 from screens.picker.inputs import default_path

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.fmt import GIB
 from cockpit.preflight.checks import disk as d
 from cockpit.preflight.checks import disk_speed as ds
-
-GIB = 2**30
 
 
 def _write(path: Path, text: str) -> None:

@@ -11,8 +11,9 @@ import time
 import pytest
 from conftest import FIXTURES, ROOT
 from preflight_fakes import probe_as_h200s
-from support.nvml_fake import GIB, FakeGpu, FakeNvml
+from support.nvml_fake import FakeGpu, FakeNvml
 
+from cockpit.fmt import GIB
 from cockpit.preflight.checks import gpu as cg
 from cockpit.preflight.checks import gpu_probe as gp
 from cockpit.preflight.checks import perf

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cockpit.fmt import GIB
 from cockpit.preflight.checks import host as h
-
-GIB = 2**30
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:

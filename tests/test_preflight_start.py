@@ -12,12 +12,13 @@ import time
 
 import pytest
 from conftest import ROOT, events, only_run
-from support.nvml_fake import GIB, FakeGpu, FakeNvml
-from test_tui import events_until_step, scripted
+from support.nvml_fake import FakeGpu, FakeNvml
+from support.pilot import events_until_step, scripted
 
 from cockpit.cli import main as cli
 from cockpit.config import schema as config
 from cockpit.config.load import load_config
+from cockpit.fmt import GIB
 from cockpit.preflight import quick as preflight_start
 from cockpit.run import process
 from screens.preflight.notice import PreflightNotice
@@ -124,7 +125,9 @@ def test_a_preflight_that_cannot_be_planned_is_a_warning_not_a_crash(tmp_path, m
 def test_imports_neither_torch_nor_textual():
     code = (
         "import sys, json\n"
-        "from cockpit import cli, config_load, preflight_start\n"
+        "from cockpit.cli import main as cli\n"
+        "from cockpit.config import load as config_load\n"
+        "from cockpit.preflight import quick as preflight_start\n"
         "preflight_start.run_start_preflight(config_load.load_config(cli.demo_config_path(), []))\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
     )

@@ -131,3 +131,55 @@ def test_emitter_survives_a_full_disk_and_a_gone_reader(monkeypatch):
     emitter.emit("log", step=3)  # EPIPE: the reader is gone
     assert emitter.broken
     os.close(write_fd)
+
+
+def test_one_money_format_for_the_picker_and_the_run_view():
+    from cockpit import fmt
+
+    assert [fmt.money(v) for v in (None, 0.004, 0.0, 0.62, 1234.5, float("nan"))] == [
+        "-",
+        "$0.0040",
+        "$0.0000",
+        "$0.62",
+        "$1,234",
+        "-",
+    ]
+    assert fmt.rate(1_000_000) == "1.00M" and fmt.rate(12_345) == "12.3k" and fmt.rate(150) == "150"
+    assert fmt.gib(3 * fmt.GIB, 1) == "3.0 GiB" and fmt.gib(1.5 * fmt.GIB, 2, "", sign=True) == "+1.50"
+
+
+def test_the_protocol_doc_table_is_generated_from_the_event_types():
+    from conftest import ROOT
+
+    from cockpit.protocol.events import markdown_table
+
+    doc = (ROOT / "docs" / "protocol.md").read_text()
+    generated = doc.split("<!-- events:begin -->\n", 1)[1].split("<!-- events:end -->", 1)[0]
+    assert generated == markdown_table(), "run: python -m cockpit.protocol.events, paste between the marks"
+
+
+def test_every_event_type_has_its_fields_declared_and_documented():
+    from conftest import ROOT
+
+    from cockpit.protocol.events import EVENTS, fields
+    from cockpit.protocol.wire import EVENT_TYPES
+
+    assert set(EVENTS) == EVENT_TYPES
+    doc = (ROOT / "docs" / "protocol.md").read_text()
+    for event_type in EVENTS:
+        assert f"### `{event_type}`" in doc or f"`{event_type}`" in doc.split("## Events", 1)[1]
+        assert all(meaning for _, meaning in fields(event_type).values()), event_type
+
+
+def test_the_recorded_runs_carry_only_declared_fields():
+    from conftest import FIXTURES
+
+    from cockpit.protocol.events import undeclared
+
+    seen = set()
+    for line in (FIXTURES / "demo_run_events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        seen.add(event["type"])
+        assert undeclared(event) == [], event
+    assert {"hello", "log", "checkpoint", "done"} <= seen
+    assert undeclared({"v": 1, "type": "log", "ts": 1.0, "step": 1, "lossy": 2}) == ["lossy"]

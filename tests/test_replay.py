@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cockpit.cli import main as cli
+from cockpit.fmt import GIB
 from cockpit.live.replay import MAX_GAP_S, ReplaySession, Timeline, sample_of_bin
 from cockpit.run.control import NotRunning
 from cockpit.run.rundir import RunDir
@@ -20,7 +21,6 @@ from cockpit.telemetry.gpu import GPU_LOST_TEXT
 FIXTURES = Path(__file__).parent / "fixtures"
 EVENTS_FIXTURE = FIXTURES / "demo_run_events.jsonl"
 TELEMETRY_FIXTURE = FIXTURES / "demo_run_telemetry.jsonl"
-GIB = 2**30
 T0 = 1_800_000_000.0
 
 
@@ -108,7 +108,7 @@ def test_events_come_at_their_recorded_times_scaled_by_the_speed(tmp_path):
     clock.now += 0.92  # 10.3 s of the recording
     assert types(session.poll()) == ["phase", "train_begin"]
     assert session.state.status == "running" and not session.ended and session.playing
-    assert session.replay_label == "REPLAY x10 0:00:10/0:00:30"
+    assert session.label == "REPLAY x10 0:00:10/0:00:30"
     assert session.recorded_now() == pytest.approx(T0 + 10.3)
     clock.now += 1.96  # 29.9 s
     assert session.poll() == [] and not session.trainer_gone
@@ -126,7 +126,7 @@ def test_speed_zero_plays_everything_at_once(tmp_path):
     items = session.poll()
     assert len(items) == len(EVENTS_FIXTURE.read_text().splitlines())
     assert session.ended and session.state.status == "finished" and session.state.step == 88
-    assert session.replay_label == "REPLAY max speed 0:00:22/0:00:22"
+    assert session.label == "REPLAY max speed 0:00:22/0:00:22"
     sample, _ = session.watch.update(session.state)
     assert len(session.watch.pop_samples()) == 5 and sample.ts == pytest.approx(1796052170.0)
 
@@ -155,7 +155,7 @@ def test_a_line_without_a_time_comes_with_the_one_before(tmp_path):
 
 def test_commands_are_refused(tmp_path):
     session = ReplaySession(demo_run(tmp_path), clock=Clock())
-    assert session.replay
+    assert session.mode == "playback"
     with pytest.raises(NotRunning, match="replay"):
         session.send("stop")
 

@@ -3,7 +3,7 @@ nan is said as such, and a modal over the screen names its own keys in the foote
 
 from __future__ import annotations
 
-from test_tui import LAST_TS, events_until_step, make_app, screen_text, scripted, shown
+from support.pilot import LAST_TS, events_until_step, make_app, screen_text, scripted, shown
 
 from cockpit.preflight.checks.base import CheckResult
 from screens.confirm import Confirm

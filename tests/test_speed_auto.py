@@ -9,8 +9,9 @@ import pytest
 
 from cockpit.config import load as config_load
 from cockpit.config import schema as config
+from cockpit.fmt import GIB
 from cockpit.live.event_text import describe
-from cockpit.models.memory import GIB, SAFETY_MARGIN, Workload, estimate_memory
+from cockpit.models.memory import SAFETY_MARGIN, Workload, estimate_memory
 from cockpit.models.shape import load_shape
 from cockpit.plan import speed_auto
 

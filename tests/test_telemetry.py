@@ -23,6 +23,7 @@ import pytest
 from conftest import ROOT
 from support.nvml_fake import FakeGpu, FakeNvml, gone_pid
 
+from cockpit.fmt import GIB
 from cockpit.telemetry import nvml as nvml_source
 from cockpit.telemetry import watchdog
 from cockpit.telemetry.gpu import GPU_LOST_TEXT, GpuSample
@@ -30,8 +31,6 @@ from cockpit.telemetry.history import TelemetryRecorder, read_history
 from cockpit.telemetry.host import HostCounters, ProcessTree
 from cockpit.telemetry.nvml import NVML_FIELDS, NVML_SLOW_FIELDS, PynvmlSource, throttle_names
 from cockpit.telemetry.sampler import BackgroundSampler, Sampler
-
-GIB = 1 << 30
 
 
 class Clock:

@@ -24,6 +24,7 @@ from conftest import (
     write_config,
 )
 
+from cockpit.protocol.events import undeclared
 from cockpit.run import process, rundir
 from cockpit.run.status import run_status
 
@@ -54,6 +55,8 @@ def test_full_run_headless(tmp_path, env):
     for expected in ("hello", "phase", "data", "model", "train_begin", "log", "checkpoint", "done"):
         assert expected in types
     assert types.index("data") < types.index("model") < types.index("train_begin") < types.index("log")
+    # every field the real trainer sends is declared in cockpit/protocol/events.py
+    assert {e["type"]: undeclared(e) for e in evs if undeclared(e)} == {}
     assert evs[-1]["type"] == "done" and evs[-1]["status"] == "finished" and evs[-1]["step"] == 8
     logs = [e for e in evs if e["type"] == "log"]
     assert [e["step"] for e in logs] == list(range(1, 9))

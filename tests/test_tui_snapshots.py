@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from support.nvml_fake import FakeGpu
-from test_tui import (
+from support.pilot import (
     EVENTS,
     FIXTURE,
     INPUT_BOUND,
@@ -70,7 +70,7 @@ async def drawn(pilot) -> None:
 def finished_replay(tmp_path: Path) -> CockpitApp:
     run = run_dir(tmp_path)
     shutil.copy(FIXTURE, run.events_path)
-    return app_for(RunSession(run, replay=True), EVENTS)
+    return app_for(RunSession(run, recorded=True), EVENTS)
 
 
 def mid_run(tmp_path: Path) -> CockpitApp:

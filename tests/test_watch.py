@@ -87,7 +87,8 @@ def test_a_subscribed_watch_pushes_each_sample_with_a_verdict_given_once_a_secon
     judge = watch.doctor.findings
     watch.doctor.findings = lambda now_ts: judged.append(now_ts) or judge(now_ts)
     news: list[tuple] = []
-    watch.subscribe(running_fp32_state(), lambda *said: news.append(said))
+    state = running_fp32_state()
+    watch.subscribe(lambda: state, lambda *said: news.append(said))
     watch.start()
     try:
         deadline = time.monotonic() + 10
@@ -110,7 +111,7 @@ def test_a_doctor_that_fails_is_said_and_the_samples_go_on():
 
     watch.doctor.findings = broken
     news: list[tuple] = []
-    watch.subscribe(RunState(), lambda *said: news.append(said))
+    watch.subscribe(RunState, lambda *said: news.append(said))
     watch.start()
     try:
         deadline = time.monotonic() + 10

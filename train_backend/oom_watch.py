@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 
 from cockpit.config.schema import ConfigError, TrainConfig
+from cockpit.fmt import GIB
 from train_backend.channel import Emitter
 
-GIB = 2**30
 # the trainer's coarse phases -> the OOM's phase when it strikes outside the training loop
 COARSE = {
     "starting": "startup",

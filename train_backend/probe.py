@@ -19,10 +19,10 @@ import sys
 import time
 import traceback
 
+from cockpit.fmt import GIB
 from train_backend.channel import Emitter, take_stdout
 
 PACKAGES = ("torch", "transformers", "peft", "trl", "bitsandbytes", "datasets", "accelerate")
-GIB = 1 << 30
 
 
 def package_versions() -> dict:

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from cockpit.config.schema import TrainConfig
-from cockpit.models.memory import GIB
+from cockpit.fmt import GIB
 from cockpit.models.shape import ModelShape, ShapeError, from_config_dict
 from cockpit.plan import speed_auto
 from train_backend import packing

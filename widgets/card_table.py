@@ -16,8 +16,9 @@ from textual import events
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
-from cockpit.plan.cards import CardRow, CardTable
+from cockpit.plan.cards import CardRow
 from cockpit.plan.cards_text import COLUMNS, row_cells
+from cockpit.plan.table import CardTable
 
 WITH_VRAM_FROM = 90  # terminal columns from which the VRAM column is shown
 FIT_CLASSES = {"fits": "card-table--fits", "tight": "card-table--tight", "no": "card-table--no"}

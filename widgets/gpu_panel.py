@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from rich.style import Style
 from rich.text import Text
 
+from cockpit.fmt import GIB
 from cockpit.telemetry.spread import (
     SPREAD_WINDOW_S,
     GpuSpread,
@@ -33,7 +34,6 @@ from widgets.progress import bar_cells
 from widgets.sparkline import spark
 from widgets.styled import StyledWidget
 
-GIB = 2**30
 GAUGE_WIDTH = 10
 VALUE_WIDTH = 15
 LABEL_WIDTH = 6  # "power "

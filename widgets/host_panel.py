@@ -9,10 +9,10 @@ from typing import Any, ClassVar
 from rich.style import Style
 from rich.text import Text
 
+from cockpit.fmt import GIB
 from widgets.sparkline import levels, spark
 from widgets.styled import StyledWidget
 
-GIB = 2**30
 CPU_SPARK_MAX = 30
 CPU_SPARK_MIN = 8
 

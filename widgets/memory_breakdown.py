@@ -9,7 +9,8 @@ from typing import ClassVar
 from rich.text import Text
 from textual.widgets import Static
 
-from cockpit.models.memory import GIB, SAFETY_MARGIN, Part
+from cockpit.fmt import GIB
+from cockpit.models.memory import SAFETY_MARGIN, Part
 
 BAR_CELLS = 12  # the whole bar is the card's memory
 

@@ -285,7 +285,7 @@ def workload_overrides(args) -> list[str]:
 
 def dataset_text(args) -> str:
     """--tokens, or --samples x --mean-tokens, as the picker's dataset field reads it."""
-    from cockpit.plan.cards import CardsError
+    from cockpit.plan.cards_inputs import CardsError
 
     if (args.samples is None) != (args.mean_tokens is None):
         example = "--samples 9846 --mean-tokens 350"

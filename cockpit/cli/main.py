@@ -120,10 +120,10 @@ def _start(cfg: config.TrainConfig, args, source: str) -> int:
     return _show(run, proc, args, preflight_problems=problems)
 
 
-def _show(run: rundir.RunDir, proc, args, replay: bool = False, preflight_problems=()) -> int:
+def _show(run: rundir.RunDir, proc, args, recorded: bool = False, preflight_problems=()) -> int:
     from cockpit.live.session import RunSession
 
-    session = RunSession(run, proc=proc, replay=replay)
+    session = RunSession(run, proc=proc, recorded=recorded)
     if _headless(args):
         from cockpit.live.headless import follow
 
@@ -135,7 +135,7 @@ def _show(run: rundir.RunDir, proc, args, replay: bool = False, preflight_proble
     from screens.run.app import CockpitApp  # the only place the TUI is imported
 
     watch = None
-    if not replay:  # a live trainer: sample its GPUs and host now; the app stops the watch on exit
+    if not recorded:  # a live trainer: sample its GPUs and host now; the app stops the watch on exit
         pid = proc.pid if proc is not None else (run.read_trainer() or {}).get("pid")
         from cockpit.finish.idle import settings_of
 
@@ -144,7 +144,7 @@ def _show(run: rundir.RunDir, proc, args, replay: bool = False, preflight_proble
     code = app.run() or 0
     if app.relaunched is not None:  # the OOM wizard started a new trainer: follow it
         return _show(run, app.relaunched, args)
-    if code == EXIT_DETACHED and not replay:
+    if code == EXIT_DETACHED and not recorded:
         run_id = run.run_id
         print(f"detached; training goes on. Watch: cockpit attach {run_id}   Stop: cockpit stop {run_id}")
     return code
@@ -169,7 +169,7 @@ def _relaunch_after_oom(run: rundir.RunDir, state, args):
 
 def cmd_attach(args) -> int:
     run = rundir.find(args.run)
-    return _show(run, None, args, replay=not process.is_alive(run))
+    return _show(run, None, args, recorded=not process.is_alive(run))
 
 
 def cmd_replay(args) -> int:

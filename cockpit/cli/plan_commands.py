@@ -71,20 +71,20 @@ def cmd_estimate(args) -> int:
 def cmd_cards(args) -> int:
     from cockpit.models import memory as est
     from cockpit.models import shape as modelshape
-    from cockpit.plan import cards, catalog
+    from cockpit.plan import cards_inputs, catalog, table
     from cockpit.plan import multi_rows as cards_multi
     from cockpit.plan.cards_text import table_text
 
     try:
         cfg, _shape, workload = load_workload(args)
         epochs = cfg.training.epochs if args.epochs is None else args.epochs
-        size = cards.parse_dataset(dataset_text(args), epochs, cfg.training.max_steps)
+        size = cards_inputs.parse_dataset(dataset_text(args), epochs, cfg.training.max_steps)
         counts = cards_multi.parse_gpu_counts(args.gpus)
-        table = cards.card_table(workload, catalog.load_catalog(), size, args.budget, gpu_counts=counts)
+        table = table.card_table(workload, catalog.load_catalog(), size, args.budget, gpu_counts=counts)
     except (modelshape.ShapeError, est.EstimateError) as exc:
         print(f"cannot estimate: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except cards.CardsError as exc:
+    except cards_inputs.CardsError as exc:
         print(f"{exc}", file=sys.stderr)
         return EXIT_USAGE
     except catalog.CatalogError as exc:
@@ -97,13 +97,13 @@ def cmd_cards(args) -> int:
 def cmd_pick(args) -> int:
     import datetime as dt
 
-    from cockpit.plan import cards, catalog
+    from cockpit.plan import cards_inputs, catalog
 
     cfg = config_load.load_config(args.config, workload_overrides(args))
     try:
         dataset = dataset_text(args)
         cards_catalog = catalog.load_catalog()
-    except cards.CardsError as exc:
+    except cards_inputs.CardsError as exc:
         print(f"{exc}", file=sys.stderr)
         return EXIT_USAGE
     except catalog.CatalogError as exc:

@@ -66,10 +66,6 @@ def steps_before_on_end(cfg: TrainConfig, run: RunDir, status: str) -> list[EndS
     return []
 
 
-def needs_runner(cfg: TrainConfig) -> bool:
-    return bool(cfg.cost.on_end)
-
-
 def log(text: str) -> None:
     print(f"[cockpit {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
@@ -190,33 +186,6 @@ def run_command(run: RunDir, command: str, run_status: str, trainer_pid: int) ->
         trainer_pid=trainer_pid,
     )
     return 0 if ok else 1
-
-
-def start(run: RunDir, trainer_pid: int) -> subprocess.Popen | None:
-    """Start the runner for this trainer, detached, its output on backend.log; None if it cannot be."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (supervisor.project_root(), env.get("PYTHONPATH", "")) if p
-    )
-    try:
-        log_fd = os.open(run.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    except OSError:
-        return None
-    try:
-        return subprocess.Popen(
-            [sys.executable, "-m", "cockpit.finish.end_runner", str(run.path), str(trainer_pid)],
-            stdin=subprocess.DEVNULL,
-            stdout=log_fd,
-            stderr=log_fd,
-            env=env,
-            cwd=str(run.path),
-            start_new_session=True,  # not in the trainer's group: `cockpit stop` does not reach it
-            close_fds=True,
-        )
-    except OSError:
-        return None
-    finally:
-        os.close(log_fd)
 
 
 def main(argv: list[str]) -> int:

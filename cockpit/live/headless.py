@@ -72,7 +72,7 @@ def follow(
     watch = None
     settings = idle.settings_of(session.run.config_path)
     alarm = idle.IdleAlarm(settings, session.run.log_path)
-    if not session.replay and not session.trainer_gone:
+    if session.mode == "live" and not session.trainer_gone:
         record = session.run.read_trainer() or {}
         watch = LiveWatch(record.get("pid"), doctor=settings.doctor()).start()
     ended = False
@@ -89,7 +89,7 @@ def follow(
         if ended:  # watching for an idle GPU after the end: leaving it is no detach
             print("\nleft the idle watch", file=out, flush=True)
             return exit_code(session.state)
-        if session.replay:  # a recording (or a run that no longer trains): nothing goes on
+        if session.mode != "live":  # a recording (or a run that no longer trains): nothing goes on
             said = f"\nleft the recording of {run}; it is not training (`cockpit runs` shows its status)"
         else:
             said = f"\ndetached; training goes on. Watch: cockpit attach {run}   Stop: cockpit stop {run}"
@@ -114,7 +114,7 @@ def _after_end(session: RunSession, out, watch: LiveWatch | None, alarm: idle.Id
     """The end command's first word (it runs once the trainer's processes are gone), the summary,
     then, with cost.on_idle set, the idle watch until its alarm went off or Ctrl-C."""
     end_command = summary.configured_on_end(session.run)
-    if end_command and not session.replay and (session.state.end_command or {}).get("state") is None:
+    if end_command and session.mode == "live" and (session.state.end_command or {}).get("state") is None:
         deadline = time.monotonic() + END_COMMAND_WAIT_S
         while time.monotonic() < deadline:
             for item in session.poll():

@@ -115,9 +115,10 @@ class Timeline:
 
 
 class ReplaySession:
-    """A recorded run played back as if live; commands are refused."""
+    """A recorded run played back as if live, at its recorded pace (a `RunSource` whose mode is
+    "playback"); commands are refused."""
 
-    replay = True
+    mode = "playback"
 
     def __init__(
         self,
@@ -133,6 +134,7 @@ class ReplaySession:
         self.clock = clock
         self.max_bins = max_bins
         self.state = RunState(run_id=run.run_id)
+        self.snapshot = self.state.snapshot()
         self.trainer_gone = False
         self.telemetry_skipped_lines = 0
         self.watch = ReplayWatch(self)
@@ -189,7 +191,7 @@ class ReplaySession:
         return self._timeline.recorded(min(self.position_s(), self._timeline.total_s))
 
     @property
-    def replay_label(self) -> str:
+    def label(self) -> str:
         speed = "max speed" if self.speed == 0 else f"x{self.speed:g}"
         if not self._loaded:
             return f"REPLAY {speed}"
@@ -208,6 +210,8 @@ class ReplaySession:
             self._next_event += 1
         for item in items:
             self.state.apply(item)
+        if items:
+            self.snapshot = self.state.snapshot()
         if self._next_event >= len(self._events) and at >= self._timeline.total_s:
             self.trainer_gone = True  # the recording is played out
         return items
@@ -244,6 +248,7 @@ class ReplayWatch:
     released since the last call (the sparklines want them all, not only the newest)."""
 
     plays_history = True  # the app must not prefill from telemetry.jsonl: this plays it
+    pushes = False  # asked as the playback's clock moves
 
     def __init__(self, session: ReplaySession) -> None:
         self.session = session
@@ -274,6 +279,9 @@ class ReplayWatch:
 
     def start(self) -> ReplayWatch:
         return self
+
+    def subscribe(self, state_of, on_news) -> None:
+        raise TypeError("a replay's samples follow its playback clock: ask update(), it does not push")
 
     def stop(self) -> None:
         pass

@@ -19,11 +19,17 @@ from cockpit.run.status import record_exit
 
 
 class RunSession:
-    def __init__(self, run: RunDir, proc: subprocess.Popen | None = None, replay: bool = False):
+    """A `RunSource` (cockpit.live.sources) over the run's journal: live, or `recorded` (a run that no
+    longer trains: its whole history at once, never a look for a live trainer)."""
+
+    playing = False  # not a timed playback: there is never more to play
+
+    def __init__(self, run: RunDir, proc: subprocess.Popen | None = None, recorded: bool = False):
         self.run = run
         self.proc = proc
-        self.replay = replay  # a recorded run: never looks for a live trainer
+        self.mode = "recorded" if recorded else "live"
         self.state = RunState(run_id=run.run_id)
+        self.snapshot = self.state.snapshot()
         self.follower = EventFollower(run.events_path)
         self.trainer_gone = False
         self._alive_checked = 0.0
@@ -45,9 +51,18 @@ class RunSession:
     def _apply(self, items: list) -> None:
         for item in items:
             self.state.apply(item)
+        if items:
+            self.snapshot = self.state.snapshot()
+
+    @property
+    def label(self) -> str | None:
+        return "REPLAY" if self.mode == "recorded" else None
+
+    def recorded_now(self) -> float | None:
+        return None
 
     def _trainer_alive(self) -> bool:
-        if self.replay:
+        if self.mode == "recorded":
             return False
         if self.proc is not None:
             return self.proc.poll() is None
@@ -59,14 +74,14 @@ class RunSession:
 
     def _after_exit(self) -> list:
         """The trainer ended; if it said nothing final, write down how it ended."""
-        if self.state.ended or self.replay:
+        if self.state.ended or self.mode == "recorded":
             return []
         unwritten = record_exit(self.run, self.proc.returncode if self.proc is not None else None)
         return self.follower.poll() + unwritten
 
     @property
     def ended(self) -> bool:
-        return self.trainer_gone and (self.state.ended or self.replay)
+        return self.trainer_gone and (self.state.ended or self.mode == "recorded")
 
     def send(self, command: str, sender: str = "cockpit") -> None:
         send_command(self.run, command, sender)

@@ -8,8 +8,24 @@ from the client's clock, so a replay shows what the live run showed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
+from cockpit.protocol.events import (
+    BudgetEvent,
+    CheckpointEvent,
+    DataEvent,
+    DoneEvent,
+    EndCommandEvent,
+    ErrorEvent,
+    ExitEvent,
+    HelloEvent,
+    LogEvent,
+    ModelEvent,
+    PausedEvent,
+    PhaseEvent,
+    ResumedEvent,
+    TrainBeginEvent,
+)
 from cockpit.protocol.wire import EVENT_TYPES, Fault, number
 
 MAX_NOTICES = 200
@@ -129,7 +145,7 @@ class RunState:
         self.notices.append(text)
         del self.notices[:-MAX_NOTICES]
 
-    def _on_hello(self, m: dict) -> None:
+    def _on_hello(self, m: HelloEvent) -> None:
         ts = number(m.get("ts")) or 0.0
         self.attempts.append(Attempt(m.get("pid"), ts, ts, m.get("resume_from")))
         self.run_id = m.get("run_id", self.run_id)
@@ -143,27 +159,27 @@ class RunState:
         self.error = None
         self.outcome = None
 
-    def _on_phase(self, m: dict) -> None:
+    def _on_phase(self, m: PhaseEvent) -> None:
         self.phase = m.get("phase", self.phase)
         self.phase_message = m.get("message", "")
         if self.status not in ("paused",) and self.phase != "done":
             self.status = "running" if self.phase == "training" else "starting"
 
-    def _on_data(self, m: dict) -> None:
+    def _on_data(self, m: DataEvent) -> None:
         self.data = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
 
-    def _on_model(self, m: dict) -> None:
+    def _on_model(self, m: ModelEvent) -> None:
         self.model = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
         self.distributed = m.get("distributed") or self.distributed
 
-    def _on_train_begin(self, m: dict) -> None:
+    def _on_train_begin(self, m: TrainBeginEvent) -> None:
         self.plan = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
         self.total_steps = m.get("total_steps")
         self.status = "running"
         if self.train_started_ts is None:
             self.train_started_ts = number(m.get("ts"))
 
-    def _on_log(self, m: dict) -> None:
+    def _on_log(self, m: LogEvent) -> None:
         self.step = int(m.get("step") or self.step)
         self.total_steps = m.get("total_steps") or self.total_steps
         self.epoch = number(m.get("epoch"))
@@ -190,7 +206,7 @@ class RunState:
         if self.status != "paused":
             self.status = "running"
 
-    def _on_checkpoint(self, m: dict) -> None:
+    def _on_checkpoint(self, m: CheckpointEvent) -> None:
         removed = set(m.get("removed") or [])
         self.checkpoints = [c for c in self.checkpoints if c["name"] not in removed]
         path = m.get("path", "")
@@ -198,36 +214,48 @@ class RunState:
             {"name": path.rsplit("/", 1)[-1], "step": m.get("step"), "bytes": m.get("bytes")}
         )
 
-    def _on_budget(self, m: dict) -> None:
+    def _on_budget(self, m: BudgetEvent) -> None:
         self.budget_reached = {k: v for k, v in m.items() if k not in ("v", "type")}
 
-    def _on_end_command(self, m: dict) -> None:
+    def _on_end_command(self, m: EndCommandEvent) -> None:
         self.end_command = {k: v for k, v in m.items() if k not in ("v", "type")}
 
-    def _on_paused(self, m: dict) -> None:
+    def _on_paused(self, m: PausedEvent) -> None:
         self.status = "paused"
 
-    def _on_resumed(self, m: dict) -> None:
+    def _on_resumed(self, m: ResumedEvent) -> None:
         self.status = "running"
 
-    def _on_error(self, m: dict) -> None:
+    def _on_error(self, m: ErrorEvent) -> None:
         self.error = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
         self.status = "failed"
 
-    def _on_done(self, m: dict) -> None:
+    def _on_done(self, m: DoneEvent) -> None:
         self.outcome = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
         self.status = m.get("status", "finished")
         self.phase = "done"
         if m.get("step"):
             self.step = int(m["step"])
 
-    def _on_exit(self, m: dict) -> None:
+    def _on_exit(self, m: ExitEvent) -> None:
         # written by a client that saw the trainer end without done/error
         if self.status not in ("finished", "stopped", "failed"):
             self.status = "failed"
             self.outcome = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
 
     # ------------------------------------------------------------ derived figures
+
+    def snapshot(self) -> RunState:
+        """A copy that folding more events no longer changes: what the follow thread hands to the
+        screen and to the watch's thread (the doctor), which read it while this one goes on."""
+        copied = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (list, dict)):
+                value = value.copy()
+            copied[f.name] = value
+        copied["attempts"] = [replace(a) for a in self.attempts]
+        return RunState(**copied)
 
     @property
     def ended(self) -> bool:

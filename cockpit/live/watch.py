@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable
 
 from cockpit.doctor.engine import Doctor
 from cockpit.doctor.window import Finding
+from cockpit.fmt import GIB
 from cockpit.live.state import RunState
 from cockpit.telemetry import spread as gpu_spread
 from cockpit.telemetry.sampler import BackgroundSampler, Sample, Sampler
 
-GIB = 2**30
 SAMPLE_INTERVAL_S = 0.45  # GPU figures at least twice a second, with margin for a late sample
 HOST_EVERY = 2  # host figures (CPU, RAM, disk, network, the trainer's CPU) about once a second
 JUDGE_EVERY_S = 1.0  # the doctor's rules look at windows of a minute: judged once a second
@@ -28,6 +28,12 @@ OnNews = Callable[[Sample | None, list[Finding], str | None], None]
 
 
 class LiveWatch:
+    """A `Watch` (cockpit.live.sources) of this machine's GPUs and host: a background sampler, and
+    the doctor judging each sample against the run's state."""
+
+    plays_history = False  # the view prefills from telemetry.jsonl, then this samples what comes
+    pushes = True
+
     def __init__(
         self,
         trainer_pid: int | None,
@@ -40,7 +46,7 @@ class LiveWatch:
         self._fresh = False
         self._findings: list[Finding] = []  # the doctor's last verdict
         self._judged_ts = float("-inf")  # the sample time it was given at
-        self._subscriber: tuple[RunState, OnNews] | None = None
+        self._subscriber: tuple[Callable[[], RunState], OnNews] | None = None
         # the run's own: its idle window is cost.idle_minutes
         self.doctor = Doctor() if doctor is None else doctor
         self.trainer_pid = trainer_pid
@@ -57,10 +63,15 @@ class LiveWatch:
     def stop(self) -> None:
         self.background.stop(timeout_s=2.0)
 
-    def subscribe(self, state: RunState, on_news: OnNews) -> None:
-        """Hand each new sample, judged by the doctor against `state`, to `on_news`, on the
-        sampler's thread (so `on_news` must only hand it on)."""
-        self._subscriber = (state, on_news)
+    def subscribe(self, state_of: Callable[[], RunState], on_news: OnNews) -> None:
+        """Hand each new sample, judged by the doctor against the run's state as `state_of()` gives
+        it (a snapshot: another thread folds the events), to `on_news`, on the sampler's thread
+        (so `on_news` must only hand it on)."""
+        self._subscriber = (state_of, on_news)
+
+    def pop_samples(self) -> list[Sample]:
+        """Nothing: this watch hands each sample to its subscriber (the view keeps its own history)."""
+        return []
 
     def _on_sample(self, sample: Sample) -> None:
         with self._lock:
@@ -68,9 +79,9 @@ class LiveWatch:
         subscriber = self._subscriber
         if subscriber is None:
             return
-        state, on_news = subscriber
+        state_of, on_news = subscriber
         try:
-            newest, findings = self.update(state)
+            newest, findings = self.update(state_of())
         except Exception as exc:  # a bug in a rule must not stop the figures
             on_news(None, [], f"the doctor failed: {type(exc).__name__}: {exc}")
             return

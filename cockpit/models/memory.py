@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cockpit import fmt
+from cockpit.fmt import GIB
 from cockpit.models.shape import ModelShape
 
-GIB = 2**30
 ACTIVATION_SCALE = 0.886
 HF_LOGITS_BYTES = 25.1  # per token per vocabulary entry
 HF_KBIT_RESIDUAL_BYTES = 17.1  # per token per hidden unit per layer held

@@ -24,8 +24,8 @@ import yaml
 
 from cockpit.config import load as config_load
 from cockpit.config import schema as config_mod
+from cockpit.fmt import GIB
 from cockpit.live.session import RunSession
-from cockpit.models.memory import GIB
 from cockpit.oom.remedies import Analysis, Option, analyse
 from cockpit.run import journal, process
 from cockpit.run.rundir import RunDir

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cockpit.models.memory import CUDA_CONTEXT_BYTES, GIB, SAFETY_MARGIN
+from cockpit.fmt import GIB
+from cockpit.models.memory import CUDA_CONTEXT_BYTES, SAFETY_MARGIN
 from cockpit.plan.catalog import Card, Catalog
 
 

@@ -1,4 +1,4 @@
-"""The card table: every catalog card for one training run, with fit, speed, time and cost.
+"""A card table's rows: one card (or N of it) for one training run, with fit, speed, time and cost.
 
 Pure Python (no textual, no torch), shared by `cockpit cards` and the picker screen. For each
 card: the memory model's verdict (fits / tight / no) with the predicted peak and headroom, the
@@ -15,27 +15,20 @@ step. Speeds assume full rows of max-length tokens (packed, or samples at least 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import date
 
 from cockpit import fmt
 from cockpit.models.memory import (
     GIB,
     SAFETY_MARGIN,
-    MemoryEstimate,
     Workload,
-    estimate_memory,
 )
-from cockpit.models.memory_report import to_dict as estimate_dict
-from cockpit.models.memory_report import workload_inputs
-from cockpit.models.speed import CALIBRATED_ON, SpeedEstimate, estimate_run, estimate_speed, speed_inputs
+from cockpit.models.speed import SpeedEstimate, estimate_run, estimate_speed, speed_inputs
 from cockpit.plan.card import price_label
-from cockpit.plan.cards_inputs import CardsError as CardsError  # re-exported: the table's inputs
-from cockpit.plan.cards_inputs import RunSize, check_budget
-from cockpit.plan.cards_inputs import parse_count as parse_count
-from cockpit.plan.cards_inputs import parse_dataset as parse_dataset
-from cockpit.plan.catalog import Card, Catalog
-from cockpit.plan.fits import CardFit, Change, fit_card
+from cockpit.plan.cards_inputs import RunSize
+from cockpit.plan.catalog import Card
+from cockpit.plan.fits import CardFit, Change
 
 # ---------------------------------------------------------------- rows
 
@@ -164,19 +157,12 @@ def figures_text(figures: RunFigures) -> str:
     if figures.time_s is not None:
         text += f", {fmt.duration(figures.time_s)}"
     if figures.cost_usd is not None:
-        text += f", {money(figures.cost_usd)}"
+        text += f", {fmt.money(figures.cost_usd)}"
     return text
 
 
-def money(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if 0 < value < 0.005:
-        return "<$0.01"
-    return f"${value:,.0f}" if value >= 1000 else f"${value:.2f}"
-
-
-def _figures(w: Workload, card: Card, size: RunSize) -> RunFigures:
+def figures_for(w: Workload, card: Card, size: RunSize) -> RunFigures:
+    """Speed, time and cost of the workload on one card for a run of `size`."""
     tokens = size.tokens(w)
     if tokens is None:
         return RunFigures(estimate_speed(w, card), None, None, None)
@@ -196,116 +182,3 @@ def within(figures: RunFigures | None, budget_usd: float | None) -> bool | None:
     if budget_usd is None or figures is None or figures.cost_usd is None:
         return None
     return figures.cost_usd <= budget_usd
-
-
-# ---------------------------------------------------------------- the table
-
-
-@dataclass(frozen=True)
-class CardTable:
-    workload: Workload
-    estimate: MemoryEstimate
-    size: RunSize
-    budget_usd: float | None
-    today: date
-    rows: tuple[CardRow, ...]
-    prices_from: str  # the user's cards.yaml, or "default prices"
-    warnings: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def cheapest(self) -> CardRow | None:
-        return next((r for r in self.rows if r.cheapest), None)
-
-    @property
-    def fastest(self) -> CardRow | None:
-        return next((r for r in self.rows if r.fastest), None)
-
-    @property
-    def cheapest_by(self) -> str:
-        return "run cost" if self.size.known else "price per hour"
-
-    def row(self, key: str) -> CardRow:
-        """The row of a card id (one GPU), or of `<id>-x4` (4 GPUs of it)."""
-        return next(r for r in self.rows if r.key == key)
-
-    @property
-    def gpu_counts(self) -> tuple[int, ...]:
-        return tuple(sorted({r.gpus for r in self.rows}))
-
-    def to_dict(self) -> dict:
-        w = self.workload
-        inputs = {
-            **workload_inputs(w),
-            "grad_accum": w.grad_accum,
-            "run": self.size.to_dict(w),
-            "budget_usd": self.budget_usd,
-            "today": self.today.isoformat(),
-            "prices_from": self.prices_from,
-            "safety_margin": SAFETY_MARGIN,
-            "speed_calibrated_on": CALIBRATED_ON,
-            "speed_assumes": "full rows of max-length tokens (packed, or samples at least that long)",
-        }
-        return {
-            **estimate_dict(self.estimate, inputs),  # inputs, the memory parts, peak and load peak
-            "cheapest": None if self.cheapest is None else self.cheapest.key,
-            "cheapest_by": self.cheapest_by,
-            "fastest_within_budget": None if self.fastest is None else self.fastest.key,
-            "gpu_counts": list(self.gpu_counts),
-            "rows": [r.to_dict(self.today) for r in self.rows],
-            "warnings": list(self.warnings),
-        }
-
-
-def card_table(
-    w: Workload,
-    catalog: Catalog,
-    size: RunSize | None = None,
-    budget_usd: float | None = None,
-    today: date | None = None,
-    gpu_counts: tuple[int, ...] = (1,),
-) -> CardTable:
-    """One row per catalog card, in catalog order, with the cheapest and fastest rows flagged;
-    with `gpu_counts` beyond 1, each card's rows of that many GPUs follow its own.
-
-    Raises EstimateError (the workload) or CardsError (the size or the budget)."""
-    from cockpit.plan.multi_rows import check_gpu_counts, multi_row  # builds on this module's rows
-
-    size = size or RunSize()
-    today = today or date.today()
-    budget_usd = check_budget(budget_usd, size)
-    gpu_counts = check_gpu_counts(gpu_counts)
-    warnings = list(catalog.warnings)
-    if w.gpus != 1:
-        if w.gpus not in gpu_counts:
-            warnings.append(f"the config asks for {w.gpus} GPUs; this table is for one GPU of each card")
-        w = replace(w, gpus=1, sharding="ddp")
-    estimate = estimate_memory(w)
-    rows = []
-    for card in catalog.cards:
-        if 1 in gpu_counts:
-            fit = fit_card(w, card)
-            as_given = _figures(w, card, size) if fit.verdict != "no" else None
-            with_change = _figures(fit.change.workload, card, size) if fit.change is not None else None
-            shown = as_given if fit.verdict != "no" else with_change
-            label = price_label(card, today)
-            rows.append(CardRow(card, fit, label, as_given, with_change, within(shown, budget_usd)))
-        rows.extend(multi_row(w, card, n, size, budget_usd, today) for n in gpu_counts if n > 1)
-
-    fitting = [r for r in rows if r.fit.verdict == "fits"]
-    cheapest = min(fitting, key=_cost_key(size), default=None)
-    in_budget = [r for r in fitting if budget_usd is None or r.within_budget]
-    fastest = max(in_budget, key=lambda r: r.as_given.speed.tokens_per_s, default=None)
-    if budget_usd is not None and fitting and fastest is None:
-        warnings.append(
-            f"no card that fits costs {money(budget_usd)} or less; the cheapest that fits costs "
-            f"{money(cheapest.as_given.cost_usd)} ({cheapest.name})"
-        )
-    rows = [replace(r, cheapest=r is cheapest, fastest=r is fastest) for r in rows]
-    prices_from = str(catalog.user_file) if catalog.user_file else "default prices (no cards.yaml)"
-    return CardTable(w, estimate, size, budget_usd, today, tuple(rows), prices_from, tuple(warnings))
-
-
-def _cost_key(size: RunSize):
-    if size.known:
-        return lambda r: (r.as_given.cost_usd, r.as_given.time_s)
-    return lambda r: (r.usd_per_hour, -r.as_given.speed.tokens_per_s)

@@ -11,10 +11,12 @@ import textwrap
 from datetime import date
 
 from cockpit import fmt
-from cockpit.models.memory import GIB, SAFETY_MARGIN
+from cockpit.fmt import GIB
+from cockpit.models.memory import SAFETY_MARGIN
 from cockpit.models.speed import CALIBRATED_ON
 from cockpit.plan.card import price_age_days
-from cockpit.plan.cards import CardRow, CardTable, money
+from cockpit.plan.cards import CardRow
+from cockpit.plan.table import CardTable
 
 MULTI_NOTE = (
     "rows xN: N GPUs of the card above, run as distributed.strategy auto would (DDP or FSDP); peak and "
@@ -96,7 +98,7 @@ def row_cells(row: CardRow, today: date) -> dict[str, str]:
         "free": gib_cell(row.fit.headroom_bytes, sign=True),
         "tok_s": "-" if shown is None else fmt.rate(shown.speed.tokens_per_s),
         "time": "-" if shown is None or shown.time_s is None else fmt.duration(shown.time_s),
-        "cost": "-" if shown is None else money(shown.cost_usd),
+        "cost": "-" if shown is None else fmt.money(shown.cost_usd),
         "price": price_cell(row, today),
     }
 
@@ -126,13 +128,13 @@ def legend_lines(table: CardTable) -> list[str]:
         lines.append(f"no card fits the run as given ({margin}); see what makes it fit below")
     else:
         cost = cheapest.as_given.cost_usd
-        what = money(cost) if cost is not None else f"${cheapest.usd_per_hour:.2f}/hour"
+        what = fmt.money(cost) if cost is not None else f"${cheapest.usd_per_hour:.2f}/hour"
         lines.append(
             f"{CHEAPEST_MARK} cheapest card the run fits ({margin}), by {table.cheapest_by}: "
             f"{cheapest.name} ({what})"
         )
     if fastest is not None:
-        within = "" if table.budget_usd is None else f" within {money(table.budget_usd)}"
+        within = "" if table.budget_usd is None else f" within {fmt.money(table.budget_usd)}"
         figures = fastest.as_given
         time = "" if figures.time_s is None else f", {fmt.duration(figures.time_s)}"
         lines.append(
@@ -149,7 +151,7 @@ def table_text(table: CardTable) -> str:
         f"{workload_words(table)}; an estimate:",
         f"peak {est.peak_bytes / GIB:.1f} GiB on any card (while loading {est.load_peak_bytes / GIB:.1f} "
         f"GiB); run: {table.size.describe(table.workload)}"
-        + ("" if table.budget_usd is None else f"; budget {money(table.budget_usd)}"),
+        + ("" if table.budget_usd is None else f"; budget {fmt.money(table.budget_usd)}"),
         f"prices: {table.prices_from}; $/hour shows a default's age in days, or 'own' for yours",
         f"speeds: calibrated on {CALIBRATED_ON}; other cards scaled by dense bf16 TFLOPS and bandwidth",
     ]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cockpit.models.memory import GIB, Workload, estimate_memory, verdict
+from cockpit.fmt import GIB
+from cockpit.models.memory import Workload, estimate_memory, verdict
 from cockpit.plan.catalog import Card
 
 PAGED_8BIT = "paged_adamw_8bit"

@@ -19,7 +19,8 @@ from cockpit.models.memory import Workload
 from cockpit.models.memory_report import multi_gpu_options
 from cockpit.models.speed_multi import estimate_multi_speed, multi_speed_inputs
 from cockpit.plan.card import Card, price_label
-from cockpit.plan.cards import CardRow, CardsError, RunFigures, RunSize, figures_of, within
+from cockpit.plan.cards import CardRow, RunFigures, figures_of, within
+from cockpit.plan.cards_inputs import CardsError, RunSize
 from cockpit.plan.fits import card_vram_bytes, fit_card
 
 MULTI_COUNTS = (1, 2, 4, 8)  # what the picker's toggle and `cockpit cards --gpus multi` show

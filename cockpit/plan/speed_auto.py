@@ -28,8 +28,8 @@ import copy
 from dataclasses import dataclass
 
 from cockpit.config.schema import TrainConfig
+from cockpit.fmt import GIB
 from cockpit.models import speed as speed_model
-from cockpit.models.memory import GIB
 from cockpit.models.shape import ModelShape
 from cockpit.plan.batch_choice import Choice, Facts, fit_batch
 

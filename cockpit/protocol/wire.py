@@ -15,33 +15,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from cockpit.protocol.events import EVENTS
+
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 1 << 20  # a log event is ~600 bytes; a traceback rarely passes 64 KiB
 
-# Trainer -> client. Every type is documented in docs/protocol.md.
-EVENT_TYPES = frozenset(
-    {
-        "hello",
-        "phase",
-        "data",
-        "model",
-        "speed_plan",
-        "train_begin",
-        "log",
-        "checkpoint",
-        "command",
-        "paused",
-        "resumed",
-        "warning",
-        "error",
-        "done",
-        "exit",
-        "probe",
-        "config_change",
-        "budget",
-        "end_command",
-    }
-)
+# Trainer -> client: the types of events.py, each documented in docs/protocol.md.
+EVENT_TYPES = frozenset(EVENTS)
 # Client -> trainer, through the run directory's control FIFO.
 COMMAND_TYPES = frozenset({"stop", "save", "pause", "resume"})
 PHASES = ("starting", "preparing_data", "loading_model", "quantising", "training", "saving", "done")

@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from cockpit.fmt import GIB
 from cockpit.models.memory import OPTIMIZER_STATE_BYTES
 
-GIB = 2**30
 # on top of the expected size: the estimate's own error, a checkpoint that grows a little
 # (trainer state, optimizer bookkeeping) and what the run's logs write meanwhile
 SPACE_MARGIN = 0.10

@@ -95,13 +95,13 @@ def _start_end_runner(run: RunDir, trainer_pid: int) -> None:
     """cost.on_end: the process that runs it once this trainer's run has ended (cockpit.finish)."""
     from cockpit.config.load import load_config
     from cockpit.config.schema import ConfigError
-    from cockpit.finish import end_runner
+    from cockpit.finish import end_launch
 
     try:
         cfg = load_config(run.config_path)
     except ConfigError:
         return  # the trainer reports it; a run that cannot start has no end command to run
-    if end_runner.needs_runner(cfg) and end_runner.start(run, trainer_pid) is None:
+    if end_launch.needs_runner(cfg) and end_launch.start(run, trainer_pid) is None:
         print(
             f"cockpit: could not start the process that runs cost.on_end for {run.run_id}; it will not "
             "run by itself. Run it yourself when the run ends.",

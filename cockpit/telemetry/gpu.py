@@ -1,7 +1,7 @@
 """The GPU half of the telemetry sampler: every GPU read through NVML, never raising, never hanging.
 
 `GpuReader.read()` asks the `NvmlSource` (cockpit.telemetry.nvml: the real nvidia-ml-py, or
-support.nvml_fake) for each GPU's fields and turns them into `GpuSample`s in our units:
+tests/support/nvml_fake.py) for each GPU's fields and turns them into `GpuSample`s in our units:
 - capability probe: the first read of a GPU asks every field; a field that answers NotSupported
   (or FunctionNotFound, NoPermission) is never asked again and stays None;
 - slow fields (`NVML_SLOW_FIELDS`) are read every `slow_every`-th sample and reused in between;

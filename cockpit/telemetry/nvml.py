@@ -3,7 +3,7 @@
 `NVML_FIELDS` names each field and the pynvml function (and constants) that reads it; most are one
 call, a few (`NVML_COMPOSITE`) take several (NVLink: one call per link). `PynvmlSource` reads them
 through nvidia-ml-py, imported only when NVML is first started, so this module imports on a machine
-with no driver; `support.nvml_fake.FakeNvml` answers the same fields for tests and demos. Both raise
+with no driver; `tests/support/nvml_fake.py.FakeNvml` answers the same fields for tests and demos. Both raise
 `pynvml.NVMLError` subclasses, so the sampler (`cockpit.telemetry.sampler`) has one code path for both.
 """
 

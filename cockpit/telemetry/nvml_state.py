@@ -11,7 +11,6 @@ from typing import Any
 
 from cockpit.telemetry.nvml import NVML_NOT_SUPPORTED, nvml_code
 
-GIB = 1 << 30
 # achievable host->device copy over PCIe x16, GB/s, by generation (practical, not the line rate)
 PCIE_X16_PRACTICAL_GBS = {3: 12.0, 4: 25.0, 5: 50.0, 6: 100.0}
 # NVML name -> catalog id, first match wins (the NVL variants are not in the catalog)

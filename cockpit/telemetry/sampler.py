@@ -3,7 +3,7 @@
 Two edges, each one small interface with a real implementation and a fake:
 - `NvmlSource` (cockpit.telemetry.nvml): `PynvmlSource` over nvidia-ml-py (imported only when NVML is
   first started, so this module imports on a machine with no driver) and
-  `support.nvml_fake.FakeNvml` for tests and demos. A source reads one named field (`NVML_FIELDS`)
+  `tests/support/nvml_fake.py.FakeNvml` for tests and demos. A source reads one named field (`NVML_FIELDS`)
   in NVML's own units and raises `pynvml.NVMLError` subclasses, so the sampler's code path is the
   same for both;
 - `HostCounters` (cockpit.telemetry.host): psutil by default, every callable replaceable for

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-GIB = 2**30
+from cockpit.fmt import GIB
+
 # Ranks of one DDP/FSDP job meet at every gradient all-reduce, so their utilisation moves
 # together: a minute's means stay within a few points of each other. 20 points between the
 # busiest and the idlest is beyond that jitter, about where the doctor's straggler rule (15 points

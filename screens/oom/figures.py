@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from cockpit.models.memory import GIB
+from cockpit.fmt import GIB
 from cockpit.oom.remedies import Analysis, Option
 
 Row = tuple[str, "str | Text"]  # label, value

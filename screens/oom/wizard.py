@@ -185,7 +185,7 @@ class OomWizard(Screen[Any]):
             return problem
         if not option.applicable:
             return f"{option.title}: {option.resume}"
-        if getattr(self.session, "replay_label", None) is not None:
+        if self.session.mode == "playback":
             return f"this is a replay: relaunch the run with cockpit restart {self.session.run.run_id}"
         if process.is_alive(self.session.run):
             return "the failed trainer is still exiting: try again in a moment"
@@ -217,7 +217,7 @@ def offer_oom_wizard(view) -> None:
     state = view.session.state
     if not relaunch_mod.is_oom_failure(state) or getattr(view, "_oom_offered", None) is state.error:
         return
-    if getattr(view.session, "replay_label", None) is not None or not view.session.run.config_path.is_file():
+    if view.session.mode == "playback" or not view.session.run.config_path.is_file():
         return  # a recording plays as it was; `o` still opens the wizard
     view._oom_offered = state.error
     open_oom_wizard(view)

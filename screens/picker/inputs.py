@@ -22,11 +22,14 @@ import yaml
 from cockpit import fmt
 from cockpit.config import load as config_load
 from cockpit.config import schema as config_mod
+from cockpit.fmt import GIB
 from cockpit.models import shape as modelshape
 from cockpit.models import shipped as shapes
-from cockpit.models.memory import GIB, EstimateError, workload_from_config
-from cockpit.plan.cards import CardRow, CardsError, CardTable, card_table, money, parse_dataset
+from cockpit.models.memory import EstimateError, workload_from_config
+from cockpit.plan.cards import CardRow
+from cockpit.plan.cards_inputs import CardsError, parse_dataset
 from cockpit.plan.catalog import Catalog
+from cockpit.plan.table import CardTable, card_table
 
 # field id -> the config key it sets
 FIELD_KEYS = {
@@ -259,11 +262,11 @@ def config_text(cfg: config_mod.TrainConfig, table: CardTable, row: CardRow, now
     if figures.time_s is not None:
         lines.append(
             f"# run: {table.size.describe(table.workload)}: {fmt.duration(figures.time_s)}, "
-            f"{money(figures.cost_usd)}"
+            f"{fmt.money(figures.cost_usd)}"
         )
     if cfg.cost.max_usd is not None:
         lines.append(
-            f"# budget {money(cfg.cost.max_usd)} (cost.max_usd): the run saves a checkpoint and stops "
+            f"# budget {fmt.money(cfg.cost.max_usd)} (cost.max_usd): the run saves a checkpoint and stops "
             "when it has cost that much"
         )
     lines += [

@@ -25,11 +25,12 @@ from textual.worker import Worker, WorkerState
 
 from cockpit import fmt
 from cockpit.config import schema as config_mod
+from cockpit.fmt import GIB
 from cockpit.models import shape as modelshape
 from cockpit.models import shipped as shapes
-from cockpit.models.memory import GIB, estimate_memory
+from cockpit.models.memory import estimate_memory
 from cockpit.models.speed import speed_inputs
-from cockpit.plan.cards import CardRow, money
+from cockpit.plan.cards import CardRow
 from cockpit.plan.cards_text import CHEAPEST_MARK, FASTEST_MARK
 from cockpit.plan.multi_rows import MULTI_COUNTS, row_workload
 from screens.picker.inputs import (
@@ -222,10 +223,10 @@ class PickerScreen(Screen[None]):
             second = "no card fits as given; a row marked no→X fits with that change (figures with it)"
         else:
             cost = cheapest.as_given.cost_usd
-            what = money(cost) if cost is not None else f"${cheapest.usd_per_hour:.2f}/h"
+            what = fmt.money(cost) if cost is not None else f"${cheapest.usd_per_hour:.2f}/h"
             second = f"{CHEAPEST_MARK} cheapest that fits: {cheapest.name} {what}"
             if fastest is not None:
-                within = "" if ev.table.budget_usd is None else f" within {money(ev.table.budget_usd)}"
+                within = "" if ev.table.budget_usd is None else f" within {fmt.money(ev.table.budget_usd)}"
                 figures = fastest.as_given
                 when = fmt.duration(figures.time_s) if figures.time_s is not None else ""
                 when = when or f"{fmt.rate(figures.speed.tokens_per_s)} tok/s"

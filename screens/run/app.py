@@ -1,8 +1,10 @@
 """The cockpit's Textual app: follows one run session off the UI thread and shows it on the run screen.
 
-The session (`cockpit.live.session.RunSession`, a `cockpit.live.replay.ReplaySession`, or a test double)
-and the watch (`cockpit.live.watch.LiveWatch`, the replay's, or a double) are handed in. Two threads
-read; only the message handlers touch the screen:
+The session (a `RunSource`: `cockpit.live.session.RunSession`, a `cockpit.live.replay.ReplaySession`,
+or a test double) and the watch (a `Watch`: `cockpit.live.watch.LiveWatch`, the replay's, or a
+double) are handed in (both Protocols in cockpit/live/sources.py). Two threads read; only the
+message handlers touch the screen, and no thread but the follow thread touches the session's
+`state`: the watch's doctor reads the `snapshot` it publishes.
 
 - watch: loads the run's recorded `telemetry.jsonl` (so an attach shows the whole history) and
   posts it. Then a watch that pushes (LiveWatch) is subscribed: its sampler's thread leaves each
@@ -36,7 +38,7 @@ from textual.worker import get_current_worker
 
 from cockpit.cli.exit_codes import EXIT_DETACHED, exit_code
 from cockpit.finish import summary
-from cockpit.live.session import RunSession
+from cockpit.live.sources import RunSource, Watch
 from cockpit.telemetry.history import TELEMETRY_NAME, read_history
 from screens.preflight.notice import PreflightNotice
 from screens.run.telemetry_feed import LogTailReader, WatchNews, WatchSlot
@@ -103,9 +105,9 @@ class CockpitApp(App[int]):
 
     def __init__(
         self,
-        session: RunSession,
+        session: RunSource,
         *,
-        watch: Any = None,
+        watch: Watch | None = None,
         clock: Callable[[], float] | None = None,
         poll_interval_s: float = REFRESH_S,
         preflight_problems: list | None = None,
@@ -117,7 +119,7 @@ class CockpitApp(App[int]):
         self.watch = watch
         self.poll_interval_s = poll_interval_s
         # a replay's "now" is the recorded time it has reached
-        self.clock = clock or getattr(session, "recorded_now", None) or time.time
+        self.clock = clock or (session.recorded_now if session.mode == "playback" else time.time)
         self.run_view = RunView(session, self.clock, watching=watch is not None)
         self._watch_stop = threading.Event()
         self._watch_slot = WatchSlot()
@@ -139,9 +141,8 @@ class CockpitApp(App[int]):
     def on_unmount(self) -> None:
         self._watch_stop.set()
         self._watch_slot.wake()  # the follow thread sleeps until the slot wakes it
-        stop = getattr(self.watch, "stop", None)
-        if stop is not None:  # LiveWatch.stop joins its sampler: bounded, off this thread
-            stopper = threading.Thread(target=stop, name="cockpit-watch-stop", daemon=True)
+        if self.watch is not None:  # LiveWatch.stop joins its sampler: bounded, off this thread
+            stopper = threading.Thread(target=self.watch.stop, name="cockpit-watch-stop", daemon=True)
             stopper.start()
             stopper.join(WATCH_STOP_WAIT_S)
 
@@ -158,7 +159,7 @@ class CockpitApp(App[int]):
         pending_items = False
         following = True  # until the session ends; then only the watch has news
         # ...and the end runner, whose cost.on_end events come after the trainer's end
-        tail_after_end = not session.replay and summary.configured_on_end(session.run) is not None
+        tail_after_end = session.mode == "live" and summary.configured_on_end(session.run) is not None
         try:
             while not (cancelled.is_set() or self._watch_stop.is_set()):
                 # the state is neither read nor changed while the screen draws from it
@@ -249,7 +250,7 @@ class CockpitApp(App[int]):
 
     def _watch_loop(self) -> None:
         stop, watch = self._watch_stop, self.watch
-        if not getattr(watch, "plays_history", False):  # a replay's watch plays the history itself
+        if watch is None or not watch.plays_history:  # a replay's watch plays the history itself
             path = self.session.run.path / TELEMETRY_NAME
             if path.exists():
                 bins = read_history(path, max_points=HISTORY_POINTS).bins
@@ -257,18 +258,17 @@ class CockpitApp(App[int]):
                     return
         if watch is None:
             return
-        subscribe = getattr(watch, "subscribe", None)
-        if subscribe is not None:  # its sampler's thread brings each sample: nothing to ask
+        session = self.session
+        if watch.pushes:  # its sampler's thread brings each sample: nothing to ask
             self._watch_slot.put_at = time.monotonic()  # silent from now on is late
             self._watch_pushes = True
-            subscribe(self.session.state, self._watch_news)
+            watch.subscribe(lambda: session.snapshot, self._watch_news)
             return
-        pop = getattr(watch, "pop_samples", None)
         while not stop.is_set():
             self._watch_asked_at = time.monotonic()
             try:
-                sample, findings = watch.update(self.session.state)
-                samples, error = (pop() if pop is not None else []), None
+                sample, findings = watch.update(session.snapshot)
+                samples, error = watch.pop_samples(), None
             except Exception as exc:  # a bug in a watch must not take the live view down
                 sample, findings, samples = None, [], []
                 error = f"the GPU/host watch failed: {type(exc).__name__}: {exc}"
@@ -295,7 +295,7 @@ class CockpitApp(App[int]):
 
     def _leave(self) -> None:
         # a live run goes on training without us; a replay left before its end is no ending
-        if self.run_view.live or getattr(self.session, "playing", False):
+        if self.run_view.live or self.session.playing:
             self.exit(EXIT_DETACHED)
             return
         self.exit(exit_code(self.session.state))

@@ -29,7 +29,7 @@ from cockpit import fmt
 from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.finish import idle, summary
 from cockpit.live.replay import sample_of_bin
-from cockpit.live.session import RunSession
+from cockpit.live.sources import RunSource
 from cockpit.run import process
 from cockpit.run.control import NotRunning
 from screens.confirm import Confirm
@@ -85,12 +85,12 @@ class RunView(Screen):
             super().__init__()
             self.text = text
 
-    def __init__(self, session: RunSession, clock: Callable[[], float], *, watching: bool = False):
+    def __init__(self, session: RunSource, clock: Callable[[], float], *, watching: bool = False):
         super().__init__()
         self.session = session
         self.clock = clock
         self.status = "starting"
-        self.live = not session.replay  # until the first update says otherwise
+        self.live = session.mode == "live"  # until the first update says otherwise
         self.stopping = False
         self.updates_shown = 0
         self.telemetry_shown = 0  # samples (or a recorded history) drawn so far
@@ -107,7 +107,9 @@ class RunView(Screen):
         self._texts: dict[str, str | Text] = {}  # what each Static shows
         self._summary_of: tuple | None = None  # the ending the summary panel was drawn for
         self.idle_settings = idle.settings_of(session.run.config_path)
-        self.idle_alarm = idle.IdleAlarm(self.idle_settings, None if session.replay else session.run.log_path)
+        self.idle_alarm = idle.IdleAlarm(
+            self.idle_settings, None if session.mode != "live" else session.run.log_path
+        )
         self._titles: dict[str | None, tuple[str, str | None]] = {}  # border title, subtitle per widget
 
     def compose(self) -> ComposeResult:
@@ -115,7 +117,7 @@ class RunView(Screen):
             yield Static(self.session.run.run_id, id="run-id")
             yield Static("", id="status")
             yield Static("", id="phase")
-            yield Static(getattr(self.session, "replay_label", "REPLAY"), id="replay")
+            yield Static(self.session.label or "", id="replay")
         yield StepProgress(id="progress")
         with VerticalScroll(id="error"):
             yield Static("", id="error-text")
@@ -144,7 +146,7 @@ class RunView(Screen):
         self.query_one("#doctor-box").border_title = "doctor"
         self.query_one("#summary").border_title = "the run has ended"
         self.query_one("#log").border_title = "backend.log"
-        self.query_one("#replay").display = self.session.replay
+        self.query_one("#replay").display = self.session.mode != "live"
         self.query_one("#doctor-box").display = False
         self.query_one("#log").display = False
         self._show_telemetry_panels()
@@ -163,16 +165,16 @@ class RunView(Screen):
         """Redraw from the session's state; called from the app's handler while the follow thread waits."""
         session, state = self.session, self.session.state
         ended = session.ended or state.ended
-        self.live = not session.replay and not ended
-        interrupted = session.replay and session.trainer_gone and not state.ended
+        self.live = session.mode == "live" and not ended
+        interrupted = session.mode != "live" and session.trainer_gone and not state.ended
         status = "interrupted" if interrupted else state.status
         if self.status != status:
             self.status = status
             self.refresh_bindings()
         now_ts = state.last_ts if ended or session.trainer_gone else self.clock()
         self._show_status()
-        if session.replay:
-            self._set_text("#replay", getattr(session, "replay_label", "REPLAY"))
+        if session.label is not None:
+            self._set_text("#replay", session.label)
         phase = state.phase.replace("_", " ")
         self._set_text("#phase", f"{phase}: {state.phase_message}" if state.phase_message else phase)
         self.query_one(StepProgress).show(
@@ -340,7 +342,7 @@ class RunView(Screen):
         return True
 
     def _refusal(self, command: str) -> str | None:
-        if self.session.replay:
+        if self.session.mode != "live":
             return f"this is a replay of a recorded run: '{command}' needs a live trainer"
         if not self.live:
             return f"the run has ended ({self.status}): nothing to {command}"

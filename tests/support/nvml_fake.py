@@ -31,9 +31,9 @@ from typing import Any
 
 import pynvml
 
+from cockpit.fmt import GIB
 from cockpit.telemetry.nvml import NVML_FIELDS
 
-GIB = 1 << 30
 INIT_ERRORS = {
     "driver_not_loaded": pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
     "library_not_found": pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,

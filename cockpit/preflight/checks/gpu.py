@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from cockpit.fmt import GIB
 from cockpit.preflight.checks.base import CheckResult
 from cockpit.preflight.checks.gpu_probe import (
     check_arch,
@@ -31,7 +32,7 @@ from cockpit.preflight.checks.perf import (
     check_software,
 )
 from cockpit.telemetry.nvml import throttle_names
-from cockpit.telemetry.nvml_state import GIB, NvmlState
+from cockpit.telemetry.nvml_state import NvmlState
 
 _THROTTLE_BAD = {"hw_power_brake": "fail", "hw_thermal_slowdown": "fail", "hw_slowdown": "fail",
                  "sw_thermal_slowdown": "warn"}  # fmt: skip

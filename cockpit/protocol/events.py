@@ -1,0 +1,334 @@
+"""The protocol's event types: one TypedDict per `type`, the one definition of what each carries.
+
+The trainer emits them (train_backend), `RunState` folds them, the event lines describe them,
+and the field table of docs/protocol.md is generated from them (`python -m
+cockpit.protocol.events` prints it; a test checks the file). Every event also has the envelope
+`v`, `type` and `ts` (wire.py). A field typed `X | None` may be null; fields are optional
+(`total=False`): a reader takes what is there, and a trainer of another version may send more.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from typing import Annotated, Any, TypedDict
+
+
+@dataclass(frozen=True)
+class Meaning:
+    """What a field holds: `Annotated[int, Meaning("...")]`; it goes into docs/protocol.md."""
+
+    text: str
+
+
+class HelloEvent(TypedDict, total=False):
+    """First message of every trainer process (a restarted run has several)."""
+
+    pid: Annotated[int, Meaning("the trainer's process id")]
+    pgid: Annotated[int, Meaning("its process group (a stop signals the group)")]
+    run_id: Annotated[str, Meaning("the run directory's name")]
+    device: Annotated[dict, Meaning("`kind` cuda or cpu, `name`, `capability`, `total_bytes`")]
+    precision: Annotated[str, Meaning("bf16, fp16 or fp32, as chosen")]
+    versions: Annotated[dict, Meaning("torch, transformers, peft, trl, bitsandbytes, datasets, accelerate")]
+    resume_from: Annotated[str | None, Meaning("the checkpoint this process continues from")]
+    price_per_hour: Annotated[float | None, Meaning("from the config, for the cost meter")]
+    max_usd: Annotated[float | None, Meaning("the budget (cost.max_usd)")]
+    emulated_vram: Annotated[
+        dict | None, Meaning("the emulated card: its cap, what sat outside the allocator")
+    ]
+    distributed: Annotated[dict | None, Meaning("several GPUs: world_size, nnodes, rank, strategy, pids")]
+
+
+class PhaseEvent(TypedDict, total=False):
+    """The trainer moved to another phase."""
+
+    phase: Annotated[
+        str, Meaning("starting, loading_model, preparing_data, quantising, training, saving, done")
+    ]
+    message: Annotated[str, Meaning("free text, e.g. the model being loaded")]
+
+
+class DataEvent(TypedDict, total=False):
+    """The dataset as prepared: rows kept and dropped, token lengths before truncation."""
+
+    samples: Annotated[int, Meaning("rows kept")]
+    dropped: Annotated[int, Meaning("empty or malformed rows")]
+    source_rows: Annotated[int, Meaning("rows read")]
+    format: Annotated[str, Meaning("text, messages or tokens")]
+    column: Annotated[str, Meaning("the column read")]
+    tokens_min: Annotated[int, Meaning("shortest sample, in tokens")]
+    tokens_mean: Annotated[float, Meaning("mean sample length")]
+    tokens_p50: Annotated[int, Meaning("median sample length")]
+    tokens_p95: Annotated[int, Meaning("95th percentile")]
+    tokens_p99: Annotated[int, Meaning("99th percentile")]
+    tokens_max: Annotated[int, Meaning("longest sample")]
+    tokens_total: Annotated[int, Meaning("tokens after truncation")]
+    truncated: Annotated[int, Meaning("samples longer than max_length")]
+    max_length: Annotated[int, Meaning("training.max_length")]
+    tokens_over: Annotated[dict, Meaning("samples longer than each power of two (for the OOM wizard)")]
+
+
+class SpeedPlanEvent(TypedDict, total=False):
+    """What `speed: auto` chose and why, before the weights load."""
+
+    mode: Annotated[str, Meaning("auto or off")]
+    choices: Annotated[
+        list, Meaning("per choice: `name`, `value`, `reason`, `source` (auto|yours|off|fixed)")
+    ]
+    micro_batch_size: Annotated[int, Meaning("rows per micro-batch")]
+    gradient_accumulation_steps: Annotated[int, Meaning("micro-batches per optimizer step")]
+    checkpoint_layers: Annotated[int | None, Meaning("layers recomputed in the backward pass")]
+    num_layers: Annotated[int | None, Meaning("decoder layers of the model")]
+    packing: Annotated[str, Meaning("none, rows or flat")]
+    samples_per_row: Annotated[float | None, Meaning("samples packed per row (predicted)")]
+    attn_implementation: Annotated[str, Meaning("the attention kernel")]
+    liger: Annotated[bool, Meaning("Liger's fused kernels applied")]
+    dataloader_num_workers: Annotated[int, Meaning("loader worker processes")]
+    cache_tokens: Annotated[bool, Meaning("the token cache in the run directory")]
+    budget_bytes: Annotated[int | None, Meaning("device memory the plan fits in")]
+    predicted_peak_bytes: Annotated[int | None, Meaning("the memory model's peak for the plan")]
+    predicted_tokens_per_s: Annotated[float | None, Meaning("the speed model's figure for the plan")]
+
+
+class ModelEvent(TypedDict, total=False):
+    """The model is loaded (and quantised, with QLoRA)."""
+
+    name: Annotated[str, Meaning("model.name")]
+    method: Annotated[str, Meaning("lora, qlora or full")]
+    params_total: Annotated[int, Meaning("parameters (4-bit weights counted as parameters)")]
+    params_trainable: Annotated[int, Meaning("parameters the optimizer updates")]
+    load_s: Annotated[float, Meaning("load time")]
+    rss_bytes: Annotated[int | None, Meaning("host memory after the load")]
+    mem_allocated_bytes: Annotated[int | None, Meaning("torch's allocated bytes after the load (CUDA)")]
+    mem_reserved_bytes: Annotated[int | None, Meaning("torch's reserved bytes after the load (CUDA)")]
+    distributed: Annotated[dict | None, Meaning("several GPUs: the strategy chosen")]
+
+
+class TrainBeginEvent(TypedDict, total=False):
+    """Training starts (or resumes)."""
+
+    total_steps: Annotated[int, Meaning("optimizer steps of the run")]
+    start_step: Annotated[int, Meaning("non-zero when resumed")]
+    epochs: Annotated[float, Meaning("epochs the steps cover")]
+    micro_batch_size: Annotated[int, Meaning("rows per micro-batch")]
+    gradient_accumulation_steps: Annotated[int, Meaning("micro-batches per step")]
+    max_length: Annotated[int, Meaning("tokens per row at most")]
+    gradient_checkpointing: Annotated[bool, Meaning("activations recomputed")]
+    precision: Annotated[str, Meaning("bf16, fp16 or fp32")]
+    optimizer: Annotated[str, Meaning("the optimizer")]
+
+
+class LogEvent(TypedDict, total=False):
+    """One per logging step."""
+
+    step: Annotated[int, Meaning("optimizer steps done")]
+    total_steps: Annotated[int, Meaning("of the run")]
+    epoch: Annotated[float, Meaning("epochs done")]
+    loss: Annotated[float | None, Meaning("training loss of the last step")]
+    learning_rate: Annotated[float | None, Meaning("the scheduler's rate")]
+    grad_norm: Annotated[float | None, Meaning("gradient norm before clipping")]
+    tokens_seen: Annotated[int, Meaning("real tokens so far (attention mask sum, never padding)")]
+    tokens_per_s: Annotated[float | None, Meaning("real tokens over wall time since the previous log")]
+    samples_per_s: Annotated[float | None, Meaning("samples over wall time since the previous log")]
+    step_time_s: Annotated[float, Meaning("median interval between step ends in the window (the ETA's)")]
+    elapsed_s: Annotated[float, Meaning("training time, pauses excluded")]
+    rss_bytes: Annotated[int | None, Meaning("host memory (CPU runs)")]
+    mem_allocated_bytes: Annotated[int | None, Meaning("torch's allocated bytes (CUDA)")]
+    mem_reserved_bytes: Annotated[int | None, Meaning("torch's reserved bytes (CUDA)")]
+    mem_peak_bytes: Annotated[int | None, Meaning("torch's peak allocated bytes (CUDA)")]
+
+
+class CheckpointEvent(TypedDict, total=False):
+    """A complete checkpoint was written."""
+
+    step: Annotated[int, Meaning("the step it holds")]
+    path: Annotated[str, Meaning("checkpoints/checkpoint-<step>")]
+    bytes: Annotated[int, Meaning("its size")]
+    save_s: Annotated[float, Meaning("time to write it")]
+    removed: Annotated[list, Meaning("older checkpoints rotated out")]
+
+
+class CommandEvent(TypedDict, total=False):
+    """The answer to a command from a client."""
+
+    name: Annotated[str, Meaning("stop, save, pause or resume")]
+    accepted: Annotated[bool, Meaning("whether it will be carried out")]
+    detail: Annotated[str, Meaning("why not, or when")]
+    sender: Annotated[str, Meaning("which client sent it")]
+
+
+class PausedEvent(TypedDict, total=False):
+    """The trainer holds at a step boundary."""
+
+    step: Annotated[int, Meaning("the step it holds at")]
+
+
+class ResumedEvent(TypedDict, total=False):
+    """A paused run goes on."""
+
+    step: Annotated[int, Meaning("the step it goes on from")]
+    paused_s: Annotated[float, Meaning("how long it was paused")]
+
+
+class WarningEvent(TypedDict, total=False):
+    """Something the user should know; the run goes on."""
+
+    message: Annotated[str, Meaning("what happened")]
+    hint: Annotated[str | None, Meaning("what to do")]
+
+
+class ErrorEvent(TypedDict, total=False):
+    """The run failed; the trainer exits non-zero (exit codes: the table below)."""
+
+    kind: Annotated[str, Meaning("config, data, model_load, oom, disk, gpu or other")]
+    message: Annotated[str, Meaning("what went wrong")]
+    hint: Annotated[str, Meaning("what to do")]
+    phase: Annotated[str, Meaning("the phase it failed in")]
+    step: Annotated[int | None, Meaning("the step in flight")]
+    oom: Annotated[dict | None, Meaning("kind oom: the parsed numbers, phase, batch and memory counters")]
+    traceback: Annotated[str | None, Meaning("the exception's traceback")]
+    checkpoints: Annotated[list, Meaning("the complete checkpoints, intact")]
+    source: Annotated[str | None, Meaning("client: written by the client that saw the trainer die")]
+    returncode: Annotated[int | None, Meaning("the trainer's exit status (client-written)")]
+    signal: Annotated[int | None, Meaning("the signal that ended it (client-written)")]
+    log_tail: Annotated[str | None, Meaning("the end of backend.log (client-written)")]
+    rank: Annotated[int | None, Meaning("several GPUs: the rank whose failure caused it")]
+    failed_ranks: Annotated[list | None, Meaning("several GPUs: the other failed ranks")]
+
+
+class DoneEvent(TypedDict, total=False):
+    """The run ended on purpose."""
+
+    status: Annotated[str, Meaning("finished or stopped")]
+    step: Annotated[int, Meaning("the last step")]
+    total_steps: Annotated[int, Meaning("of the run")]
+    train_loss: Annotated[float | None, Meaning("mean training loss over the run")]
+    runtime_s: Annotated[float, Meaning("training time")]
+    output: Annotated[str | None, Meaning("the final/ folder with the adapter or model")]
+    reason: Annotated[str | None, Meaning("stopped: request (a stop command or signal) or budget")]
+    message: Annotated[str, Meaning("how it ended")]
+
+
+class BudgetEvent(TypedDict, total=False):
+    """The run's cost reached cost.max_usd at a step end: a checkpoint and a stop follow."""
+
+    step: Annotated[int, Meaning("the step it was reached at")]
+    cost_usd: Annotated[float, Meaning("price_per_hour x the wall time of every attempt so far")]
+    max_usd: Annotated[float, Meaning("the budget")]
+    message: Annotated[str, Meaning("what was spent of what, and what happens")]
+
+
+class EndCommandEvent(TypedDict, total=False):
+    """Written by the end runner (cockpit.finish.end_runner) around cost.on_end, after the run's end."""
+
+    state: Annotated[str, Meaning("started, then finished or failed")]
+    command: Annotated[str, Meaning("the shell command (cost.on_end)")]
+    run_status: Annotated[str, Meaning("how the run ended: finished, stopped or failed")]
+    returncode: Annotated[int | None, Meaning("its exit status; null when the shell could not start")]
+    error: Annotated[str | None, Meaning("why the shell could not start")]
+    duration_s: Annotated[float, Meaning("how long it ran")]
+    trainer_pid: Annotated[int, Meaning("the trainer attempt whose end it was")]
+
+
+class ExitEvent(TypedDict, total=False):
+    """Written by a client that saw the trainer end without done or error."""
+
+    returncode: Annotated[int | None, Meaning("null when the client did not launch it")]
+    signal: Annotated[int | None, Meaning("the signal that ended it")]
+    reason: Annotated[str, Meaning("how it ended")]
+    log_tail: Annotated[str, Meaning("the end of backend.log")]
+
+
+class ProbeEvent(TypedDict, total=False):
+    """A finding of the preflight probe subprocess (on its pipe, not in a run)."""
+
+    finding: Annotated[
+        str, Meaning("packages, torch, no_gpu, devices, bnb_4bit, matmul, h2d, peer_access, allreduce, done")
+    ]
+    data: Annotated[dict, Meaning("plain numbers and strings; `error` when a measurement failed")]
+
+
+class ConfigChangeEvent(TypedDict, total=False):
+    """Written by a client that changed the run's config (OOM remedy, --emulate-vram)."""
+
+    attempt: Annotated[int, Meaning("n: the old config is history/config-<n>.yaml")]
+    reason: Annotated[str, Meaning("oom or --emulate-vram")]
+    changes: Annotated[dict, Meaning("dotted keys and their new values")]
+    previous: Annotated[str, Meaning("history/config-<n>.yaml")]
+    checkpoints_moved: Annotated[
+        str | None, Meaning("history/checkpoints-<n>/ (the adapter's shape changed)")
+    ]
+    remedy: Annotated[list | None, Meaning("oom: the remedies' keys")]
+    title: Annotated[str | None, Meaning("oom: the remedy's title")]
+    chosen_by: Annotated[str | None, Meaning("oom: the wizard, or --on-oom auto")]
+    predicted_peak_bytes: Annotated[int | None, Meaning("oom: the memory model's peak with the remedy")]
+    card_bytes: Annotated[int | None, Meaning("oom: the card's memory")]
+    card: Annotated[str | None, Meaning("oom: where the card's size came from")]
+    verdict: Annotated[str | None, Meaning("oom: fits, tight, no or unknown")]
+    speed: Annotated[float | None, Meaning("oom: relative tokens/s")]
+    effect: Annotated[str | None, Meaning("oom: the remedy's effect on the results")]
+    resume: Annotated[bool | None, Meaning("oom: resumes from the last checkpoint")]
+    from_step_zero: Annotated[bool | None, Meaning("oom: starts again at step 0")]
+
+
+# type -> its fields; EVENT_TYPES (wire.py) is this table's keys
+EVENTS: dict[str, type] = {
+    "hello": HelloEvent,
+    "phase": PhaseEvent,
+    "data": DataEvent,
+    "speed_plan": SpeedPlanEvent,
+    "model": ModelEvent,
+    "train_begin": TrainBeginEvent,
+    "log": LogEvent,
+    "checkpoint": CheckpointEvent,
+    "command": CommandEvent,
+    "paused": PausedEvent,
+    "resumed": ResumedEvent,
+    "warning": WarningEvent,
+    "error": ErrorEvent,
+    "done": DoneEvent,
+    "exit": ExitEvent,
+    "probe": ProbeEvent,
+    "config_change": ConfigChangeEvent,
+    "budget": BudgetEvent,
+    "end_command": EndCommandEvent,
+}
+ENVELOPE = ("v", "type", "ts")
+JSON_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}
+
+
+def fields(event_type: str) -> dict[str, tuple[Any, str]]:
+    """A type's fields: name -> (type, meaning)."""
+    hints = typing.get_type_hints(EVENTS[event_type], include_extras=True)
+    return {name: (typing.get_args(hint)[0], hint.__metadata__[0].text) for name, hint in hints.items()}
+
+
+def undeclared(event: dict) -> list[str]:
+    """Fields of an event its type does not declare (an unknown type: none are checked)."""
+    if event.get("type") not in EVENTS:
+        return []
+    known = set(fields(event["type"])) | set(ENVELOPE)
+    return sorted(k for k in event if k not in known)
+
+
+def _type_name(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
+    args = typing.get_args(tp)
+    if args:
+        return " or ".join(_type_name(a) for a in args)
+    return JSON_NAMES.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def markdown_table() -> str:
+    """The field table of docs/protocol.md (between its `events:begin` and `events:end` marks)."""
+    lines = ["| type | field | JSON type | meaning |", "|---|---|---|---|"]
+    for event_type, cls in EVENTS.items():
+        lines.append(f"| `{event_type}` | | | {cls.__doc__.strip()} |")
+        for name, (tp, meaning) in fields(event_type).items():
+            lines.append(f"| | `{name}` | {_type_name(tp)} | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")
