@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.pilot import screen_text as rendered_text
 
 from cockpit.config import load as config_load
 from cockpit.fmt import GIB
@@ -42,7 +43,7 @@ def make_app(tmp_path: Path, overrides=ARTICLE_13B, **kw) -> PickerApp:
 
 def screen_text(app: PickerApp) -> str:
     """What the terminal shows, with runs of spaces and line ends as one space (messages wrap)."""
-    return " ".join(" ".join(strip.text for strip in app.screen._compositor.render_strips()).split())
+    return " ".join(rendered_text(app).split())
 
 
 def notices(app: PickerApp) -> str:

@@ -34,7 +34,7 @@ async def test_a_pasted_path_with_a_nul_byte_is_refused_not_a_crash(tmp_path):
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(app.screen, SaveConfig)
-        footer = app.screen._compositor.render_strips()[-1].text  # the dialog's keys, not the picker's
+        footer = screen_text(app).splitlines()[-1]  # the dialog's keys, not the picker's
         assert "Cancel" in footer and "Breakdown" not in footer
         app.screen.query_one(Input).value = "run\0.yaml"
         await pilot.press("enter")

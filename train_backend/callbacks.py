@@ -26,6 +26,7 @@ class Controls:
         self.save = threading.Event()
         self.paused = threading.Event()
         self.wake = threading.Event()
+        self.gone = threading.Event()  # the run directory is gone: stop, and save nothing
         self.training = False
         self.budget_reached: str | None = None  # what cost.max_usd stopped the run at
 
@@ -60,6 +61,13 @@ class Controls:
 
     def on_fault(self, fault: Fault) -> None:
         self.emitter.emit("warning", message=f"control channel: {fault.describe()}", hint="")
+
+    def on_run_dir_gone(self, reason: str) -> None:
+        self.emitter.emit("warning", message=f"{reason}: stopping at the end of this step", hint="")
+        self.gone.set()
+        self.stop.set()
+        self.paused.clear()
+        self.wake.set()
 
     def on_signal(self, signum, _frame) -> None:
         self.emitter.emit(
@@ -131,6 +139,10 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig, budget
                 time.sleep(cfg.debug.step_sleep_s)
             self._check_budget(state)
             controls.agree()
+            if controls.gone.is_set():  # nowhere to write a checkpoint: stop without one
+                control.should_save = False
+                control.should_training_stop = True
+                return control
             if controls.save.is_set():
                 controls.save.clear()
                 control.should_save = True

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from rich.style import Style
 from rich.text import Text
 
-from cockpit.fmt import GIB
+from cockpit import fmt
 from cockpit.telemetry.spread import (
     SPREAD_WINDOW_S,
     GpuSpread,
@@ -60,7 +60,7 @@ class GpuView:
 
 
 def gib(value: float | None, unit: str = " GiB") -> str:
-    return "-" if value is None else f"{value / GIB:.1f}{unit}"
+    return fmt.gib(value, 1, unit)
 
 
 def throttle_text(gpu: Any) -> str:

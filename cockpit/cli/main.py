@@ -14,11 +14,13 @@ from importlib import resources
 from pathlib import Path
 
 from cockpit import paths
+from cockpit.cli import finish_commands
 from cockpit.cli.args import build_parser
 from cockpit.cli.exit_codes import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.cli.plan_commands import cmd_cards, cmd_estimate, cmd_pick, cmd_preflight
 from cockpit.config import load as config_load
 from cockpit.config import schema as config
+from cockpit.config.secrets import ScrubbedOutput, secret_values
 from cockpit.run import process, rundir
 from cockpit.run.control import NotRunning, send_command
 from cockpit.run.status import run_status
@@ -31,6 +33,20 @@ def demo_config_path() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every line the client prints, its errors included, goes out with the environment's secrets
+    scrubbed (cockpit.config.secrets)."""
+    secrets = secret_values()
+    if not secrets:
+        return _main(argv)
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = ScrubbedOutput(out, secrets), ScrubbedOutput(err, secrets)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command is None:
         build_parser().print_help()
@@ -81,6 +97,7 @@ def _load(path: str, args) -> config.TrainConfig:
 
 
 def _start(cfg: config.TrainConfig, args, source: str) -> int:
+    _check_against_model(cfg)
     if args.check:
         print("config OK")
         return 0
@@ -118,6 +135,15 @@ def _start(cfg: config.TrainConfig, args, source: str) -> int:
     proc = process.launch(run)
     print(f"run {run.run_id} started (trainer pid {proc.pid}); directory {run.path}", file=sys.stderr)
     return _show(run, proc, args, preflight_problems=problems)
+
+
+def _check_against_model(cfg: config.TrainConfig) -> None:
+    """LoRA targets the model lacks are refused (ConfigError) before a run directory is made; a
+    max_length past its context is said."""
+    from cockpit.config.model_fit import check_against_model
+
+    for warning in check_against_model(cfg):
+        print(f"config warning: {warning}", file=sys.stderr)
 
 
 def _show(run: rundir.RunDir, proc, args, recorded: bool = False, preflight_problems=()) -> int:
@@ -203,8 +229,9 @@ def cmd_restart(args) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    try:
-        cfg = config_load.load_config(run.config_path)  # still valid? (it may have been edited by hand)
+    try:  # still valid? (it may have been edited by hand)
+        cfg = config_load.load_config(run.config_path)
+        _check_against_model(cfg)
     except config.ConfigError as exc:
         raise config.ConfigError(f"{run.config_path}: {exc}") from None
     from cockpit.finish.budget import already_spent
@@ -240,13 +267,27 @@ def cmd_runs(args) -> int:
     if args.rm or args.prune:
         return _free_disk(args)
     found = runs_list.rows(rundir.all_runs())
+    orphans = [  # its directory and trainer.json are gone; it trains on
+        {
+            "run": orphan.run_id,
+            "status": "orphaned",
+            "step": None,
+            "total_steps": None,
+            "detail": f"run directory deleted; trainer pid {orphan.pid} still runs: "
+            f"cockpit stop {orphan.run_id}",
+            "path": orphan.path,
+        }
+        for orphan in process.orphaned_trainers()
+    ]
     if args.json:
-        print(json.dumps([r.to_dict() for r in found], indent=1))
+        print(json.dumps([r.to_dict() for r in found] + orphans, indent=1))
         return 0
-    if not found:
+    if not found and not orphans:
         print("no runs yet; start one with: cockpit demo")
         return 0
     print("\n".join(runs_list.table_lines(found)))
+    for orphan in orphans:
+        print(f"{orphan['run']}  orphaned  {orphan['detail']}")
     return 0
 
 
@@ -297,12 +338,31 @@ def _free_disk(args) -> int:
 
 
 def cmd_stop(args) -> int:
-    run = rundir.find(args.run)
+    try:
+        run = rundir.find(args.run)
+    except rundir.RunNotFound:
+        orphan = _orphan(args.run)
+        if orphan is None:
+            raise
+        outcome = process.stop_orphan(
+            orphan, term_s=args.term_timeout, say=lambda t: print(t, file=sys.stderr)
+        )
+        print(f"{orphan.run_id}: {outcome}")
+        return 0
     outcome = process.stop(
         run, grace_s=args.timeout, term_s=args.term_timeout, say=lambda t: print(t, file=sys.stderr)
     )
     print(f"{run.run_id}: {outcome}")
     return 0 if outcome in ("stopped", "terminated", "killed", "not running") else EXIT_FAILED
+
+
+def _orphan(spec: str | None) -> process.Orphan | None:
+    """The one trainer whose run directory is gone that `spec` (an id, a prefix, the old path) names."""
+    orphans = process.orphaned_trainers()
+    if spec in (None, "", "last", "latest"):
+        return orphans[-1] if len(orphans) == 1 else None
+    matches = [o for o in orphans if spec in (o.run_id, o.path) or o.run_id.startswith(spec)]
+    return matches[0] if len(matches) == 1 else None
 
 
 def _send(args, name: str) -> int:
@@ -340,4 +400,5 @@ COMMANDS = {
     "save": cmd_save,
     "pause": cmd_pause,
     "resume": cmd_resume,
+    **finish_commands.COMMANDS,
 }

@@ -18,11 +18,15 @@ def load_workload(args):
     """(config, model shape, workload) from the config and flags.
 
     Raises ConfigError, modelshape.ShapeError (the model), estimate.EstimateError (the settings)."""
+    from cockpit.config.model_fit import context_warning
     from cockpit.models import memory as est
     from cockpit.models import shape as modelshape
 
     cfg = config_load.load_config(args.config, workload_overrides(args))
     shape = modelshape.load_shape(cfg.model.name, cfg.model.revision or "main")
+    warning = context_warning(shape, cfg.training.max_length)
+    if warning:
+        print(f"config warning: {warning}", file=sys.stderr)
     return cfg, shape, est.workload_from_config(cfg, shape, args.trainer)
 
 

@@ -1,5 +1,8 @@
-"""The end of a run and the money around it: the budget (cost.max_usd), the end command
-(cost.on_end) and its runner, the idle alarm (cost.idle_minutes, cost.on_idle), the summary
-a run's end prints, and the runs list with the disk it frees. Pure logic, no torch, no textual;
+"""After training: the samples a run wrote (before and after), chatting with what it trained, and
+the money around the end: the budget (cost.max_usd), the end command (cost.on_end) and its
+runner, the idle alarm (cost.idle_minutes, cost.on_idle), the summary a run's end prints, and
+the runs list with the disk it frees.
+
+Plain Python, no torch and no textual: the model side runs in `train_backend.chat`, a subprocess;
 the process that runs on_end is `python -m cockpit.finish.end_runner`.
 """

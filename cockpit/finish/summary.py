@@ -44,13 +44,8 @@ class RunSummary:
 
 
 def last_eval_loss(state: RunState) -> float | None:
-    """The newest evaluation loss, when the run evaluates (`eval` events); None otherwise."""
-    for name in ("eval_loss", "last_eval_loss"):
-        value = number(getattr(state, name, None))
-        if value is not None:
-            return value
-    evals = getattr(state, "eval_losses", None) or []
-    return number(evals[-1][1]) if evals else None
+    """The newest evaluation loss (`eval` events); None for a run without an eval split."""
+    return state.eval_loss
 
 
 def summarize(

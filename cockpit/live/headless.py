@@ -23,6 +23,7 @@ from cockpit.doctor.window import Finding
 from cockpit.finish import idle, summary
 from cockpit.live.event_text import describe
 from cockpit.live.session import RunSession
+from cockpit.live.stall import StallNotices, find_stall
 from cockpit.live.state import RunState
 from cockpit.live.watch import LiveWatch, finding_line, gpu_status
 
@@ -33,8 +34,10 @@ IDLE_POLL_S = 1.0
 
 
 def status_line(state: RunState, now_ts: float | None) -> str:
-    parts = [
-        f"loss {fmt.loss(state.loss)}",
+    parts = [f"loss {fmt.loss(state.loss)}"]
+    if state.eval_loss is not None:
+        parts.append(f"eval {fmt.loss(state.eval_loss)}")
+    parts += [
         f"lr {fmt.sci(state.learning_rate)}",
         f"tok/s {fmt.rate(state.tokens_per_s)}",
         f"ETA {fmt.duration(state.eta_s())}",
@@ -149,11 +152,15 @@ def _follow_plain(
     view = RunState(run_id=session.run.run_id)
     last_log, last_step = -1e18, None
     shown: dict[str, Finding] = {}
+    stalls = StallNotices()
     while True:
         items = session.poll()
         sample, findings = watch.update(session.state) if watch else (None, [])
         _print_changes(shown, findings, out)
         _alarm(alarm, findings, out)
+        said = stalls.update(_stall(session))
+        if said:
+            print(f"{datetime.now().isoformat(timespec='seconds')} {said}", file=out, flush=True)
         for item in items:
             view.apply(item)
             ts = item.get("ts") if isinstance(item, dict) else None
@@ -176,6 +183,13 @@ def _follow_plain(
             return exit_code(session.state)
         if not items:
             time.sleep(POLL_S)
+
+
+def _stall(session: RunSession):
+    """A live trainer gone quiet (cockpit.live.stall); a replay's silences are in its recording."""
+    if session.mode != "live" or session.trainer_gone:
+        return None
+    return find_stall(session.state, time.time())
 
 
 def _print_changes(shown: dict[str, Finding], findings: list[Finding], out) -> None:
@@ -228,6 +242,7 @@ def _render(
 def _follow_live(
     session: RunSession, console: Console, watch: LiveWatch | None, alarm: idle.IdleAlarm
 ) -> int:
+    stalls = StallNotices()
     with Live(console=console, refresh_per_second=REFRESH_PER_S, transient=False) as live:
         while True:
             items = session.poll()
@@ -242,7 +257,13 @@ def _follow_live(
                 if line:
                     live.console.print(line, markup=False, highlight=False)
             now = state.last_ts if session.trainer_gone else time.time()
-            live.update(_render(state, now, sample, findings, watch is not None, _trainer_pids(watch, state)))
+            said = stalls.update(_stall(session))
+            if said:
+                live.console.print(said, markup=False, highlight=False)
+            group = _render(state, now, sample, findings, watch is not None, _trainer_pids(watch, state))
+            if stalls.current is not None:
+                group.renderables.append(Text(stalls.current.text(), style="bold red"))
+            live.update(group)
             if session.ended or (session.trainer_gone and not items):
                 return exit_code(state)
             if not items:

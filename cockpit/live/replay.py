@@ -214,6 +214,7 @@ class ReplaySession:
             self.snapshot = self.state.snapshot()
         if self._next_event >= len(self._events) and at >= self._timeline.total_s:
             self.trainer_gone = True  # the recording is played out
+            self.state.settle_from_remains(self.run.final_dir.is_dir())
         return items
 
     @property

@@ -17,6 +17,7 @@ from cockpit.protocol.events import (
     DoneEvent,
     EndCommandEvent,
     ErrorEvent,
+    EvalEvent,
     ExitEvent,
     HelloEvent,
     LogEvent,
@@ -24,6 +25,7 @@ from cockpit.protocol.events import (
     PausedEvent,
     PhaseEvent,
     ResumedEvent,
+    SampleEvent,
     TrainBeginEvent,
 )
 from cockpit.protocol.wire import EVENT_TYPES, Fault, number
@@ -109,6 +111,11 @@ class RunState:
     losses: list[tuple[int, float]] = field(default_factory=list)
     learning_rates: list[tuple[int, float]] = field(default_factory=list)
     checkpoints: list[dict] = field(default_factory=list)
+    evals: list[tuple[int, float]] = field(default_factory=list)  # (step, eval loss), step 0 the base
+    eval_loss: float | None = None
+    best_eval: dict = field(default_factory=dict)  # step, eval_loss: the lowest so far
+    best_checkpoint: str | None = None  # the kept checkpoint with the lowest eval loss
+    samples: list[dict] = field(default_factory=list)  # the sample events, in order
     attempts: list[Attempt] = field(default_factory=list)
     train_started_ts: float | None = None
     error: dict | None = None
@@ -116,6 +123,8 @@ class RunState:
     notices: list[str] = field(default_factory=list)
     faults: int = 0
     last_ts: float | None = None
+    log_gap_s: float | None = None  # between the last two log events: how often a training step is said
+    _last_log_ts: float | None = None
 
     # ------------------------------------------------------------ folding
 
@@ -180,6 +189,11 @@ class RunState:
             self.train_started_ts = number(m.get("ts"))
 
     def _on_log(self, m: LogEvent) -> None:
+        ts = number(m.get("ts"))
+        if ts is not None:
+            if self._last_log_ts is not None and self.status == "running":  # not across a pause
+                self.log_gap_s = max(0.0, ts - self._last_log_ts)
+            self._last_log_ts = ts
         self.step = int(m.get("step") or self.step)
         self.total_steps = m.get("total_steps") or self.total_steps
         self.epoch = number(m.get("epoch"))
@@ -211,8 +225,32 @@ class RunState:
         self.checkpoints = [c for c in self.checkpoints if c["name"] not in removed]
         path = m.get("path", "")
         self.checkpoints.append(
-            {"name": path.rsplit("/", 1)[-1], "step": m.get("step"), "bytes": m.get("bytes")}
+            {
+                "name": path.rsplit("/", 1)[-1],
+                "step": m.get("step"),
+                "bytes": m.get("bytes"),
+                "eval_loss": number(m.get("eval_loss")),
+            }
         )
+        if "best_checkpoint" in m:
+            self.best_checkpoint = m.get("best_checkpoint")
+
+    def _on_eval(self, m: EvalEvent) -> None:
+        loss, step = number(m.get("eval_loss")), m.get("step")
+        if loss is None or not isinstance(step, int):
+            return
+        self.evals = [(s, v) for s, v in self.evals if s != step] + [(step, loss)]  # a restart re-evaluates
+        self.eval_loss = loss
+        best = number(m.get("best_eval_loss"))
+        if best is not None:
+            self.best_eval = {"step": m.get("best_step"), "eval_loss": best}
+        if m.get("best_checkpoint"):
+            self.best_checkpoint = m["best_checkpoint"]
+        # new dicts, not changed ones: a snapshot handed to the screen shares the old
+        self.checkpoints = [dict(c, eval_loss=loss) if c.get("step") == step else c for c in self.checkpoints]
+
+    def _on_sample(self, m: SampleEvent) -> None:
+        self.samples.append({k: v for k, v in m.items() if k not in ("v", "type")})
 
     def _on_budget(self, m: BudgetEvent) -> None:
         self.budget_reached = {k: v for k, v in m.items() if k not in ("v", "type")}
@@ -233,6 +271,8 @@ class RunState:
     def _on_done(self, m: DoneEvent) -> None:
         self.outcome = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
         self.status = m.get("status", "finished")
+        if m.get("best_checkpoint"):
+            self.best_checkpoint = m["best_checkpoint"]
         self.phase = "done"
         if m.get("step"):
             self.step = int(m["step"])
@@ -242,6 +282,21 @@ class RunState:
         if self.status not in ("finished", "stopped", "failed"):
             self.status = "failed"
             self.outcome = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
+
+    def settle_from_remains(self, final_written: bool) -> bool:
+        """A trainer that is gone without a final event: judged by what it left. The final adapter
+        (`final/` appears by one rename after its save) or a `done` phase means training finished and
+        only the last event was cut (a crash or a full disk while writing it). True if so."""
+        if self.ended or not (final_written or self.phase == "done"):
+            return False
+        self.status, self.phase = "finished", "done"
+        left = "its final adapter is in final/" if final_written else "it reached its done phase"
+        self.outcome = {
+            "status": "finished",
+            "message": f"finished: {left}; the events file ends before the final event (cut while written)",
+            "step": self.step,
+        }
+        return True
 
     # ------------------------------------------------------------ derived figures
 

@@ -53,11 +53,8 @@ CHANGE_WORDS = {
 
 
 def gib_cell(n_bytes: float, sign: bool = False) -> str:
-    gib = n_bytes / GIB
-    text = f"{gib:+.1f}" if sign else f"{gib:.1f}"
-    if abs(gib) >= 99.95:
-        text = f"{gib:+.0f}" if sign else f"{gib:.0f}"
-    return f"{text}G"
+    """A table cell: one decimal, none from 100 GiB (the column stays narrow)."""
+    return fmt.gib(n_bytes, 0 if abs(n_bytes / GIB) >= 99.95 else 1, "G", sign=sign)
 
 
 def fit_cell(row: CardRow) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ FINAL_NAME = "final"
 SOURCE_NAME = "source.json"  # where the config came from (`cockpit runs` names it)
 COMPLETE_MARKER = "cockpit-complete.json"
 STAGING_NAME = ".staging"
+REMOVING_PREFIX = ".removing-"  # a checkpoint being deleted: renamed aside first
 
 
 class RunNotFound(LookupError):
@@ -107,6 +109,28 @@ def complete_checkpoints(folder: Path) -> list[Path]:
             if match and (child / COMPLETE_MARKER).is_file():
                 found.append((int(match.group(1)), child))
     return [p for _, p in sorted(found)]
+
+
+def incomplete_checkpoints(folder: Path) -> list[Path]:
+    """checkpoint-N folders without the completion marker (a save or a removal killed midway: never
+    resumed from) and checkpoints whose removal began."""
+    found = []
+    if folder.is_dir():
+        for child in sorted(folder.iterdir()):
+            unmarked = re.fullmatch(r"checkpoint-\d+", child.name) and not (child / COMPLETE_MARKER).is_file()
+            if unmarked or child.name.startswith(REMOVING_PREFIX):
+                found.append(child)
+    return found
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Renamed aside, then deleted: a kill in the middle leaves a `.removing-` folder that the next
+    clean-up takes, never a checkpoint-N with some of its files."""
+    aside = path if path.name.startswith(REMOVING_PREFIX) else path.with_name(REMOVING_PREFIX + path.name)
+    if aside != path:
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(path, aside)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def slug(text: str) -> str:

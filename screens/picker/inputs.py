@@ -22,6 +22,7 @@ import yaml
 from cockpit import fmt
 from cockpit.config import load as config_load
 from cockpit.config import schema as config_mod
+from cockpit.config.model_fit import context_warning
 from cockpit.fmt import GIB
 from cockpit.models import shape as modelshape
 from cockpit.models import shipped as shapes
@@ -176,6 +177,9 @@ def evaluate(
     if shape is None:
         out.notes["model"] = f"{cfg.model.name}: press Enter here to fetch its config.json from the hub"
         return out
+    warning = context_warning(shape, cfg.training.max_length)
+    if warning:
+        out.notes["seq"] = warning
     try:
         size = parse_dataset(str(fields["dataset"]), cfg.training.epochs, cfg.training.max_steps)
         workload = workload_from_config(cfg, shape, trainer)

@@ -208,7 +208,7 @@ class PickerScreen(Screen[None]):
         ev, table = self.evaluation, self.query_one(CardTableView).table
         summary = self.query_one("#summary", Static)
         if ev.table is None:
-            what = "fetching the model's shape" if ev.notes else "fix the marked inputs"
+            what = "fetching the model's shape" if "model" in ev.notes else "fix the marked inputs"
             stale = "; the table shows the last valid settings" if table is not None else ""
             summary.update(Text(f"{what}{stale}", style="bold"))
             return

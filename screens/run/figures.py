@@ -16,6 +16,7 @@ from cockpit.protocol.wire import Fault
 from widgets.stats import Row
 
 ERROR_MESSAGE_CHARS = 300
+BEST_MARK = "★"  # the checkpoint with the lowest eval loss
 
 
 def param_count(n: int | None) -> str:
@@ -53,8 +54,12 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
     loss = fmt.loss(state.loss)
     if drop is not None and math.isfinite(drop):  # a nan or inf loss has no change to show
         loss += f", {-drop:+.1%} from first"
-    rows: list[Row] = [
-        ("loss", loss),
+    rows: list[Row] = [("loss", loss)]
+    if state.eval_loss is not None:
+        best = state.best_eval
+        tail = f", best {fmt.loss(best['eval_loss'])} at step {best['step']}" if best else ""
+        rows.append(("eval loss", f"{fmt.loss(state.eval_loss)}{tail}"))
+    rows += [
         ("learning rate", fmt.sci(state.learning_rate)),
         ("grad norm", fmt.rate(state.grad_norm)),
         ("tokens/s", fmt.rate(state.tokens_per_s)),
@@ -101,10 +106,15 @@ def checkpoint_rows(state: RunState) -> list[Row]:
     if not state.checkpoints:
         return [("", Text("none yet", style="dim"))]
     width = max(len(str(c.get("step"))) for c in state.checkpoints)
-    return [
-        (c["name"], f"step {c.get('step')!s:<{width}}  {byte_size(c.get('bytes'))}")
-        for c in state.checkpoints
-    ]
+    rows: list[Row] = []
+    for c in state.checkpoints:
+        value = f"step {c.get('step')!s:<{width}}  {byte_size(c.get('bytes'))}"
+        if c.get("eval_loss") is not None:
+            value += f"  eval {fmt.loss(c['eval_loss'])}"
+        # the mark leads the name, so a narrow panel that cuts the row still shows it
+        name = f"{BEST_MARK} {c['name']}" if c["name"] == state.best_checkpoint else c["name"]
+        rows.append((name, value))
+    return rows
 
 
 def error_text(state: RunState, interrupted: bool = False) -> Text | None:

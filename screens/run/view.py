@@ -28,8 +28,11 @@ from textual.worker import Worker, WorkerState
 from cockpit import fmt
 from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.finish import idle, summary
+from cockpit.finish.samples import collect as collect_samples
+from cockpit.finish.samples import no_samples_reason
 from cockpit.live.replay import sample_of_bin
 from cockpit.live.sources import RunSource
+from cockpit.live.stall import Stall, StallNotices, find_stall
 from cockpit.run import process
 from cockpit.run.control import NotRunning
 from screens.confirm import Confirm
@@ -41,6 +44,7 @@ from screens.run.figures import (  # noqa: F401 - the tests and other screens im
     memory_rows,
     stat_rows,
 )
+from screens.run.samples import SamplesView
 from screens.run.telemetry_feed import SeriesBook
 from widgets.doctor_panel import DoctorPanel
 from widgets.event_log import EventLog
@@ -58,6 +62,7 @@ COMPACT_BELOW_ROWS = 30  # shorter terminals get one row per GPU and one for the
 MANY_GPUS = 2  # more GPUs than this: one row each at any size
 RECENT_SPAN_S = 300.0  # `h` switches the sparklines between the whole run and this
 WATCH_LATE_S = 3.0  # a watch that has not answered for this long is said to be late
+LOSS_TITLE_WITH_EVAL = "loss: [$accent]train[/] · [$warning]eval[/]"
 NO_TELEMETRY = "no GPU/host telemetry for this run: no live watch and no telemetry.jsonl"
 
 
@@ -65,13 +70,14 @@ class RunView(Screen):
     CSS_PATH = "view.tcss"
     AUTO_FOCUS = "#events"  # arrow keys and PgUp scroll the event history
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("s", "save", "Save checkpoint"),
+        Binding("s", "save", "Save"),  # a checkpoint; short, so that every key fits 80 columns
         Binding("p", "pause", "Pause"),
         Binding("p", "resume", "Resume"),
         Binding("x", "stop", "Stop"),
         Binding("g", "toggle_telemetry", "GPU/host"),
         Binding("l", "toggle_log", "Log"),
         Binding("h", "toggle_span", "Span"),
+        Binding("m", "samples", "Samples"),
         Binding("o", "oom_wizard", "OOM wizard", show=False),
     ]
 
@@ -94,7 +100,8 @@ class RunView(Screen):
         self.stopping = False
         self.updates_shown = 0
         self.telemetry_shown = 0  # samples (or a recorded history) drawn so far
-        self._losses_shown = -1
+        self._losses_shown = (-1, -1)
+        self._samples_shown = 0
         self.book = SeriesBook()
         self.sample: Any = None  # the newest telemetry sample, live or rebuilt from the last bin
         self.has_telemetry = watching  # a watch or a recorded history: the GPU/host panels have a source
@@ -103,6 +110,8 @@ class RunView(Screen):
         self.short = False  # set from the terminal's height
         self.watch_late_s: float | None = None
         self.watch_error: str | None = None
+        self.stall: Stall | None = None  # the trainer silent for longer than its steps take
+        self._stall_notices = StallNotices()
         self._panels_drawn: tuple | None = None  # what the GPU and host panels last drew
         self._texts: dict[str, str | Text] = {}  # what each Static shows
         self._summary_of: tuple | None = None  # the ending the summary panel was drawn for
@@ -172,20 +181,33 @@ class RunView(Screen):
             self.status = status
             self.refresh_bindings()
         now_ts = state.last_ts if ended or session.trainer_gone else self.clock()
+        self.stall = find_stall(state, now_ts) if self.live else None
+        said = self._stall_notices.update(self.stall)
         self._show_status()
         if session.label is not None:
             self._set_text("#replay", session.label)
         phase = state.phase.replace("_", " ")
-        self._set_text("#phase", f"{phase}: {state.phase_message}" if state.phase_message else phase)
+        phase_text = f"{phase}: {state.phase_message}" if state.phase_message else phase
+        self._set_text("#phase", self.stall.text() if self.stall is not None else phase_text)
         self.query_one(StepProgress).show(
             state.step, state.total_steps, state.epoch, state.plan.get("epochs")
         )
         self.query_one("#stats", StatsPanel).show_rows(stat_rows(state, now_ts))
         self.query_one("#checkpoints", StatsPanel).show_rows(checkpoint_rows(state))
-        if len(state.losses) != self._losses_shown:
-            self._losses_shown = len(state.losses)
-            self.query_one(LossPlot).plot(state.losses, state.learning_rates)
+        if (len(state.losses), len(state.evals)) != self._losses_shown:
+            if state.evals and self._losses_shown[1] <= 0:
+                self._set_title(self.query_one(LossPlot), LOSS_TITLE_WITH_EVAL)
+                self._set_title(self.query_one("#checkpoints"), "checkpoints · ★ best eval")
+            self._losses_shown = (len(state.losses), len(state.evals))
+            self.query_one(LossPlot).plot(state.losses, state.learning_rates, state.evals)
             self._show_telemetry_panels()  # the torch memory counters came with the step
+        if len(state.samples) != self._samples_shown:
+            if not self._samples_shown:
+                self.refresh_bindings()  # the Samples key shows once there are samples
+            self._samples_shown = len(state.samples)
+            for screen in self.app.screen_stack:
+                if isinstance(screen, SamplesView):
+                    screen.show_book(collect_samples(state.samples))
         error = error_text(state, interrupted)
         self._show_summary(ended and error is None and state.ended)
         self.set_class(error is not None, "-failed")
@@ -195,7 +217,7 @@ class RunView(Screen):
             )
             self._set_text("#error-text", error)
         log = self.query_one(EventLog)
-        for line in lines:
+        for line in [*lines, *([said] if said else [])]:
             log.write(line)
         self.updates_shown += 1
         offer_oom_wizard(self)  # an OOM: the wizard opens by itself, once
@@ -314,9 +336,12 @@ class RunView(Screen):
 
     def _show_status(self) -> None:
         label = "stopping…" if self.stopping and self.live else self.status
+        if label == self.status and self.stall is not None:
+            label = "silent"  # the trainer has gone quiet (cockpit.live.stall)
         self._set_text("#status", f" {label} ")
         # query, not query_one: a redraw that lands while the screen is being torn down finds nothing
-        self.query("#status").set_classes("-stopping" if label == "stopping…" else f"-{self.status}")
+        css = {"stopping…": "-stopping", "silent": "-stalled"}.get(label, f"-{self.status}")
+        self.query("#status").set_classes(css)
 
     def _set_text(self, selector: str, content: str | Text) -> None:
         """Update a Static only when its content changed: each update costs a layout pass."""
@@ -339,6 +364,8 @@ class RunView(Screen):
             return self.status != "paused"
         if action == "resume":
             return self.status == "paused"
+        if action == "samples":
+            return bool(self.session.state.samples)
         return True
 
     def _refusal(self, command: str) -> str | None:
@@ -381,6 +408,14 @@ class RunView(Screen):
             return
         self.span_s = None if self.span_s else RECENT_SPAN_S
         self._show_telemetry_panels()
+
+    def action_samples(self) -> None:
+        """Base vs now, side by side: the samples the trainer wrote (eval.prompts)."""
+        state = self.session.state
+        if not state.samples:
+            self.notify(no_samples_reason(state))
+            return
+        self.app.push_screen(SamplesView(collect_samples(state.samples), state.run_id))
 
     def action_oom_wizard(self) -> None:
         open_oom_wizard(self)
