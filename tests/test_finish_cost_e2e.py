@@ -1,4 +1,4 @@
-"""The end of a run with the real trainer on the CPU (tiny model): cost.on_end after the final
+"""The cost side of the finish line with the real trainer on the CPU (tiny model): cost.on_end after the final
 save (from --then), the summary a headless run prints, `cockpit runs --json` on it, report_to
 tensorboard with no secret written; the budget stopping a run with a checkpoint and refusing a
 restart; on_end after a failure, failing, once. One finished run is shared by the tests that
