@@ -371,9 +371,10 @@ def test_runs_json_has_start_duration_loss_cost_config_and_disk(home, capsys):
     assert row["adapter"] == str(run.final_dir)
     assert main(["runs"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["RUN", "STATUS", "STEPS", "STARTED", "TIME", "LOSS", "COST", "CONFIG", "DISK"]
-    assert table[1].split()[:3] == [run.run_id, "finished", "6/6"]
-    assert "0:00:16" in table[1] and "2.4000" in table[1] and "my-recipe.yaml" in table[1]
+    assert table[0].split() == ["RUN", "STATUS", "STEPS", "LOSS", "COST", "DISK"]
+    assert table[1].split()[:5] == [run.run_id, "finished", "6/6", "2.4000", "$0.0089"]
+    assert table[2].startswith("  started ") and table[2].endswith(", ran 0:00:16, config my-recipe.yaml")
+    assert max(len(line) for line in table) <= 80
 
 
 def live_run() -> rundir.RunDir:

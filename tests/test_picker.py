@@ -265,11 +265,11 @@ async def test_keyboard_alone_at_80x24(tmp_path):
         assert isinstance(app.focused, CardTableView)
 
 
-async def test_written_config_leaves_untouched_speed_keys_to_speed_auto(tmp_path):
+async def test_written_config_sets_every_speed_key_the_estimate_assumed(tmp_path):
     app = make_app(tmp_path, ["model.name=synthetic:llama-2-7b"])
     async with app.run_test(size=(100, 32), notifications=True) as pilot:
         await pilot.pause()
-        await set_field(pilot, "batch", "2")  # set in the form: pinned; checkpointing untouched: not
+        await set_field(pilot, "batch", "2")  # set in the form; checkpointing and accumulation untouched
         await set_field(pilot, "epochs", "3")
         await pilot.press("escape", "enter")  # L4 fits the 7B recipe as given
         await pilot.pause()
@@ -278,9 +278,15 @@ async def test_written_config_leaves_untouched_speed_keys_to_speed_auto(tmp_path
     (path,) = app.written
     written = yaml.safe_load(path.read_text())
     assert written["training"]["micro_batch_size"] == 2 and written["training"]["epochs"] == 3.0
-    assert "gradient_checkpointing" not in written["training"]
+    assert written["training"]["gradient_checkpointing"] is True  # the estimate assumed it on
+    assert written["training"]["gradient_accumulation_steps"] == 4
     cfg = config_load.load_config(path)
-    assert cfg.speed.keep == ["training.micro_batch_size"]
+    assert set(cfg.speed.keep) == {
+        "training.micro_batch_size",
+        "training.gradient_checkpointing",
+        "training.gradient_accumulation_steps",
+    }
+    assert "set as the estimate assumed them" in path.read_text()
 
 
 def test_cockpit_pick_starts_the_app_and_repeats_what_it_wrote(tmp_path, monkeypatch, capsys):

@@ -27,7 +27,7 @@ async def test_a_loss_gone_nan_is_shown_without_a_made_up_change_or_an_empty_plo
     async with app.run_test(size=(80, 24)) as pilot:
         await shown(pilot, app)
         text = screen_text(app)
-        assert "loss          nan " in text and "nan%" not in text
+        assert "step loss     nan " in text and "nan%" not in text
         assert "no finite loss yet: every logged" in text and "no loss logged yet" not in text
 
 

@@ -114,7 +114,7 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig, budget
                 "train_begin",
                 total_steps=state.max_steps,
                 start_step=state.global_step,
-                epochs=args.num_train_epochs,
+                epochs=None if args.max_steps > 0 else args.num_train_epochs,  # max_steps bounds it
                 micro_batch_size=args.per_device_train_batch_size,
                 gradient_accumulation_steps=args.gradient_accumulation_steps,
                 max_length=cfg.training.max_length,

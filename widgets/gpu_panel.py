@@ -172,7 +172,7 @@ def gpu_lines(view: GpuView, width: int, styles: dict[str, Style] | None = None)
         }.get(sample.nvml, f"GPU telemetry: {sample.nvml}")
         detail = (sample.nvml_detail or "").removeprefix(title).lstrip(":").strip()
         style = s.warn if sample.nvml == "error" else s.label
-        if view.compact:
+        if view.compact and len(title) + 3 + len(detail) <= width:
             return [Text.assemble((title, style), (f" · {detail}" if detail else "", s.dim))]
         return [Text(title, style), Text(detail or "-", s.dim)]
     lines = []

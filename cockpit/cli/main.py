@@ -285,9 +285,10 @@ def cmd_runs(args) -> int:
     if not found and not orphans:
         print("no runs yet; start one with: cockpit demo")
         return 0
-    print("\n".join(runs_list.table_lines(found)))
-    for orphan in orphans:
-        print(f"{orphan['run']}  orphaned  {orphan['detail']}")
+    from cockpit.plain import output_width, wrapped
+
+    lines = runs_list.table_lines(found) + [f"{o['run']}  orphaned  {o['detail']}" for o in orphans]
+    print("\n".join(wrapped(lines, output_width())))  # a long reason goes on under its row
     return 0
 
 

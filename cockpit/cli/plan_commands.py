@@ -12,6 +12,7 @@ from cockpit import fmt
 from cockpit.cli.args import dataset_text, workload_overrides
 from cockpit.cli.exit_codes import EXIT_USAGE
 from cockpit.config import load as config_load
+from cockpit.plain import output_width, wrapped
 
 
 def load_workload(args):
@@ -57,19 +58,41 @@ def cmd_estimate(args) -> int:
         print(json.dumps(data, indent=1))
         return 0
     what = "inference" if args.inference else f"{cfg.method} training ({args.trainer} trainer)"
-    print(f"{shape.name}: {fmt.params(shape.params)} params ({shape.source}), {what}; an estimate:")
-    for part in result.parts:
-        print(f"  {part.label:<36} {part.bytes / est.GIB:8.2f} GiB   {part.note}")
-    print(f"  {'peak device memory (as nvidia-smi)':<36} {result.peak_gib:8.2f} GiB")
-    print(f"  {'peak while loading':<36} {result.load_peak_bytes / est.GIB:8.2f} GiB")
+    lines = [f"{shape.name}: {fmt.params(shape.params)} params ({shape.source}), {what}; an estimate:"]
+    lines += estimate_part_lines(result.parts, output_width())
+    lines.append(f"  {'peak device memory (as nvidia-smi)':<36} {result.peak_gib:8.2f} GiB")
+    lines.append(f"  {'peak while loading':<36} {result.load_peak_bytes / est.GIB:8.2f} GiB")
     if fits is not None:
         words = {
             "fits": "fits",
             "tight": f"is TIGHT on (inside the {est.SAFETY_MARGIN:.0%} safety margin)",
             "no": "does NOT fit",
         }[fits]
-        print(f"{words} a {args.vram:g} GiB card ({args.vram - result.peak_gib:+.2f} GiB headroom)")
+        lines.append(f"{words} a {args.vram:g} GiB card ({args.vram - result.peak_gib:+.2f} GiB headroom)")
+    print("\n".join(wrapped(lines, output_width())))
     return 0
+
+
+def estimate_part_lines(parts, width: int) -> list[str]:
+    """One line per part: label, GiB, and its note wrapped under itself (or below the figure
+    when the terminal leaves it less than 40 columns)."""
+    import textwrap
+
+    from cockpit.models.memory import GIB
+
+    out = []
+    for part in parts:
+        head = f"  {part.label:<36} {part.bytes / GIB:8.2f} GiB"
+        room = width - len(head) - 3
+        if room < 40:
+            out.append(head)
+            pad = "      "
+            out.extend(textwrap.wrap(part.note, width - 6, initial_indent=pad, subsequent_indent=pad))
+            continue
+        notes = textwrap.wrap(part.note, room, break_on_hyphens=False) or [""]
+        out.append(f"{head}   {notes[0]}")
+        out.extend(" " * (len(head) + 3) + more for more in notes[1:])
+    return out
 
 
 def cmd_cards(args) -> int:
@@ -94,7 +117,7 @@ def cmd_cards(args) -> int:
     except catalog.CatalogError as exc:
         print(f"card catalog: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps(table.to_dict(), indent=1) if args.json else table_text(table))
+    print(json.dumps(table.to_dict(), indent=1) if args.json else table_text(table, output_width()))
     return 0
 
 

@@ -100,25 +100,22 @@ def size_text(n_bytes: int) -> str:
 
 
 def table_lines(found: list[RunRow]) -> list[str]:
-    """The table for a terminal: one line per run, the detail of runs that failed under it."""
-    head = ("RUN", "STATUS", "STEPS", "STARTED", "TIME", "LOSS", "COST", "CONFIG", "DISK")
-    body = []
-    for r in found:
-        body.append(
-            (
-                r.run,
-                r.status,
-                f"{r.step}/{r.total_steps or '?'}",
-                r.started[5:16].replace("T", " ") if r.started else "-",
-                fmt.duration(r.duration_s) if r.started_ts else "-",
-                fmt.loss(r.final_loss),
-                fmt.money(r.cost_usd),
-                r.config or "-",
-                size_text(r.disk_bytes),
-            )
+    """The table for a terminal of 80 columns: a row of figures per run, under it when it started,
+    how long it ran and its config, then why it failed and a failed end command."""
+    head = ("RUN", "STATUS", "STEPS", "LOSS", "COST", "DISK")
+    body = [
+        (
+            r.run,
+            r.status,
+            f"{r.step}/{r.total_steps or '?'}",
+            fmt.loss(r.final_loss),
+            fmt.money(r.cost_usd),
+            size_text(r.disk_bytes),
         )
+        for r in found
+    ]
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
-    right = {2, 4, 5, 6, 8}
+    right = {2, 3, 4, 5}
 
     def line(cells) -> str:
         return "  ".join(
@@ -128,8 +125,11 @@ def table_lines(found: list[RunRow]) -> list[str]:
     out = [line(head).rstrip()]
     for r, cells in zip(found, body):
         out.append(line(cells).rstrip())
+        started = r.started[:16].replace("T", " ") if r.started else "never started"
+        took = f", ran {fmt.duration(r.duration_s)}" if r.started_ts else ""
+        out.append(f"  started {started}{took}, config {r.config or '-'}")
         if r.status == "failed" and r.detail:
-            out.append(f"  {r.detail[:110]}")
+            out.append(f"  {r.detail}")
         if r.on_end and r.on_end.get("state") == "failed":
             why = r.on_end.get("error") or f"exit {r.on_end.get('returncode')}"
             out.append(f"  on_end FAILED ({why}): {r.on_end.get('command')} (see its backend.log)")

@@ -62,7 +62,8 @@ def describe(item: dict | Fault) -> str | None:
             evaluated = f", eval loss {fmt.loss(item.get('eval_loss'))}"
             if item.get("best_checkpoint"):
                 evaluated += f" (best: {item['best_checkpoint']}, {fmt.loss(item.get('best_eval_loss'))})"
-        return f"done: {item.get('status')} at step {item.get('step')}, train loss {loss}{evaluated}{out}"
+        step = item.get("step")
+        return f"done: {item.get('status')} at step {step}, mean loss over the run {loss}{evaluated}{out}"
     if kind == "exit":
         return item.get("reason") or "trainer exited"  # the reason names the trainer already
     if kind == "config_change":

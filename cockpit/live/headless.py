@@ -40,13 +40,13 @@ def status_line(state: RunState, now_ts: float | None) -> str:
     parts += [
         f"lr {fmt.sci(state.learning_rate)}",
         f"tok/s {fmt.rate(state.tokens_per_s)}",
-        f"ETA {fmt.duration(state.eta_s())}",
+        f"ETA {'estimating' if state.estimating and state.total_steps else fmt.duration(state.eta_s())}",
         f"elapsed {fmt.duration(state.billed_s(now_ts))}",
     ]
     if state.price_per_hour is not None:
-        parts.append(
-            f"cost {fmt.money(state.cost_so_far(now_ts))} (of ~{fmt.money(state.cost_projected(now_ts))})"
-        )
+        projected = state.cost_projected(now_ts)
+        of = "" if projected is None else f" (of ~{fmt.money(projected)})"
+        parts.append(f"cost {fmt.money(state.cost_so_far(now_ts))}{of}")
         if state.max_usd is not None:
             parts.append(f"budget {fmt.money(state.max_usd)}")
     return "  ".join(parts)

@@ -28,7 +28,7 @@ class RunSession:
         self.run = run
         self.proc = proc
         self.mode = "recorded" if recorded else "live"
-        self.state = RunState(run_id=run.run_id)
+        self.state = RunState(run_id=run.run_id, price_per_hour=run.config_price_per_hour())
         self.snapshot = self.state.snapshot()
         self.follower = EventFollower(run.events_path)
         self.trainer_gone = False

@@ -31,6 +31,10 @@ from cockpit.protocol.events import (
 from cockpit.protocol.wire import EVENT_TYPES, Fault, number
 
 MAX_NOTICES = 200
+# the ETA: the median step time of the last ETA_WINDOW_STEPS logged steps (one slow step under load
+# does not swing it), and none before ETA_MIN_STEPS steps were timed (the first ones load and compile)
+ETA_WINDOW_STEPS = 20
+ETA_MIN_STEPS = 3
 
 
 def notice_text(item: dict | Fault) -> str | None:
@@ -106,6 +110,7 @@ class RunState:
     tokens_per_s: float | None = None
     samples_per_s: float | None = None
     step_time_s: float | None = None
+    step_times: list[float] = field(default_factory=list)  # the last ETA_WINDOW_STEPS step times
     tokens_seen: int | None = None
     memory: dict = field(default_factory=dict)
     losses: list[tuple[int, float]] = field(default_factory=list)
@@ -161,7 +166,9 @@ class RunState:
         self.device = m.get("device") or {}
         self.precision = m.get("precision")
         self.versions = m.get("versions") or {}
-        self.price_per_hour = number(m.get("price_per_hour"))
+        # the trainer's price; a hello without one keeps what the run's config.yaml said
+        price = number(m.get("price_per_hour"))
+        self.price_per_hour = self.price_per_hour if price is None else price
         self.max_usd = number(m.get("max_usd"))
         self.distributed = m.get("distributed") or {}
         self.status = "starting"
@@ -211,6 +218,9 @@ class RunState:
         self.tokens_per_s = number(m.get("tokens_per_s"))
         self.samples_per_s = number(m.get("samples_per_s"))
         self.step_time_s = number(m.get("step_time_s"))
+        if self.step_time_s is not None and self.step_time_s > 0:
+            self.step_times.append(self.step_time_s)
+            del self.step_times[:-ETA_WINDOW_STEPS]
         self.tokens_seen = m.get("tokens_seen")
         self.memory = {
             k: m[k]
@@ -260,9 +270,18 @@ class RunState:
 
     def _on_paused(self, m: PausedEvent) -> None:
         self.status = "paused"
+        self._at_step(m)
 
     def _on_resumed(self, m: ResumedEvent) -> None:
         self.status = "running"
+        self._at_step(m)
+
+    def _at_step(self, m: dict) -> None:
+        """A pause or resume names the step the trainer is at, which may be past the last log
+        (logging_steps > 1, or the log of that step still to come): the header shows the same step."""
+        step = m.get("step")
+        if isinstance(step, int) and step > self.step:
+            self.step = step
 
     def _on_error(self, m: ErrorEvent) -> None:
         self.error = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
@@ -323,9 +342,18 @@ class RunState:
         return min(1.0, self.step / self.total_steps)
 
     def eta_s(self) -> float | None:
-        if self.ended or not self.total_steps or not self.step_time_s:
+        """Time to the last step at the recent median step time; None while that means nothing."""
+        if self.ended or not self.total_steps or len(self.step_times) < ETA_MIN_STEPS:
             return None
-        return max(0, self.total_steps - self.step) * self.step_time_s
+        recent = sorted(self.step_times)
+        middle = len(recent) // 2
+        median = recent[middle] if len(recent) % 2 else (recent[middle - 1] + recent[middle]) / 2
+        return max(0, self.total_steps - self.step) * median
+
+    @property
+    def estimating(self) -> bool:
+        """Training is under way but too few steps were timed for an ETA (and a projected cost)."""
+        return not self.ended and self.eta_s() is None
 
     def billed_s(self, now_ts: float | None = None) -> float:
         """Wall time of all trainer attempts so far: what the instance was billed while training ran."""
@@ -343,9 +371,10 @@ class RunState:
         return self.price_per_hour * self.billed_s(now_ts) / 3600
 
     def cost_projected(self, now_ts: float | None = None) -> float | None:
+        """Cost so far plus the ETA's worth; None without a price, or while the ETA is not known."""
         spent = self.cost_so_far(now_ts)
         eta = self.eta_s()
-        if spent is None:
+        if spent is None or (eta is None and not self.ended):
             return None
         return spent + (self.price_per_hour or 0) * (eta or 0) / 3600
 

@@ -118,7 +118,9 @@ class TrainBeginEvent(TypedDict, total=False):
 
     total_steps: Annotated[int, Meaning("optimizer steps of the run")]
     start_step: Annotated[int, Meaning("non-zero when resumed")]
-    epochs: Annotated[float, Meaning("epochs the steps cover")]
+    epochs: Annotated[
+        float | None, Meaning("epochs the steps cover; null when training.max_steps bounds the run")
+    ]
     micro_batch_size: Annotated[int, Meaning("rows per micro-batch")]
     gradient_accumulation_steps: Annotated[int, Meaning("micro-batches per step")]
     max_length: Annotated[int, Meaning("tokens per row at most")]

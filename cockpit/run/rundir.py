@@ -94,6 +94,19 @@ class RunDir:
         """Checkpoints whose save finished, oldest first."""
         return complete_checkpoints(self.checkpoints_dir)
 
+    def config_price_per_hour(self) -> float | None:
+        """`cost.price_per_hour` of the run's config.yaml (None: not set, or the file unreadable), so a
+        client shows the cost from its first frame, before the trainer's hello is read."""
+        import yaml  # only the clients that show a run need it
+
+        try:
+            cost = (yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}).get("cost") or {}
+            price = cost.get("price_per_hour")
+        except (OSError, yaml.YAMLError, AttributeError, UnicodeDecodeError):
+            return None
+        ok = isinstance(price, (int, float)) and not isinstance(price, bool) and price >= 0
+        return float(price) if ok else None
+
     def read_trainer(self) -> dict | None:
         try:
             return json.loads(self.trainer_path.read_text())

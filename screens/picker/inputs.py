@@ -43,6 +43,8 @@ FIELD_KEYS = {
     "targets": "lora.target_modules",
     "epochs": "training.epochs",
 }
+# auto keys the memory and speed estimates depend on, not in the form
+ESTIMATED_AUTO_KEYS = ("training.gradient_accumulation_steps",)
 FORM = "form"  # the key of a message about the fields together
 # EstimateError messages start with what they are about
 ESTIMATE_FIELDS = (
@@ -163,11 +165,9 @@ def evaluate(
             out.errors[FORM] = str(exc)
     if out.errors:
         return out
-    settings: dict[str, Any] = {}
-    for key in FIELD_KEYS.values():
-        # an auto key left as it was stays for `speed: auto` to choose
-        if key not in config_mod.SPEED_AUTO_KEYS or _get(cfg, key) != _get(base.cfg, key):
-            settings[key] = _get(cfg, key)
+    # every setting the estimate rests on is written, the auto keys too (speed: auto then keeps
+    # them as written), so the run is the one the table estimated
+    settings: dict[str, Any] = {key: _get(cfg, key) for key in (*FIELD_KEYS.values(), *ESTIMATED_AUTO_KEYS)}
     out.cfg, out.settings = cfg, settings
     try:
         shape = shape_for(cfg.model.name, cfg.model.revision or "main")
@@ -274,8 +274,9 @@ def config_text(cfg: config_mod.TrainConfig, table: CardTable, row: CardRow, now
             "when it has cost that much"
         )
     lines += [
-        "# speed: auto may still pick micro-batch, checkpointing and packing for the card it runs on;",
-        "# the keys this file sets are kept as written.",
+        "# micro-batch, accumulation and checkpointing are set as the estimate assumed them, so",
+        "# speed: auto keeps them (it still chooses packing, attention kernel and loader workers);",
+        "# delete them to let speed: auto choose for the card (it may run faster than estimated).",
         "# Set dataset.path to your data, then start it: cockpit train THIS_FILE",
         "",
     ]

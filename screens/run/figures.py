@@ -34,6 +34,20 @@ def byte_size(n_bytes: int | None) -> str:
     return f"{n_bytes / 2**20:.1f} MiB" if n_bytes < 2**30 else fmt.gib(n_bytes)
 
 
+def phase_text(state: RunState, interrupted: bool = False) -> str:
+    """The header's account of where the run is; an ended run says how it ended, not its last phase."""
+    if state.status == "failed" or interrupted:
+        error = state.error or {}
+        phase = str(error.get("phase") or state.phase).replace("_", " ")
+        step = error.get("step") or (state.step if state.step else None)
+        how = "the trainer is gone" if interrupted else "failed"
+        return f"{how} while {phase}" + (f" at step {step}" if step else "")
+    if state.status in ("finished", "stopped"):
+        return f"{state.status} at step {state.step}"
+    phase = state.phase.replace("_", " ")
+    return f"{phase}: {state.phase_message}" if state.phase_message else phase
+
+
 def memory_rows(state: RunState) -> list[Row]:
     memory, total = state.memory, state.device.get("total_bytes")
     if "mem_allocated_bytes" in memory:
@@ -48,13 +62,21 @@ def memory_rows(state: RunState) -> list[Row]:
     return [("memory", "-")]
 
 
+def eta_text(state: RunState) -> str | Text:
+    if state.ended:
+        return "-"
+    if state.eta_s() is None:
+        return Text("estimating" if state.total_steps else "-", style="dim")
+    return fmt.duration(state.eta_s()) + (" once resumed" if state.status == "paused" else "")
+
+
 def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
     """The stats panel: training figures first, then what runs where on what data."""
     drop = state.loss_drop()
     loss = fmt.loss(state.loss)
     if drop is not None and math.isfinite(drop):  # a nan or inf loss has no change to show
         loss += f", {-drop:+.1%} from first"
-    rows: list[Row] = [("loss", loss)]
+    rows: list[Row] = [("step loss", loss)]  # the last step's; the done line gives the mean over the run
     if state.eval_loss is not None:
         best = state.best_eval
         tail = f", best {fmt.loss(best['eval_loss'])} at step {best['step']}" if best else ""
@@ -65,7 +87,7 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
         ("tokens/s", fmt.rate(state.tokens_per_s)),
         ("samples/s", fmt.rate(state.samples_per_s)),
         ("step time", fmt.rate(state.step_time_s, " s")),
-        ("ETA", fmt.duration(state.eta_s()) + (" once resumed" if state.status == "paused" else "")),
+        ("ETA", eta_text(state)),
         ("elapsed", f"{fmt.duration(state.billed_s(now_ts))} billed"),
     ]
     if state.price_per_hour is None:
@@ -74,7 +96,11 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
         rows.append(
             ("cost", f"{fmt.money(state.cost_so_far(now_ts))} at {fmt.money(state.price_per_hour)}/h")
         )
-        rows.append(("projected", f"~{fmt.money(state.cost_projected(now_ts))} for the run"))
+        projected = state.cost_projected(now_ts)
+        if projected is None:
+            rows.append(("projected", Text("estimating", style="dim")))
+        else:
+            rows.append(("projected", f"~{fmt.money(projected)} for the run"))
         if state.max_usd is not None:  # cost.max_usd: the trainer stops with a checkpoint there
             left = state.max_usd - (state.cost_so_far(now_ts) or 0.0)
             rows.append(("budget", f"{fmt.money(state.max_usd)}, {fmt.money(max(0.0, left))} left"))

@@ -42,11 +42,12 @@ from screens.run.figures import (  # noqa: F401 - the tests and other screens im
     checkpoint_rows,
     error_text,
     memory_rows,
+    phase_text,
     stat_rows,
 )
 from screens.run.samples import SamplesView
 from screens.run.telemetry_feed import SeriesBook
-from widgets.doctor_panel import DoctorPanel
+from widgets.doctor_panel import DoctorPanel, finding_log_line
 from widgets.event_log import EventLog
 from widgets.gpu_panel import GpuPanel, GpuView, gpu_title, torch_text
 from widgets.host_panel import HostPanel
@@ -58,6 +59,7 @@ from widgets.stats import StatsPanel
 MAX_LOG_LINES = 1000
 CLIENT_LINE_INDENT = " " * len("0:00:00 ")  # this client's own lines carry no event time
 STOP_QUESTION = "Stop the run? A checkpoint is saved first."
+COMPACT_FOOTER_BELOW_COLUMNS = 70  # narrower: the footer's keys closer together, so none is cut
 COMPACT_BELOW_ROWS = 30  # shorter terminals get one row per GPU and one for the host
 MANY_GPUS = 2  # more GPUs than this: one row each at any size
 RECENT_SPAN_S = 300.0  # `h` switches the sparklines between the whole run and this
@@ -74,12 +76,18 @@ class RunView(Screen):
         Binding("p", "pause", "Pause"),
         Binding("p", "resume", "Resume"),
         Binding("x", "stop", "Stop"),
-        Binding("g", "toggle_telemetry", "GPU/host"),
+        Binding("g", "toggle_telemetry", "GPU"),
         Binding("l", "toggle_log", "Log"),
         Binding("h", "toggle_span", "Span"),
         Binding("m", "samples", "Samples"),
         Binding("o", "oom_wizard", "OOM wizard", show=False),
+        # a replay's own keys (its footer has these instead of s, p and x)
+        Binding("minus", "replay_speed(0.5)", "Slower", key_display="-"),
+        Binding("plus,equals_sign", "replay_speed(2)", "Faster", key_display="+"),
+        Binding("right_square_bracket", "replay_skip(60)", "+1 min", key_display="]"),
     ]
+    COMMANDS_OF_LIVE_RUNS = frozenset({"save", "pause", "resume", "stop"})
+    REPLAY_ACTIONS = frozenset({"replay_speed", "replay_skip"})
 
     class Ready(Message):
         """The view is composed and mounted: updates can reach its widgets."""
@@ -110,6 +118,7 @@ class RunView(Screen):
         self.short = False  # set from the terminal's height
         self.watch_late_s: float | None = None
         self.watch_error: str | None = None
+        self._findings_logged: set[tuple[str, str]] = set()
         self.stall: Stall | None = None  # the trainer silent for longer than its steps take
         self._stall_notices = StallNotices()
         self._panels_drawn: tuple | None = None  # what the GPU and host panels last drew
@@ -162,9 +171,11 @@ class RunView(Screen):
         self.post_message(self.Ready())  # every widget exists now: the app may start its threads
 
     def on_resize(self, event: events.Resize) -> None:
+        self.query_one(Footer).compact = event.size.width < COMPACT_FOOTER_BELOW_COLUMNS  # every key shown
         short = event.size.height < COMPACT_BELOW_ROWS
         if short != self.short:
             self.short = short
+            self.query_one("#doctor-box").set_class(short, "-short")
             self.query_one(DoctorPanel).show(self.query_one(DoctorPanel).findings, brief=short)
             self._show_telemetry_panels()
 
@@ -186,9 +197,8 @@ class RunView(Screen):
         self._show_status()
         if session.label is not None:
             self._set_text("#replay", session.label)
-        phase = state.phase.replace("_", " ")
-        phase_text = f"{phase}: {state.phase_message}" if state.phase_message else phase
-        self._set_text("#phase", self.stall.text() if self.stall is not None else phase_text)
+        phase = phase_text(state, interrupted)
+        self._set_text("#phase", self.stall.text() if self.stall is not None else phase)
         self.query_one(StepProgress).show(
             state.step, state.total_steps, state.epoch, state.plan.get("epochs")
         )
@@ -276,10 +286,15 @@ class RunView(Screen):
             self.query_one(EventLog).write(f"{CLIENT_LINE_INDENT}{sounded}")
             self.notify(sounded, severity="error", timeout=30)
         doctor_box = self.query_one("#doctor-box")
+        for finding in findings:  # the whole finding in the events log, once each time it comes up
+            if (finding.rule, finding.title) not in self._findings_logged:
+                self.query_one(EventLog).write(f"{CLIENT_LINE_INDENT}{finding_log_line(finding)}")
+        self._findings_logged = {(f.rule, f.title) for f in findings}
         if self.query_one(DoctorPanel).show(findings, brief=self.short):
             doctor_box.display = bool(findings)
             severity = findings[0].severity if findings else "info"
-            doctor_box.set_classes(f"-{severity}")
+            for each in ("alarm", "warn", "info"):  # set_class: the box keeps its -short
+                doctor_box.set_class(each == severity, f"-{each}")
             self._set_title(doctor_box, f"doctor: {len(findings)} finding{'s' if len(findings) != 1 else ''}")
         self.telemetry_shown += 1
         self._show_telemetry_panels()
@@ -360,6 +375,10 @@ class RunView(Screen):
     # ------------------------------------------------------------ commands
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in self.REPLAY_ACTIONS:
+            return self.session.mode == "playback" and self.session.playing
+        if action in self.COMMANDS_OF_LIVE_RUNS and (self.session.mode != "live" or not self.live):
+            return False  # a recording or an ended run takes no commands: not offered
         if action == "pause":
             return self.status != "paused"
         if action == "resume":
@@ -388,6 +407,23 @@ class RunView(Screen):
             self.notify(f"'{command}' was not sent: {exc}", severity="error")
             return
         self.notify(sent)
+
+    def on_key(self, event: events.Key) -> None:
+        """A replay's or an ended run's footer leaves s, p and x out; pressed anyway, they say why
+        nothing happens."""
+        names = {"s": "save", "p": "pause", "x": "stop"}
+        if (self.session.mode != "live" or not self.live) and event.key in names:
+            event.stop()
+            self.notify(self._refusal(names[event.key]), severity="warning")
+
+    def action_replay_speed(self, factor: float) -> None:
+        speed = self.session.set_speed(self.session.speed * factor if self.session.speed else 1.0)
+        self.notify(f"replay at x{speed:g}", timeout=2)
+        self._set_text("#replay", self.session.label)
+
+    def action_replay_skip(self, seconds: float) -> None:
+        self.session.skip(seconds)
+        self._set_text("#replay", self.session.label)
 
     def action_toggle_telemetry(self) -> None:
         if not self.has_telemetry:
