@@ -65,3 +65,13 @@ def loss(value: float | None) -> str:
 
 def sci(value: float | None) -> str:
     return "-" if value is None else f"{value:.2e}"
+
+
+def size(value: float | None) -> str:
+    """Bytes for people: 512 B, 3.4 MiB, 13.48 GiB."""
+    if value is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}" if unit == "GiB" else f"{value / scale:.1f} {unit}"
+    return f"{int(value)} B"

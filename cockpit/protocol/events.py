@@ -194,7 +194,13 @@ class WarningEvent(TypedDict, total=False):
 class ErrorEvent(TypedDict, total=False):
     """The run failed; the trainer exits non-zero (exit codes: the table below)."""
 
-    kind: Annotated[str, Meaning("config, data, model_load, oom, disk, gpu or other")]
+    kind: Annotated[
+        str,
+        Meaning(
+            "config, data, model_load, oom, disk, gpu or other; from the export subprocess: "
+            "unsupported, check_failed or export"
+        ),
+    ]
     message: Annotated[str, Meaning("what went wrong")]
     hint: Annotated[str, Meaning("what to do")]
     phase: Annotated[str, Meaning("the phase it failed in")]
@@ -288,6 +294,64 @@ class ConfigChangeEvent(TypedDict, total=False):
     from_step_zero: Annotated[bool | None, Meaning("oom: starts again at step 0")]
 
 
+class ExportProgressEvent(TypedDict, total=False):
+    """A stage of `cockpit export`'s subprocess (on its pipe, not in a run's events)."""
+
+    stage: Annotated[str, Meaning("load, reference (base + adapter's logits), merge, check, write, convert")]
+    done: Annotated[int, Meaning("units done in this stage")]
+    total: Annotated[int, Meaning("units of this stage")]
+    unit: Annotated[str, Meaning("layer, tensor, input, step or stage")]
+    message: Annotated[str | None, Meaning("what the stage works on")]
+    elapsed_s: Annotated[float | None, Meaning("seconds since the stage began")]
+    finished: Annotated[bool | None, Meaning("true on the stage's last message")]
+    peak_rss_bytes: Annotated[int | None, Meaning("the process's peak resident memory so far (getrusage)")]
+
+
+class ExportCheckEvent(TypedDict, total=False):
+    """The merged model's logits against base + adapter, before anything is written."""
+
+    compared: Annotated[str, Meaning("what against what, in which dtype, on which device")]
+    inputs: Annotated[int, Meaning("prompts compared")]
+    positions: Annotated[int, Meaning("token positions compared")]
+    rms_diff: Annotated[float, Meaning("root-mean-square logit difference")]
+    ref_rms: Annotated[float, Meaning("root-mean-square of the reference logits")]
+    max_abs_diff: Annotated[float, Meaning("largest absolute logit difference")]
+    ref_max_abs: Annotated[float, Meaning("largest absolute reference logit")]
+    adapter_effect_rms: Annotated[
+        float | None, Meaning("RMS of (base + adapter) - base: what a merge that lost the adapter would show")
+    ]
+    relative: Annotated[float, Meaning("rms_diff / ref_rms")]
+    tolerance: Annotated[
+        float, Meaning("the largest relative difference that passes (cockpit/finish/check.py)")
+    ]
+    top1_agree: Annotated[float, Meaning("fraction of positions with the same most likely token")]
+    passed: Annotated[bool, Meaning("relative <= tolerance and rms_diff below the adapter's effect")]
+    discriminates: Annotated[
+        bool, Meaning("the adapter's effect is at least twice rms_diff: a lost adapter could not pass")
+    ]
+    gating: Annotated[bool | None, Meaning("false: reported only (QLoRA: against the 4-bit base)")]
+
+
+class ExportDoneEvent(TypedDict, total=False):
+    """The export is complete in its staging folder."""
+
+    out_dir: Annotated[str, Meaning("the staging folder the client renames into place")]
+    files: Annotated[list, Meaning("`name`, `bytes` of each file written")]
+    merged: Annotated[bool, Meaning("the adapter was merged into the base")]
+    dtype: Annotated[str | None, Meaning("bf16 or fp16 of the merged weights")]
+    device: Annotated[dict, Meaning("where the merge ran (`kind`, `name`, ...)")]
+    params: Annotated[int | None, Meaning("parameters of the merged model")]
+    model_type: Annotated[str | None, Meaning("the base's config model_type")]
+    eos_tokens: Annotated[list | None, Meaning("the chat template's end of turn (generation_config, GGUF)")]
+    check: Annotated[dict | None, Meaning("the gating export_check's fields")]
+    gguf: Annotated[dict | None, Meaning("`file`, `tensors`, `bytes`, `type`, `architecture`, `types`")]
+    export_versions: Annotated[dict, Meaning("torch, transformers, peft, gguf, safetensors of the export")]
+    timings_s: Annotated[dict, Meaning("seconds per stage")]
+    peak_rss_bytes: Annotated[int, Meaning("the process's peak resident memory")]
+    stage_peak_rss_bytes: Annotated[dict, Meaning("peak resident memory at the end of each stage")]
+    peak_gpu_bytes: Annotated[int | None, Meaning("torch.cuda.max_memory_allocated (CUDA)")]
+
+
 class EvalEvent(TypedDict, total=False):
     """The eval loss on the held-out split: the base before step 1, every eval.steps, the end."""
 
@@ -376,6 +440,9 @@ EVENTS: dict[str, type] = {
     "config_change": ConfigChangeEvent,
     "budget": BudgetEvent,
     "end_command": EndCommandEvent,
+    "export_progress": ExportProgressEvent,
+    "export_check": ExportCheckEvent,
+    "export_done": ExportDoneEvent,
     "eval": EvalEvent,
     "sample": SampleEvent,
     "chat_ready": ChatReadyEvent,

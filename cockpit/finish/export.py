@@ -1,0 +1,309 @@
+"""`cockpit export RUN`: the adapter, or the merged model (safetensors, GGUF), with a filled model card.
+
+The client picks what to export (final/, else the last complete checkpoint, or --checkpoint N),
+checks RAM and disk against what the export needs, and starts `python -m train_backend.export`,
+which does everything that needs torch and reports over JSON lines (export_progress,
+export_check, export_done, error). The export is written into a staging folder beside the
+target and renamed into place only when complete; the run directory is never changed except
+for the `exports/` folder and `export.log`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cockpit import fmt
+from cockpit.config.load import load_config
+from cockpit.finish import card as card_mod
+from cockpit.finish import needs as needs_mod
+from cockpit.finish.check import describe_event
+from cockpit.protocol.wire import Fault, LineDecoder
+from cockpit.run import rundir
+from cockpit.run.process import is_alive, project_root
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+LOG_NAME = "export.log"
+BAR_WIDTH = 24
+
+
+class ExportError(RuntimeError):
+    """An export that cannot start or did not finish; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Source:
+    path: Path
+    label: str  # final | checkpoint-N
+    note: str | None = None  # said to the user (e.g. no final adapter: the last checkpoint instead)
+
+
+def pick_source(run: rundir.RunDir, checkpoint: int | None) -> Source:
+    complete = run.complete_checkpoints()
+    names = ", ".join(p.name for p in complete) or "none"
+    if checkpoint is not None:
+        wanted = run.checkpoints_dir / f"checkpoint-{checkpoint}"
+        if wanted in complete:
+            return Source(wanted, wanted.name)
+        if wanted.is_dir():
+            raise ExportError(
+                f"{wanted.name} of run {run.run_id} is incomplete (its save never finished, no "
+                f"{rundir.COMPLETE_MARKER}); complete checkpoints: {names}."
+            )
+        raise ExportError(
+            f"run {run.run_id} has no checkpoint-{checkpoint}; complete checkpoints: {names}"
+            + (" and final/" if _has_weights(run.final_dir) else "")
+            + ". Pass one of those numbers to --checkpoint, or leave it out for the final adapter."
+        )
+    if _has_weights(run.final_dir):
+        return Source(run.final_dir, rundir.FINAL_NAME)
+    if complete:
+        last = complete[-1]
+        return Source(
+            last,
+            last.name,
+            f"run {run.run_id} has no final adapter (it did not finish); exporting its last complete "
+            f"checkpoint, {last.name}.",
+        )
+    raise ExportError(
+        f"run {run.run_id} has neither a final adapter nor a complete checkpoint: nothing to export. "
+        f"Continue it with `cockpit restart {run.run_id}`."
+    )
+
+
+def _has_weights(folder: Path) -> bool:
+    return folder.is_dir() and any((folder / n).is_file() for n in ("adapter_config.json", "config.json"))
+
+
+def default_out(run: rundir.RunDir, source: Source, merge: bool, dtype: str, gguf: str | None) -> Path:
+    kind = "adapter" if not (merge or gguf) else f"merged-{dtype}" + (f"-{gguf}" if gguf else "")
+    return run.path / "exports" / f"{source.label}-{kind}"
+
+
+def model_size(cfg, run_facts: card_mod.RunFacts) -> tuple[int, int]:
+    """(parameters, largest tensor's elements) of the base: from its shape when one can be read
+    without the weights, else the run's own count (its `model` event)."""
+    from cockpit.models.shape import ShapeError, load_shape
+
+    try:
+        shape = load_shape(cfg.model.name, revision=cfg.model.revision or "main", timeout_s=5.0)
+        vocab_rows = shape.embedding_params
+        return shape.params, vocab_rows
+    except (ShapeError, OSError):
+        counted = int(run_facts.state.model.get("params_total") or 0)
+        return counted, counted // 8
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def slug(text: str) -> str:
+    return (
+        re.sub(r"[^A-Za-z0-9.]+", "-", text.rsplit("/", 1)[-1].replace("synthetic:", "")).strip("-")
+        or "model"
+    )
+
+
+# ---------------------------------------------------------------- progress
+
+
+class Progress:
+    """Progress bars for load, merge, check, write and convert: redrawn in place on a terminal,
+    plain lines (start, every quarter, end) otherwise."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self._last_quarter: dict[str, int] = {}
+
+    def update(self, event: dict) -> None:
+        stage, done, total = event.get("stage", "?"), event.get("done", 0), event.get("total") or 1
+        if event.get("finished"):
+            line = f"  {stage:<8} done in {event.get('elapsed_s', 0):.1f} s"
+            if event.get("message"):
+                line += f"  {event['message']}"
+            self._print(line, final=True)
+            return
+        fraction = min(1.0, done / total)
+        filled = round(fraction * BAR_WIDTH)
+        bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+        line = f"  {stage:<8} [{bar}] {fraction:4.0%}  {done}/{total} {event.get('unit', '')}"
+        if done == 0 and event.get("message"):
+            line += f"  {event['message']}"
+        quarter = int(fraction * 4)
+        if self.tty or done == 0 or quarter > self._last_quarter.get(stage, -1):
+            self._last_quarter[stage] = quarter
+            self._print(line, final=not self.tty)
+
+    def _print(self, line: str, final: bool) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + line + ("\n" if final else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+# ---------------------------------------------------------------- the export
+
+
+def backend_command(request: dict) -> list[str]:
+    return [sys.executable, "-m", "train_backend.export", json.dumps(request)]
+
+
+def run_backend(request: dict, log_path: Path, progress: Progress) -> tuple[int, list[dict], list[str]]:
+    """Start the export process, show its progress, return (exit code, events, faults)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (project_root(), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    events: list[dict] = []
+    faults: list[str] = []
+    decoder = LineDecoder()
+    with open(log_path, "ab") as log:
+        log.write(f"\n--- cockpit export {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            backend_command(request),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            cwd=project_root(),
+            env=env,
+        )
+        try:
+            for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+                for item in decoder.feed(chunk):
+                    _take(item, events, faults, progress)
+            for item in decoder.finish():
+                _take(item, events, faults, progress)
+            code = proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait()
+            raise
+        finally:
+            proc.stdout.close()
+    return code, events, faults
+
+
+def _take(item, events: list, faults: list, progress: Progress) -> None:
+    if isinstance(item, Fault):
+        faults.append(item.describe())
+        return
+    events.append(item)
+    if item.get("type") == "export_progress":
+        progress.update(item)
+    elif item.get("type") == "export_check":
+        progress.stream.write(f"  check    {describe_event(item)}\n")
+    elif item.get("type") == "warning":
+        progress.stream.write(f"  warning: {item.get('message')}\n")
+
+
+def export(
+    run: rundir.RunDir,
+    checkpoint: int | None = None,
+    merge: bool = False,
+    dtype: str = "bf16",
+    gguf: str | None = None,
+    to: str | None = None,
+    say=lambda text: print(text, file=sys.stderr),
+) -> tuple[Path, dict]:
+    """Export and return (the folder, what export_done said plus the card's inputs)."""
+    if is_alive(run) and checkpoint is None:
+        raise ExportError(
+            f"run {run.run_id} is still training; export a complete checkpoint with --checkpoint N, or "
+            f"wait until it ends (cockpit attach {run.run_id})"
+        )
+    source = pick_source(run, checkpoint)
+    if source.note:
+        say(source.note)
+    if gguf and not merge:
+        say("--gguf writes the merged model: merging first (as --merge).")
+        merge = True
+    cfg = load_config(run.config_path)
+    facts = card_mod.read_facts(run)
+    out = Path(to).expanduser().resolve() if to else default_out(run, source, merge, dtype, gguf)
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(
+            f"{out} already exists and is not empty; remove it, or choose another folder with --to"
+        )
+    params, largest = model_size(cfg, facts)
+    need = needs_mod.estimate(params, largest, dtype, merge, gguf, folder_bytes(source.path), out)
+    if need.problems:
+        raise ExportError(" ".join(need.problems) + " Nothing was written.")
+    what = "adapter" if not merge else f"merged model ({dtype})" + (f" + GGUF {gguf}" if gguf else "")
+    say(f"exporting {what} of run {run.run_id} from {source.label}; {need.line()}")
+
+    staging = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    request = {
+        "run_dir": str(run.path),
+        "source": str(source.path),
+        "out_dir": str(staging),
+        "dtype": dtype,
+        "gguf": gguf,
+        "merge": merge,
+        "name": f"{slug(cfg.model.name)}-{run.run_id[:15]}",
+        "train_precision": facts.state.precision,
+    }
+    started = time.time()
+    try:
+        code, events, faults = run_backend(request, run.path / LOG_NAME, Progress())
+        done = next((e for e in events if e.get("type") == "export_done"), None)
+        error = next((e for e in events if e.get("type") == "error"), None)
+        if done is None or code != 0:
+            if error:
+                raise ExportError(f"export failed: {error.get('message')} {error.get('hint') or ''}".strip())
+            raise ExportError(
+                f"the export process exited with code {code} without finishing"
+                + (f" ({'; '.join(faults[:2])})" if faults else "")
+                + f"; see {run.path / LOG_NAME}"
+            )
+        info = {k: v for k, v in done.items() if k not in ("v", "type", "ts")}
+        info["quantised_check"] = next(
+            (e for e in events if e.get("type") == "export_check" and e.get("gating") is False), None
+        )
+        info.update(
+            source_label=source.label,
+            source_note=source.note,
+            wall_s=round(time.time() - started, 2),
+            title=f"{slug(cfg.model.name)} · {run.run_id}",
+        )
+        card_mod.write_card(staging, facts, info)
+        info["files"] = [{"name": p.name, "bytes": p.stat().st_size} for p in sorted(staging.iterdir())]
+        if out.exists():
+            out.rmdir()  # empty, checked above
+        os.rename(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    info["out_dir"] = str(out)
+    return out, info
+
+
+def summary_lines(out: Path, info: dict) -> list[str]:
+    lines = [f"exported to {out}"]
+    for f in info.get("files") or []:
+        lines.append(f"  {f['name']:<34} {fmt.size(f['bytes']):>10}")
+    if info.get("check"):
+        lines.append(f"merge check: {describe_event(info['check'])}")
+    if info.get("quantised_check"):
+        lines.append(f"against the trained 4-bit base: {describe_event(info['quantised_check'])}")
+    timings = info.get("timings_s") or {}
+    if timings:
+        lines.append(
+            "time: "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
+            + f"; peak RAM {fmt.size(info.get('peak_rss_bytes'))}"
+            + (f", peak GPU {fmt.size(info['peak_gpu_bytes'])}" if info.get("peak_gpu_bytes") else "")
+        )
+    if info.get("gguf"):
+        lines.append(f"Ollama: cd {out} && ollama create NAME -f Modelfile")
+    return lines

