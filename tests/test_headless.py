@@ -35,7 +35,9 @@ def test_plain_replay_prints_the_history_in_order(tmp_path):
     assert len(steps) == 88 and "step 1/88" in steps[0] and "step 88/88" in steps[-1]
     assert "loss 6.97" in steps[0]  # each line shows its own step's figures, not the final ones
     assert any("data: 345 samples" in line for line in lines)
-    assert "done: finished at step 88" in lines[-1]
+    summary_at = lines.index("summary:")  # the run's summary comes last
+    assert "done: finished at step 88" in lines[summary_at - 1]
+    assert lines[summary_at + 1] == "finished: step 88/88 in 0:00:20, $0.0067 at $1.20/h"
     assert "cost $" in steps[-1]  # the demo sets a price
 
 

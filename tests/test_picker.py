@@ -318,3 +318,19 @@ async def test_old_default_prices_are_said(tmp_path):
         assert "rental prices move weekly" in notices(app)
         assert table_of(app).row("l4").price_label == "default price from 2026-11 (212 days old)"
         assert "$0.62 212d" in screen_text(app)
+
+
+async def test_the_budget_comes_from_cost_max_usd_and_goes_into_the_written_config(tmp_path):
+    overrides = ["model.name=synthetic:llama-2-7b", "cost.price_per_hour=1", "cost.max_usd=40"]
+    app = make_app(tmp_path, overrides)
+    async with app.run_test(size=(100, 32), notifications=True) as pilot:
+        await pilot.pause()
+        assert app.screen.query_one("#budget").value == "40"  # the config's budget, shown
+        await set_field(pilot, "budget", "25")
+        await pilot.press("escape", "enter")
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+    (path,) = app.written
+    assert config_load.load_config(path).cost.max_usd == 25.0
+    assert "# budget $25.00 (cost.max_usd): the run saves a checkpoint and stops" in path.read_text()

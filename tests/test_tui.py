@@ -291,7 +291,7 @@ async def test_a_replayed_run_shows_its_real_numbers(tmp_path):
     assert "345 samples, 0 truncated" in text and "25-61, mean 31.9, p95 50" in text
     assert "checkpoint-75" in text and "checkpoint-88" in text and "checkpoint-50" not in text
     assert "7.0169" in text and "0.9556" in text and "step 88" in text  # plot max, min, steps
-    assert "done: finished at step 88" in text
+    assert "finished: step 88/88 in 0:00:20, $0.0067 at $1.20/h" in text  # the ended run's summary
 
 
 async def test_a_failed_run_says_what_failed_how_to_fix_it_and_what_is_kept(tmp_path):

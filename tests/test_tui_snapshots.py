@@ -366,3 +366,87 @@ def test_failed_while_starting_80x24(snap_compare, tmp_path):
     ]
     app = app_for(ScriptedSession(run_dir(tmp_path), events, alive=False), events)
     assert snap_compare(app, terminal_size=(80, 24), run_before=drawn)
+
+
+# ---------------------------------------------------------------- the end of a run
+
+# the summary names the adapter's folder: the run lives at a fixed path so the snapshot does not
+# depend on pytest's temporary directory
+SUMMARY_RUN = Path("/tmp/lora-cockpit-snapshot") / RUN_ID
+
+
+def budget_stopped(run: RunDir) -> list[dict]:
+    """Stopped at step 40 by cost.max_usd, its checkpoint on disk, then cost.on_end ran."""
+    events = [dict(e, max_usd=0.0045) if e["type"] == "hello" else e for e in events_until_step(40)]
+    ts = events[-1]["ts"]
+    checkpoint = run.checkpoints_dir / "checkpoint-40"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "cockpit-complete.json").write_text('{"step": 40}')
+    (run.path / "config.yaml").write_text(
+        "model: {name: 'synthetic:tiny'}\n"
+        "cost: {price_per_hour: 1.2, max_usd: 0.0045, on_end: 'sudo shutdown -h now'}\n"
+    )
+    message = "budget reached at step 40: $0.00450 spent of cost.max_usd $0.00450 ($1.20/h)"
+    return [
+        *events,
+        {
+            "v": 1,
+            "type": "budget",
+            "ts": ts + 0.01,
+            "step": 40,
+            "cost_usd": 0.0045,
+            "max_usd": 0.0045,
+            "message": message,
+        },
+        {
+            "v": 1,
+            "type": "checkpoint",
+            "ts": ts + 0.2,
+            "step": 40,
+            "path": str(checkpoint),
+            "bytes": 13_500_000,
+            "save_s": 0.1,
+            "removed": [],
+        },
+        {
+            "v": 1,
+            "type": "done",
+            "ts": ts + 0.3,
+            "status": "stopped",
+            "step": 40,
+            "total_steps": 88,
+            "train_loss": 3.1,
+            "reason": "budget",
+            "message": "stopped at the budget; checkpoint-40 saved",
+        },
+        {
+            "v": 1,
+            "type": "end_command",
+            "ts": ts + 2.0,
+            "state": "started",
+            "command": "sudo shutdown -h now",
+            "run_status": "stopped",
+        },
+        {
+            "v": 1,
+            "type": "end_command",
+            "ts": ts + 2.1,
+            "state": "finished",
+            "command": "sudo shutdown -h now",
+            "run_status": "stopped",
+            "returncode": 0,
+            "duration_s": 0.1,
+        },
+    ]
+
+
+def test_ended_summary_80x24(snap_compare):
+    shutil.rmtree(SUMMARY_RUN.parent, ignore_errors=True)
+    SUMMARY_RUN.mkdir(parents=True)
+    try:
+        run = RunDir(SUMMARY_RUN)
+        events = budget_stopped(run)
+        app = app_for(ScriptedSession(run, events, alive=False), events)
+        assert snap_compare(app, terminal_size=(80, 24), run_before=drawn)
+    finally:
+        shutil.rmtree(SUMMARY_RUN.parent, ignore_errors=True)

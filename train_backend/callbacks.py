@@ -8,7 +8,9 @@ import statistics
 import threading
 import time
 
+from cockpit import fmt
 from cockpit.config.schema import TrainConfig
+from cockpit.finish.budget import Budget
 from cockpit.protocol.wire import Fault
 from train_backend import oom_watch
 from train_backend.channel import Emitter
@@ -26,6 +28,7 @@ class Controls:
         self.wake = threading.Event()
         self.gone = threading.Event()  # the run directory is gone: stop, and save nothing
         self.training = False
+        self.budget_reached: str | None = None  # what cost.max_usd stopped the run at
 
     def on_command(self, command: dict) -> None:
         name = command["type"]
@@ -89,7 +92,7 @@ def memory_fields() -> dict:
     return {"rss_bytes": psutil.Process().memory_info().rss}
 
 
-def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
+def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig, budget: Budget | None = None):
     import torch
     from transformers import TrainerCallback
 
@@ -134,6 +137,7 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
             self.step_ends.append(time.time())
             if cfg.debug.step_sleep_s:
                 time.sleep(cfg.debug.step_sleep_s)
+            self._check_budget(state)
             controls.agree()
             if controls.gone.is_set():  # nowhere to write a checkpoint: stop without one
                 control.should_save = False
@@ -148,6 +152,24 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
                 control.should_save = True
                 control.should_training_stop = True
             return control
+
+        def _check_budget(self, state) -> None:
+            """cost.max_usd: asked before the ranks agree, so every rank stops at the same step."""
+            if budget is None or controls.budget_reached is not None:
+                return
+            now = time.time()
+            if not budget.reached(now):
+                return
+            spent = budget.cost_usd(now)
+            controls.budget_reached = f"{fmt.money(spent)} of cost.max_usd {fmt.money(budget.max_usd)}"
+            emitter.emit(
+                "budget",
+                step=state.global_step,
+                cost_usd=round(spent, 6),
+                max_usd=budget.max_usd,
+                message=budget.reached_message(now, state.global_step),
+            )
+            getattr(controls, "requests", controls).stop.set()  # several GPUs: agree() spreads it
 
         def _pause(self, state) -> None:
             emitter.emit("paused", step=state.global_step)

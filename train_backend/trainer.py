@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -10,7 +11,8 @@ import sys
 import time
 
 from cockpit.config.load import load_config
-from cockpit.config.schema import TrainConfig
+from cockpit.config.schema import ConfigError, TrainConfig
+from cockpit.finish import budget as budget_mod
 from cockpit.run import rundir
 from train_backend import data as data_mod
 from train_backend import evaluation as eval_mod
@@ -59,10 +61,13 @@ def build_sft_config(
         save_strategy="steps",
         save_steps=cfg.output.save_steps,
         save_total_limit=None,  # rotation happens after the atomic rename, see CockpitSFTTrainer
-        report_to=[],
+        report_to=list(cfg.report_to or []),  # validated installed (cockpit.config.load)
+        run_name=run.run_id,  # the trackers' name for it
         disable_tqdm=True,
         dataset_text_field="text",
     )
+    if "trackio" in kwargs["report_to"] and "project" in {f.name for f in dataclasses.fields(SFTConfig)}:
+        kwargs["project"] = "lora-cockpit"  # trackio's project (an argument of newer transformers)
     kwargs.update(extra or {})
     return SFTConfig(**kwargs)
 
@@ -100,6 +105,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
     phase = "starting"
     step = None
     tracker = oom_watch.PhaseTracker()  # where an OOM strikes
+    prior = budget_mod.history_state(run.events_path)  # earlier attempts: what they cost
 
     def enter(name: str, message: str = "") -> None:
         nonlocal phase
@@ -116,6 +122,9 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
     try:
         enter("starting", "reading config")
         cfg = load_config(run.config_path)
+        refusal = budget_mod.already_spent(cfg, prior, run.run_id)
+        if refusal is not None:
+            raise ConfigError(refusal)
         oom_watch.allocator_options(cfg)  # before CUDA starts
         import torch
         import transformers
@@ -140,8 +149,10 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             versions=versions,
             resume_from=str(resume[-1]) if resume else None,
             price_per_hour=cfg.cost.price_per_hour,
+            max_usd=cfg.cost.max_usd,
             emulated_vram=tracker.emulation,
         )
+        budget = budget_mod.budget_for(cfg, prior, time.time())
         if tracker.emulation is not None and not tracker.emulation["applied"]:
             emitter.emit(
                 "warning",
@@ -189,6 +200,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             return stopped_early()
 
         peft_config = None if cfg.method == "full" else model_mod.lora_config(cfg)
+        _tracker_dirs(cfg, run)
         train_data, data_kwargs, cache = fast.cached_dataset(plan, run.path, prepared.dataset, cfg, tokenizer)
         args = build_sft_config(cfg, run, precision, device.kind, fast.sft_kwargs(plan, data_kwargs))
         if world is not None:
@@ -197,7 +209,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         evaluator = eval_mod.Evaluator(
             cfg, emitter, eval_tracker or eval_mod.EvalTracker(run), held_out, prompts, style
         )
-        callbacks = [make_callback(emitter, controls, cfg)]
+        callbacks = [make_callback(emitter, controls, cfg, budget)]
         if held_out is not None or prompts:
             callbacks.append(eval_mod.make_eval_callback(evaluator, controls))
         trainer_cls = fast.trainer_class(plan, make_trainer_class(emitter, run, cfg, eval_tracker))
@@ -241,13 +253,18 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         if controls.gone.is_set():
             raise RunDirectoryGone(f"stopped at step {step} of {trainer.state.max_steps}, with no checkpoint")
         if controls.stop.is_set():
+            saved = run.complete_checkpoints()
+            at = f"; {saved[-1].name} saved" if saved else ""
+            over = controls.budget_reached
             emitter.emit(
                 "done",
                 status="stopped",
                 step=step,
                 total_steps=trainer.state.max_steps,
                 train_loss=result.training_loss,
-                message="stopped by request; checkpoint saved",
+                runtime_s=round(result.metrics.get("train_runtime", 0.0), 2),
+                reason="budget" if over else "request",
+                message=(f"stopped at the budget ({over}){at}" if over else f"stopped by request{at}"),
             )
             return 0
 
@@ -304,6 +321,18 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         )
         print(format_traceback(exc))
         return verdict.exit_code
+
+
+def _tracker_dirs(cfg: TrainConfig, run: rundir.RunDir) -> None:
+    """report_to: trackers that write files write them into the run directory, beside its events
+    (not into checkpoints/, which rotation and `cockpit runs --prune` clear)."""
+    names = cfg.report_to or []
+    if "tensorboard" in names:
+        os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run.path / "tensorboard"))
+    if "wandb" in names:
+        os.environ.setdefault("WANDB_DIR", str(run.path))
+    if "trackio" in names:
+        os.environ.setdefault("TRACKIO_DIR", str(run.path / "trackio"))
 
 
 def _prompt_style(prepared: data_mod.PreparedData, tokenizer) -> tuple[str, str]:

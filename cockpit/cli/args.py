@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="override a config key, e.g. --set training.max_steps=50 (repeatable)",
         )
         sp.add_argument("--check", action="store_true", help="validate the config and exit")
+        sp.add_argument(
+            "--then",
+            metavar="COMMAND",
+            help="shell command run once the run has ended and its files are on disk, e.g. "
+            '"sudo shutdown -h now" (sets cost.on_end; output in backend.log)',
+        )
         with_oom(sp)
         sp.add_argument(
             "--skip-preflight",
@@ -109,8 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--multi", action="store_true", help="with several GPUs: peer access and NCCL all-reduce")
 
-    sp = sub.add_parser("runs", help="list runs with their status")
-    sp.add_argument("--json", action="store_true")
+    sp = sub.add_parser("runs", help="list runs: status, start, duration, loss, cost, config, disk")
+    sp.add_argument("--json", action="store_true", help="the rows as JSON, every figure with its unit")
+    free = sp.add_mutually_exclusive_group()
+    free.add_argument("--rm", metavar="RUN", help="delete a run that has ended: its whole directory")
+    free.add_argument(
+        "--prune",
+        action="store_true",
+        help="free disk: delete the checkpoints of ended runs (a finished run keeps final/, a stopped or "
+        "failed one its newest checkpoint)",
+    )
+    sp.add_argument("--yes", action="store_true", help="with --rm or --prune: do not ask first (scripts)")
 
     sp = sub.add_parser("attach", help="replay a run's history and follow it live")
     sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
@@ -138,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
         "restart", help="start the trainer again in a run's directory, from its last checkpoint"
     )
     sp.add_argument("run", nargs="?")
+    sp.add_argument(
+        "--max-usd",
+        type=float,
+        metavar="USD",
+        help="a new budget for the run (sets cost.max_usd), e.g. after it stopped at the old one",
+    )
     with_ui(sp)
     with_oom(sp)
 

@@ -79,11 +79,11 @@ def cmd_init(args) -> int:
 
 
 def cmd_train(args) -> int:
-    return _start(_load(args.config, args), args)
+    return _start(_load(args.config, args), args, args.config)
 
 
 def cmd_demo(args) -> int:
-    return _start(_load(demo_config_path(), args), args)
+    return _start(_load(demo_config_path(), args), args, demo_config_path())
 
 
 def _load(path: str, args) -> config.TrainConfig:
@@ -91,14 +91,21 @@ def _load(path: str, args) -> config.TrainConfig:
     overrides = list(args.overrides)
     if args.emulate_vram is not None:
         overrides.append(f"emulate_vram_gib={args.emulate_vram!r}")
+    if args.then is not None:  # a shell command: set as a string, not parsed as YAML
+        config_load.set_override(overrides, "cost.on_end", args.then)
     return config_load.load_config(path, overrides)
 
 
-def _start(cfg: config.TrainConfig, args) -> int:
+def _start(cfg: config.TrainConfig, args, source: str) -> int:
     _check_against_model(cfg)
     if args.check:
         print("config OK")
         return 0
+    if cfg.cost.on_end:
+        print(
+            f"when the run ends: {cfg.cost.on_end} (cost.on_end; its output goes to backend.log)",
+            file=sys.stderr,
+        )
     config_load.with_absolute_paths(cfg)
     problems = []
     if not args.skip_preflight:  # warn before money is spent; never block the start
@@ -121,6 +128,10 @@ def _start(cfg: config.TrainConfig, args) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE if cfg.output.dir else EXIT_FAILED
+    try:
+        run.write_source(source)
+    except OSError:
+        pass  # only `cockpit runs` misses the config's name
     proc = process.launch(run)
     print(f"run {run.run_id} started (trainer pid {proc.pid}); directory {run.path}", file=sys.stderr)
     return _show(run, proc, args, preflight_problems=problems)
@@ -152,7 +163,9 @@ def _show(run: rundir.RunDir, proc, args, recorded: bool = False, preflight_prob
     watch = None
     if not recorded:  # a live trainer: sample its GPUs and host now; the app stops the watch on exit
         pid = proc.pid if proc is not None else (run.read_trainer() or {}).get("pid")
-        watch = LiveWatch(pid).start()
+        from cockpit.finish.idle import settings_of
+
+        watch = LiveWatch(pid, doctor=settings_of(run.config_path).doctor()).start()
     app = CockpitApp(session, watch=watch, preflight_problems=list(preflight_problems))
     code = app.run() or 0
     if app.relaunched is not None:  # the OOM wizard started a new trainer: follow it
@@ -217,9 +230,26 @@ def cmd_restart(args) -> int:
         )
         return EXIT_USAGE
     try:  # still valid? (it may have been edited by hand)
-        _check_against_model(config_load.load_config(run.config_path))
+        cfg = config_load.load_config(run.config_path)
+        _check_against_model(cfg)
     except config.ConfigError as exc:
         raise config.ConfigError(f"{run.config_path}: {exc}") from None
+    from cockpit.finish.budget import already_spent
+    from cockpit.run import journal
+
+    if args.max_usd is not None:  # judged before it is written into the run's config
+        if not args.max_usd > 0:
+            print(f"--max-usd {args.max_usd:g}: give US dollars above 0, e.g. --max-usd 20", file=sys.stderr)
+            return EXIT_USAGE
+        cfg.cost.max_usd = args.max_usd
+    refusal = already_spent(cfg, journal.fold(run.events_path), run.run_id)
+    if refusal is not None:
+        print(refusal, file=sys.stderr)
+        return EXIT_USAGE
+    if args.max_usd is not None:
+        from cockpit.oom.relaunch import apply_changes
+
+        apply_changes(run, {"cost.max_usd": args.max_usd}, "--max-usd")
     if args.emulate_vram is not None:
         from cockpit.oom.relaunch import apply_changes
 
@@ -232,46 +262,80 @@ def cmd_restart(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    rows = []
-    for run in rundir.all_runs():
-        status = run_status(run)
-        rows.append(
-            {
-                "run": run.run_id,
-                "status": status.state,
-                "step": status.step,
-                "total_steps": status.total_steps,
-                "detail": status.detail,
-                "path": str(run.path),
-            }
-        )
-    for orphan in process.orphaned_trainers():  # its directory and trainer.json are gone; it trains on
-        rows.append(
-            {
-                "run": orphan.run_id,
-                "status": "orphaned",
-                "step": None,
-                "total_steps": None,
-                "detail": f"run directory deleted; trainer pid {orphan.pid} still runs: "
-                f"cockpit stop {orphan.run_id}",
-                "path": orphan.path,
-            }
-        )
+    from cockpit.finish import runs_list
+
+    if args.rm or args.prune:
+        return _free_disk(args)
+    found = runs_list.rows(rundir.all_runs())
+    orphans = [  # its directory and trainer.json are gone; it trains on
+        {
+            "run": orphan.run_id,
+            "status": "orphaned",
+            "step": None,
+            "total_steps": None,
+            "detail": f"run directory deleted; trainer pid {orphan.pid} still runs: "
+            f"cockpit stop {orphan.run_id}",
+            "path": orphan.path,
+        }
+        for orphan in process.orphaned_trainers()
+    ]
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps([r.to_dict() for r in found] + orphans, indent=1))
         return 0
-    if not rows:
+    if not found and not orphans:
         print("no runs yet; start one with: cockpit demo")
         return 0
     from cockpit.plain import output_width, wrapped
 
-    width = max(len(r["run"]) for r in rows)
-    lines = []
-    for r in rows:
-        steps = f"{'?' if r['step'] is None else r['step']}/{r['total_steps'] or '?'}"
-        lines.append(f"{r['run']:<{width}}  {r['status']:<8}  {steps:>11}  {r['detail']}")
-    print("\n".join(wrapped(lines, output_width())))  # a long reason goes on under the row
+    lines = runs_list.table_lines(found) + [f"{o['run']}  orphaned  {o['detail']}" for o in orphans]
+    print("\n".join(wrapped(lines, output_width())))  # a long reason goes on under its row
     return 0
+
+
+def _free_disk(args) -> int:
+    """`cockpit runs --rm RUN` / `--prune`: say what goes and what it frees, ask, delete."""
+    from cockpit.finish import runs_list
+
+    try:
+        if args.rm:
+            removals, skipped = [runs_list.plan_rm(rundir.find(args.rm))], []
+        else:
+            removals, skipped = runs_list.plan_prune(rundir.all_runs())
+    except runs_list.StillRunning as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    for line in skipped:
+        print(line, file=sys.stderr)
+    if not removals:
+        print("nothing to delete: no ended run has checkpoints beyond what it keeps")
+        return 0
+    print("to delete:\n" + "\n".join(runs_list.plan_lines(removals)))
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("not deleted: nobody to ask here; add --yes to delete without asking", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            answer = input("delete? [y/N] ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing deleted")
+            return 0
+    freed, code = 0, 0
+    for removal in removals:
+        try:
+            freed += runs_list.execute(removal)
+        except runs_list.StillRunning as exc:
+            print(str(exc), file=sys.stderr)
+            code = EXIT_FAILED
+        except OSError as exc:
+            print(
+                f"{removal.run.run_id}: could not delete {exc.filename}: {exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            code = EXIT_FAILED
+    print(f"deleted; freed {runs_list.size_text(freed)}")
+    return code
 
 
 def cmd_stop(args) -> int:

@@ -17,6 +17,8 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from cockpit.config.schema import (
+    REPORTER_PACKAGES,
+    REPORTERS,
     SECRET_KEY_PATTERN,
     SPEED_AUTO_KEYS,
     ConfigError,
@@ -125,6 +127,12 @@ def apply_override(raw: dict, item: str) -> None:
             raise ConfigError(f"--set {key}: {part!r} is a value, not a section")
         node = child
     node[parts[-1]] = value
+
+
+def set_override(overrides: list[str], key: str, text: str) -> None:
+    """Append `key=text` so that `text` is read back as that very string (quoted YAML), whatever it
+    holds (`sudo shutdown -h now`, a colon, a quote, `yes`)."""
+    overrides.append(f"{key}={yaml.safe_dump(text, default_style=chr(34), width=1 << 20).strip()}")
 
 
 def config_from_dotted(values: dict) -> TrainConfig:
@@ -347,6 +355,8 @@ def _check_combinations(cfg: TrainConfig) -> None:
             "or the string 'all-linear'"
         )
     _check_distributed(cfg)
+    _check_cost(cfg)
+    _check_report_to(cfg)
     _check_eval(cfg)
     t = cfg.training
     if (
@@ -431,6 +441,43 @@ def _check_distributed(cfg: TrainConfig) -> None:
     if cfg.debug.fail_rank is not None and cfg.debug.fail_rank >= world:
         raise ConfigError(
             f"debug.fail_rank: {cfg.debug.fail_rank}, but the job has {world} ranks (0 to {world - 1})"
+        )
+
+
+def _check_cost(cfg: TrainConfig) -> None:
+    c = cfg.cost
+    if c.max_usd is not None and c.price_per_hour is None:
+        raise ConfigError(
+            f"cost.max_usd: {c.max_usd:g} needs cost.price_per_hour to measure the cost against it; set the "
+            "instance's price, e.g. cost.price_per_hour: 2.49"
+        )
+    for key in ("on_end", "on_idle"):
+        command = getattr(c, key)
+        if command is not None and not command.strip():
+            raise ConfigError(f"cost.{key}: the command is empty; give a shell command or remove the key")
+
+
+def _check_report_to(cfg: TrainConfig) -> None:
+    """Each tracker named and installed (found without importing it: no torch or tracker import here)."""
+    import importlib.util
+
+    names = cfg.report_to or []
+    unknown = [n for n in names if n not in REPORTERS]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], REPORTERS, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(
+            f"report_to: {unknown[0]!r} is not a tracker the cockpit feeds; give any of "
+            f"{', '.join(REPORTERS)} (or leave report_to out: off).{hint}"
+        )
+    if len(set(names)) != len(names):
+        raise ConfigError("report_to: a tracker is named twice; name each once")
+    missing = [n for n in names if all(importlib.util.find_spec(m) is None for m in REPORTER_PACKAGES[n][0])]
+    if missing:
+        installs = " ".join(REPORTER_PACKAGES[n][1] for n in missing)
+        raise ConfigError(
+            f"report_to: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed in this "
+            f"environment; install with: pip install {installs} (or drop it from report_to)"
         )
 
 

@@ -36,6 +36,13 @@ SPEED_AUTO_KEYS = (
     "training.packing",
     "training.dataloader_num_workers",
 )
+REPORTERS = ("tensorboard", "wandb", "trackio")  # report_to: the trackers the trainer can feed
+# tracker -> (the modules its transformers integration can use, any one of them; what pip installs)
+REPORTER_PACKAGES = {
+    "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"),
+    "wandb": (("wandb",), "wandb"),
+    "trackio": (("trackio",), "trackio"),
+}
 SECRET_KEY_PATTERN = re.compile(r"token|secret|password|api[_-]?key", re.IGNORECASE)
 
 
@@ -191,6 +198,31 @@ class EvalSection:
 @dataclass
 class CostSection:
     price_per_hour: float | None = _f(None, "what the instance costs, USD/hour, for the cost meter", min=0)
+    max_usd: float | None = _f(
+        None,
+        "budget: when the run's cost (price_per_hour x the wall time of all its attempts) reaches it, the "
+        "trainer saves a checkpoint and stops. Needs price_per_hour",
+        min=0,
+        exclusive_min=True,
+    )
+    on_end: str | None = _f(
+        None,
+        "shell command run once when the run has ended (finished, failed or stopped) and everything it "
+        "wrote is on disk, e.g. 'sudo shutdown -h now' (cockpit train --then); its output goes to "
+        "backend.log",
+    )
+    idle_minutes: float = _f(
+        5.0,
+        "the idle alarm: every GPU below 5% util this long while no run trains (paused, ended) says so, "
+        "rings the terminal bell and runs on_idle",
+        min=1,
+        max=120,
+    )
+    on_idle: str | None = _f(
+        None,
+        "shell command the idle alarm runs, once per idle spell (a client must be watching: the run "
+        "view, or --no-ui, which then keeps watching after the run ends)",
+    )
 
 
 @dataclass
@@ -311,6 +343,11 @@ class TrainConfig:
         False,
         "PyTorch allocator option expandable_segments (PYTORCH_CUDA_ALLOC_CONF): less fragmentation, "
         "same speed",
+    )
+    report_to: list[str] | None = _f(
+        None,
+        f"also log to these trackers ({', '.join(REPORTERS)}), each where installed; the cockpit's own "
+        "events stay the record. Keys come from the tracker's own login or environment, never this file",
     )
     debug: DebugSection = field(default_factory=DebugSection)
 

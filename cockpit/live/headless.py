@@ -20,6 +20,7 @@ from cockpit import fmt
 from cockpit.cli.exit_codes import EXIT_DETACHED, exit_code
 from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.doctor.window import Finding
+from cockpit.finish import idle, summary
 from cockpit.live.event_text import describe
 from cockpit.live.session import RunSession
 from cockpit.live.stall import StallNotices, find_stall
@@ -28,6 +29,8 @@ from cockpit.live.watch import LiveWatch, finding_line, gpu_status
 
 POLL_S = 0.1
 REFRESH_PER_S = 2
+END_COMMAND_WAIT_S = 15.0  # for cost.on_end's first event after the trainer's end
+IDLE_POLL_S = 1.0
 
 
 def status_line(state: RunState, now_ts: float | None) -> str:
@@ -44,6 +47,8 @@ def status_line(state: RunState, now_ts: float | None) -> str:
         projected = state.cost_projected(now_ts)
         of = "" if projected is None else f" (of ~{fmt.money(projected)})"
         parts.append(f"cost {fmt.money(state.cost_so_far(now_ts))}{of}")
+        if state.max_usd is not None:
+            parts.append(f"budget {fmt.money(state.max_usd)}")
     return "  ".join(parts)
 
 
@@ -68,15 +73,25 @@ def follow(
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     watch = None
+    settings = idle.settings_of(session.run.config_path)
+    alarm = idle.IdleAlarm(settings, session.run.log_path)
     if session.mode == "live" and not session.trainer_gone:
         record = session.run.read_trainer() or {}
-        watch = LiveWatch(record.get("pid")).start()
+        watch = LiveWatch(record.get("pid"), doctor=settings.doctor()).start()
+    ended = False
     try:
         if console.is_terminal:
-            return _follow_live(session, console, watch)
-        return _follow_plain(session, out, log_every_s, watch)
+            code = _follow_live(session, console, watch, alarm)
+        else:
+            code = _follow_plain(session, out, log_every_s, watch, alarm)
+        ended = True
+        _after_end(session, out, watch, alarm)
+        return code
     except _Detach:
         run = session.run.run_id
+        if ended:  # watching for an idle GPU after the end: leaving it is no detach
+            print("\nleft the idle watch", file=out, flush=True)
+            return exit_code(session.state)
         if session.mode != "live":  # a recording (or a run that no longer trains): nothing goes on
             said = f"\nleft the recording of {run}; it is not training (`cockpit runs` shows its status)"
         else:
@@ -90,7 +105,49 @@ def follow(
         session.close()
 
 
-def _follow_plain(session: RunSession, out, log_every_s: float, watch: LiveWatch | None) -> int:
+def _alarm(alarm: idle.IdleAlarm, findings: list[Finding], out) -> None:
+    text = alarm.update(findings)
+    if text:
+        idle.ring(out)
+        stamp = datetime.now().isoformat(timespec="seconds")
+        print(f"{stamp} {text}", file=out, flush=True)
+
+
+def _after_end(session: RunSession, out, watch: LiveWatch | None, alarm: idle.IdleAlarm) -> None:
+    """The end command's first word (it runs once the trainer's processes are gone), the summary,
+    then, with cost.on_idle set, the idle watch until its alarm went off or Ctrl-C."""
+    end_command = summary.configured_on_end(session.run)
+    if end_command and session.mode == "live" and (session.state.end_command or {}).get("state") is None:
+        deadline = time.monotonic() + END_COMMAND_WAIT_S
+        while time.monotonic() < deadline:
+            for item in session.poll():
+                line = describe(item)
+                if line:
+                    stamp = datetime.now().isoformat(timespec="seconds")
+                    print(f"{stamp} {line}", file=out, flush=True)
+            if (session.state.end_command or {}).get("state") in ("finished", "failed"):
+                break
+            time.sleep(POLL_S)
+    print(
+        "\n".join(["summary:", *summary.run_summary_lines(session.run, session.state)]), file=out, flush=True
+    )
+    if watch is None or not alarm.settings.on_idle:
+        return
+    print(
+        f"the run ended; watching the GPU for cost.on_idle (after {alarm.settings.idle_minutes:g} min idle): "
+        "Ctrl-C to leave",
+        file=out,
+        flush=True,
+    )
+    while alarm.spells == 0:
+        _sample, findings = watch.update(session.state)
+        _alarm(alarm, findings, out)
+        time.sleep(IDLE_POLL_S)
+
+
+def _follow_plain(
+    session: RunSession, out, log_every_s: float, watch: LiveWatch | None, alarm: idle.IdleAlarm
+) -> int:
     # lines are printed message by message, so a replayed history reads as it happened
     view = RunState(run_id=session.run.run_id)
     last_log, last_step = -1e18, None
@@ -100,6 +157,7 @@ def _follow_plain(session: RunSession, out, log_every_s: float, watch: LiveWatch
         items = session.poll()
         sample, findings = watch.update(session.state) if watch else (None, [])
         _print_changes(shown, findings, out)
+        _alarm(alarm, findings, out)
         said = stalls.update(_stall(session))
         if said:
             print(f"{datetime.now().isoformat(timespec='seconds')} {said}", file=out, flush=True)
@@ -181,13 +239,19 @@ def _render(
     return Group(*lines)
 
 
-def _follow_live(session: RunSession, console: Console, watch: LiveWatch | None) -> int:
+def _follow_live(
+    session: RunSession, console: Console, watch: LiveWatch | None, alarm: idle.IdleAlarm
+) -> int:
     stalls = StallNotices()
     with Live(console=console, refresh_per_second=REFRESH_PER_S, transient=False) as live:
         while True:
             items = session.poll()
             state = session.state
             sample, findings = watch.update(state) if watch else (None, [])
+            sounded = alarm.update(findings)
+            if sounded:
+                idle.ring(console.file)
+                live.console.print(sounded, markup=False, highlight=False, style="bold red")
             for item in items:
                 line = describe(item)
                 if line:

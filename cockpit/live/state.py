@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 from cockpit.protocol.events import (
+    BudgetEvent,
     CheckpointEvent,
     DataEvent,
     DoneEvent,
+    EndCommandEvent,
     ErrorEvent,
     EvalEvent,
     ExitEvent,
@@ -54,7 +56,21 @@ def notice_text(item: dict | Fault) -> str | None:
         return f"resumed at step {item.get('step')}"
     if kind == "warning":
         return f"warning: {item.get('message', '')}"
+    if kind == "budget":
+        return str(item.get("message") or "budget reached")
+    if kind == "end_command":
+        return end_command_text(item)
     return None
+
+
+def end_command_text(item: dict) -> str:
+    command, state = item.get("command", ""), item.get("state")
+    if state == "started":
+        return f"on_end: the run {item.get('run_status')}; running: {command}"
+    if state == "finished":
+        return f"on_end: done in {item.get('duration_s')} s (exit 0): {command}"
+    why = f"exit {item.get('returncode')}" if item.get("error") is None else item.get("error")
+    return f"on_end FAILED ({why}): {command}; its output is in backend.log, the run directory is intact"
 
 
 @dataclass
@@ -77,6 +93,9 @@ class RunState:
     precision: str | None = None
     versions: dict = field(default_factory=dict)
     price_per_hour: float | None = None
+    max_usd: float | None = None  # cost.max_usd, the budget
+    budget_reached: dict | None = None  # the budget event, when it stopped the run
+    end_command: dict | None = None  # the last end_command event (cost.on_end)
     data: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
     distributed: dict = field(default_factory=dict)  # several GPUs: world size, strategy, rank pids
@@ -150,6 +169,7 @@ class RunState:
         # the trainer's price; a hello without one keeps what the run's config.yaml said
         price = number(m.get("price_per_hour"))
         self.price_per_hour = self.price_per_hour if price is None else price
+        self.max_usd = number(m.get("max_usd"))
         self.distributed = m.get("distributed") or {}
         self.status = "starting"
         self.error = None
@@ -241,6 +261,12 @@ class RunState:
 
     def _on_sample(self, m: SampleEvent) -> None:
         self.samples.append({k: v for k, v in m.items() if k not in ("v", "type")})
+
+    def _on_budget(self, m: BudgetEvent) -> None:
+        self.budget_reached = {k: v for k, v in m.items() if k not in ("v", "type")}
+
+    def _on_end_command(self, m: EndCommandEvent) -> None:
+        self.end_command = {k: v for k, v in m.items() if k not in ("v", "type")}
 
     def _on_paused(self, m: PausedEvent) -> None:
         self.status = "paused"

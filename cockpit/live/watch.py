@@ -35,7 +35,11 @@ class LiveWatch:
     pushes = True
 
     def __init__(
-        self, trainer_pid: int | None, interval_s: float = SAMPLE_INTERVAL_S, sampler: Sampler | None = None
+        self,
+        trainer_pid: int | None,
+        interval_s: float = SAMPLE_INTERVAL_S,
+        sampler: Sampler | None = None,
+        doctor: Doctor | None = None,
     ):
         self._lock = threading.Lock()
         self._latest: Sample | None = None
@@ -43,7 +47,8 @@ class LiveWatch:
         self._findings: list[Finding] = []  # the doctor's last verdict
         self._judged_ts = float("-inf")  # the sample time it was given at
         self._subscriber: tuple[Callable[[], RunState], OnNews] | None = None
-        self.doctor = Doctor()
+        # the run's own: its idle window is cost.idle_minutes
+        self.doctor = Doctor() if doctor is None else doctor
         self.trainer_pid = trainer_pid
         self.background = BackgroundSampler(
             sampler or Sampler(trainer_pid=trainer_pid, host_every=HOST_EVERY),

@@ -32,6 +32,7 @@ class HelloEvent(TypedDict, total=False):
     versions: Annotated[dict, Meaning("torch, transformers, peft, trl, bitsandbytes, datasets, accelerate")]
     resume_from: Annotated[str | None, Meaning("the checkpoint this process continues from")]
     price_per_hour: Annotated[float | None, Meaning("from the config, for the cost meter")]
+    max_usd: Annotated[float | None, Meaning("the budget (cost.max_usd)")]
     emulated_vram: Annotated[
         dict | None, Meaning("the emulated card: its cap, what sat outside the allocator")
     ]
@@ -224,10 +225,32 @@ class DoneEvent(TypedDict, total=False):
     train_loss: Annotated[float | None, Meaning("mean training loss over the run")]
     runtime_s: Annotated[float, Meaning("training time")]
     output: Annotated[str | None, Meaning("the final/ folder with the adapter or model")]
+    reason: Annotated[str | None, Meaning("stopped: request (a stop command or signal) or budget")]
     message: Annotated[str, Meaning("how it ended")]
     eval_loss: Annotated[float | None, Meaning("the last eval loss (with an eval split)")]
     best_checkpoint: Annotated[str | None, Meaning("the kept checkpoint with the lowest eval loss")]
     best_eval_loss: Annotated[float | None, Meaning("its eval loss")]
+
+
+class BudgetEvent(TypedDict, total=False):
+    """The run's cost reached cost.max_usd at a step end: a checkpoint and a stop follow."""
+
+    step: Annotated[int, Meaning("the step it was reached at")]
+    cost_usd: Annotated[float, Meaning("price_per_hour x the wall time of every attempt so far")]
+    max_usd: Annotated[float, Meaning("the budget")]
+    message: Annotated[str, Meaning("what was spent of what, and what happens")]
+
+
+class EndCommandEvent(TypedDict, total=False):
+    """Written by the end runner (cockpit.finish.end_runner) around cost.on_end, after the run's end."""
+
+    state: Annotated[str, Meaning("started, then finished or failed")]
+    command: Annotated[str, Meaning("the shell command (cost.on_end)")]
+    run_status: Annotated[str, Meaning("how the run ended: finished, stopped or failed")]
+    returncode: Annotated[int | None, Meaning("its exit status; null when the shell could not start")]
+    error: Annotated[str | None, Meaning("why the shell could not start")]
+    duration_s: Annotated[float, Meaning("how long it ran")]
+    trainer_pid: Annotated[int, Meaning("the trainer attempt whose end it was")]
 
 
 class ExitEvent(TypedDict, total=False):
@@ -415,6 +438,8 @@ EVENTS: dict[str, type] = {
     "exit": ExitEvent,
     "probe": ProbeEvent,
     "config_change": ConfigChangeEvent,
+    "budget": BudgetEvent,
+    "end_command": EndCommandEvent,
     "export_progress": ExportProgressEvent,
     "export_check": ExportCheckEvent,
     "export_done": ExportDoneEvent,

@@ -88,7 +88,26 @@ def launch(run: RunDir, extra_env: dict[str, str] | None = None) -> subprocess.P
     tmp.write_text(json.dumps(record))
     os.chmod(tmp, 0o600)
     os.replace(tmp, run.trainer_path)
+    _start_end_runner(run, proc.pid)
     return proc
+
+
+def _start_end_runner(run: RunDir, trainer_pid: int) -> None:
+    """cost.on_end: the process that runs it once this trainer's run has ended (cockpit.finish)."""
+    from cockpit.config.load import load_config
+    from cockpit.config.schema import ConfigError
+    from cockpit.finish import end_launch
+
+    try:
+        cfg = load_config(run.config_path)
+    except ConfigError:
+        return  # the trainer reports it; a run that cannot start has no end command to run
+    if end_launch.needs_runner(cfg) and end_launch.start(run, trainer_pid) is None:
+        print(
+            f"cockpit: could not start the process that runs cost.on_end for {run.run_id}; it will not "
+            "run by itself. Run it yourself when the run ends.",
+            file=sys.stderr,
+        )
 
 
 def _trainer_command(run: RunDir) -> tuple[list[str], dict[str, str]]:

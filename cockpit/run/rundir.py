@@ -6,6 +6,7 @@
     backend.log      everything else the trainer printed
     control          FIFO for commands (stop/save/pause/resume), mode 0600
     trainer.json     pid, process group, start time, boot id of the current trainer
+    source.json      the config file the run was started from
     checkpoints/     checkpoint-<step>/ (complete ones carry COMPLETE_MARKER)
     final/           the final adapter (or model) after a finished run
 """
@@ -29,6 +30,7 @@ CONTROL_NAME = "control"
 TRAINER_NAME = "trainer.json"
 CHECKPOINTS_NAME = "checkpoints"
 FINAL_NAME = "final"
+SOURCE_NAME = "source.json"  # where the config came from (`cockpit runs` names it)
 COMPLETE_MARKER = "cockpit-complete.json"
 STAGING_NAME = ".staging"
 REMOVING_PREFIX = ".removing-"  # a checkpoint being deleted: renamed aside first
@@ -73,6 +75,20 @@ class RunDir:
     @property
     def final_dir(self) -> Path:
         return self.path / FINAL_NAME
+
+    @property
+    def source_path(self) -> Path:
+        return self.path / SOURCE_NAME
+
+    def config_name(self) -> str | None:
+        """The file name of the config the run was started from; None when not recorded."""
+        try:
+            return Path(json.loads(self.source_path.read_text())["config"]).name
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def write_source(self, config: str | os.PathLike) -> None:
+        _write_private(self.source_path, json.dumps({"config": str(Path(config).expanduser().resolve())}))
 
     def complete_checkpoints(self) -> list[Path]:
         """Checkpoints whose save finished, oldest first."""

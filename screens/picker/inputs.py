@@ -61,7 +61,9 @@ ShapeLoader = Callable[[str, str], modelshape.ModelShape]
 def initial_fields(
     cfg: config_mod.TrainConfig, dataset: str = "", epochs: float | None = None, budget: float | None = None
 ) -> dict[str, str | bool]:
-    """The form filled from a config (and the command line's size and budget)."""
+    """The form filled from a config (and the command line's size and budget; without one, the
+    config's cost.max_usd)."""
+    budget = cfg.cost.max_usd if budget is None else budget
     targets = cfg.lora.target_modules
     return {
         "model": cfg.model.name,
@@ -226,9 +228,12 @@ def default_path(model: str, card_id: str, folder: Path) -> Path:
     return folder / f"cockpit-{name}-{card_id}.yaml"
 
 
-def chosen_config(base: Base, settings: dict[str, Any], row: CardRow) -> config_mod.TrainConfig:
+def chosen_config(
+    base: Base, settings: dict[str, Any], row: CardRow, budget_usd: float | None = None
+) -> config_mod.TrainConfig:
     """The config for `row`'s card: the form's settings, the change the row shows (if it needs
-    one to fit), and the card's price for the cost meter."""
+    one to fit), the card's price for the cost meter, and the budget as cost.max_usd (the run
+    saves a checkpoint and stops when it has cost that much)."""
     raw = copy.deepcopy(base.raw)
     values = dict(settings)
     if row.shown_workload_is_changed:
@@ -236,6 +241,8 @@ def chosen_config(base: Base, settings: dict[str, Any], row: CardRow) -> config_
     if row.gpus > 1:  # the strategy the row's figures are for, not left to auto
         values.update({"gpus": row.gpus, "distributed.strategy": row.sharding})
     values["cost.price_per_hour"] = row.usd_per_hour  # the instance: every GPU of it
+    if budget_usd is not None:
+        values["cost.max_usd"] = budget_usd
     for key, value in values.items():
         _set(raw, key, value)
     return config_load.config_from_dict(raw)
@@ -260,6 +267,11 @@ def config_text(cfg: config_mod.TrainConfig, table: CardTable, row: CardRow, now
         lines.append(
             f"# run: {table.size.describe(table.workload)}: {fmt.duration(figures.time_s)}, "
             f"{fmt.money(figures.cost_usd)}"
+        )
+    if cfg.cost.max_usd is not None:
+        lines.append(
+            f"# budget {fmt.money(cfg.cost.max_usd)} (cost.max_usd): the run saves a checkpoint and stops "
+            "when it has cost that much"
         )
     lines += [
         "# micro-batch, accumulation and checkpointing are set as the estimate assumed them, so",

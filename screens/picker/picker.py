@@ -324,7 +324,7 @@ class PickerScreen(Screen[None]):
             )
             return
         try:
-            cfg = chosen_config(self.base, ev.settings, row)
+            cfg = chosen_config(self.base, ev.settings, row, ev.table.budget_usd)
         except config_mod.ConfigError as exc:
             self.notify(f"cannot write a config: {exc}", severity="error")
             return

@@ -37,6 +37,7 @@ from textual.message import Message
 from textual.worker import get_current_worker
 
 from cockpit.cli.exit_codes import EXIT_DETACHED, exit_code
+from cockpit.finish import summary
 from cockpit.live.sources import RunSource, Watch
 from cockpit.telemetry.history import TELEMETRY_NAME, read_history
 from screens.preflight.notice import PreflightNotice
@@ -157,6 +158,8 @@ class CockpitApp(App[int]):
         pending_tail = None
         pending_items = False
         following = True  # until the session ends; then only the watch has news
+        # ...and the end runner, whose cost.on_end events come after the trainer's end
+        tail_after_end = session.mode == "live" and summary.configured_on_end(session.run) is not None
         try:
             while not (cancelled.is_set() or self._watch_stop.is_set()):
                 # the state is neither read nor changed while the screen draws from it
@@ -173,6 +176,12 @@ class CockpitApp(App[int]):
                         cancelled.wait(READ_RETRY_S)
                     tail = log.poll()
                     pending_tail = tail if tail is not None else pending_tail
+                elif tail_after_end:
+                    items = session.poll()
+                    pending_lines += event_lines.lines(items)
+                    pending_items = pending_items or bool(items)
+                    ran = (session.state.end_command or {}).get("state") in ("finished", "failed")
+                    tail_after_end = not ran
                 ended = following and session.ended
                 now = time.monotonic()
                 late = self._watch_late(now)
@@ -195,10 +204,10 @@ class CockpitApp(App[int]):
                     events_at, news_at, show_due = now + events_wait_s, now + NEWS_GAP_S, False
                 if ended:
                     following = False  # the trainer is gone and its last event read
-                    if self.watch is None:
-                        while shown is not None and not shown.wait(0.05) and not cancelled.is_set():
-                            pass
-                        return
+                if not following and self.watch is None and not tail_after_end:
+                    while shown is not None and not shown.wait(0.05) and not cancelled.is_set():
+                        pass
+                    return
                 # sleep until the watch has news, pending events are due, or the next read
                 wake_at = now + (self.poll_interval_s if following else CLOCK_TICK_S)
                 if show_due:

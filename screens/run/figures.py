@@ -101,6 +101,9 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
             rows.append(("projected", Text("estimating", style="dim")))
         else:
             rows.append(("projected", f"~{fmt.money(projected)} for the run"))
+        if state.max_usd is not None:  # cost.max_usd: the trainer stops with a checkpoint there
+            left = state.max_usd - (state.cost_so_far(now_ts) or 0.0)
+            rows.append(("budget", f"{fmt.money(state.max_usd)}, {fmt.money(max(0.0, left))} left"))
     rows.extend(memory_rows(state))
     device = state.device
     if device:

@@ -27,6 +27,7 @@ from textual.worker import Worker, WorkerState
 
 from cockpit import fmt
 from cockpit.doctor.multi_gpu import rank_pids
+from cockpit.finish import idle, summary
 from cockpit.finish.samples import collect as collect_samples
 from cockpit.finish.samples import no_samples_reason
 from cockpit.live.replay import sample_of_bin
@@ -122,6 +123,11 @@ class RunView(Screen):
         self._stall_notices = StallNotices()
         self._panels_drawn: tuple | None = None  # what the GPU and host panels last drew
         self._texts: dict[str, str | Text] = {}  # what each Static shows
+        self._summary_of: tuple | None = None  # the ending the summary panel was drawn for
+        self.idle_settings = idle.settings_of(session.run.config_path)
+        self.idle_alarm = idle.IdleAlarm(
+            self.idle_settings, None if session.mode != "live" else session.run.log_path
+        )
         self._titles: dict[str | None, tuple[str, str | None]] = {}  # border title, subtitle per widget
 
     def compose(self) -> ComposeResult:
@@ -133,6 +139,8 @@ class RunView(Screen):
         yield StepProgress(id="progress")
         with VerticalScroll(id="error"):
             yield Static("", id="error-text")
+        with VerticalScroll(id="summary"):
+            yield Static("", id="summary-text")
         with Vertical(id="telemetry"):
             yield GpuPanel(id="gpus")
             yield HostPanel(id="host")
@@ -154,6 +162,7 @@ class RunView(Screen):
         self.query_one("#checkpoints").border_title = "checkpoints"
         self.query_one("#events").border_title = "events"
         self.query_one("#doctor-box").border_title = "doctor"
+        self.query_one("#summary").border_title = "the run has ended"
         self.query_one("#log").border_title = "backend.log"
         self.query_one("#replay").display = self.session.mode != "live"
         self.query_one("#doctor-box").display = False
@@ -210,6 +219,7 @@ class RunView(Screen):
                 if isinstance(screen, SamplesView):
                     screen.show_book(collect_samples(state.samples))
         error = error_text(state, interrupted)
+        self._show_summary(ended and error is None and state.ended)
         self.set_class(error is not None, "-failed")
         if error is not None:
             self._set_title(
@@ -221,6 +231,30 @@ class RunView(Screen):
             log.write(line)
         self.updates_shown += 1
         offer_oom_wizard(self)  # an OOM: the wizard opens by itself, once
+
+    def _show_summary(self, shown: bool) -> None:
+        """The ended run's summary: figures, where the adapter is, the next commands, the end command."""
+        self.set_class(shown, "-ended")
+        if not shown:
+            return
+        state = self.session.state
+        ending = (state.status, (state.end_command or {}).get("state"), len(state.checkpoints))
+        if ending == self._summary_of:
+            return
+        self._summary_of = ending
+        lines = summary.run_summary_lines(self.session.run, state)
+        text = Text()
+        text.append(lines[0] + "\n", style="bold")
+        for line in lines[1:]:
+            head, sep, rest = line.partition(": ")
+            if sep and head in ("adapter", "adapter (newest checkpoint)", "next", "on_end", "error"):
+                text.append(head + sep, style="bold")
+                text.append(rest + "\n")
+            else:
+                text.append(line + "\n")
+        text.rstrip()
+        self._set_title(self.query_one("#summary"), f"the run has {state.status}")
+        self._set_text("#summary-text", text)
 
     def show_log(self, lines: Sequence[str]) -> None:
         """The last lines of backend.log."""
@@ -246,6 +280,11 @@ class RunView(Screen):
             self.sample = sample
         self.has_telemetry = True
         self.watch_error = None
+        sounded = self.idle_alarm.update(list(findings))
+        if sounded:  # once per idle spell: the bell, a line, cost.on_idle
+            self.app.bell()
+            self.query_one(EventLog).write(f"{CLIENT_LINE_INDENT}{sounded}")
+            self.notify(sounded, severity="error", timeout=30)
         doctor_box = self.query_one("#doctor-box")
         for finding in findings:  # the whole finding in the events log, once each time it comes up
             if (finding.rule, finding.title) not in self._findings_logged:

@@ -1,0 +1,200 @@
+"""The end runner: runs `cost.on_end` once the run has ended and everything it wrote is on disk.
+
+    python -m cockpit.finish.end_runner RUN_DIR TRAINER_PID
+
+The supervisor (cockpit.run.process.launch) starts one beside each trainer it launches, when the
+config has an end command, in a session of its own, with stdout and stderr on the run's
+backend.log: it outlives every client (a detached TUI, an SSH drop, a SIGKILLed --no-ui) and is
+out of reach of `cockpit stop`'s signals to the trainer's process group. It
+
+1. waits for the trainer to exit, whatever the ending (finished, failed, stopped, killed), then
+   for the rest of its process group (the telemetry recorder, loader workers) to go;
+2. after an out-of-memory failure, waits up to OOM_RELAUNCH_WAIT_S for a relaunch (the OOM wizard,
+   `--on-oom`): a relaunched trainer brings its own end runner, and this one leaves;
+3. claims the attempt (a file made with O_EXCL under `on_end/`), so its command never runs
+   twice for one ending, whoever else starts a runner for it;
+4. syncs the file systems, runs the steps asked to come first (`steps_before_on_end`: the
+   place an export asked for with the run goes), then the command, with its output in
+   backend.log and an `end_command` event before and after it in events.jsonl.
+
+A failing command is said (backend.log, the event, `cockpit runs`); nothing in the run
+directory is touched by it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from cockpit.config.load import load_config
+from cockpit.config.schema import ConfigError, TrainConfig
+from cockpit.run import journal
+from cockpit.run import process as supervisor
+from cockpit.run.rundir import RunDir
+from cockpit.run.status import run_status
+
+CLAIMS_NAME = "on_end"  # one claim file per trainer attempt whose end ran the command
+POLL_S = 0.5
+GROUP_WAIT_S = 60.0  # the recorder ends within a second of the trainer; loader workers soon after
+OOM_RELAUNCH_WAIT_S = 120.0
+
+
+@dataclass(frozen=True)
+class EndStep:
+    """A command to run at the end before `cost.on_end` (argv, no shell), named in the log."""
+
+    name: str
+    argv: list[str]
+
+
+def steps_before_on_end(cfg: TrainConfig, run: RunDir, status: str) -> list[EndStep]:
+    """What must happen after the run and before its end command (which may switch the box off).
+
+    The hook for an export asked for with the run: return it here, e.g.
+    `EndStep("export", [sys.executable, "-m", "cockpit", "export", run.run_id, ...])` when the
+    config asks for one and `status` is "finished". Each step's output goes to backend.log; a
+    failed step is said and the end command still runs (the billing stops either way).
+    """
+    return []
+
+
+def log(text: str) -> None:
+    print(f"[cockpit {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def append_event(run: RunDir, msg_type: str, **fields) -> None:
+    try:
+        journal.append(run.events_path, msg_type, **fields)
+    except OSError as exc:
+        log(f"could not record {msg_type} in events.jsonl: {exc.strerror or exc}")
+
+
+def claim_path(run: RunDir, trainer_pid: int, started: float | None) -> Path:
+    return run.path / CLAIMS_NAME / f"attempt-{trainer_pid}-{int(started or 0)}.json"
+
+
+def claim(path: Path) -> bool:
+    """True for the one caller that made the claim file; False when the attempt is taken."""
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        json.dump({"claimed_at": time.time(), "runner_pid": os.getpid()}, f)
+    return True
+
+
+def wait_trainer_gone(pid: int, create_time: float | None) -> None:
+    try:
+        proc = psutil.Process(pid)
+        if create_time is not None and abs(proc.create_time() - create_time) > 1.0:
+            return  # the pid is already someone else's
+        while proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(POLL_S)
+    except psutil.Error:
+        pass  # gone
+
+
+def wait_group_gone(pgid: int, timeout_s: float = GROUP_WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and supervisor.group_members(pgid):
+        time.sleep(POLL_S)
+
+
+def relaunched(run: RunDir, pid: int) -> bool:
+    """A newer trainer took the run over (the OOM wizard, --on-oom, cockpit restart)."""
+    record = run.read_trainer() or {}
+    return record.get("pid") not in (None, pid) and supervisor.is_alive(run)
+
+
+def run_end(run: RunDir, trainer_pid: int) -> int:
+    record = run.read_trainer() or {}
+    started = record.get("create_time") if record.get("pid") == trainer_pid else None
+    wait_trainer_gone(trainer_pid, started)
+    wait_group_gone(record.get("pgid", trainer_pid) if record.get("pid") == trainer_pid else trainer_pid)
+    status = run_status(run)
+    if status.state == "failed" and status.detail.startswith("oom"):
+        deadline = time.monotonic() + OOM_RELAUNCH_WAIT_S
+        log(f"the run failed out of memory: on_end waits up to {OOM_RELAUNCH_WAIT_S:.0f} s for a relaunch")
+        while time.monotonic() < deadline and not relaunched(run, trainer_pid):
+            time.sleep(POLL_S)
+    if relaunched(run, trainer_pid):
+        log("a new trainer took the run over: its end runs on_end, not this one's")
+        return 0
+    try:
+        cfg = load_config(run.config_path)
+    except ConfigError as exc:
+        log(f"on_end not run: the run's config cannot be read: {exc}")
+        return 1
+    command = cfg.cost.on_end
+    if not command:
+        return 0
+    if not claim(claim_path(run, trainer_pid, started)):
+        log(f"on_end already ran for this ending of the run (trainer pid {trainer_pid}): not again")
+        return 0
+    status = run_status(run)  # as the run ended, after any client's exit record
+    os.sync()  # checkpoints and final/ were fsynced by the trainer; the rest (logs, events) now too
+    for step in steps_before_on_end(cfg, run, status.state):
+        log(f"before on_end: {step.name}: {shlex.join(step.argv)}")
+        code = subprocess.run(step.argv, stdin=subprocess.DEVNULL, cwd=run.path, check=False).returncode
+        if code != 0:
+            log(f"before on_end: {step.name} failed (exit {code}); on_end runs all the same")
+        os.sync()
+    return run_command(run, command, status.state, trainer_pid)
+
+
+def run_command(run: RunDir, command: str, run_status: str, trainer_pid: int) -> int:
+    """The end command through the shell, in the run directory, output on our stdout (backend.log)."""
+    log(f"on_end: the run {run_status}; running: {command}")
+    append_event(run, "end_command", state="started", command=command, run_status=run_status)
+    env = dict(
+        os.environ, COCKPIT_RUN_ID=run.run_id, COCKPIT_RUN_DIR=str(run.path), COCKPIT_RUN_STATUS=run_status
+    )
+    began = time.time()
+    try:
+        code = subprocess.run(
+            command, shell=True, stdin=subprocess.DEVNULL, cwd=run.path, env=env, check=False
+        ).returncode
+        error = None
+    except OSError as exc:  # no shell, no such directory
+        code, error = None, f"{exc.strerror or exc}"
+    took = round(time.time() - began, 2)
+    ok = code == 0
+    if ok:
+        log(f"on_end: done in {took} s (exit 0)")
+    else:
+        why = f"exit {code}" if error is None else error
+        log(f"on_end FAILED ({why}) after {took} s: {command}; the run directory is intact")
+    append_event(
+        run,
+        "end_command",
+        state="finished" if ok else "failed",
+        command=command,
+        run_status=run_status,
+        returncode=code,
+        error=error,
+        duration_s=took,
+        trainer_pid=trainer_pid,
+    )
+    return 0 if ok else 1
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or not argv[1].isdigit():
+        print(__doc__, file=sys.stderr)
+        return 2
+    os.umask(0o077)
+    return run_end(RunDir(Path(argv[0]).resolve()), int(argv[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,124 @@
+"""The idle alarm: a GPU idle while billed for `cost.idle_minutes` with no run training.
+
+The doctor's `idle_billed` rule (cockpit.doctor.rules) judges the telemetry: every GPU below 5%
+util for the window (`cost.idle_minutes`, 95% of it, so a stray sample is forgiven) while the run
+is paused, ended or absent. `IdleAlarm` acts on that finding once per idle spell: it returns the
+line to show (the view and the headless mode print it, with the terminal bell) and starts
+`cost.on_idle`, whose output goes to the run's backend.log. The alarm is re-armed once the
+finding goes (the GPU worked again).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cockpit.doctor.engine import Doctor
+
+IDLE_RULE = "idle_billed"
+BELL = "\a"
+
+# (command, log file) -> the started process, or the reason it could not start
+Starter = Callable[[str, Path | None], "subprocess.Popen | str"]
+
+
+@dataclass(frozen=True)
+class IdleSettings:
+    idle_minutes: float = 5.0
+    on_idle: str | None = None
+
+    def doctor(self) -> Doctor:
+        return Doctor(idle_window_s=self.idle_minutes * 60)
+
+
+def settings_of(config_path: Path) -> IdleSettings:
+    """The run's cost.idle_minutes and cost.on_idle; the defaults when its config cannot be read."""
+    from cockpit.config.load import load_config
+    from cockpit.config.schema import ConfigError
+
+    try:
+        cfg = load_config(config_path)
+    except (ConfigError, OSError):
+        return IdleSettings()
+    return IdleSettings(cfg.cost.idle_minutes, cfg.cost.on_idle)
+
+
+def start_command(command: str, log_path: Path | None) -> subprocess.Popen | str:
+    """`command` through the shell, detached, its output appended to `log_path` (or discarded)."""
+    try:
+        out = open(log_path, "ab") if log_path is not None else subprocess.DEVNULL  # noqa: SIM115
+    except OSError as exc:
+        return f"cannot open {log_path}: {exc.strerror or exc}"
+    try:
+        if log_path is not None:
+            stamp = time.strftime("%H:%M:%S")
+            out.write(f"[cockpit {stamp}] on_idle: running: {command}\n".encode())
+            out.flush()
+        return subprocess.Popen(
+            command,
+            shell=True,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=str(log_path.parent) if log_path is not None else None,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return f"{exc.strerror or exc}"
+    finally:
+        if log_path is not None:
+            out.close()
+
+
+class IdleAlarm:
+    """Once per idle spell: the alarm's line and cost.on_idle. Fed the doctor's findings."""
+
+    def __init__(
+        self, settings: IdleSettings, log_path: Path | None = None, starter: Starter = start_command
+    ) -> None:
+        self.settings = settings
+        self.log_path = log_path
+        self.starter = starter
+        self.sounding = False  # the idle finding holds and was acted on
+        self.spells = 0  # how many times the alarm went off
+        self.started: list[Any] = []  # the on_idle processes started
+
+    def update(self, findings: list) -> str | None:
+        """The alarm's line when the idle finding has just appeared, else None."""
+        finding = next((f for f in findings if getattr(f, "rule", None) == IDLE_RULE), None)
+        if finding is None:
+            self.sounding = False
+            return None
+        if self.sounding:
+            return None
+        self.sounding = True
+        self.spells += 1
+        text = f"IDLE ALARM: {finding.title}: {finding.evidence}"
+        command = self.settings.on_idle
+        if not command:
+            return f"{text}. Set cost.on_idle to act on it (e.g. 'sudo shutdown -h now')"
+        started = self.starter(command, self.log_path)
+        if isinstance(started, str):
+            return f"{text}. cost.on_idle could not start ({started}): {command}"
+        self.started.append(started)
+        where = "its output in backend.log" if self.log_path is not None else "its output discarded"
+        return f"{text}. Ran cost.on_idle (pid {started.pid}, {where}): {command}"
+
+    def wait(self, timeout_s: float = 5.0) -> None:
+        """Reap the commands started (tests; a client leaving waits for none)."""
+        for proc in self.started:
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def ring(out) -> None:
+    """The terminal bell, on a terminal only (a log file gets no control character)."""
+    if getattr(out, "isatty", lambda: False)():
+        out.write(BELL)
+        out.flush()

@@ -1,0 +1,176 @@
+"""What a run's end prints: how it ended, its figures, where its adapter is and what to do next.
+
+Pure: a run's folded `RunState` and what its directory holds in, a `RunSummary` and its lines
+out. The headless mode prints the lines when the run ends; the run view shows them in its
+summary panel; `cockpit runs` takes its columns from the same figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cockpit import fmt
+from cockpit.live.state import RunState
+from cockpit.protocol.wire import number
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    status: str  # finished | stopped | failed (or running, for a run not ended yet)
+    reason: str | None  # stopped: request | budget
+    step: int
+    total_steps: int | None
+    train_loss: float | None  # the last logged training loss
+    mean_train_loss: float | None  # the trainer's mean over the run (its `done` event)
+    eval_loss: float | None  # the last evaluation's loss; None without evaluation
+    billed_s: float
+    cost_usd: float | None
+    price_per_hour: float | None
+    max_usd: float | None
+    adapter: str | None  # the folder with the trained weights: final/, else the newest checkpoint
+    adapter_is_final: bool
+    adapter_was_saved: bool  # the trainer said it wrote final/ (its `done` event)
+    error: str | None  # failed: kind and message
+    next_commands: list[str] = field(default_factory=list)
+    on_end: str | None = None  # the end command, as configured
+    on_end_state: str | None = None  # started | finished | failed (its event), None before
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def last_eval_loss(state: RunState) -> float | None:
+    """The newest evaluation loss (`eval` events); None for a run without an eval split."""
+    return state.eval_loss
+
+
+def summarize(
+    state: RunState, run_path: Path, checkpoints: list[Path], on_end: str | None = None
+) -> RunSummary:
+    """`checkpoints`: the run's complete checkpoints, oldest first (RunDir.complete_checkpoints)."""
+    outcome = state.outcome or {}
+    final = run_path / "final"
+    if state.status == "finished" and final.is_dir():
+        adapter, is_final = str(final), True
+    elif checkpoints:
+        adapter, is_final = str(checkpoints[-1]), False
+    else:
+        adapter, is_final = None, False
+    error = None
+    if state.status == "failed":
+        if state.error:
+            error = f"{state.error.get('kind')}: {state.error.get('message', '')}"
+        else:
+            error = str(outcome.get("reason") or "the trainer ended without a final event")
+    reason = outcome.get("reason") if state.status == "stopped" else None
+    ended_command = state.end_command or {}
+    return RunSummary(
+        run_id=run_path.name,
+        status=state.status,
+        reason=reason if isinstance(reason, str) else None,
+        step=state.step,
+        total_steps=state.total_steps,
+        train_loss=state.loss,
+        mean_train_loss=number(outcome.get("train_loss")),
+        eval_loss=last_eval_loss(state),
+        billed_s=state.billed_s(),
+        cost_usd=state.cost_so_far(),
+        price_per_hour=state.price_per_hour,
+        max_usd=state.max_usd,
+        adapter=adapter,
+        adapter_is_final=is_final,
+        adapter_was_saved=bool(outcome.get("output")),
+        error=error,
+        next_commands=next_commands(run_path.name, state, adapter, is_final, checkpoints, reason),
+        on_end=on_end,
+        on_end_state=ended_command.get("state"),
+    )
+
+
+def next_commands(
+    run_id: str,
+    state: RunState,
+    adapter: str | None,
+    is_final: bool,
+    checkpoints: list[Path],
+    reason: str | None,
+) -> list[str]:
+    """The commands that go on from here, naming the run as `cockpit runs` does (its folder)."""
+    out = []
+    if state.status in ("stopped", "failed") and checkpoints:
+        budget = " --max-usd N" if reason == "budget" else ""
+        out.append(f"cockpit restart {run_id}{budget}")
+    if adapter is not None:
+        which = "" if is_final else f" --checkpoint {_step_of(adapter)}"
+        out += [f"cockpit chat {run_id}{which}", f"cockpit export {run_id}{which}"]
+    elif state.status == "failed":
+        out.append(f"cockpit restart {run_id}")
+    return out
+
+
+def _step_of(checkpoint: str) -> str:
+    return checkpoint.rsplit("-", 1)[-1]
+
+
+def summary_lines(s: RunSummary) -> list[str]:
+    """The summary: a few lines of at most ~80 columns each (a path may run longer), one next
+    command a line."""
+    how = {"budget": "stopped at the budget", "request": "stopped by request"}.get(s.reason or "", s.status)
+    if s.reason == "budget" and s.max_usd is not None:
+        how += f" ({fmt.money(s.max_usd)})"
+    first = f"{how}: step {s.step}/{s.total_steps or '?'} in {fmt.duration(s.billed_s)}"
+    if s.cost_usd is not None:
+        first += f", {fmt.money(s.cost_usd)} at {fmt.money(s.price_per_hour)}/h"
+        if s.max_usd is not None and s.reason != "budget":
+            first += f" (budget {fmt.money(s.max_usd)})"
+    lines = [first]
+    loss = f"train loss {fmt.loss(s.train_loss)}"
+    if s.mean_train_loss is not None:
+        loss += f" (last logged; run mean {fmt.loss(s.mean_train_loss)})"
+    loss += f", eval loss {fmt.loss(s.eval_loss)}" if s.eval_loss is not None else ", no eval"
+    lines.append(loss)
+    if s.error:
+        lines.append(f"error: {s.error[:200]}")
+    if s.adapter is None and s.status == "finished" and s.adapter_was_saved:
+        lines.append("adapter: its final/ folder is no longer on disk (deleted since)")
+    elif s.adapter is None:
+        lines.append("adapter: none saved (no complete checkpoint)")
+    elif s.adapter_is_final:
+        lines.append(f"adapter: {s.adapter}")
+    else:
+        lines.append(f"adapter (newest checkpoint): {s.adapter}")
+    for i, command in enumerate(s.next_commands):
+        lines.append(("next: " if i == 0 else "      ") + command)
+    if s.on_end:
+        state = {
+            None: "runs once the trainer's processes are gone; output in backend.log",
+            "started": "running; output in backend.log",
+            "finished": "done (exit 0)",
+            "failed": "FAILED, see backend.log; the run directory is intact",
+        }.get(s.on_end_state, s.on_end_state)
+        lines.append(f"on_end: {s.on_end}: {state}")
+    return lines
+
+
+def configured_on_end(run) -> str | None:
+    """The run's cost.on_end, or None (none set, or a config that cannot be read)."""
+    from cockpit.config.load import load_config
+    from cockpit.config.schema import ConfigError
+
+    try:
+        return load_config(run.config_path).cost.on_end
+    except (ConfigError, OSError):
+        return None
+
+
+def run_summary(run, state: RunState) -> RunSummary:
+    """The summary of `run` (a cockpit.run.rundir.RunDir) as `state` tells it."""
+    return summarize(state, run.path, run.complete_checkpoints(), configured_on_end(run))
+
+
+def run_summary_lines(run, state: RunState) -> list[str]:
+    return summary_lines(run_summary(run, state))
