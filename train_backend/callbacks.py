@@ -13,6 +13,7 @@ from cockpit.protocol.wire import Fault
 from train_backend import oom_watch
 from train_backend.channel import Emitter
 from train_backend.oom_watch import injected_oom_message
+from train_backend.step_meter import StepMeter
 
 
 class Controls:
@@ -81,7 +82,7 @@ def memory_fields() -> dict:
     return {"rss_bytes": psutil.Process().memory_info().rss}
 
 
-def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
+def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig, meter: StepMeter | None = None):
     import torch
     from transformers import TrainerCallback
 
@@ -98,6 +99,8 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
         def on_train_begin(self, args, state, control, **kw):
             self.train_start = time.time()
             self.window_start = (time.time(), 0, state.global_step)
+            if meter is not None:
+                meter.reset()
             controls.training = True
             emitter.emit(
                 "train_begin",
@@ -148,6 +151,8 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
             # the pause is not training time: restart the throughput window
             self.window_start = (time.time(), self.tokens_seen, state.global_step)
             self.step_ends.clear()
+            if meter is not None:
+                meter.reset()
             emitter.emit("resumed", step=state.global_step, paused_s=round(time.time() - began, 2))
 
         def on_log(self, args, state, control, logs=None, **kw):
@@ -180,6 +185,7 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig):
                 else round(dt / max(steps, 1), 4),
                 elapsed_s=round(now - self.train_start - self.paused_s, 2),
                 **memory_fields(),
+                **(meter.window(dt, steps) if meter is not None else {}),
             )
             self.window_start = (now, tokens, state.global_step)
             self.step_ends = self.step_ends[-1:]

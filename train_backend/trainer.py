@@ -14,7 +14,7 @@ from cockpit.config.schema import TrainConfig
 from cockpit.run import rundir
 from train_backend import data as data_mod
 from train_backend import model as model_mod
-from train_backend import oom_watch
+from train_backend import oom_watch, step_meter
 from train_backend import speed_setup as fast
 from train_backend.callbacks import Controls, make_callback, memory_fields
 from train_backend.channel import CommandListener, Emitter
@@ -187,14 +187,17 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         args = build_sft_config(cfg, run, precision, device.kind, fast.sft_kwargs(plan, data_kwargs))
         if world is not None:
             args = world.adapt_sft_config(args, cfg)
-        trainer_cls = fast.trainer_class(plan, make_trainer_class(emitter, run, cfg))
+        meter = step_meter.StepMeter()  # the data wait and tokens per micro-batch, for the doctor
+        trainer_cls = step_meter.metered(
+            fast.trainer_class(plan, make_trainer_class(emitter, run, cfg)), meter
+        )
         trainer = trainer_cls(
             model=model,
             args=args,
             train_dataset=train_data,
             processing_class=tokenizer,
             peft_config=peft_config,
-            callbacks=[make_callback(emitter, controls, cfg)],
+            callbacks=[make_callback(emitter, controls, cfg, meter)],
         )
         fast.finish_trainer(plan, trainer, tokenizer, cache if owner else None)
         data_mod.burn_cpu_in_collator(trainer, cfg.debug.collate_cpu_ms)
