@@ -57,6 +57,10 @@ def cmd_estimate(args) -> int:
     for part in result.parts:
         print(f"  {part.label:<36} {part.bytes / est.GIB:8.2f} GiB   {part.note}")
     print(f"  {'peak device memory (as nvidia-smi)':<36} {result.peak_gib:8.2f} GiB")
+    for band in getattr(result, "unsure", ()):
+        print(f"  {'  band top: + ' + band.key:<36} {band.bytes / est.GIB:8.2f} GiB   {band.note}")
+    if getattr(result, "unsure", ()):
+        print(f"  {'peak, top of the band':<36} {result.high_gib:8.2f} GiB   'fits' counts this")
     print(f"  {'peak while loading':<36} {result.load_peak_bytes / est.GIB:8.2f} GiB")
     if fits is not None:
         words = {

@@ -214,7 +214,7 @@ class PickerScreen(Screen[None]):
             return
         est = ev.table.estimate
         first = (
-            f"peak {est.peak_bytes / GIB:.1f} GiB on any card "
+            f"peak {est.band_text()} on any card{' (a band: see a breakdown)' if est.unsure else ''} "
             f"({est.load_peak_bytes / GIB:.1f} while loading) · "
             f"run: {ev.table.size.describe(ev.table.workload)}"
         )
@@ -277,7 +277,7 @@ class PickerScreen(Screen[None]):
             panel.border_title = f"one GPU of {row.name}, {how}: {share}"
         else:
             panel.border_title = f"one GPU of {row.name}, {how}: a whole replica + gradient buckets"
-        panel.show(estimate.parts, int(row.card.vram_gib * GIB), estimate.load_peak_bytes)
+        panel.show(estimate.parts, int(row.card.vram_gib * GIB), estimate.load_peak_bytes, estimate.unsure)
 
     # ------------------------------------------------------------ keys
 
