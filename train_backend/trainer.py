@@ -13,8 +13,8 @@ from cockpit.config.load import load_config
 from cockpit.config.schema import TrainConfig
 from cockpit.run import rundir
 from train_backend import data as data_mod
+from train_backend import emulated_card, oom_watch, step_meter
 from train_backend import model as model_mod
-from train_backend import oom_watch, step_meter
 from train_backend import speed_setup as fast
 from train_backend.callbacks import Controls, make_callback, memory_fields
 from train_backend.channel import CommandListener, Emitter
@@ -122,6 +122,10 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         model_mod.check_device_fits_method(cfg, device)
         precision = model_mod.choose_precision(cfg, device)
         tracker.emulation = oom_watch.emulate_vram(cfg, device.kind)
+        card = None  # the emulated card, held to its size as nvidia-smi counts the whole process
+        if tracker.emulation is not None and tracker.emulation["applied"]:
+            card = emulated_card.start(tracker.emulation["limit_bytes"])
+            tracker.emulation["whole_process"] = card is not None
         resume = run.complete_checkpoints()
         staging = run.checkpoints_dir / rundir.STAGING_NAME
         if staging.exists():
@@ -202,6 +206,9 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         fast.finish_trainer(plan, trainer, tokenizer, cache if owner else None)
         data_mod.burn_cpu_in_collator(trainer, cfg.debug.collate_cpu_ms)
         tracker.watch(trainer)
+        if card is not None:
+            card.watch(trainer)
+            card.check()  # the weights and the context alone may already be over it
         oom_watch.keep_optimizer_compatible(trainer, resume[-1] if resume else None, cfg, emitter)
         total, trainable = model_mod.parameter_counts(trainer.model)
         emitter.emit(
