@@ -194,7 +194,7 @@ def test_text_table_shows_the_rows_under_their_card(catalog, llama7b):
     table = card_table(full_7b(llama7b), catalog, parse_dataset("10M"), None, TODAY, gpu_counts=(1, 4))
     text = table_text(table)
     lines = text.splitlines()
-    assert all(len(line) <= 100 for line in lines)
+    assert all(len(line) <= 80 for line in lines)
     a100 = next(i for i, line in enumerate(lines) if line.startswith("   A100 80GB SXM"))
     assert lines[a100 + 1].startswith("     x4 FSDP") and "$5.86 x4" in lines[a100 + 1]
     assert "NOT calibrated on a measured multi-GPU" in " ".join(text.split())

@@ -15,9 +15,9 @@ from cockpit.run import disk_guard as checkpoint_space
 from cockpit.run import rundir
 
 pytestmark = pytest.mark.slow
-# synthetic:tiny with the test config's LoRA writes checkpoints of about 1.9 MiB: the first one's
-# estimate fits in this, and what is left after it cannot hold a second (it allows about -25% .. +40%)
-FREE_BYTES = checkpoint_space.SPACE_RESERVE_BYTES + 3_000_000
+# synthetic:tiny with the test config's LoRA writes checkpoints of about 1.9 MiB (their reserve is the
+# smallest one): the first one's estimate fits in this, and what is left after it cannot hold a second
+FREE_BYTES = checkpoint_space.MIN_RESERVE_BYTES + 3_000_000
 
 
 def test_a_checkpoint_that_cannot_fit_is_never_started(tmp_path, env):
@@ -37,7 +37,7 @@ def test_a_checkpoint_that_cannot_fit_is_never_started(tmp_path, env):
     # the numbers: checkpoint-2 as measured, the margin and the reserve, against the aid's free bytes
     first = run / "checkpoints" / "checkpoint-2"
     size = checkpoint_space.folder_bytes(first)
-    needed = math.ceil(size * (1 + checkpoint_space.SPACE_MARGIN)) + checkpoint_space.SPACE_RESERVE_BYTES
+    needed = math.ceil(size * (1 + checkpoint_space.SPACE_MARGIN)) + checkpoint_space.reserve_bytes(size)
     free = FREE_BYTES - checkpoint_space.folder_bytes(run / "checkpoints")
     expected = checkpoint_space.check_space(
         4, checkpoint_space.measured_checkpoint(first), free, run / "checkpoints"

@@ -212,6 +212,18 @@ def test_estimate_cli(capsys):
     assert "not linear layers" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("extra", [[], ["--inference"], ["--vram", "23.6"]])
+def test_estimate_text_fits_80_columns_without_cutting_words(capsys, extra):
+    from cockpit.cli.main import main
+
+    assert main(["estimate", "--model", "synthetic:llama-2-7b", *extra]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    words = out.split()
+    assert "double-quantised" in words or "--inference" in extra
+    assert "4-" not in words and "dou" not in words
+
+
 def test_a_model_under_a_billion_params_is_counted_in_millions(capsys):
     from cockpit import fmt
     from cockpit.cli.main import main

@@ -10,6 +10,7 @@ import time
 
 import pytest
 from conftest import ROOT
+from support.pilot import screen_text
 
 from cockpit.live.replay import ReplaySession
 from cockpit.run.rundir import RunDir
@@ -45,7 +46,7 @@ async def test_the_example_opens_in_the_replay_view(example):
             assert time.monotonic() < deadline, "the example did not play to its end"
             await pilot.pause(0.05)
         await pilot.pause()
-        text = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+        text = screen_text(app)
         await pilot.press("q")
     assert "REPLAY max speed" in text and " finished " in text
     assert "as recorded" in text and "GPU0" in text  # the GPU as the recorder saw it

@@ -80,9 +80,9 @@ def test_exit_codes_follow_the_ending(tmp_path):
 def test_status_line_shows_cost_only_with_a_price():
     state = RunState()
     state.apply({"v": 1, "type": "hello", "ts": 100.0, "pid": 1, "price_per_hour": 3.6})
-    state.apply(
-        {"v": 1, "type": "log", "ts": 200.0, "step": 5, "total_steps": 10, "loss": 1.0, "step_time_s": 10.0}
-    )
+    for step in (3, 4, 5):  # three timed steps: an ETA
+        log = {"v": 1, "type": "log", "ts": 180.0 + 10 * (step - 3), "step": step, "total_steps": 10}
+        state.apply({**log, "loss": 1.0, "step_time_s": 10.0})
     line = status_line(state, 200.0)
     assert "cost $0.10" in line and "ETA 0:00:50" in line  # 100 s at $3.6/h; 5 steps x 10 s left
     assert "(of ~$0.15)" in line
@@ -131,3 +131,17 @@ def test_ctrl_c_on_a_replay_does_not_say_training_goes_on(tmp_path):
     out = io.StringIO()
     assert follow(session, out=out) == EXIT_DETACHED
     assert "left the recording of" in out.getvalue() and "training goes on" not in out.getvalue()
+
+
+def test_the_eta_is_estimating_until_three_steps_are_timed_then_the_median_of_recent_ones():
+    state = RunState()
+    state.apply({"v": 1, "type": "hello", "ts": 0.0, "pid": 1, "price_per_hour": 3.6})
+    log = {"v": 1, "type": "log", "total_steps": 100, "loss": 1.0}
+    state.apply({**log, "ts": 10.0, "step": 1, "step_time_s": 10.0})
+    line = status_line(state, 10.0)
+    assert "ETA estimating" in line and "(of ~" not in line  # no projection equal to the cost so far
+    assert state.cost_projected(10.0) is None
+    for step, seconds in ((2, 1.0), (3, 1.0), (4, 1.0), (5, 30.0), (6, 1.0)):  # one slow step under load
+        state.apply({**log, "ts": 10.0 + step, "step": step, "step_time_s": seconds})
+    assert state.eta_s() == 94 * 1.0  # the median: the 30 s step does not swing it
+    assert "ETA 0:01:34" in status_line(state, 16.0)

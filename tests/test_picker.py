@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.pilot import screen_text as rendered_text
 
 from cockpit.config import load as config_load
-from cockpit.fmt import GIB
 from cockpit.models import shape as modelshape
 from cockpit.plan.catalog import load_catalog
 from screens.picker.app import PickerApp
@@ -42,7 +42,7 @@ def make_app(tmp_path: Path, overrides=ARTICLE_13B, **kw) -> PickerApp:
 
 def screen_text(app: PickerApp) -> str:
     """What the terminal shows, with runs of spaces and line ends as one space (messages wrap)."""
-    return " ".join(" ".join(strip.text for strip in app.screen._compositor.render_strips()).split())
+    return " ".join(rendered_text(app).split())
 
 
 def notices(app: PickerApp) -> str:
@@ -90,7 +90,7 @@ async def test_editing_an_input_refills_the_table(tmp_path):
         await type_into(pilot, "seq", "2048")
         longer = table_of(app)
         assert longer.workload.seq_len == 2048 and longer.estimate.peak_bytes > after.estimate.peak_bytes
-        peak = f"peak {longer.estimate.peak_bytes / GIB:.1f} GiB on any card"
+        peak = f"peak {longer.estimate.band_text()} on any card"  # a band past 4096 tokens per micro-batch
         assert peak in screen_text(app)
 
         await set_field(pilot, "dataset", "20M")
@@ -264,11 +264,11 @@ async def test_keyboard_alone_at_80x24(tmp_path):
         assert isinstance(app.focused, CardTableView)
 
 
-async def test_written_config_leaves_untouched_speed_keys_to_speed_auto(tmp_path):
+async def test_written_config_sets_every_speed_key_the_estimate_assumed(tmp_path):
     app = make_app(tmp_path, ["model.name=synthetic:llama-2-7b"])
     async with app.run_test(size=(100, 32), notifications=True) as pilot:
         await pilot.pause()
-        await set_field(pilot, "batch", "2")  # set in the form: pinned; checkpointing untouched: not
+        await set_field(pilot, "batch", "2")  # set in the form; checkpointing and accumulation untouched
         await set_field(pilot, "epochs", "3")
         await pilot.press("escape", "enter")  # L4 fits the 7B recipe as given
         await pilot.pause()
@@ -277,9 +277,15 @@ async def test_written_config_leaves_untouched_speed_keys_to_speed_auto(tmp_path
     (path,) = app.written
     written = yaml.safe_load(path.read_text())
     assert written["training"]["micro_batch_size"] == 2 and written["training"]["epochs"] == 3.0
-    assert "gradient_checkpointing" not in written["training"]
+    assert written["training"]["gradient_checkpointing"] is True  # the estimate assumed it on
+    assert written["training"]["gradient_accumulation_steps"] == 4
     cfg = config_load.load_config(path)
-    assert cfg.speed.keep == ["training.micro_batch_size"]
+    assert set(cfg.speed.keep) == {
+        "training.micro_batch_size",
+        "training.gradient_checkpointing",
+        "training.gradient_accumulation_steps",
+    }
+    assert "set as the estimate assumed them" in path.read_text()
 
 
 def test_cockpit_pick_starts_the_app_and_repeats_what_it_wrote(tmp_path, monkeypatch, capsys):

@@ -34,7 +34,7 @@ async def test_a_pasted_path_with_a_nul_byte_is_refused_not_a_crash(tmp_path):
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(app.screen, SaveConfig)
-        footer = app.screen._compositor.render_strips()[-1].text  # the dialog's keys, not the picker's
+        footer = screen_text(app).splitlines()[-1]  # the dialog's keys, not the picker's
         assert "Cancel" in footer and "Breakdown" not in footer
         app.screen.query_one(Input).value = "run\0.yaml"
         await pilot.press("enter")
@@ -70,3 +70,29 @@ async def test_a_hub_config_cached_half_written_is_fetched_again_not_a_crash(tmp
         await pilot.pause()
         assert app.is_running
         assert "org/model: could not fetch config.json" in screen_text(app)
+
+
+async def test_a_max_length_past_the_models_context_is_warned_and_rows_agree_with_the_detail(tmp_path):
+    from test_picker import set_field, table_of
+
+    from cockpit.models.memory import GIB
+    from cockpit.plan.cards_text import row_cells
+    from widgets.card_table import CardTableView
+
+    app = make_app(tmp_path, ["model.name=synthetic:llama-2-7b"])
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.pause()
+        await set_field(pilot, "seq", "100000")
+        assert "longer than synthetic:llama-2-7b's context" in " ".join(screen_text(app).split())
+        table = table_of(app)
+        view = app.screen.query_one(CardTableView)
+        changed = next(r for r in table.rows if r.shown_workload_is_changed)
+        view.move_cursor(row=list(table.rows).index(changed))
+        await pilot.pause()
+        detail = str(app.screen.query_one("#detail").render())
+        peak = f"{changed.fit.change.peak_bytes / GIB:.1f} GiB"
+        assert peak in detail  # the detail's peak with the change ...
+        cells = row_cells(changed, table.today)  # ... is the row's peak, and its free memory agrees
+        assert cells["peak"] == f"{changed.fit.change.peak_bytes / GIB:.0f}G" or cells["peak"][:-1] in peak
+        free_gib = changed.card.vram_gib - changed.fit.change.peak_bytes / GIB
+        assert cells["free"].startswith("+") and abs(float(cells["free"][:-1]) - free_gib) < 0.6

@@ -124,3 +124,15 @@ def test_cockpit_pick_multi_starts_with_the_rows_shown(tmp_path, monkeypatch):
     assert started == {"multi": True}
     assert main(["pick", "--model", "synthetic:llama-2-7b"]) == 0
     assert started == {"multi": False}
+
+
+async def test_g_keeps_the_cursor_on_its_card(tmp_path):
+    app = make_app(tmp_path, ["model.name=synthetic:llama-2-7b"])
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.pause()
+        await to_row(pilot, "rtx-4090")
+        for key in ("g", "g"):  # rows of 2/4/8 GPUs shown, then hidden again
+            await pilot.press(key)
+            await pilot.pause()
+            assert app.screen.query_one(CardTableView).selected_row.key == "rtx-4090"
+            assert "RTX 4090: fits" in str(app.screen.query_one("#detail").render())

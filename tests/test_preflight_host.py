@@ -60,6 +60,16 @@ def test_ram_vs_vram_pass_warn_fail_skip():
     assert h.check_ram_vs_vram(None, _facts(64)).status == "skip"
 
 
+def test_ram_on_a_big_card_is_judged_by_a_floor_not_4x_its_memory():
+    h200 = int(140.4 * GIB)
+    fine = h.check_ram_vs_vram(h200, _facts(126))  # the H200 box of issue 16: 0.9x its VRAM
+    assert fine.status == "pass" and "advice only" in fine.threshold and "24 GB cards" in fine.threshold
+    assert fine.evidence["rule_applies"] is False
+    small = h.check_ram_vs_vram(h200, _facts(32))
+    assert small.status == "warn" and ">= 64 GiB" in small.fix
+    assert h.check_ram_vs_vram(48 * GIB, _facts(96)).status == "warn"  # the rule still holds at 48 GB
+
+
 def test_ram_for_7b_fp16_model():
     model = 13 * GIB
     fail = h.check_ram_for_model(model, _facts(16))

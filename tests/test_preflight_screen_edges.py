@@ -4,6 +4,7 @@ export path that cannot be a file name."""
 from __future__ import annotations
 
 from preflight_fakes import machine
+from support.pilot import screen_text
 from test_preflight_screen import app_for, finished, notes, rows, until
 from textual.widgets import Input
 
@@ -16,7 +17,7 @@ async def test_a_pasted_export_path_with_a_nul_byte_is_refused_not_a_crash(tmp_p
         await finished(pilot)
         await pilot.press("e")
         await until(pilot, lambda: isinstance(app.screen, ExportReport), "the export prompt")
-        footer = app.screen._compositor.render_strips()[-1].text  # the dialog's keys, not the list's
+        footer = screen_text(app).splitlines()[-1]  # the dialog's keys, not the list's
         assert "Cancel" in footer and "Re-run" not in footer
         app.screen.query_one(Input).value = "report\0.json"
         await pilot.press("enter")

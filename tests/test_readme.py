@@ -23,3 +23,102 @@ def test_ci_runs_exactly_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert tests in ci
     assert "cockpit demo" in setup
+
+
+# ---------------------------------------------------------------- the figures against their records
+
+RESULTS = ROOT / "bench" / "results"
+
+
+def _json(path):
+    import json
+
+    return json.loads(path.read_text())
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+FLAT = _flat(README)
+
+
+def test_fast_by_default_figures_are_the_benchs():
+    summary = _json(RESULTS / "2026-11-30-fast-vs-seed-h200.json")["summary"]
+    assert f"{summary['mixed']['ratio_tokens_per_s']:.2f}x the real tokens/s on ragged data" in FLAT
+    assert f"{summary['fixed']['ratio_tokens_per_s']:.2f}x on rows of exactly 512 tokens" in FLAT
+    peak = max(summary["mixed"]["max_device_used_gib"], summary["fixed"]["max_device_used_gib"])
+    assert f"at {peak:.1f} GiB (fits a 24 GB card)" in FLAT
+
+
+def test_speed_off_is_parity_within_the_spread_not_a_speed_up():
+    spine = _json(RESULTS / "2026-11-30-spine-vs-seed-fixed-h200.json")
+    seed = [r["tokens_per_s"] for r in spine["seed"]]
+    ours = [r["tokens_per_s"] for r in spine["cockpit"]]
+    ratio = (sum(ours) / len(ours)) / (sum(seed) / len(seed))
+    drift = max(seed) / min(seed) - 1
+    assert ratio - 1 < drift  # the gap is smaller than the reference's own spread
+    assert f"({ratio:.2f}x its tokens/s" in FLAT and f"moved {drift:.0%} between its two runs" in FLAT
+    assert "parity within their spread" in FLAT
+    (used,) = {r["device_used_gib"] for r in spine["seed"] + spine["cockpit"]}
+    assert f"same device memory ({used:.2f} GiB)" in FLAT
+
+
+def test_the_oom_scenarios_are_told_as_they_ran():
+    scenarios = _json(RESULTS / "2026-11-30-oom-scenarios-h200.json")["scenarios"]
+    caught = [s for s in scenarios if s["oom"]["caught"]]
+    fixed = [s for s in caught if s["relaunch"]["finished"] and s["relaunch"]["trainers"] == 2]
+    words = {1: "one", 2: "two", 3: "three", 4: "four"}
+    assert f"{words[len(fixed)]} real OOMs" in FLAT and len(fixed) == len(caught)
+    cards = sorted({s["card_gib"] for s in caught}, reverse=True)
+    assert f"OOMs on emulated {' and '.join(str(c) for c in cards)} GiB cards" in FLAT
+    for missed in (s for s in scenarios if not s["oom"]["caught"]):
+        assert f"emulated {missed['card_gib']} GiB card did not run out" in FLAT
+        assert f"({missed['oom']['nvml_peak_gib']:.1f} GiB peak by NVML)" in FLAT
+
+
+def test_the_preflight_on_h200s_is_the_reports():
+    report = _json(ROOT / "docs" / "preflight-2026-11-30-h200x2.json")
+    assert f"2 x H200: {report['meta']['duration_s']:.1f} s" in FLAT
+    gpu = [c for c in report["results"] if c["group"] == "gpu"]
+    assert gpu and all(c["status"] == "pass" for c in gpu) and "every GPU check passed" in FLAT
+    assert "still to come" not in FLAT and "recorded probe answers" not in FLAT
+
+
+def test_the_demo_loss_claim_is_what_the_test_asks_and_the_fixture_shows():
+    import json
+
+    demo_test = (ROOT / "tests" / "test_demo.py").read_text()
+    assert "1 - losses[-1] / losses[0] >= 0.30" in demo_test and "the test asks for 30%" in FLAT
+    events = [
+        json.loads(line) for line in (ROOT / "tests/fixtures/demo_run_events.jsonl").read_text().splitlines()
+    ]
+    losses = [e["loss"] for e in events if e["type"] == "log" and "loss" in e]
+    steps = max(e["step"] for e in events if e["type"] == "log")
+    assert f"fell {1 - losses[-1] / losses[0]:.0%} in its {steps} steps" in FLAT
+    assert "more than half" not in FLAT
+
+
+def test_the_live_views_cpu_figures_are_the_benchs_quiet_and_loaded():
+    means = {}
+    for path in RESULTS.glob("*ui-overhead-cpu-*.json"):
+        data = _json(path)
+        if "tui_core_share_mean" in data:
+            means[path.name] = data["tui_core_share_mean"]
+    quiet = sorted(v for v in means.values() if v < 0.03)
+    loaded = sorted(v for v in means.values() if v >= 0.03)
+    assert f"{quiet[0]:.1%} and {quiet[-1]:.1%} of a core (means) when the 2-core machine was quiet" in FLAT
+    assert f"{100 * loaded[0]:.1f}-{loaded[-1]:.1%} when it was loaded" in FLAT
+    assert "2.5-2.9%" not in FLAT
+
+
+def test_the_two_gpu_speed_is_the_benchs():
+    runs = _json(RESULTS / "2026-11-30-multi-gpu-h200x2.json")["runs"]
+    (ddp,) = [r for r in runs if r["name"] == "qlora-2gpu-ddp"]
+    assert ddp["returncode"] == 0 and f"trained at {ddp['tokens_per_s']} tokens/s" in FLAT
+
+
+def test_the_estimators_figures_are_docs_estimator():
+    estimator = _flat((ROOT / "docs" / "estimator.md").read_text())
+    assert "in-sample: median 11.9%" in estimator and "speed model: median 11.9%, 16 of 18" in FLAT
+    assert "18 configurations: median error 11.9%, 16 of 18 within 25%" in estimator

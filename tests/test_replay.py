@@ -256,3 +256,36 @@ def test_a_headless_replay_never_imports_textual(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "done: finished at step 88" in out.stdout
+
+
+async def test_a_replay_has_speed_and_skip_keys_and_no_commands_in_its_footer(tmp_path):
+    from support.pilot import FIXTURE, RUN_ID, running, screen_text, shown, wait_for
+
+    from screens.run.app import CockpitApp
+
+    path = tmp_path / RUN_ID
+    path.mkdir()
+    shutil.copy(FIXTURE, path / "events.jsonl")
+    clock = [0.0]
+    session = ReplaySession(RunDir(path), speed=1, clock=lambda: clock[0])
+    app = CockpitApp(session, watch=session.watch, poll_interval_s=0.02)
+    async with running(app) as pilot:
+        await shown(pilot, app)
+        footer = screen_text(app).splitlines()[-1]
+        assert "- Slower" in footer and "+ Faster" in footer and "] +1 min" in footer
+        assert "Save" not in footer and "Pause" not in footer and "Stop" not in footer
+        await pilot.press("s")  # not offered, and says why when pressed
+        await pilot.pause()
+        assert "this is a replay of a recorded run" in screen_text(app)
+        clock[0] = 2.0
+        assert session.position_s() == 2.0
+        await pilot.press("plus", "plus")
+        assert session.speed == 4 and session.position_s() == 2.0  # faster from where it was
+        clock[0] = 3.0
+        assert session.position_s() == 6.0
+        await pilot.press("minus")
+        assert session.speed == 2 and session.position_s() == 6.0
+        await pilot.press("right_square_bracket")  # a minute ahead: past the end of this recording
+        assert session.position_s() == 66.0
+        await wait_for(pilot, lambda: app.run_view.status == "finished")
+        assert "] +1 min" not in screen_text(app).splitlines()[-1]  # played out: nothing to skip

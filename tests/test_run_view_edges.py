@@ -27,7 +27,7 @@ async def test_a_loss_gone_nan_is_shown_without_a_made_up_change_or_an_empty_plo
     async with app.run_test(size=(80, 24)) as pilot:
         await shown(pilot, app)
         text = screen_text(app)
-        assert "loss          nan " in text and "nan%" not in text
+        assert "step loss     nan " in text and "nan%" not in text
         assert "no finite loss yet: every logged" in text and "no loss logged yet" not in text
 
 
@@ -53,7 +53,7 @@ async def test_a_modal_footer_names_the_modal_s_keys_not_those_under_it(tmp_path
     async with app.run_test(size=(80, 24)) as pilot:
         await shown(pilot, app)
         assert isinstance(app.screen, PreflightNotice)
-        assert "Go on" in footer_line(app) and "Save checkpoint" not in footer_line(app)
+        assert "Go on" in footer_line(app) and "s Save" not in footer_line(app)
         assert "Enter or Esc: back to the run" in screen_text(app)  # a long list leaves it on screen
         await pilot.press("enter")
         await pilot.pause()
@@ -61,7 +61,7 @@ async def test_a_modal_footer_names_the_modal_s_keys_not_those_under_it(tmp_path
         await pilot.pause()
         assert isinstance(app.screen, Confirm)
         assert "y Yes" in footer_line(app) and "n No" in footer_line(app)
-        assert "Save checkpoint" not in footer_line(app)
+        assert "s Save" not in footer_line(app)
         await pilot.press("n")
     assert session.sent == []
 

@@ -144,3 +144,15 @@ def test_the_trainers_end_is_recorded_when_the_disk_takes_it(home):
     assert record_exit(run, 3) == []
     last = json.loads(run.events_path.read_bytes().splitlines()[-1])
     assert last["type"] == "exit" and last["returncode"] == 3
+
+
+def test_runs_cli_fits_80_columns_with_a_long_reason(home, capsys):
+    from cockpit.cli.main import main
+
+    reason = "method: qlora needs a CUDA GPU (bitsandbytes 4/8-bit kernels) and none is visible here. " * 2
+    error = encode("error", kind="config", message=reason, hint="use method: lora")
+    make_run([encode("hello", pid=1), error], {"pid": dead_pid()})
+    assert main(["runs"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80 and "failed" in out
+    assert "none is visible" in " ".join(out.split())  # wrapped, not cut

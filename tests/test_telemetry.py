@@ -6,6 +6,7 @@ driver; on a GPU machine it reads the real cards.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -24,11 +25,12 @@ from conftest import ROOT
 from support.nvml_fake import FakeGpu, FakeNvml, gone_pid
 
 from cockpit.fmt import GIB
+from cockpit.telemetry import host as host_module
 from cockpit.telemetry import nvml as nvml_source
 from cockpit.telemetry import watchdog
 from cockpit.telemetry.gpu import GPU_LOST_TEXT, GpuSample
 from cockpit.telemetry.history import TelemetryRecorder, read_history
-from cockpit.telemetry.host import HostCounters, ProcessTree
+from cockpit.telemetry.host import HostCounters, ProcessTree, descendants
 from cockpit.telemetry.nvml import NVML_FIELDS, NVML_SLOW_FIELDS, PynvmlSource, throttle_names
 from cockpit.telemetry.sampler import BackgroundSampler, Sampler
 
@@ -439,13 +441,13 @@ BURN_CPU_30_S = "import time\nend = time.time() + 30\nwhile time.time() < end: p
 
 def test_the_trainer_tree_is_listed_every_few_seconds_and_a_new_child_counts_without_a_spike(monkeypatch):
     listings = []
-    real_children = psutil.Process.children
+    real_descendants = host_module.descendants
 
-    def children(self, recursive=False):
-        listings.append(self.pid)
-        return real_children(self, recursive=recursive)
+    def descendants(root):
+        listings.append(root.pid)
+        return real_descendants(root)
 
-    monkeypatch.setattr(psutil.Process, "children", children)
+    monkeypatch.setattr(host_module, "descendants", descendants)
     clock = Clock(0.0)
     tree = ProcessTree(relist_s=2.0, clock=clock)
     _, rss_before = tree(os.getpid())
@@ -646,3 +648,33 @@ def test_sample_to_dict_is_plain_json():
     s = sampler(FakeNvml(1), trainer_pid=4242).sample()
     assert json.loads(json.dumps(s.to_dict())) == s.to_dict()
     assert SimpleNamespace(**s.host.to_dict()).cpu_pct == 75.0
+
+
+def test_the_trainers_descendants_are_listed_from_their_own_proc_files_not_every_process(monkeypatch):
+    """psutil's children(recursive=True) reads every process's stat file: on a GPU host with
+    thousands of pids that was the live view's costliest read (issue 16, item 17)."""
+    expected: list[int] = []
+    grandparent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; "
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)",
+        ]
+    )
+    try:
+        me = psutil.Process()
+        wait_until(lambda: len(me.children(recursive=True)) == 2, timeout_s=20)
+        expected = sorted(p.pid for p in me.children(recursive=True))
+
+        def no_scan(self, recursive=False):
+            raise AssertionError("scanned every process")
+
+        monkeypatch.setattr(psutil.Process, "children", no_scan)
+        assert sorted(p.pid for p in descendants(me)) == expected
+        monkeypatch.undo()
+    finally:
+        for pid in expected:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+        grandparent.wait()

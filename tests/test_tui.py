@@ -621,7 +621,10 @@ async def test_the_doctor_panel_shows_the_findings_and_empties_when_none_hold(tm
         watch.findings = []
         await wait_for(pilot, lambda: app.run_view.telemetry_shown > shown_before)
         await pilot.pause()
-        assert "doctor" not in screen_text(app) and not app.run_view.query_one("#doctor-box").display
+        assert (
+            "doctor: 1 finding" not in screen_text(app) and not app.run_view.query_one("#doctor-box").display
+        )
+        assert "doctor: ● WARN Input-bound" in screen_text(app)  # the events log keeps the whole finding
 
 
 async def test_a_stuck_watch_leaves_the_keys_and_the_events_working(tmp_path, monkeypatch):
@@ -729,7 +732,12 @@ def test_host_figures_fit_their_width():
     assert "cores ▃█▂▅▃█▂▅▃█▂▅▃█▂▅" in wide[0]
     narrow = [line.plain for line in host_lines(host, 60)]
     assert "cores" not in narrow[0] and "RAM 28.0/251.0 GiB" in narrow[0]
-    assert host_lines(host, 60, compact=True)[0].plain.startswith("CPU 52% RAM 28.0/251.0G swap 0.0G")
+    compact = host_lines(host, 60, compact=True)[0].plain
+    assert (
+        compact.startswith("CPU 52% RAM 28.0/251.0G") and "trainer 0% 9.0G" in compact
+    )  # swap, net left out
+    assert "…" not in compact
+    assert host_lines(host, 120, compact=True)[0].plain.startswith("CPU 52% RAM 28.0/251.0G swap 0.0G")
     assert byte_rate(1.25e6) == "1.2 MB/s" and byte_rate(999) == "999 B/s" and byte_rate(None) == "-"
 
 

@@ -334,3 +334,35 @@ def test_two_gpus_on_pcie(snap_compare, tmp_path):
     watch = ScriptedWatch(fake_samples(gpus=gpus))
     app = watched_run(tmp_path, watch, ddp_events([1001, 1002]), history=False)
     assert snap_compare(app, terminal_size=(100, 32), run_before=telemetry_drawn)
+
+
+# ---------------------------------------------------------------- a first hour at 80x24 (issue 16)
+
+
+def test_paused_80x24(snap_compare, tmp_path):
+    """The footer keeps every key when p reads Resume."""
+    assert snap_compare(paused_run(tmp_path), terminal_size=(80, 24), run_before=drawn)
+
+
+def test_mid_run_60x20(snap_compare, tmp_path):
+    """d and q on the footer at 60 columns too."""
+    assert snap_compare(mid_run(tmp_path), terminal_size=(60, 20), run_before=drawn)
+
+
+def test_failed_while_starting_80x24(snap_compare, tmp_path):
+    hello = next(e for e in EVENTS if e["type"] == "hello")
+    events = [
+        hello,
+        {"v": 1, "type": "phase", "ts": hello["ts"] + 0.1, "phase": "starting", "message": "reading config"},
+        {
+            "v": 1,
+            "type": "error",
+            "ts": hello["ts"] + 0.2,
+            "kind": "data",
+            "message": "dataset column 'text' not found; columns are: instruction, output",
+            "hint": "Set dataset.text_field or dataset.template.",
+            "phase": "starting",
+        },
+    ]
+    app = app_for(ScriptedSession(run_dir(tmp_path), events, alive=False), events)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=drawn)

@@ -25,6 +25,7 @@ class Controls:
         self.save = threading.Event()
         self.paused = threading.Event()
         self.wake = threading.Event()
+        self.gone = threading.Event()  # the run directory is gone: stop, and save nothing
         self.training = False
 
     def on_command(self, command: dict) -> None:
@@ -58,6 +59,13 @@ class Controls:
 
     def on_fault(self, fault: Fault) -> None:
         self.emitter.emit("warning", message=f"control channel: {fault.describe()}", hint="")
+
+    def on_run_dir_gone(self, reason: str) -> None:
+        self.emitter.emit("warning", message=f"{reason}: stopping at the end of this step", hint="")
+        self.gone.set()
+        self.stop.set()
+        self.paused.clear()
+        self.wake.set()
 
     def on_signal(self, signum, _frame) -> None:
         self.emitter.emit(
@@ -106,7 +114,7 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig, meter:
                 "train_begin",
                 total_steps=state.max_steps,
                 start_step=state.global_step,
-                epochs=args.num_train_epochs,
+                epochs=None if args.max_steps > 0 else args.num_train_epochs,  # max_steps bounds it
                 micro_batch_size=args.per_device_train_batch_size,
                 gradient_accumulation_steps=args.gradient_accumulation_steps,
                 max_length=cfg.training.max_length,
@@ -130,6 +138,10 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig, meter:
             if cfg.debug.step_sleep_s:
                 time.sleep(cfg.debug.step_sleep_s)
             controls.agree()
+            if controls.gone.is_set():  # nowhere to write a checkpoint: stop without one
+                control.should_save = False
+                control.should_training_stop = True
+                return control
             if controls.save.is_set():
                 controls.save.clear()
                 control.should_save = True

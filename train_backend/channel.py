@@ -10,29 +10,13 @@ from __future__ import annotations
 import errno
 import io
 import os
-import re
 import stat
 import sys
 import threading
 from collections.abc import Callable
 
+from cockpit.config.secrets import scrub, secret_values
 from cockpit.protocol.wire import COMMAND_TYPES, Fault, LineDecoder, encode
-
-_SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY", re.IGNORECASE)
-
-
-def secret_values(environ: dict[str, str] | None = None) -> list[str]:
-    """Values of secret-looking environment variables, longest first (8+ chars, to avoid scrubbing noise)."""
-    env = os.environ if environ is None else environ
-    values = {v for k, v in env.items() if _SECRET_ENV.search(k) and len(v) >= 8}
-    return sorted(values, key=len, reverse=True)
-
-
-def scrub(text: str, secrets: list[str]) -> str:
-    for value in secrets:
-        if value in text:
-            text = text.replace(value, "***")
-    return text
 
 
 def _scrub_fields(value, secrets: list[str]):

@@ -16,7 +16,9 @@ from train_backend.channel import Emitter
 from train_backend.errors import CheckpointWontFit, refused_write
 
 
-def make_trainer_class(emitter: Emitter, run: rundir.RunDir, cfg: TrainConfig):
+def make_trainer_class(emitter: Emitter, run: rundir.RunDir, cfg: TrainConfig, tracker=None):
+    """`tracker`: the eval losses (train_backend.evaluation.EvalTracker), when the run evaluates: the
+    checkpoint with the lowest is kept through rotation and named in each checkpoint event."""
     from trl import SFTTrainer
 
     keep = cfg.output.checkpoints_kept
@@ -76,8 +78,15 @@ def make_trainer_class(emitter: Emitter, run: rundir.RunDir, cfg: TrainConfig):
                 staging_root.rmdir()
             except OSError:
                 pass
-            removed = _rotate(run.checkpoints_dir, keep)
+            best = None
+            if tracker is not None:
+                best = tracker.best_checkpoint([p.name for p in run.complete_checkpoints()])
+            removed = _rotate(run.checkpoints_dir, keep, protect=best[0] if best else None)
             size = sum(f.stat().st_size for f in final.rglob("*") if f.is_file())
+            loss = None if tracker is None else tracker.losses.get(step)
+            evaluated = {} if tracker is None else {"eval_loss": round(loss, 6) if loss is not None else None}
+            if best is not None:
+                evaluated.update(best_checkpoint=best[0], best_eval_loss=round(best[1], 6))
             emitter.emit(
                 "checkpoint",
                 step=step,
@@ -85,6 +94,7 @@ def make_trainer_class(emitter: Emitter, run: rundir.RunDir, cfg: TrainConfig):
                 bytes=size,
                 save_s=marker["save_s"],
                 removed=[p.name for p in removed],
+                **evaluated,
             )
             self.accelerator.wait_for_everyone()
 
@@ -168,9 +178,34 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _rotate(folder: Path, keep: int) -> list[Path]:
+def _rotate(folder: Path, keep: int, protect: str | None = None) -> list[Path]:
+    """The oldest complete checkpoints past `keep` (but never `protect`, the best by eval loss), and
+    any incomplete one, removed."""
     complete = rundir.complete_checkpoints(folder)
-    removed = complete[:-keep] if keep and len(complete) > keep else []
+    kept = {p.name for p in (complete[-keep:] if keep else complete)} | {protect}
+    removed = [p for p in complete if p.name not in kept]
+    removed += rundir.incomplete_checkpoints(folder)
     for path in removed:
-        shutil.rmtree(path, ignore_errors=True)
-    return removed
+        rundir.remove_checkpoint(path)
+    return [p for p in removed if not p.name.startswith(rundir.REMOVING_PREFIX)]
+
+
+def clean_unfinished(run: rundir.RunDir, emitter: Emitter) -> None:
+    """At the start: what a killed save or rotation left (a staging folder, a checkpoint without its
+    marker, one whose removal began) is removed, and said; complete checkpoints are kept."""
+    staging = run.checkpoints_dir / rundir.STAGING_NAME
+    if staging.exists():
+        shutil.rmtree(staging, ignore_errors=True)
+        emitter.emit(
+            "warning", message="removed an unfinished checkpoint save from a previous attempt", hint=""
+        )
+    leftovers = rundir.incomplete_checkpoints(run.checkpoints_dir)
+    for path in leftovers:
+        rundir.remove_checkpoint(path)
+    named = [p.name.removeprefix(rundir.REMOVING_PREFIX) for p in leftovers]
+    if named:
+        emitter.emit(
+            "warning",
+            message=f"removed {', '.join(named)}: incomplete (a save or a removal cut short); never resumed",
+            hint="",
+        )

@@ -26,9 +26,11 @@ class PreparedData:
     format: str
     stats: dict
     lengths: list[int] = field(default_factory=list)  # each sample's tokens, before truncation
+    dropped_note: str | None = None  # "dropped 3 of 345 rows: empty or missing 'text' (rows 4, 9, 12)"
 
 
-def load_raw(section: DatasetSection):
+def load_raw(section: DatasetSection, split_key: str = "dataset.split"):
+    """`split_key`: the config key that named `section.split`, for the error that it is missing."""
     import datasets
 
     path = demo_dataset_path() if section.path == "demo" else section.path
@@ -39,7 +41,7 @@ def load_raw(section: DatasetSection):
             if isinstance(loaded, datasets.DatasetDict):
                 if section.split not in loaded:
                     raise DataError(
-                        f"dataset.split: {section.split!r} not in {str(local)!r}; splits are: "
+                        f"{split_key}: {section.split!r} not in {str(local)!r}; splits are: "
                         f"{', '.join(loaded.keys())}"
                     )
                 loaded = loaded[section.split]
@@ -106,8 +108,10 @@ def detect_format(columns: list[str], section: DatasetSection) -> str:
     )
 
 
-def prepare(section: DatasetSection, tokenizer, max_length: int) -> PreparedData:
-    raw = load_raw(section)
+def prepare(
+    section: DatasetSection, tokenizer, max_length: int, split_key: str = "dataset.split"
+) -> PreparedData:
+    raw = load_raw(section, split_key)
     columns = list(raw.column_names)
     fmt = detect_format(columns, section)
     column = {"text": section.text_field, "messages": section.messages_field, "tokens": "input_ids"}[fmt]
@@ -126,39 +130,123 @@ def prepare(section: DatasetSection, tokenizer, max_length: int) -> PreparedData
     if fmt == "messages" and column != "messages":
         raw = raw.rename_column(column, "messages")
 
-    kept = raw.filter(lambda ex: _usable(ex, fmt))
+    rows = check_rows(raw[fmt if fmt != "tokens" else "input_ids"], fmt, column)
+    if rows.kept == 0:
+        raise DataError(f"dataset has no usable samples in column {column!r}: {rows.dropped_note(len(raw))}")
+    kept = raw.select(rows.keep) if rows.dropped else raw
     dropped = len(raw) - len(kept)
-    if len(kept) == 0:
-        raise DataError(
-            f"dataset has no usable samples in column {column!r} ({len(raw)} were empty or malformed)"
-        )
     if fmt == "messages" and not getattr(tokenizer, "chat_template", None):
         raise DataError(
             "dataset is in chat format (messages) but the tokenizer has no chat template; use a model "
             "with one, or give a 'text' column with dataset.format: text"
         )
-    lengths = token_lengths(kept, fmt, tokenizer)
+    lengths = token_lengths(kept, fmt, tokenizer, rows.keep)
     stats = length_stats(lengths, max_length)
     stats.update(samples=len(kept), dropped=dropped, source_rows=total, format=fmt, column=column)
-    return PreparedData(kept, fmt, stats, lengths)
+    note = rows.dropped_note(len(raw)) if dropped else None
+    return PreparedData(kept, fmt, stats, lengths, note)
 
 
-def _usable(example: dict, fmt: str) -> bool:
-    value = example.get({"text": "text", "messages": "messages", "tokens": "input_ids"}[fmt])
-    if fmt == "text":
-        return isinstance(value, str) and bool(value.strip())
-    if fmt == "messages":
-        return isinstance(value, list) and all(
-            isinstance(m, dict) and "role" in m and "content" in m for m in value
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+ROWS_NAMED = 5  # rows an error or a note names; the count says how many more
+
+
+@dataclass
+class RowCheck:
+    """Which rows train: `keep` (indices), the empty ones dropped with why."""
+
+    keep: list[int]
+    empty: list[int]
+    why_empty: str
+
+    @property
+    def kept(self) -> int:
+        return len(self.keep)
+
+    @property
+    def dropped(self) -> int:
+        return len(self.empty)
+
+    def dropped_note(self, of: int) -> str:
+        return f"dropped {self.dropped} of {of} rows: {self.why_empty} ({_rows_text(self.empty)})"
+
+
+def check_rows(values: list, fmt: str, column: str) -> RowCheck:
+    """Every row checked before training. A chat row with a wrong role or a missing key is refused
+    (DataError naming the row, the value and what is allowed): training on it would fail in the
+    chat template, or drop it silently. An empty row is dropped, and said."""
+    keep, empty, bad = [], [], []
+    first_bad = ""
+    for index, value in enumerate(values):
+        if _empty(value, fmt):
+            empty.append(index)
+            continue
+        problem = _chat_problem(value) if fmt == "messages" else None
+        if problem is None:
+            keep.append(index)
+            continue
+        bad.append(index)
+        first_bad = first_bad or problem
+    if bad:
+        more = f"; {len(bad)} rows have such problems ({_rows_text(bad)})" if len(bad) > 1 else ""
+        raise DataError(
+            f"dataset row {bad[0] + 1} (column {column!r}): {first_bad}{more}. Each row is a list of turns "
+            f'like {{"role": "user", "content": "..."}}; fix those rows or remove them.'
         )
-    return isinstance(value, list) and len(value) > 0
+    why = {
+        "text": f"empty or missing {column!r}",
+        "messages": f"no turns in {column!r}",
+        "tokens": "empty or missing input_ids",
+    }[fmt]
+    return RowCheck(keep, empty, why)
 
 
-def token_lengths(dataset, fmt: str, tokenizer) -> list[int]:
+def _empty(value, fmt: str) -> bool:
+    if fmt == "text":
+        return not isinstance(value, str) or not value.strip()
+    return value is None or (isinstance(value, list) and len(value) == 0)
+
+
+def _chat_problem(turns) -> str | None:
+    if not isinstance(turns, list):
+        return f"is not a list of turns (a {type(turns).__name__})"
+    for number, turn in enumerate(turns, 1):
+        if not isinstance(turn, dict):
+            return f"turn {number} is not an object with role and content (a {type(turn).__name__})"
+        # a JSON-lines file read by datasets gives every turn every key seen in the column: None when absent
+        keys = ", ".join(str(k) for k, v in turn.items() if v is not None) or "none"
+        if turn.get("role") is None:
+            return f"turn {number} has no 'role' key (its keys: {keys})"
+        if turn.get("content") is None:
+            return f"turn {number} has no 'content' key (its keys: {keys})"
+        if turn["role"] not in CHAT_ROLES:
+            return (
+                f"turn {number} has role {str(turn['role'])[:40]!r}; allowed roles: {', '.join(CHAT_ROLES)}"
+            )
+    return None
+
+
+def _rows_text(indices: list[int]) -> str:
+    named = ", ".join(str(i + 1) for i in indices[:ROWS_NAMED])
+    more = f" and {len(indices) - ROWS_NAMED} more" if len(indices) > ROWS_NAMED else ""
+    return f"row{'s' if len(indices) > 1 else ''} {named}{more}"
+
+
+def token_lengths(dataset, fmt: str, tokenizer, rows: list[int] | None = None) -> list[int]:
+    """Each sample's tokens. `rows`: the samples' row numbers in the source (for an error)."""
     if fmt == "tokens":
         return [len(ids) for ids in dataset["input_ids"]]
     if fmt == "messages":
-        texts = [tokenizer.apply_chat_template(m, tokenize=False) for m in dataset["messages"]]
+        texts = []
+        for index, turns in enumerate(dataset["messages"]):
+            try:
+                texts.append(tokenizer.apply_chat_template(turns, tokenize=False))
+            except Exception as exc:  # jinja's TemplateError: the template's own words
+                row = (rows[index] if rows else index) + 1
+                raise DataError(
+                    f"dataset row {row}: the tokenizer's chat template refused it: {type(exc).__name__}: "
+                    f"{str(exc)[:300]}"
+                ) from exc
     else:
         texts = dataset["text"]
     lengths: list[int] = []

@@ -269,6 +269,9 @@ class RankControls(Controls):
     def on_signal(self, signum, frame) -> None:
         self.requests.on_signal(signum, frame)
 
+    def on_run_dir_gone(self, reason: str) -> None:
+        self.requests.on_run_dir_gone(reason)
+
     def agree(self) -> None:
         import torch
         import torch.distributed as dist
@@ -281,11 +284,14 @@ class RankControls(Controls):
                 asked.stop.is_set(),
                 asked.save.is_set(),
                 asked.paused.is_set() if self.world.rank == 0 else 0,
+                asked.gone.is_set(),
             ],
             dtype=torch.int32,
         )
         dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.world.control_group)
-        stop, save, paused = (bool(v) for v in flags.tolist())
+        stop, save, paused, gone = (bool(v) for v in flags.tolist())
+        if gone:
+            self.gone.set()
         if stop:
             self.stop.set()
             asked.paused.clear()

@@ -23,8 +23,10 @@ _GPU_FAILURE = re.compile(
     r"NVML_ERROR_GPU_IS_LOST|cudaErrorDevicesUnavailable|CUDA driver version is insufficient",
     re.IGNORECASE,
 )
+# peft found none of lora.target_modules in the model: a config mistake, found with the weights loaded
+_NO_TARGET = re.compile(r"NoMatchingPeftModuleError|Target modules .* not found in the base model")
 # a write the file system refused (full disk or quota), as torch's zip writer, safetensors and the OS say it
-_WRITE_REFUSED = re.compile(
+WRITE_REFUSED = re.compile(
     r"inline_container\.cc.*unexpected pos|PytorchStreamWriter failed writing|file write failed|"
     r"No space left on device|Disk quota exceeded|os error (28|122)\b",
 )
@@ -63,6 +65,13 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, ConfigError):
         return Classified("config", str(exc), _config_hint(run_dir))
+    if _NO_TARGET.search(text):  # peft's NoMatchingPeftModuleError, or its ValueError of old
+        return Classified(
+            "config",
+            f"lora.target_modules: no module of the model matches ({str(exc).split(chr(10))[0][:300]})",
+            "Name the model's linear layers (`cockpit estimate CONFIG` lists them for modelled families) "
+            "or use lora.target_modules: all-linear, and start again.",
+        )
     if isinstance(exc, DataError):
         return Classified("data", str(exc), "Fix the dataset settings (dataset.*) and start again.")
     oom = parse_oom_message(text)
@@ -85,7 +94,8 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
     refused = refused_write(exc)
     if refused is not None:
         return _disk_full(refused, phase, run_dir)
-    if run_dir and not Path(run_dir).is_dir():  # whatever failed, this is why
+    if type(exc).__name__ == "RunDirectoryGone" or (run_dir and not Path(run_dir).is_dir()):
+        # whatever failed, this is why
         gone = f"the run directory {run_dir} was deleted (or its disk unmounted) while the trainer ran"
         return Classified(
             "other",
@@ -121,7 +131,7 @@ def refused_write(exc: BaseException) -> BaseException | None:
         seen.add(id(link))
         if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
             return link
-        if _WRITE_REFUSED.search(str(link)):
+        if WRITE_REFUSED.search(str(link)):
             return link
         link = link.__cause__ or link.__context__
     return None
@@ -130,13 +140,22 @@ def refused_write(exc: BaseException) -> BaseException | None:
 def _disk_full(exc: BaseException, phase: str, run_dir: str | None) -> Classified:
     free = ""
     settings: dict = {}
-    if run_dir:
-        try:  # measured now: what the failed write left
-            free = (
-                f", {checkpoint_space.bytes_text(checkpoint_space.free_bytes(run_dir))} free now on {run_dir}"
-            )
+    where = _refused_where(exc, run_dir)
+    if where:
+        try:  # measured now: what the failed write left, where it was refused
+            free = f", {checkpoint_space.free_text(where)}"
         except OSError:
             pass
+    if where and run_dir and not _inside(where, run_dir):  # the model cache, a hub download
+        first_line = str(exc).strip().split("\n")[0][:500]
+        return Classified(
+            "disk",
+            f"disk full (or over quota) while {phase.replace('_', ' ')}{free}: {first_line}",
+            f"Nothing of the run was lost. Free space on that disk (`df -h {where}`), or put the cache on a "
+            "bigger disk (COCKPIT_CACHE for synthetic: models, HF_HOME for hub downloads), then continue "
+            f"with `cockpit restart {Path(run_dir).name}`.",
+        )
+    if run_dir:
         settings = _run_settings(run_dir)
         settings["checkpoints"] = [
             p.name for p in rundir.complete_checkpoints(Path(run_dir) / rundir.CHECKPOINTS_NAME)
@@ -164,6 +183,25 @@ def _config_hint(run_dir: str | None) -> str:
     if source is None:
         return "Fix the key in the config (or --set it) and start again."
     return f"Fix the key in {source} (or --set it) and start again."
+
+
+def _refused_where(exc: BaseException, run_dir: str | None) -> str | None:
+    """The existing folder where the write was refused (the error's file, or its nearest existing
+    parent), else the run directory."""
+    name = getattr(exc, "filename", None)
+    if isinstance(name, str) and name:
+        path = Path(name)
+        for candidate in (path, *path.parents):
+            if candidate.exists():
+                return str(candidate if candidate.is_dir() else candidate.parent)
+    return run_dir
+
+
+def _inside(path: str, folder: str) -> bool:
+    try:
+        return Path(path).resolve().is_relative_to(Path(folder).resolve())
+    except OSError:
+        return False
 
 
 def _run_settings(run_dir: str) -> dict:

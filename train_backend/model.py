@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
 import sys
+from collections import deque
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 from cockpit.config.schema import ConfigError, TrainConfig
 from cockpit.models import shipped as shapes
 from cockpit.paths import cache_root
-from train_backend.errors import ModelLoadError
+from train_backend.errors import WRITE_REFUSED, ModelLoadError
 
 
 @dataclass
@@ -96,11 +98,18 @@ def ensure_synthetic(arch: str, dtype_name: str, device_kind: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.with_name(f".{target.name}.building-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
-    cmd = [sys.executable, "-m", "train_backend.synthetic", arch, str(staging), dtype_name, device_kind]
-    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, check=False)
-    if proc.returncode != 0:
+    cmd = synthetic_build_command(arch, staging, dtype_name, device_kind)
+    returncode, tail = _run_teed(cmd)
+    if returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
-        raise ModelLoadError(f"building synthetic:{arch} failed (exit {proc.returncode}); see backend.log")
+        refused = WRITE_REFUSED.search(tail)
+        if refused:  # the cache's disk is full: a disk error with its free space, not a model.name fix
+            raise OSError(
+                errno.ENOSPC,
+                f"building synthetic:{arch} in the model cache failed: {refused.group(0)}",
+                str(target.parent),
+            )
+        raise ModelLoadError(f"building synthetic:{arch} failed (exit {returncode}); see backend.log")
     try:
         os.rename(staging, target)
     except OSError:
@@ -108,6 +117,22 @@ def ensure_synthetic(arch: str, dtype_name: str, device_kind: str) -> Path:
             raise
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def synthetic_build_command(arch: str, staging: Path, dtype_name: str, device_kind: str) -> list[str]:
+    return [sys.executable, "-m", "train_backend.synthetic", arch, str(staging), dtype_name, device_kind]
+
+
+def _run_teed(cmd: list[str], keep_lines: int = 40) -> tuple[int, str]:
+    """Run a child with its output in backend.log (our stderr) as it comes; its exit code and last lines."""
+    tail: deque[str] = deque(maxlen=keep_lines)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    )
+    for line in proc.stdout:
+        sys.stderr.write(line)
+        tail.append(line)
+    return proc.wait(), "".join(tail)
 
 
 def resolve_model_path(cfg: TrainConfig, precision: str, device: Device) -> str:

@@ -27,6 +27,8 @@ COARSE = {
     "quantising": "model_load",
     "preparing_data": "data",
     "saving": "final_save",
+    "evaluating": "evaluation",
+    "sampling": "evaluation",
 }
 
 

@@ -13,14 +13,16 @@ from cockpit.config.load import load_config
 from cockpit.config.schema import TrainConfig
 from cockpit.run import rundir
 from train_backend import data as data_mod
-from train_backend import emulated_card, oom_watch, step_meter
+from train_backend import emulated_card, generation, oom_watch, step_meter
+from train_backend import evaluation as eval_mod
 from train_backend import model as model_mod
 from train_backend import speed_setup as fast
 from train_backend.callbacks import Controls, make_callback, memory_fields
 from train_backend.channel import CommandListener, Emitter
-from train_backend.checkpoints import fsync_tree, make_trainer_class
+from train_backend.checkpoints import clean_unfinished, fsync_tree, make_trainer_class
 from train_backend.distributed import RankControls, World, choose_strategy, local_first
 from train_backend.errors import classify, format_traceback
+from train_backend.rundir_watch import RunDirectoryGone, RunDirWatch
 
 
 def build_sft_config(
@@ -93,6 +95,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # an SSH drop is not a reason to stop
     if owner:
         CommandListener(str(run.control_path), controls.on_command, controls.on_fault).start()
+        RunDirWatch(run.path, controls.on_run_dir_gone).start()
         start_recorder(run)
     phase = "starting"
     step = None
@@ -105,6 +108,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         emitter.emit("phase", phase=name, message=message)
 
     def stopped_early() -> int:
+        if controls.gone.is_set():
+            raise RunDirectoryGone(f"stopped while {phase.replace('_', ' ')}")
         emitter.emit("done", status="stopped", step=0, message=f"stopped while {phase.replace('_', ' ')}")
         return 0
 
@@ -122,17 +127,13 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         model_mod.check_device_fits_method(cfg, device)
         precision = model_mod.choose_precision(cfg, device)
         tracker.emulation = oom_watch.emulate_vram(cfg, device.kind)
+        if owner:
+            clean_unfinished(run, emitter)
         card = None  # the emulated card, held to its size as nvidia-smi counts the whole process
         if tracker.emulation is not None and tracker.emulation["applied"]:
             card = emulated_card.start(tracker.emulation["limit_bytes"])
             tracker.emulation["whole_process"] = card is not None
         resume = run.complete_checkpoints()
-        staging = run.checkpoints_dir / rundir.STAGING_NAME
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-            emitter.emit(
-                "warning", message="removed an unfinished checkpoint save from a previous attempt", hint=""
-            )
         emitter.emit(
             "hello",
             pid=os.getpid(),
@@ -166,7 +167,12 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
 
         enter("preparing_data", f"loading {cfg.dataset.path}")
         prepared = data_mod.prepare(cfg.dataset, tokenizer, cfg.training.max_length)
-        emitter.emit("data", **prepared.stats)
+        prepared, held_out = eval_mod.split_eval(cfg, prepared, tokenizer)
+        style, prefix = _prompt_style(prepared, tokenizer)
+        prompts = eval_mod.build_prompts(cfg, held_out, tokenizer, style, prefix)
+        emitter.emit("data", **prepared.stats, **_eval_fields(held_out, style, prefix, prompts))
+        if prepared.dropped_note:
+            emitter.emit("warning", message=prepared.dropped_note, hint="fix or remove those rows")
         plan = fast.make_plan(cfg, device, precision, prepared.lengths, model_path)  # speed: auto
         cfg = plan.config
         emitter.emit("speed_plan", **plan.to_event())
@@ -192,8 +198,15 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         if world is not None:
             args = world.adapt_sft_config(args, cfg)
         meter = step_meter.StepMeter()  # the data wait and tokens per micro-batch, for the doctor
+        eval_tracker = eval_mod.EvalTracker(run) if held_out is not None else None
+        evaluator = eval_mod.Evaluator(
+            cfg, emitter, eval_tracker or eval_mod.EvalTracker(run), held_out, prompts, style
+        )
+        callbacks = [make_callback(emitter, controls, cfg, meter)]
+        if held_out is not None or prompts:
+            callbacks.append(eval_mod.make_eval_callback(evaluator, controls))
         trainer_cls = step_meter.metered(
-            fast.trainer_class(plan, make_trainer_class(emitter, run, cfg)), meter
+            fast.trainer_class(plan, make_trainer_class(emitter, run, cfg, eval_tracker)), meter
         )
         trainer = trainer_cls(
             model=model,
@@ -201,8 +214,17 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             train_dataset=train_data,
             processing_class=tokenizer,
             peft_config=peft_config,
-            callbacks=[make_callback(emitter, controls, cfg, meter)],
+            callbacks=callbacks,
         )
+        evaluator.trainer = trainer
+        if prompts and world is not None and world.strategy == "fsdp":
+            evaluator.sampling = False
+            emitter.emit(
+                "warning",
+                message="eval.prompts: no samples under FSDP (generation needs the whole model on one GPU); "
+                "try the adapter with cockpit chat after the run",
+                hint="",
+            )
         fast.finish_trainer(plan, trainer, tokenizer, cache if owner else None)
         data_mod.burn_cpu_in_collator(trainer, cfg.debug.collate_cpu_ms)
         tracker.watch(trainer)
@@ -226,6 +248,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         enter("training", f"resuming from {resume[-1].name}" if resume else "")
         result = trainer.train(resume_from_checkpoint=str(resume[-1]) if resume else None)
         step = trainer.state.global_step
+        if controls.gone.is_set():
+            raise RunDirectoryGone(f"stopped at step {step} of {trainer.state.max_steps}, with no checkpoint")
         if controls.stop.is_set():
             emitter.emit(
                 "done",
@@ -237,6 +261,9 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             )
             return 0
 
+        if held_out is not None and step not in evaluator.tracker.losses:
+            enter("evaluating", "eval loss of the final weights")
+            evaluator.run_eval(step, "final")
         final = None
         if cfg.output.save_final:
             enter("saving", "final adapter" if peft_config else "final model")
@@ -251,6 +278,9 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
                 fsync_tree(staged)
                 os.rename(staged, run.final_dir)
             final = str(run.final_dir)
+        if prompts:
+            enter("sampling", f"{len(prompts)} prompts with the final weights")
+            evaluator.run_samples(step, "final", rundir.FINAL_NAME if final else None)
         enter("done")
         emitter.emit(
             "done",
@@ -260,6 +290,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             train_loss=result.training_loss,
             runtime_s=round(result.metrics.get("train_runtime", 0.0), 2),
             output=final,
+            **_eval_summary(eval_tracker, run),
         )
         return 0
     except BaseException as exc:
@@ -283,6 +314,38 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         )
         print(format_traceback(exc))
         return verdict.exit_code
+
+
+def _prompt_style(prepared: data_mod.PreparedData, tokenizer) -> tuple[str, str]:
+    """How prompts are written for this data (train_backend.generation), and llama2 rows' prefix."""
+    texts = prepared.dataset["text"][:50] if prepared.format == "text" else []
+    style = generation.detect_style(prepared.format, texts, tokenizer)
+    return style, generation.text_prefix(texts) if style == "llama2" else ""
+
+
+def _eval_fields(held_out, style: str, prefix: str, prompts: list) -> dict:
+    fields = {
+        "prompt_style": style,
+        "prompt_prefix": prefix,
+        "eval_samples": None,
+        "eval_source": None,
+        "sample_prompts": len(prompts),
+    }
+    if held_out is not None:
+        fields.update(eval_samples=len(held_out.input_ids), eval_source=held_out.source)
+    return fields
+
+
+def _eval_summary(tracker, run: rundir.RunDir) -> dict:
+    if tracker is None or not tracker.losses:
+        return {}
+    last_step = max(tracker.losses)
+    best = tracker.best_checkpoint([p.name for p in run.complete_checkpoints()])
+    return {
+        "eval_loss": tracker.losses[last_step],
+        "best_checkpoint": best[0] if best else None,
+        "best_eval_loss": round(best[1], 6) if best else None,
+    }
 
 
 def _versions() -> dict:

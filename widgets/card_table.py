@@ -49,12 +49,13 @@ class CardTableView(DataTable):
         """Fill the table; None keeps the rows (the inputs have an error: the screen says so)."""
         if table is None:
             return
+        keep = self.selected_row.key if self.selected_row is not None else None  # of the old table
         self.table, self.today = table, today
-        self._fill()
+        self._fill(keep)
 
     def on_resize(self, _event: events.Resize) -> None:
         if self.table is not None and self.wanted_columns() != self._columns_shown:
-            self._fill()
+            self._fill(self.selected_row.key if self.selected_row is not None else None)
 
     @property
     def selected_row(self) -> CardRow | None:
@@ -62,8 +63,7 @@ class CardTableView(DataTable):
             return None
         return self.table.rows[min(max(self.cursor_row, 0), len(self.table.rows) - 1)]
 
-    def _fill(self) -> None:
-        keep = self.selected_row.key if self.selected_row is not None else None
+    def _fill(self, keep: str | None) -> None:
         columns = self.wanted_columns()
         if columns != self._columns_shown:
             self.clear(columns=True)

@@ -53,8 +53,12 @@ class Row:
         return "running" if self.running or self.result is None else self.result.status
 
 
-def name_width(list_width: int) -> int:
-    return NAME_WIDTH if list_width <= 0 else min(40, max(20, (list_width - 2) * 2 // 5))
+def name_width(list_width: int, longest_title: int = 40) -> int:
+    """The titles' column: as wide as the longest title, up to half the list (20 to 40 columns),
+    so that at 80 columns no title is cut and the values keep 40 columns."""
+    if list_width <= 0:
+        return NAME_WIDTH
+    return min(40, longest_title, max(20, (list_width - 2) // 2))
 
 
 def row_prompt(row: Row, width: int = NAME_WIDTH) -> Content:
@@ -150,7 +154,7 @@ class CheckList(OptionList):
         self._redraw(keep=self._highlighted_key())
 
     def _redraw(self, keep: str | None) -> None:
-        width = name_width(self.size.width)
+        width = name_width(self.size.width, max((len(r.title) for r in self.rows.values()), default=20))
         options: list[Option] = []
         group = None
         for row in self._ordered():

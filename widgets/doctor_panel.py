@@ -17,10 +17,11 @@ MARKS = {"alarm": "▲ ALARM", "warn": "● WARN", "info": "○ INFO"}
 def findings_text(
     findings: Sequence[Any], styles: dict[str, Style] | None = None, brief: bool = False
 ) -> Text:
-    """Per finding: its severity and title, then the evidence (unless `brief`: a short terminal),
-    then the fix; the panel wraps them."""
+    """Per finding: its severity and title, then the evidence, then the fix; the panel wraps them.
+    `brief` (a short terminal, where the loss plot needs the rows): one line per finding, title
+    and fix, cut at the panel's edge (the events log has the whole finding)."""
     get = (styles or {}).get
-    text = Text()
+    text = Text(no_wrap=brief, overflow="ellipsis")
     for n, finding in enumerate(findings):
         if n:
             text.append("\n")
@@ -30,9 +31,15 @@ def findings_text(
         text.append(finding.title, style + Style(bold=True))
         if not brief:
             text.append(f"\n  {finding.evidence}", get("evidence", Style(dim=True)))
-        text.append("\n  fix: ", get("fix-label", Style(bold=True)))
+        text.append(" · fix: " if brief else "\n  fix: ", get("fix-label", Style(bold=True)))
         text.append(finding.fix)
     return text
+
+
+def finding_log_line(finding: Any) -> str:
+    """The events log's line for a finding when it first holds: all of it, wrapped by the log."""
+    mark = MARKS.get(finding.severity, MARKS["info"])
+    return f"doctor: {mark} {finding.title}: {finding.evidence}. fix: {finding.fix}"
 
 
 class DoctorPanel(StyledWidget):

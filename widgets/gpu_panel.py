@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from rich.style import Style
 from rich.text import Text
 
-from cockpit.fmt import GIB
+from cockpit import fmt
 from cockpit.telemetry.spread import (
     SPREAD_WINDOW_S,
     GpuSpread,
@@ -60,7 +60,7 @@ class GpuView:
 
 
 def gib(value: float | None, unit: str = " GiB") -> str:
-    return "-" if value is None else f"{value / GIB:.1f}{unit}"
+    return fmt.gib(value, 1, unit)
 
 
 def throttle_text(gpu: Any) -> str:
@@ -172,7 +172,7 @@ def gpu_lines(view: GpuView, width: int, styles: dict[str, Style] | None = None)
         }.get(sample.nvml, f"GPU telemetry: {sample.nvml}")
         detail = (sample.nvml_detail or "").removeprefix(title).lstrip(":").strip()
         style = s.warn if sample.nvml == "error" else s.label
-        if view.compact:
+        if view.compact and len(title) + 3 + len(detail) <= width:
             return [Text.assemble((title, style), (f" · {detail}" if detail else "", s.dim))]
         return [Text(title, style), Text(detail or "-", s.dim)]
     lines = []

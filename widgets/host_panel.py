@@ -62,6 +62,11 @@ def host_lines(
             (" net ", f"↓{rx} ↑{tx}"),
             (" trainer ", f"{pct(host.trainer_cpu_pct)} {used_of(host.trainer_rss_bytes, None, 'G')}"),
         ]
+        # too narrow for all: leave out whole figures, least telling first, rather than cut one
+        for name in (" swap ", " net ", " disk "):
+            if sum(len(a) + len(b) for a, b in parts) <= width:
+                break
+            parts = [p for p in parts if p[0] != name]
         line = Text(no_wrap=True, overflow="ellipsis")
         for name, value in parts:
             line.append(name, label)

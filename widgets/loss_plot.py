@@ -28,16 +28,21 @@ MIN_PLOT_ROWS = 2  # one row of braille squashes any curve flat
 
 
 def braille_cells(
-    points: Sequence[tuple[int, float]], columns: int, rows: int, steps: tuple[int, int] | None = None
+    points: Sequence[tuple[int, float]],
+    columns: int,
+    rows: int,
+    steps: tuple[int, int] | None = None,
+    values: tuple[float, float] | None = None,
 ) -> list[list[int]]:
     """The dot bits of `rows` x `columns` braille cells, consecutive points joined by lines.
 
-    `steps`: the (first, last) step of the x axis, when it is shared with another line.
+    `steps`: the (first, last) step of the x axis, when it is shared with another line; `values`:
+    the (low, high) of the y axis, when another line shares it too (train and eval loss).
     """
     dots_w, dots_h = columns * 2, rows * 4
     steps_of, values_of = zip(*points)
     first_step, last_step = steps or (min(steps_of), max(steps_of))
-    low, high = min(values_of), max(values_of)
+    low, high = values or (min(values_of), max(values_of))
     cells = [[0] * columns for _ in range(rows)]
 
     def fill_column(x: int, y_from: float, y_to: float) -> None:
@@ -55,6 +60,8 @@ def braille_cells(
         xs = repeat(0, len(points))
     flat = repeat(dots_h // 2, len(points))  # a flat line is drawn mid-height
     ys = _scaled(repeat(high), values_of, dots_h - 1, high - low) if high != low else flat
+    if values is not None and high != low:  # a shared range: a value outside it stays on the plot
+        ys = map(min, repeat(dots_h - 1), map(max, repeat(0), ys))
     runs = []  # (x, first y, last y, top y, bottom y)
     for x, group in groupby(zip(xs, ys), key=itemgetter(0)):
         run_ys = list(map(itemgetter(1), group))
@@ -98,6 +105,7 @@ class PlotRow(NamedTuple):
     text: str
     is_plot: bool
     lr_columns: frozenset[int] = frozenset()  # cells where only the learning-rate line has dots
+    eval_columns: frozenset[int] = frozenset()  # cells the eval-loss line passes through
 
 
 def plot_lines(
@@ -105,22 +113,33 @@ def plot_lines(
     width: int,
     height: int,
     lr_points: Sequence[tuple[int, float]] = (),
+    eval_points: Sequence[tuple[int, float]] = (),
 ) -> list[PlotRow]:
     """One row per line of the plot; one summary line when the area is too small for a plot.
 
     The learning rate, when given, is a second line on its own scale (its range is the panel's
-    subtitle), drawn where the loss line leaves the cell empty.
+    subtitle), drawn where the loss line leaves the cell empty. The eval loss, when given, shares
+    the training loss's axes (its points may start at step 0, the base) and is drawn over it.
     """
-    if not points:
+    if not points and not eval_points:
         return [PlotRow("", "no loss logged yet", False)]
-    steps_of, values = zip(*points)  # C-level passes: a run of days has many thousand points
-    low, high = fmt.loss(min(values)), fmt.loss(max(values))
+    steps_of, values = zip(*(list(points) + list(eval_points)))  # C-level passes: runs of days are long
+    value_range = (min(values), max(values))
+    low, high = fmt.loss(value_range[0]), fmt.loss(value_range[1])
     first_step, last_step = min(steps_of), max(steps_of)
     label_width = max(len(low), len(high)) + 1
     columns, rows = width - label_width, height - 1
     if columns < MIN_PLOT_COLUMNS or rows < MIN_PLOT_ROWS:
-        return [PlotRow("", f"loss max {high} min {low}, steps {first_step}-{last_step}", False)]
-    loss_cells = braille_cells(points, columns, rows, (first_step, last_step))
+        evaluated = f", eval {fmt.loss(eval_points[-1][1])}" if eval_points else ""
+        return [PlotRow("", f"loss max {high} min {low}, steps {first_step}-{last_step}{evaluated}", False)]
+    shared = value_range if eval_points else None
+    if points:
+        loss_cells = braille_cells(points, columns, rows, (first_step, last_step), shared)
+    else:
+        loss_cells = [[0] * columns for _ in range(rows)]
+    eval_cells = (
+        braille_cells(eval_points, columns, rows, (first_step, last_step), shared) if eval_points else None
+    )
     lr_in_range = lr_points
     if lr_points:
         lr_steps, _ = zip(*lr_points)
@@ -135,9 +154,14 @@ def plot_lines(
         else:
             label = high if index == 0 else low if index == rows - 1 else ""
         lr_row = lr_cells[index] if lr_cells else [0] * columns
-        body = "".join(chr(BRAILLE_BLANK + (a | b)) if a | b else " " for a, b in zip(loss_row, lr_row))
+        eval_row = eval_cells[index] if eval_cells else [0] * columns
+        body = "".join(
+            chr(BRAILLE_BLANK + (a | b | e)) if a | b | e else " "
+            for a, b, e in zip(loss_row, lr_row, eval_row)
+        )
         lr_only = frozenset(i for i, (a, b) in enumerate(zip(loss_row, lr_row)) if b and not a)
-        lines.append(PlotRow(label.rjust(label_width - 1) + " ", body, True, lr_only))
+        on_eval = frozenset(i for i, e in enumerate(eval_row) if e)
+        lines.append(PlotRow(label.rjust(label_width - 1) + " ", body, True, lr_only - on_eval, on_eval))
     lines.append(PlotRow(" " * label_width, axis_row(first_step, last_step, columns), False))
     return lines
 
@@ -176,13 +200,19 @@ class _FinitePoints:
 class LossPlot(StyledWidget):
     """Training loss (and learning rate) against step; `plot()` hands it the points."""
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"loss-plot--line", "loss-plot--label", "loss-plot--lr"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "loss-plot--line",
+        "loss-plot--label",
+        "loss-plot--lr",
+        "loss-plot--eval",
+    }
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None):
         super().__init__(name=name, id=id, classes=classes)
         self._points: Sequence[tuple[int, float]] = ()
         self._lr_points: Sequence[tuple[int, float]] = ()
-        self._loss_in, self._lr_in = _FinitePoints(), _FinitePoints()
+        self._eval_points: Sequence[tuple[int, float]] = ()
+        self._loss_in, self._lr_in, self._eval_in = _FinitePoints(), _FinitePoints(), _FinitePoints()
         self._subtitle = ""
         self._rows: list[PlotRow] = []  # the plot at `_rows_size`, row by row
         self._rows_size: tuple[int, int] | None = None
@@ -196,10 +226,20 @@ class LossPlot(StyledWidget):
     def lr_points(self) -> tuple[tuple[int, float], ...]:
         return tuple(self._lr_points)
 
-    def plot(self, points: Sequence[tuple[int, float]], lr_points: Sequence[tuple[int, float]] = ()) -> None:
+    @property
+    def eval_points(self) -> tuple[tuple[int, float], ...]:
+        return tuple(self._eval_points)
+
+    def plot(
+        self,
+        points: Sequence[tuple[int, float]],
+        lr_points: Sequence[tuple[int, float]] = (),
+        eval_points: Sequence[tuple[int, float]] = (),
+    ) -> None:
         """The points so far: a list that only grows (a run's) is taken in by its new points."""
         self._points = self._loss_in.take(points)
         self._lr_points = self._lr_in.take(lr_points)
+        self._eval_points = self._eval_in.take(eval_points)
         subtitle = lr_range_text(self._lr_points)
         if subtitle != self._subtitle:
             self._subtitle = subtitle
@@ -219,8 +259,8 @@ class LossPlot(StyledWidget):
 
     def _plot_rows(self, size: tuple[int, int]) -> list[PlotRow]:
         if size != self._rows_size:
-            rows = plot_lines(self._points, size[0], size[1], self._lr_points)
-            if not self._points and self._loss_in.skipped:
+            rows = plot_lines(self._points, size[0], size[1], self._lr_points, self._eval_points)
+            if not self._points and not self._eval_points and self._loss_in.skipped:
                 rows = [PlotRow("", "no finite loss yet: every logged loss is nan or inf", False)]
             if len(rows) == 1 and not rows[0].is_plot and size[0] > 0:  # a sentence: wrapped to the width
                 rows = [PlotRow("", part, False) for part in textwrap.wrap(rows[0].text, size[0])] or rows
@@ -247,15 +287,23 @@ class LossPlot(StyledWidget):
         if not row.is_plot:
             segments = [Segment(row.label + row.text, label_style)]
         else:
-            line_style = base + self.component_style("loss-plot--line")
-            lr_style = base + self.component_style("loss-plot--lr")
+            styles = {
+                "loss": base + self.component_style("loss-plot--line"),
+                "lr": base + self.component_style("loss-plot--lr"),
+                "eval": base + self.component_style("loss-plot--eval"),
+            }
+
+            def line_of(column: int) -> str:
+                if column in row.eval_columns:
+                    return "eval"
+                return "lr" if column in row.lr_columns else "loss"
+
             # one segment per run of cells of one line, not one per cell
             segments = [Segment(row.label, label_style)]
             start = 0
             for column in range(1, len(row.text) + 1):
-                if column == len(row.text) or (column in row.lr_columns) != (start in row.lr_columns):
-                    style = lr_style if start in row.lr_columns else line_style
-                    segments.append(Segment(row.text[start:column], style))
+                if column == len(row.text) or line_of(column) != line_of(start):
+                    segments.append(Segment(row.text[start:column], styles[line_of(start)]))
                     start = column
         strip = Strip(segments)
         return strip.crop(0, width).extend_cell_length(width, base)

@@ -15,7 +15,9 @@ MIN_BAR_WIDTH = 8
 def progress_label(step: int, total: int | None, epoch: float | None, epochs: float | None) -> str:
     parts = [f"step {step}/{total}" if total else f"step {step}"]
     if epoch is not None:
-        parts.append(f"epoch {epoch:.2f}" + (f"/{epochs:g}" if epochs else ""))
+        # a total only where epochs bound the run: with max_steps the run may pass it (16.67/1)
+        bounded = epochs and epoch <= epochs + 1e-6
+        parts.append(f"epoch {epoch:.2f}" + (f"/{epochs:g}" if bounded else ""))
     if total:
         parts.append(f"{min(100.0, 100 * step / total):.0f}%")
     return " · ".join(parts)

@@ -8,6 +8,7 @@ fixed scale (0-100%, 0-total memory), so a sparkline never exaggerates a flat li
 
 from __future__ import annotations
 
+import bisect
 import math
 
 BLOCKS = "▁▂▃▄▅▆▇█"  # the lowest block is a measured zero; a blank column means no data
@@ -75,12 +76,25 @@ def spark(series: Series, width: int, t0: float, t1: float, high: float, low: fl
     slice_s = (t1 - t0) / width
     sums, weights = [0.0] * width, [0.0] * width
     maxes: list[float | None] = [None] * width
-    for start, end, value in series.points:
-        if end <= t0 or start >= t1:
+    points = series.points
+    # the points are in time order: start at the first that ends after t0 (a recent span skips most)
+    begin = bisect.bisect_right(points, t0, key=lambda p: p[1]) if points[0][1] <= t0 else 0
+    for start, end, value in points[begin:]:
+        if start >= t1:
+            break
+        if end <= t0:
             continue
         first = int((max(start, t0) - t0) / slice_s)
         last = min(width - 1, int((min(end, t1) - t0) / slice_s - 1e-9))
-        for column in range(first, max(first, last) + 1):
+        if last <= first:  # most points lie inside one column: no per-column loop
+            overlap = min(end, t1) - max(start, t0)
+            if overlap > 0 and first < width:
+                sums[first] += value * overlap
+                weights[first] += overlap
+                if maxes[first] is None or value > maxes[first]:
+                    maxes[first] = value
+            continue
+        for column in range(first, last + 1):
             left, right = t0 + column * slice_s, t0 + (column + 1) * slice_s
             overlap = min(end, right) - max(start, left)
             if overlap <= 0:

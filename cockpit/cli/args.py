@@ -9,6 +9,7 @@ import argparse
 import re
 
 from cockpit import __version__
+from cockpit.cli import finish_commands
 from cockpit.run import process
 
 
@@ -161,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("run", nargs="?")
+    finish_commands.add_parsers(sub)
     return p
 
 

@@ -11,4 +11,7 @@ EXIT_FINISHED, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED, EXIT_DETACHED = 0, 1, 2, 3
 
 
 def exit_code(state: RunState) -> int:
+    """0 finished, 3 stopped, 2 a config the trainer refused (as the CLI does one it refuses), else 1."""
+    if state.status == "failed" and (state.error or {}).get("kind") == "config":
+        return EXIT_USAGE
     return {"finished": EXIT_FINISHED, "stopped": EXIT_STOPPED}.get(state.status, EXIT_FAILED)

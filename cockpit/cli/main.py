@@ -14,11 +14,13 @@ from importlib import resources
 from pathlib import Path
 
 from cockpit import paths
+from cockpit.cli import finish_commands
 from cockpit.cli.args import build_parser
 from cockpit.cli.exit_codes import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.cli.plan_commands import cmd_cards, cmd_estimate, cmd_pick, cmd_preflight
 from cockpit.config import load as config_load
 from cockpit.config import schema as config
+from cockpit.config.secrets import ScrubbedOutput, secret_values
 from cockpit.run import process, rundir
 from cockpit.run.control import NotRunning, send_command
 from cockpit.run.status import run_status
@@ -31,6 +33,20 @@ def demo_config_path() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every line the client prints, its errors included, goes out with the environment's secrets
+    scrubbed (cockpit.config.secrets)."""
+    secrets = secret_values()
+    if not secrets:
+        return _main(argv)
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = ScrubbedOutput(out, secrets), ScrubbedOutput(err, secrets)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command is None:
         build_parser().print_help()
@@ -105,6 +121,7 @@ def _start(cfg: config.TrainConfig, args, source: str) -> int:
     if not fits:
         print(said, file=sys.stderr)
         return EXIT_USAGE
+    _check_against_model(cfg)
     if args.check:
         print(said)
         return 0
@@ -141,6 +158,15 @@ def _source_line(source: str) -> str:
     """The run's config.yaml names the file it came from, so the trainer's errors can name it too."""
     path = Path(source)
     return f"{rundir.SOURCE_MARK}{path.resolve() if path.is_file() else source}\n"
+
+
+def _check_against_model(cfg: config.TrainConfig) -> None:
+    """LoRA targets the model lacks are refused (ConfigError) before a run directory is made; a
+    max_length past its context is said."""
+    from cockpit.config.model_fit import check_against_model
+
+    for warning in check_against_model(cfg):
+        print(f"config warning: {warning}", file=sys.stderr)
 
 
 def _show(run: rundir.RunDir, proc, args, recorded: bool = False, preflight_problems=()) -> int:
@@ -224,8 +250,8 @@ def cmd_restart(args) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    try:
-        config_load.load_config(run.config_path)  # still valid? (it may have been edited by hand)
+    try:  # still valid? (it may have been edited by hand)
+        _check_against_model(config_load.load_config(run.config_path))
     except config.ConfigError as exc:
         raise config.ConfigError(f"{run.config_path}: {exc}") from None
     if args.emulate_vram is not None:
@@ -253,26 +279,61 @@ def cmd_runs(args) -> int:
                 "path": str(run.path),
             }
         )
+    for orphan in process.orphaned_trainers():  # its directory and trainer.json are gone; it trains on
+        rows.append(
+            {
+                "run": orphan.run_id,
+                "status": "orphaned",
+                "step": None,
+                "total_steps": None,
+                "detail": f"run directory deleted; trainer pid {orphan.pid} still runs: "
+                f"cockpit stop {orphan.run_id}",
+                "path": orphan.path,
+            }
+        )
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     if not rows:
         print("no runs yet; start one with: cockpit demo")
         return 0
+    from cockpit.plain import output_width, wrapped
+
     width = max(len(r["run"]) for r in rows)
+    lines = []
     for r in rows:
-        steps = f"{r['step']}/{r['total_steps'] or '?'}"
-        print(f"{r['run']:<{width}}  {r['status']:<8}  {steps:>11}  {r['detail']}")
+        steps = f"{'?' if r['step'] is None else r['step']}/{r['total_steps'] or '?'}"
+        lines.append(f"{r['run']:<{width}}  {r['status']:<8}  {steps:>11}  {r['detail']}")
+    print("\n".join(wrapped(lines, output_width())))  # a long reason goes on under the row
     return 0
 
 
 def cmd_stop(args) -> int:
-    run = rundir.find(args.run)
+    try:
+        run = rundir.find(args.run)
+    except rundir.RunNotFound:
+        orphan = _orphan(args.run)
+        if orphan is None:
+            raise
+        outcome = process.stop_orphan(
+            orphan, term_s=args.term_timeout, say=lambda t: print(t, file=sys.stderr)
+        )
+        print(f"{orphan.run_id}: {outcome}")
+        return 0
     outcome = process.stop(
         run, grace_s=args.timeout, term_s=args.term_timeout, say=lambda t: print(t, file=sys.stderr)
     )
     print(f"{run.run_id}: {outcome}")
     return 0 if outcome in ("stopped", "terminated", "killed", "not running") else EXIT_FAILED
+
+
+def _orphan(spec: str | None) -> process.Orphan | None:
+    """The one trainer whose run directory is gone that `spec` (an id, a prefix, the old path) names."""
+    orphans = process.orphaned_trainers()
+    if spec in (None, "", "last", "latest"):
+        return orphans[-1] if len(orphans) == 1 else None
+    matches = [o for o in orphans if spec in (o.run_id, o.path) or o.run_id.startswith(spec)]
+    return matches[0] if len(matches) == 1 else None
 
 
 def _send(args, name: str) -> int:
@@ -310,4 +371,5 @@ COMMANDS = {
     "save": cmd_save,
     "pause": cmd_pause,
     "resume": cmd_resume,
+    **finish_commands.COMMANDS,
 }

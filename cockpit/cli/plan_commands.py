@@ -12,17 +12,22 @@ from cockpit import fmt
 from cockpit.cli.args import dataset_text, workload_overrides
 from cockpit.cli.exit_codes import EXIT_USAGE
 from cockpit.config import load as config_load
+from cockpit.plain import output_width, wrapped
 
 
 def load_workload(args):
     """(config, model shape, workload) from the config and flags.
 
     Raises ConfigError, modelshape.ShapeError (the model), estimate.EstimateError (the settings)."""
+    from cockpit.config.model_fit import context_warning
     from cockpit.models import memory as est
     from cockpit.models import shape as modelshape
 
     cfg = config_load.load_config(args.config, workload_overrides(args))
     shape = modelshape.load_shape(cfg.model.name, cfg.model.revision or "main")
+    warning = context_warning(shape, cfg.training.max_length)
+    if warning:
+        print(f"config warning: {warning}", file=sys.stderr)
     return cfg, shape, est.workload_from_config(cfg, shape, args.trainer)
 
 
@@ -53,23 +58,45 @@ def cmd_estimate(args) -> int:
         print(json.dumps(data, indent=1))
         return 0
     what = "inference" if args.inference else f"{cfg.method} training ({args.trainer} trainer)"
-    print(f"{shape.name}: {fmt.params(shape.params)} params ({shape.source}), {what}; an estimate:")
-    for part in result.parts:
-        print(f"  {part.label:<36} {part.bytes / est.GIB:8.2f} GiB   {part.note}")
-    print(f"  {'peak device memory (as nvidia-smi)':<36} {result.peak_gib:8.2f} GiB")
+    lines = [f"{shape.name}: {fmt.params(shape.params)} params ({shape.source}), {what}; an estimate:"]
+    lines += estimate_part_lines(result.parts, output_width())
+    lines.append(f"  {'peak device memory (as nvidia-smi)':<36} {result.peak_gib:8.2f} GiB")
     for band in getattr(result, "unsure", ()):
-        print(f"  {'  band top: + ' + band.key:<36} {band.bytes / est.GIB:8.2f} GiB   {band.note}")
+        lines.append(f"  {'  band top: + ' + band.key:<36} {band.bytes / est.GIB:8.2f} GiB   {band.note}")
     if getattr(result, "unsure", ()):
-        print(f"  {'peak, top of the band':<36} {result.high_gib:8.2f} GiB   'fits' counts this")
-    print(f"  {'peak while loading':<36} {result.load_peak_bytes / est.GIB:8.2f} GiB")
+        lines.append(f"  {'peak, top of the band':<36} {result.high_gib:8.2f} GiB   'fits' counts this")
+    lines.append(f"  {'peak while loading':<36} {result.load_peak_bytes / est.GIB:8.2f} GiB")
     if fits is not None:
         words = {
             "fits": "fits",
             "tight": f"is TIGHT on (inside the {est.SAFETY_MARGIN:.0%} safety margin)",
             "no": "does NOT fit",
         }[fits]
-        print(f"{words} a {args.vram:g} GiB card ({args.vram - result.peak_gib:+.2f} GiB headroom)")
+        lines.append(f"{words} a {args.vram:g} GiB card ({args.vram - result.peak_gib:+.2f} GiB headroom)")
+    print("\n".join(wrapped(lines, output_width())))
     return 0
+
+
+def estimate_part_lines(parts, width: int) -> list[str]:
+    """One line per part: label, GiB, and its note wrapped under itself (or below the figure
+    when the terminal leaves it less than 40 columns)."""
+    import textwrap
+
+    from cockpit.models.memory import GIB
+
+    out = []
+    for part in parts:
+        head = f"  {part.label:<36} {part.bytes / GIB:8.2f} GiB"
+        room = width - len(head) - 3
+        if room < 40:
+            out.append(head)
+            pad = "      "
+            out.extend(textwrap.wrap(part.note, width - 6, initial_indent=pad, subsequent_indent=pad))
+            continue
+        notes = textwrap.wrap(part.note, room, break_on_hyphens=False) or [""]
+        out.append(f"{head}   {notes[0]}")
+        out.extend(" " * (len(head) + 3) + more for more in notes[1:])
+    return out
 
 
 def cmd_cards(args) -> int:
@@ -94,7 +121,7 @@ def cmd_cards(args) -> int:
     except catalog.CatalogError as exc:
         print(f"card catalog: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps(table.to_dict(), indent=1) if args.json else table_text(table))
+    print(json.dumps(table.to_dict(), indent=1) if args.json else table_text(table, output_width()))
     return 0
 
 

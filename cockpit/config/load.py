@@ -9,6 +9,7 @@ import difflib
 import math
 import os
 import re
+import reprlib
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
@@ -23,6 +24,7 @@ from cockpit.config.schema import (
     all_keys,
     is_section,
 )
+from cockpit.config.secrets import secret_in_values
 from cockpit.models import shipped as shapes
 
 
@@ -48,6 +50,7 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] | None = No
             ) from None
         except OSError as exc:
             raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        _check_size(loaded, str(path))
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
@@ -71,22 +74,49 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     None,
                     None,
-                    f"key {key!r} appears twice in one section; only the last would count: keep one",
+                    f"key {_quote(key)} appears twice in one section; only the last would count: keep one",
                     key_node.start_mark,
                 )
             seen.add(key)
         return super().construct_mapping(node, deep)
 
 
+# a real config has a few hundred values; YAML aliases can make billions out of a few lines (a "billion
+# laughs"), which are cheap to load as shared references but not to walk, print or save
+MAX_CONFIG_VALUES = 10_000
+MAX_QUOTED_CHARS = 200
+
+
+def _check_size(loaded: Any, where: str) -> None:
+    """Refuse a document whose values, with every alias expanded, pass MAX_CONFIG_VALUES; the walk
+    stops there, so its cost is bounded whatever the aliases would expand to."""
+    count = 0
+    stack = [loaded]
+    while stack:
+        node = stack.pop()
+        count += 1
+        if count > MAX_CONFIG_VALUES:
+            raise ConfigError(
+                f"{where}: more than {MAX_CONFIG_VALUES:,} values once YAML aliases (*name) are expanded; a "
+                "training config has a few hundred. Write the values out instead of nesting aliases."
+            )
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+
+
 def apply_override(raw: dict, item: str) -> None:
     """`training.max_steps=50` -> raw["training"]["max_steps"] = 50 (value parsed as YAML)."""
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"--set {item!r}: expected key=value, e.g. --set training.max_steps=50")
+        raise ConfigError(f"--set {_quote(item)}: expected key=value, e.g. --set training.max_steps=50")
     try:
         value = yaml.safe_load(text) if text.strip() else None
     except yaml.YAMLError:
         value = text
+    _check_size(value, f"--set {key.strip()}")
     node = raw
     parts = key.strip().split(".")
     for part in parts[:-1]:
@@ -110,6 +140,14 @@ def config_from_dotted(values: dict) -> TrainConfig:
 
 
 def config_from_dict(raw: dict) -> TrainConfig:
+    found = secret_in_values(raw)
+    if found is not None:
+        key, variable = found
+        raise ConfigError(
+            f"{key}: holds the value of the environment variable {variable}, a secret; the config is saved "
+            f"in the run directory (config.yaml). Remove it from the config: the trainer reads {variable} "
+            "from the environment."
+        )
     speed = raw.get("speed")
     if isinstance(speed, dict):  # YAML reads a bare `off` as false
         raw = {
@@ -176,7 +214,7 @@ def _unknown_key_message(full: str, candidates: list[str], key: str) -> str:
         close = everywhere[:1]
     hint = f" Did you mean {close[0]!r}?" if close else ""
     valid = ", ".join(c.rsplit(".", 1)[-1] for c in candidates)
-    return f"unknown key {full!r}.{hint} Valid keys here: {valid}."
+    return f"unknown key {_quote(full)}.{hint} Valid keys here: {valid}."
 
 
 def _check_value(key: str, value: Any, hint: Any, meta: dict) -> Any:
@@ -223,6 +261,8 @@ def _coerce(key: str, value: Any, allowed: tuple) -> Any:
             return value
         if get_origin(t) is list and isinstance(value, list) and all(isinstance(v, str) for v in value):
             if not value:
+                if key == "eval.prompts":
+                    raise ConfigError(f"{key}: the list is empty; give at least one prompt, or leave it out")
                 raise ConfigError(f"{key}: the list is empty; name at least one module or use 'all-linear'")
             return list(value)
     # YAML reads 2e-4 as a string (no dot in the mantissa): accept numbers written that way
@@ -249,8 +289,18 @@ def _type_words(allowed: tuple) -> str:
     return " or ".join(out)
 
 
+_QUOTE = reprlib.Repr()
+_QUOTE.maxlevel, _QUOTE.maxlist, _QUOTE.maxdict, _QUOTE.maxstring, _QUOTE.maxother = 3, 6, 6, 120, 120
+
+
+def _quote(value: Any) -> str:
+    """The value as an error quotes it: bounded (reprlib stops early), however large the value."""
+    text = _QUOTE.repr(value)
+    return text if len(text) <= MAX_QUOTED_CHARS else text[: MAX_QUOTED_CHARS - 3] + "..."
+
+
 def _show(value: Any) -> str:
-    return f"{value!r} ({type(value).__name__})"
+    return f"{_quote(value)} ({type(value).__name__})"
 
 
 def _check_combinations(cfg: TrainConfig) -> None:
@@ -259,44 +309,45 @@ def _check_combinations(cfg: TrainConfig) -> None:
         arch = shapes.synthetic_arch(name)
         if arch not in shapes.shape_names():
             raise ConfigError(
-                f"model.name: unknown synthetic architecture {arch!r}; shipped shapes are: "
+                f"model.name: unknown synthetic architecture {_quote(arch)}; shipped shapes are: "
                 f"{', '.join(shapes.shape_names())}"
             )
     elif looks_like_path(name):
         path = Path(name).expanduser()
-        if not path.exists():
+        if not _exists(name):
             raise ConfigError(
-                f"model.name: local path {name!r} does not exist. Give an existing directory with "
+                f"model.name: local path {_quote(name)} does not exist. Give an existing directory with "
                 "config.json and weights, a hub id like 'org/name', or synthetic:<arch>."
             )
         if not path.is_dir():
             raise ConfigError(
-                f"model.name: {name!r} is a file; point it at the folder that holds config.json and the "
-                "weights (the one save_pretrained wrote)."
+                f"model.name: {_quote(name)} is a file; point it at the folder that holds config.json and "
+                "the weights (the one save_pretrained wrote)."
             )
         if not (path / "config.json").is_file():
             raise ConfigError(
-                f"model.name: {name!r} has no config.json; point it at the folder that holds config.json "
-                "and the weights (the one save_pretrained wrote)."
+                f"model.name: {_quote(name)} has no config.json; point it at the folder that holds "
+                "config.json and the weights (the one save_pretrained wrote)."
             )
     elif not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name):
         raise ConfigError(
-            f"model.name: {name!r} is neither a local path, a hub id (org/name) nor synthetic:<arch>"
+            f"model.name: {_quote(name)} is neither a local path, a hub id (org/name) nor synthetic:<arch>"
         )
 
     ds = cfg.dataset.path
-    if ds != "demo" and looks_like_path(ds) and not Path(ds).expanduser().exists():
+    if ds != "demo" and looks_like_path(ds) and not _exists(ds):
         raise ConfigError(
-            f"dataset.path: {ds!r} does not exist. Give a .json/.jsonl/.csv/.parquet file, a folder "
+            f"dataset.path: {_quote(ds)} does not exist. Give a .json/.jsonl/.csv/.parquet file, a folder "
             "written by datasets' save_to_disk, a hub id, or 'demo'."
         )
     targets = cfg.lora.target_modules
     if isinstance(targets, str) and targets != "all-linear":
         raise ConfigError(
-            f"lora.target_modules: {targets!r}; give a list of module names (e.g. [q_proj, v_proj]) "
+            f"lora.target_modules: {_quote(targets)}; give a list of module names (e.g. [q_proj, v_proj]) "
             "or the string 'all-linear'"
         )
     _check_distributed(cfg)
+    _check_eval(cfg)
     t = cfg.training
     if (
         cfg.debug.fail_at_step is not None
@@ -308,6 +359,48 @@ def _check_combinations(cfg: TrainConfig) -> None:
         )
 
 
+def _check_eval(cfg: TrainConfig) -> None:
+    ds, ev = cfg.dataset, cfg.eval
+    if ds.eval_split is not None and ds.eval_fraction is not None:
+        raise ConfigError(
+            f"dataset.eval_split ({ds.eval_split!r}) and dataset.eval_fraction ({ds.eval_fraction}) are both "
+            "set; the eval data comes from one of them: keep one"
+        )
+    if ds.eval_split is not None:
+        if not ds.eval_split.strip():
+            raise ConfigError("dataset.eval_split: empty; give a split name (e.g. validation) or a file path")
+        if looks_like_path(ds.eval_split) or Path(ds.eval_split).suffix.lower() in (
+            ".json",
+            ".jsonl",
+            ".csv",
+        ):
+            path = Path(ds.eval_split).expanduser()
+            if not path.exists():
+                raise ConfigError(
+                    f"dataset.eval_split: {ds.eval_split!r} does not exist. Give a split of the dataset "
+                    "(e.g. validation), an existing .json/.jsonl/.csv/.parquet file, or use "
+                    "dataset.eval_fraction: 0.05 to hold out part of the training data."
+                )
+        if ds.eval_split == ds.split and not looks_like_path(ds.eval_split):
+            raise ConfigError(
+                f"dataset.eval_split: {ds.eval_split!r} is the split trained on (dataset.split); eval data "
+                "must be held out: name another split, or use dataset.eval_fraction"
+            )
+    has_eval = ds.eval_split is not None or ds.eval_fraction is not None
+    if not has_eval and ev.steps is not None:
+        raise ConfigError(
+            f"eval.steps: {ev.steps}, but there is no eval data; set dataset.eval_fraction (e.g. 0.05) or "
+            "dataset.eval_split"
+        )
+    if not has_eval and isinstance(ev.prompts, int):
+        raise ConfigError(
+            f"eval.prompts: {ev.prompts} takes that many prompts from the eval split, and there is none; set "
+            "dataset.eval_fraction (e.g. 0.05) or dataset.eval_split, or give the prompts as strings"
+        )
+    if isinstance(ev.prompts, list) and any(not p.strip() for p in ev.prompts):
+        raise ConfigError("eval.prompts: one of the prompts is empty; give text for each, or remove it")
+
+
 def _check_distributed(cfg: TrainConfig) -> None:
     d = cfg.distributed
     if d.node_rank >= d.nnodes:
@@ -317,7 +410,7 @@ def _check_distributed(cfg: TrainConfig) -> None:
         )
     if d.rdzv_endpoint is not None and not re.fullmatch(r"\[?[\w.:-]+\]?:\d{1,5}", d.rdzv_endpoint):
         raise ConfigError(
-            f"distributed.rdzv_endpoint: {d.rdzv_endpoint!r}; expected host:port of node 0, "
+            f"distributed.rdzv_endpoint: {_quote(d.rdzv_endpoint)}; expected host:port of node 0, "
             "e.g. 10.0.0.1:29500"
         )
     if d.nnodes > 1 and d.rdzv_endpoint is None:
@@ -352,12 +445,23 @@ def with_absolute_paths(cfg: TrainConfig, base: Path | None = None) -> TrainConf
         cfg.model.name = str((base / Path(cfg.model.name).expanduser()).resolve())
     if cfg.dataset.path != "demo" and looks_like_path(cfg.dataset.path):
         cfg.dataset.path = str((base / Path(cfg.dataset.path).expanduser()).resolve())
+    split = cfg.dataset.eval_split
+    if split is not None and (
+        looks_like_path(split) or Path(split).suffix.lower() in (".json", ".jsonl", ".csv")
+    ):
+        cfg.dataset.eval_split = str((base / Path(split).expanduser()).resolve())
     if cfg.output.dir:
         cfg.output.dir = str((base / Path(cfg.output.dir).expanduser()).resolve())
     return cfg
 
 
 def looks_like_path(name: str) -> bool:
-    return (
-        name.startswith(("/", "./", "../", "~")) or name in (".", "..") or (Path(name).expanduser().exists())
-    )
+    return name.startswith(("/", "./", "../", "~")) or name in (".", "..") or _exists(name)
+
+
+def _exists(name: str) -> bool:
+    """Whether a path exists; a name the OS cannot take (too long, a NUL byte) does not."""
+    try:
+        return Path(name).expanduser().exists()
+    except (OSError, ValueError):
+        return False

@@ -79,6 +79,19 @@ class DatasetSection:
     text_field: str = _f("text", "column holding the text when format is text")
     messages_field: str = _f("messages", "column holding the chat turns when format is messages")
     max_samples: int | None = _f(None, "use only the first N samples", min=1)
+    eval_split: str | None = _f(
+        None,
+        "held-out data for eval.steps and eval.prompts: a split of the dataset (e.g. validation), or a "
+        "local .json/.jsonl/.csv/.parquet file in the same format; never trained on",
+    )
+    eval_fraction: float | None = _f(
+        None,
+        "hold out this fraction of the samples (chosen with training.seed) as the eval split instead; "
+        "never trained on",
+        min=0,
+        exclusive_min=True,
+        max=0.5,
+    )
 
 
 @dataclass
@@ -149,6 +162,29 @@ class OutputSection:
     save_steps: int = _f(100, "optimizer steps between checkpoints", min=1)
     checkpoints_kept: int = _f(2, "newest complete checkpoints to keep", min=1)
     save_final: bool = _f(True, "save the final adapter (or model, for full) into the run's final/ folder")
+
+
+@dataclass
+class EvalSection:
+    steps: int | None = _f(
+        None,
+        "optimizer steps between eval-loss passes over the eval split (needs dataset.eval_split or "
+        "eval_fraction); default: every checkpoint (output.save_steps), plus the base before step 1 and "
+        "the end",
+        min=1,
+    )
+    max_samples: int | None = _f(None, "evaluate on at most the first N samples of the eval split", min=1)
+    prompts: list[str] | int | None = _f(
+        None,
+        "prompts answered by the base model before step 1, at each checkpoint and at the end: a list of "
+        "strings, or N to take the first N prompts of the eval split (rendered as the data is: chat "
+        "template or text format)",
+        min=1,
+        max=64,
+    )
+    max_new_tokens: int = _f(
+        64, "tokens generated per sample (greedy, seeded with training.seed)", min=1, max=4096
+    )
 
 
 @dataclass
@@ -258,6 +294,7 @@ class TrainConfig:
     )
     distributed: DistributedSection = field(default_factory=DistributedSection)
     output: OutputSection = field(default_factory=OutputSection)
+    eval: EvalSection = field(default_factory=EvalSection)
     cost: CostSection = field(default_factory=CostSection)
     speed: SpeedSection = field(default_factory=SpeedSection)
     emulate_vram_gib: float | None = _f(

@@ -48,12 +48,22 @@ def describe(item: dict | Fault) -> str | None:
         return (
             f"checkpoint: step {item.get('step')} ({fmt.gib(item.get('bytes'), 3)}, {item.get('save_s')} s)"
         )
+    if kind == "eval":
+        return eval_line(item)
+    if kind == "sample":
+        return sample_line(item)
     if kind == "error":
         return f"ERROR ({item.get('kind')}): {item.get('message')}\n  fix: {item.get('hint')}"
     if kind == "done":
         out = f", output in {item['output']}" if item.get("output") else ""
         loss = fmt.loss(item.get("train_loss"))
-        return f"done: {item.get('status')} at step {item.get('step')}, train loss {loss}{out}"
+        evaluated = ""
+        if item.get("eval_loss") is not None:
+            evaluated = f", eval loss {fmt.loss(item.get('eval_loss'))}"
+            if item.get("best_checkpoint"):
+                evaluated += f" (best: {item['best_checkpoint']}, {fmt.loss(item.get('best_eval_loss'))})"
+        step = item.get("step")
+        return f"done: {item.get('status')} at step {step}, mean loss over the run {loss}{evaluated}{out}"
     if kind == "exit":
         return item.get("reason") or "trainer exited"  # the reason names the trainer already
     if kind == "config_change":
@@ -61,6 +71,36 @@ def describe(item: dict | Fault) -> str | None:
         why = f"OOM remedy: {item.get('title')}" if item.get("reason") == "oom" else item.get("reason")
         return f"config changed ({why}): {changes}; the old config is in {item.get('previous')}"
     return None
+
+
+SAMPLE_LINE_CHARS = 100
+
+
+def eval_line(item: dict) -> str:
+    """`eval: step 20: loss 1.2345 on 35 samples (best so far)`, or which step holds the best."""
+    step, loss = item.get("step"), fmt.loss(item.get("eval_loss"))
+    where = "base model, before step 1" if item.get("stage") == "base" else f"step {step}"
+    best = item.get("best_step")
+    if best == step:
+        verdict = "best so far"
+    else:
+        verdict = f"best: step {best}, {fmt.loss(item.get('best_eval_loss'))}" if best is not None else ""
+    if item.get("best_checkpoint"):
+        verdict += f"; best checkpoint {item['best_checkpoint']}"
+    return f"eval: {where}: loss {loss} on {item.get('eval_samples')} samples" + (
+        f" ({verdict})" if verdict else ""
+    )
+
+
+def sample_line(item: dict) -> str:
+    """One line per sample: which weights, which prompt, the answer's start and how it ended."""
+    stage = item.get("stage")
+    who = {"base": "base", "final": "final"}.get(stage, item.get("checkpoint") or f"step {item.get('step')}")
+    answer = " ".join(str(item.get("output") or "").split())
+    if len(answer) > SAMPLE_LINE_CHARS:
+        answer = answer[: SAMPLE_LINE_CHARS - 1] + "…"
+    number_of = f"{int(item.get('index', 0)) + 1}/{item.get('count')}"
+    return f"sample {number_of} ({who}, {item.get('finish')}): {answer!r}"
 
 
 def speed_plan_lines(item: dict) -> str:

@@ -22,6 +22,7 @@ from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.doctor.window import Finding
 from cockpit.live.event_text import describe
 from cockpit.live.session import RunSession
+from cockpit.live.stall import StallNotices, find_stall
 from cockpit.live.state import RunState
 from cockpit.live.watch import LiveWatch, finding_line, gpu_status
 
@@ -30,17 +31,19 @@ REFRESH_PER_S = 2
 
 
 def status_line(state: RunState, now_ts: float | None) -> str:
-    parts = [
-        f"loss {fmt.loss(state.loss)}",
+    parts = [f"loss {fmt.loss(state.loss)}"]
+    if state.eval_loss is not None:
+        parts.append(f"eval {fmt.loss(state.eval_loss)}")
+    parts += [
         f"lr {fmt.sci(state.learning_rate)}",
         f"tok/s {fmt.rate(state.tokens_per_s)}",
-        f"ETA {fmt.duration(state.eta_s())}",
+        f"ETA {'estimating' if state.estimating and state.total_steps else fmt.duration(state.eta_s())}",
         f"elapsed {fmt.duration(state.billed_s(now_ts))}",
     ]
     if state.price_per_hour is not None:
-        parts.append(
-            f"cost {fmt.money(state.cost_so_far(now_ts))} (of ~{fmt.money(state.cost_projected(now_ts))})"
-        )
+        projected = state.cost_projected(now_ts)
+        of = "" if projected is None else f" (of ~{fmt.money(projected)})"
+        parts.append(f"cost {fmt.money(state.cost_so_far(now_ts))}{of}")
     return "  ".join(parts)
 
 
@@ -92,10 +95,14 @@ def _follow_plain(session: RunSession, out, log_every_s: float, watch: LiveWatch
     view = RunState(run_id=session.run.run_id)
     last_log, last_step = -1e18, None
     shown: dict[str, Finding] = {}
+    stalls = StallNotices()
     while True:
         items = session.poll()
         sample, findings = watch.update(session.state) if watch else (None, [])
         _print_changes(shown, findings, out)
+        said = stalls.update(_stall(session))
+        if said:
+            print(f"{datetime.now().isoformat(timespec='seconds')} {said}", file=out, flush=True)
         for item in items:
             view.apply(item)
             ts = item.get("ts") if isinstance(item, dict) else None
@@ -118,6 +125,13 @@ def _follow_plain(session: RunSession, out, log_every_s: float, watch: LiveWatch
             return exit_code(session.state)
         if not items:
             time.sleep(POLL_S)
+
+
+def _stall(session: RunSession):
+    """A live trainer gone quiet (cockpit.live.stall); a replay's silences are in its recording."""
+    if session.mode != "live" or session.trainer_gone:
+        return None
+    return find_stall(session.state, time.time())
 
 
 def _print_changes(shown: dict[str, Finding], findings: list[Finding], out) -> None:
@@ -168,6 +182,7 @@ def _render(
 
 
 def _follow_live(session: RunSession, console: Console, watch: LiveWatch | None) -> int:
+    stalls = StallNotices()
     with Live(console=console, refresh_per_second=REFRESH_PER_S, transient=False) as live:
         while True:
             items = session.poll()
@@ -178,7 +193,13 @@ def _follow_live(session: RunSession, console: Console, watch: LiveWatch | None)
                 if line:
                     live.console.print(line, markup=False, highlight=False)
             now = state.last_ts if session.trainer_gone else time.time()
-            live.update(_render(state, now, sample, findings, watch is not None, _trainer_pids(watch, state)))
+            said = stalls.update(_stall(session))
+            if said:
+                live.console.print(said, markup=False, highlight=False)
+            group = _render(state, now, sample, findings, watch is not None, _trainer_pids(watch, state))
+            if stalls.current is not None:
+                group.renderables.append(Text(stalls.current.text(), style="bold red"))
+            live.update(group)
             if session.ended or (session.trainer_gone and not items):
                 return exit_code(state)
             if not items:

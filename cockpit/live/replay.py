@@ -6,6 +6,9 @@ play a recording as they follow a live run. Events are released when the replay'
 reaches their recorded `ts`; `speed` 10 plays ten times as fast, 0 as fast as possible. Silences
 longer than `MAX_GAP_S` (a trainer restarted hours later) are cut short.
 
+`set_speed()` and `skip()` (the screen's -, + and ] keys) change the pace and jump ahead from where
+the replay is; there is no going back (the state only folds forward): replay again for that.
+
 `session.watch` (a `ReplayWatch`) has the interface of `cockpit.live.watch.LiveWatch`: it rebuilds a
 telemetry `Sample` from each bin of `telemetry.jsonl` once the replay reaches the bin's end, feeds
 the doctor with it and returns the findings, as the live view had them.
@@ -34,6 +37,7 @@ from cockpit.telemetry.history import TELEMETRY_NAME, read_history
 from cockpit.telemetry.sampler import HostSample, Sample
 
 MAX_GAP_S = 60.0  # recorded silence longer than this plays as this long
+MIN_SPEED, MAX_SPEED = 0.25, 256.0  # what the replay's - and + keys go between
 REPLAY_BINS = 10_000  # ~14 h of 5 s bins at full resolution; older ones are merged
 _NVML_DETAIL = {
     "no_driver": "no NVIDIA GPU / driver not loaded: as recorded in telemetry.jsonl",
@@ -133,7 +137,7 @@ class ReplaySession:
         self.speed = float(speed)
         self.clock = clock
         self.max_bins = max_bins
-        self.state = RunState(run_id=run.run_id)
+        self.state = RunState(run_id=run.run_id, price_per_hour=run.config_price_per_hour())
         self.snapshot = self.state.snapshot()
         self.trainer_gone = False
         self.telemetry_skipped_lines = 0
@@ -184,6 +188,23 @@ class ReplaySession:
                 return math.inf
             return (now - self._started_at) * self.speed
 
+    def set_speed(self, speed: float) -> float:
+        """Play on at `speed` (clamped to MIN_SPEED..MAX_SPEED) from where the replay is; returns it."""
+        speed = min(MAX_SPEED, max(MIN_SPEED, float(speed)))
+        at = self.position_s()
+        with self._lock:
+            if math.isfinite(at):
+                self._started_at = self.clock() - at / speed
+            self.speed = speed
+        return speed
+
+    def skip(self, seconds: float) -> None:
+        """Jump `seconds` of recording ahead (the events in between are applied at the next poll)."""
+        self.position_s()  # started
+        with self._lock:
+            if self.speed > 0:
+                self._started_at -= seconds / self.speed
+
     def recorded_now(self) -> float | None:
         """The recorded time the replay has reached: the replay's "now" for elapsed time and cost."""
         if not self._loaded:
@@ -214,6 +235,7 @@ class ReplaySession:
             self.snapshot = self.state.snapshot()
         if self._next_event >= len(self._events) and at >= self._timeline.total_s:
             self.trainer_gone = True  # the recording is played out
+            self.state.settle_from_remains(self.run.final_dir.is_dir())
         return items
 
     @property

@@ -28,7 +28,7 @@ class RunSession:
         self.run = run
         self.proc = proc
         self.mode = "recorded" if recorded else "live"
-        self.state = RunState(run_id=run.run_id)
+        self.state = RunState(run_id=run.run_id, price_per_hour=run.config_price_per_hour())
         self.snapshot = self.state.snapshot()
         self.follower = EventFollower(run.events_path)
         self.trainer_gone = False
@@ -74,7 +74,9 @@ class RunSession:
 
     def _after_exit(self) -> list:
         """The trainer ended; if it said nothing final, write down how it ended."""
-        if self.state.ended or self.mode == "recorded":
+        if self.state.settle_from_remains(self.run.final_dir.is_dir()) or self.state.ended:
+            return []  # finished, as its final adapter says, though its last event was cut
+        if self.mode == "recorded":
             return []
         unwritten = record_exit(self.run, self.proc.returncode if self.proc is not None else None)
         return self.follower.poll() + unwritten

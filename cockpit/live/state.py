@@ -15,6 +15,7 @@ from cockpit.protocol.events import (
     DataEvent,
     DoneEvent,
     ErrorEvent,
+    EvalEvent,
     ExitEvent,
     HelloEvent,
     LogEvent,
@@ -22,6 +23,7 @@ from cockpit.protocol.events import (
     PausedEvent,
     PhaseEvent,
     ResumedEvent,
+    SampleEvent,
     SpeedPlanEvent,
     TrainBeginEvent,
 )
@@ -29,6 +31,10 @@ from cockpit.protocol.wire import EVENT_TYPES, Fault, number
 
 MAX_NOTICES = 200
 INPUT_FIELDS = ("data_wait_s", "compute_s", "data_wait_share", "tokens_per_micro_batch")
+# the ETA: the median step time of the last ETA_WINDOW_STEPS logged steps (one slow step under load
+# does not swing it), and none before ETA_MIN_STEPS steps were timed (the first ones load and compile)
+ETA_WINDOW_STEPS = 20
+ETA_MIN_STEPS = 3
 
 
 def notice_text(item: dict | Fault) -> str | None:
@@ -89,11 +95,17 @@ class RunState:
     tokens_per_s: float | None = None
     samples_per_s: float | None = None
     step_time_s: float | None = None
+    step_times: list[float] = field(default_factory=list)  # the last ETA_WINDOW_STEPS step times
     tokens_seen: int | None = None
     memory: dict = field(default_factory=dict)
     losses: list[tuple[int, float]] = field(default_factory=list)
     learning_rates: list[tuple[int, float]] = field(default_factory=list)
     checkpoints: list[dict] = field(default_factory=list)
+    evals: list[tuple[int, float]] = field(default_factory=list)  # (step, eval loss), step 0 the base
+    eval_loss: float | None = None
+    best_eval: dict = field(default_factory=dict)  # step, eval_loss: the lowest so far
+    best_checkpoint: str | None = None  # the kept checkpoint with the lowest eval loss
+    samples: list[dict] = field(default_factory=list)  # the sample events, in order
     attempts: list[Attempt] = field(default_factory=list)
     train_started_ts: float | None = None
     error: dict | None = None
@@ -101,6 +113,8 @@ class RunState:
     notices: list[str] = field(default_factory=list)
     faults: int = 0
     last_ts: float | None = None
+    log_gap_s: float | None = None  # between the last two log events: how often a training step is said
+    _last_log_ts: float | None = None
 
     # ------------------------------------------------------------ folding
 
@@ -137,7 +151,9 @@ class RunState:
         self.device = m.get("device") or {}
         self.precision = m.get("precision")
         self.versions = m.get("versions") or {}
-        self.price_per_hour = number(m.get("price_per_hour"))
+        # the trainer's price; a hello without one keeps what the run's config.yaml said
+        price = number(m.get("price_per_hour"))
+        self.price_per_hour = self.price_per_hour if price is None else price
         self.distributed = m.get("distributed") or {}
         self.status = "starting"
         self.error = None
@@ -167,6 +183,11 @@ class RunState:
             self.train_started_ts = number(m.get("ts"))
 
     def _on_log(self, m: LogEvent) -> None:
+        ts = number(m.get("ts"))
+        if ts is not None:
+            if self._last_log_ts is not None and self.status == "running":  # not across a pause
+                self.log_gap_s = max(0.0, ts - self._last_log_ts)
+            self._last_log_ts = ts
         self.step = int(m.get("step") or self.step)
         self.total_steps = m.get("total_steps") or self.total_steps
         self.epoch = number(m.get("epoch"))
@@ -184,6 +205,9 @@ class RunState:
         self.tokens_per_s = number(m.get("tokens_per_s"))
         self.samples_per_s = number(m.get("samples_per_s"))
         self.step_time_s = number(m.get("step_time_s"))
+        if self.step_time_s is not None and self.step_time_s > 0:
+            self.step_times.append(self.step_time_s)
+            del self.step_times[:-ETA_WINDOW_STEPS]
         self.tokens_seen = m.get("tokens_seen")
         self.memory = {
             k: m[k]
@@ -199,14 +223,47 @@ class RunState:
         self.checkpoints = [c for c in self.checkpoints if c["name"] not in removed]
         path = m.get("path", "")
         self.checkpoints.append(
-            {"name": path.rsplit("/", 1)[-1], "step": m.get("step"), "bytes": m.get("bytes")}
+            {
+                "name": path.rsplit("/", 1)[-1],
+                "step": m.get("step"),
+                "bytes": m.get("bytes"),
+                "eval_loss": number(m.get("eval_loss")),
+            }
         )
+        if "best_checkpoint" in m:
+            self.best_checkpoint = m.get("best_checkpoint")
+
+    def _on_eval(self, m: EvalEvent) -> None:
+        loss, step = number(m.get("eval_loss")), m.get("step")
+        if loss is None or not isinstance(step, int):
+            return
+        self.evals = [(s, v) for s, v in self.evals if s != step] + [(step, loss)]  # a restart re-evaluates
+        self.eval_loss = loss
+        best = number(m.get("best_eval_loss"))
+        if best is not None:
+            self.best_eval = {"step": m.get("best_step"), "eval_loss": best}
+        if m.get("best_checkpoint"):
+            self.best_checkpoint = m["best_checkpoint"]
+        # new dicts, not changed ones: a snapshot handed to the screen shares the old
+        self.checkpoints = [dict(c, eval_loss=loss) if c.get("step") == step else c for c in self.checkpoints]
+
+    def _on_sample(self, m: SampleEvent) -> None:
+        self.samples.append({k: v for k, v in m.items() if k not in ("v", "type")})
 
     def _on_paused(self, m: PausedEvent) -> None:
         self.status = "paused"
+        self._at_step(m)
 
     def _on_resumed(self, m: ResumedEvent) -> None:
         self.status = "running"
+        self._at_step(m)
+
+    def _at_step(self, m: dict) -> None:
+        """A pause or resume names the step the trainer is at, which may be past the last log
+        (logging_steps > 1, or the log of that step still to come): the header shows the same step."""
+        step = m.get("step")
+        if isinstance(step, int) and step > self.step:
+            self.step = step
 
     def _on_error(self, m: ErrorEvent) -> None:
         self.error = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
@@ -215,6 +272,8 @@ class RunState:
     def _on_done(self, m: DoneEvent) -> None:
         self.outcome = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
         self.status = m.get("status", "finished")
+        if m.get("best_checkpoint"):
+            self.best_checkpoint = m["best_checkpoint"]
         self.phase = "done"
         if m.get("step"):
             self.step = int(m["step"])
@@ -224,6 +283,21 @@ class RunState:
         if self.status not in ("finished", "stopped", "failed"):
             self.status = "failed"
             self.outcome = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
+
+    def settle_from_remains(self, final_written: bool) -> bool:
+        """A trainer that is gone without a final event: judged by what it left. The final adapter
+        (`final/` appears by one rename after its save) or a `done` phase means training finished and
+        only the last event was cut (a crash or a full disk while writing it). True if so."""
+        if self.ended or not (final_written or self.phase == "done"):
+            return False
+        self.status, self.phase = "finished", "done"
+        left = "its final adapter is in final/" if final_written else "it reached its done phase"
+        self.outcome = {
+            "status": "finished",
+            "message": f"finished: {left}; the events file ends before the final event (cut while written)",
+            "step": self.step,
+        }
+        return True
 
     # ------------------------------------------------------------ derived figures
 
@@ -250,9 +324,18 @@ class RunState:
         return min(1.0, self.step / self.total_steps)
 
     def eta_s(self) -> float | None:
-        if self.ended or not self.total_steps or not self.step_time_s:
+        """Time to the last step at the recent median step time; None while that means nothing."""
+        if self.ended or not self.total_steps or len(self.step_times) < ETA_MIN_STEPS:
             return None
-        return max(0, self.total_steps - self.step) * self.step_time_s
+        recent = sorted(self.step_times)
+        middle = len(recent) // 2
+        median = recent[middle] if len(recent) % 2 else (recent[middle - 1] + recent[middle]) / 2
+        return max(0, self.total_steps - self.step) * median
+
+    @property
+    def estimating(self) -> bool:
+        """Training is under way but too few steps were timed for an ETA (and a projected cost)."""
+        return not self.ended and self.eta_s() is None
 
     def billed_s(self, now_ts: float | None = None) -> float:
         """Wall time of all trainer attempts so far: what the instance was billed while training ran."""
@@ -270,9 +353,10 @@ class RunState:
         return self.price_per_hour * self.billed_s(now_ts) / 3600
 
     def cost_projected(self, now_ts: float | None = None) -> float | None:
+        """Cost so far plus the ETA's worth; None without a price, or while the ETA is not known."""
         spent = self.cost_so_far(now_ts)
         eta = self.eta_s()
-        if spent is None:
+        if spent is None or (eta is None and not self.ended):
             return None
         return spent + (self.price_per_hour or 0) * (eta or 0) / 3600
 

@@ -44,6 +44,7 @@ class ModelShape:
     attention_bias: bool = False
     qk_norm: bool = False
     source: str = ""
+    max_positions: int | None = None  # config.json's max_position_embeddings: the context it was built for
 
     # ---- parameter counts, per part
     @property
@@ -140,7 +141,12 @@ def from_config_dict(config: dict, name: str, source: str) -> ModelShape:
         attention_bias=bool(config.get("attention_bias", model_type in ATTENTION_BIAS)),
         qk_norm=model_type in QK_NORM,
         source=source,
+        max_positions=_positive_int(config.get("max_position_embeddings")),
     )
+
+
+def _positive_int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def load_shape(spec: str, revision: str = "main", timeout_s: float = HUB_TIMEOUT_S) -> ModelShape:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from cockpit import fmt
 from cockpit.models import speed as speed_model
 from cockpit.models.memory import (
-    GIB,
     SAFETY_MARGIN,
     EstimateError,
     Workload,
@@ -281,7 +281,7 @@ def _tokens_per_s(base: Workload, mb: int, accum: int, k: int, layers: int, card
 
 
 def _gib(n: float | None) -> str:
-    return "?" if n is None else f"{n / GIB:.1f}"
+    return "?" if n is None else fmt.gib(n, 1, "")
 
 
 def _nth(n: int) -> str:

@@ -6,7 +6,7 @@ speed model's tokens/s, and the time and cost of the run at the card's price (th
 dated default). A card the run does not fit gets the first single change that makes it fit
 (`cockpit.plan.fits`), with the speed, time and cost of the run so changed. Two rows are flagged:
 the cheapest card the run fits as given (with the safety margin), and the fastest such card
-within the budget.
+within the budget (cockpit/plan/table.py says how ties go).
 
 The run's size is dataset tokens x epochs (tokens given, or samples x mean tokens per sample,
 each sample cut at the max length), or `training.max_steps` x the tokens of one optimizer

@@ -1,19 +1,19 @@
 """The card table in words: the cells the picker's table and `cockpit cards` show, and the
-plain-text table (at most 100 columns) of `cockpit cards`.
+plain-text table of `cockpit cards` (as wide as the terminal, 80 columns by default).
 
-A row's peak and free memory are the run as given; its speed, time and cost are the run as
-given where it fits, else the run with the single change named in the fit column ("no→ckpt").
+Every figure of a row is for one run: the run as given where it fits, else the run with the
+single change named in the fit column ("no→ckpt"): its peak, free memory, speed, time and cost.
 """
 
 from __future__ import annotations
 
-import textwrap
 from datetime import date
 
 from cockpit import fmt
 from cockpit.fmt import GIB
 from cockpit.models.memory import SAFETY_MARGIN
 from cockpit.models.speed import CALIBRATED_ON
+from cockpit.plain import wrapped
 from cockpit.plan.card import price_age_days
 from cockpit.plan.cards import CardRow
 from cockpit.plan.table import CardTable
@@ -25,7 +25,7 @@ MULTI_NOTE = (
 )
 CHEAPEST_MARK = "$"
 FASTEST_MARK = "»"
-TEXT_WIDTH = 100
+TEXT_WIDTH = 80
 # (key, header, width, right-aligned): the picker drops "vram" on narrow terminals
 COLUMNS: tuple[tuple[str, str, int, bool], ...] = (
     ("flag", "", 2, False),
@@ -53,11 +53,8 @@ CHANGE_WORDS = {
 
 
 def gib_cell(n_bytes: float, sign: bool = False) -> str:
-    gib = n_bytes / GIB
-    text = f"{gib:+.1f}" if sign else f"{gib:.1f}"
-    if abs(gib) >= 99.95:
-        text = f"{gib:+.0f}" if sign else f"{gib:.0f}"
-    return f"{text}G"
+    """A table cell: one decimal, none from 100 GiB (the column stays narrow)."""
+    return fmt.gib(n_bytes, 0 if abs(n_bytes / GIB) >= 99.95 else 1, "G", sign=sign)
 
 
 def fit_cell(row: CardRow) -> str:
@@ -89,13 +86,17 @@ def price_cell(row: CardRow, today: date) -> str:
 def row_cells(row: CardRow, today: date) -> dict[str, str]:
     """Every column of one row, as text."""
     shown = row.shown
+    peak, free = row.fit.peak_bytes, row.fit.headroom_bytes
+    if row.shown_workload_is_changed:
+        peak = row.fit.change.peak_bytes
+        free = row.card.vram_gib * GIB - peak
     return {
         "flag": flag_cell(row),
         "card": card_cell(row),
         "vram": f"{row.card.vram_gib:.0f}G" if row.card.vram_gib >= 99.95 else f"{row.card.vram_gib:.1f}G",
         "fit": fit_cell(row),
-        "peak": gib_cell(row.fit.peak_bytes),
-        "free": gib_cell(row.fit.headroom_bytes, sign=True),
+        "peak": gib_cell(peak),
+        "free": gib_cell(free, sign=True),
         "tok_s": "-" if shown is None else fmt.rate(shown.speed.tokens_per_s),
         "time": "-" if shown is None or shown.time_s is None else fmt.duration(shown.time_s),
         "cost": "-" if shown is None else fmt.money(shown.cost_usd),
@@ -141,10 +142,23 @@ def legend_lines(table: CardTable) -> list[str]:
             f"{FASTEST_MARK} fastest card that fits{within}: {fastest.name} "
             f"({fmt.rate(figures.speed.tokens_per_s)} tok/s{time})"
         )
+        tied = table.tied_with_fastest
+        if tied:
+            lines.append(f"  as fast and dearer: {', '.join(r.name for r in tied)}; {tie_reason(fastest)}")
     return lines
 
 
-def table_text(table: CardTable) -> str:
+def tie_reason(fastest: CardRow) -> str:
+    """Why several cards run at one speed."""
+    if fastest.as_given.speed.bound == "overhead":
+        return (
+            "the run is host-bound on them (Python and kernel launches set the pace, not the GPU): "
+            "a bigger micro-batch speeds it up, a faster card does not"
+        )
+    return "the speed model rates them alike"
+
+
+def table_text(table: CardTable, width: int = TEXT_WIDTH) -> str:
     """`cockpit cards`: the inputs, the table, the flags, what makes each card fit, the warnings."""
     est = table.estimate
     lines = [
@@ -162,11 +176,11 @@ def table_text(table: CardTable) -> str:
     lines += [
         "",
     ]
-    widths = {key: width for key, _, width, _ in COLUMNS}
     cells = [row_cells(row, table.today) for row in table.rows]
-    for key in widths:  # user cards may have long names
-        widths[key] = max([widths[key], *(len(c[key]) for c in cells)])
+    # each column as wide as its header or its widest cell (user cards may have long names)
+    widths = {key: max([len(header), *(len(c[key]) for c in cells)]) for key, header, _, _ in COLUMNS}
     widths["card"] = min(widths["card"], 22)
+    widths["flag"] = len(CHEAPEST_MARK + FASTEST_MARK)
 
     def line(values: dict[str, str]) -> str:
         out = []
@@ -181,18 +195,12 @@ def table_text(table: CardTable) -> str:
     lines.extend(legend_lines(table))
     changed = [row for row in table.rows if row.fit.change is not None]
     if changed:
-        lines.append("what makes it fit (no→X in the table: its speed, time and cost are with that change):")
+        lines.append(
+            "what makes it fit (no→X in the table: its peak, speed, time and cost are with that change):"
+        )
         lines.extend(f"  {row.phrase()}" for row in changed)
     hopeless = [row.name for row in table.rows if row.fit.verdict == "no" and row.fit.change is None]
     if hopeless:
         lines.append(f"no single change makes it fit: {', '.join(hopeless)}")
     lines.extend(f"warning: {w}" for w in table.warnings)
-    return "\n".join(_wrapped(lines, TEXT_WIDTH))
-
-
-def _wrapped(lines: list[str], width: int) -> list[str]:
-    out = []
-    for text in lines:
-        indent = " " * (len(text) - len(text.lstrip()) + 2)
-        out.extend(textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False) or [""])
-    return out
+    return "\n".join(wrapped(lines, width))

@@ -3,7 +3,11 @@
 Pure Python (no textual, no torch), shared by `cockpit cards` and the picker screen; the rows
 are built in `cockpit.plan.cards` (one GPU) and `cockpit.plan.multi_rows` (several). Two rows
 are flagged: the cheapest card the run fits as given (with the safety margin), and the fastest
-such card within the budget.
+such card within the budget. Cards within TIE_SHARE of the fastest tie, and the cheapest of them
+is flagged. Several cards tie where the run is host-bound (the speed model's "overhead" bound:
+Python and kernel launches set a micro-batch's time, which no faster GPU shortens; the H200 runs
+of a 7B QLoRA step take 0.25 s at micro-batch 1 and at 4, bench/results/
+2026-11-30-speed-sweep-2-h200.jsonl); the legend says so and names the change that helps.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from cockpit.plan.cards_inputs import RunSize, check_budget
 from cockpit.plan.catalog import Catalog
 from cockpit.plan.fits import fit_card
 from cockpit.plan.multi_rows import check_gpu_counts, multi_row
+
+TIE_SHARE = 0.005  # cards this close to the fastest tie (the model is not closer than that)
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,17 @@ class CardTable:
     @property
     def fastest(self) -> CardRow | None:
         return next((r for r in self.rows if r.fastest), None)
+
+    @property
+    def tied_with_fastest(self) -> list[CardRow]:
+        """The other cards as fast as the flagged one (within TIE_SHARE)."""
+        fastest = self.fastest
+        if fastest is None:
+            return []
+        in_budget = [
+            r for r in self.rows if r.fit.verdict == "fits" and (self.budget_usd is None or r.within_budget)
+        ]
+        return [r for r in fastest_tied(in_budget) if r is not fastest]
 
     @property
     def cheapest_by(self) -> str:
@@ -115,7 +132,7 @@ def card_table(
     fitting = [r for r in rows if r.fit.verdict == "fits"]
     cheapest = min(fitting, key=_cost_key(size), default=None)
     in_budget = [r for r in fitting if budget_usd is None or r.within_budget]
-    fastest = max(in_budget, key=lambda r: r.as_given.speed.tokens_per_s, default=None)
+    fastest = min(fastest_tied(in_budget), key=_cost_key(size), default=None)
     if budget_usd is not None and fitting and fastest is None:
         warnings.append(
             f"no card that fits costs {fmt.money(budget_usd)} or less; the cheapest that fits costs "
@@ -124,6 +141,12 @@ def card_table(
     rows = [replace(r, cheapest=r is cheapest, fastest=r is fastest) for r in rows]
     prices_from = str(catalog.user_file) if catalog.user_file else "default prices (no cards.yaml)"
     return CardTable(w, estimate, size, budget_usd, today, tuple(rows), prices_from, tuple(warnings))
+
+
+def fastest_tied(rows: list[CardRow]) -> list[CardRow]:
+    """The rows whose tokens/s are within TIE_SHARE of the fastest."""
+    best = max((r.as_given.speed.tokens_per_s for r in rows), default=0.0)
+    return [r for r in rows if r.as_given.speed.tokens_per_s >= best * (1 - TIE_SHARE)]
 
 
 def _cost_key(size: RunSize):

@@ -42,7 +42,11 @@ class PhaseEvent(TypedDict, total=False):
     """The trainer moved to another phase."""
 
     phase: Annotated[
-        str, Meaning("starting, loading_model, preparing_data, quantising, training, saving, done")
+        str,
+        Meaning(
+            "starting, loading_model, preparing_data, quantising, training, evaluating, saving, sampling, "
+            "done"
+        ),
     ]
     message: Annotated[str, Meaning("free text, e.g. the model being loaded")]
 
@@ -65,6 +69,11 @@ class DataEvent(TypedDict, total=False):
     truncated: Annotated[int, Meaning("samples longer than max_length")]
     max_length: Annotated[int, Meaning("training.max_length")]
     tokens_over: Annotated[dict, Meaning("samples longer than each power of two (for the OOM wizard)")]
+    eval_samples: Annotated[int | None, Meaning("rows held out for evaluation (never trained on)")]
+    eval_source: Annotated[str | None, Meaning("where they come from: eval_fraction, a split or a file")]
+    prompt_style: Annotated[str, Meaning("how prompts are written: chat_template, llama2, guanaco or plain")]
+    prompt_prefix: Annotated[str, Meaning("what llama2-style rows put before [INST], e.g. <s>")]
+    sample_prompts: Annotated[int, Meaning("how many eval.prompts are answered at each sampling")]
 
 
 class SpeedPlanEvent(TypedDict, total=False):
@@ -121,7 +130,9 @@ class TrainBeginEvent(TypedDict, total=False):
 
     total_steps: Annotated[int, Meaning("optimizer steps of the run")]
     start_step: Annotated[int, Meaning("non-zero when resumed")]
-    epochs: Annotated[float, Meaning("epochs the steps cover")]
+    epochs: Annotated[
+        float | None, Meaning("epochs the steps cover; null when training.max_steps bounds the run")
+    ]
     micro_batch_size: Annotated[int, Meaning("rows per micro-batch")]
     gradient_accumulation_steps: Annotated[int, Meaning("micro-batches per step")]
     max_length: Annotated[int, Meaning("tokens per row at most")]
@@ -168,6 +179,9 @@ class CheckpointEvent(TypedDict, total=False):
     bytes: Annotated[int, Meaning("its size")]
     save_s: Annotated[float, Meaning("time to write it")]
     removed: Annotated[list, Meaning("older checkpoints rotated out")]
+    eval_loss: Annotated[float | None, Meaning("the eval loss at this step (null when none ran at it)")]
+    best_checkpoint: Annotated[str | None, Meaning("the kept checkpoint with the lowest eval loss")]
+    best_eval_loss: Annotated[float | None, Meaning("its eval loss")]
 
 
 class CommandEvent(TypedDict, total=False):
@@ -228,6 +242,9 @@ class DoneEvent(TypedDict, total=False):
     runtime_s: Annotated[float, Meaning("training time")]
     output: Annotated[str | None, Meaning("the final/ folder with the adapter or model")]
     message: Annotated[str, Meaning("how it ended")]
+    eval_loss: Annotated[float | None, Meaning("the last eval loss (with an eval split)")]
+    best_checkpoint: Annotated[str | None, Meaning("the kept checkpoint with the lowest eval loss")]
+    best_eval_loss: Annotated[float | None, Meaning("its eval loss")]
 
 
 class ExitEvent(TypedDict, total=False):
@@ -271,6 +288,73 @@ class ConfigChangeEvent(TypedDict, total=False):
     from_step_zero: Annotated[bool | None, Meaning("oom: starts again at step 0")]
 
 
+class EvalEvent(TypedDict, total=False):
+    """The eval loss on the held-out split: the base before step 1, every eval.steps, the end."""
+
+    step: Annotated[int, Meaning("the step evaluated (0: the base model)")]
+    stage: Annotated[str, Meaning("base, train or final")]
+    eval_loss: Annotated[float, Meaning("mean cross-entropy per predicted token over the eval rows")]
+    eval_samples: Annotated[int, Meaning("rows evaluated")]
+    eval_tokens: Annotated[int, Meaning("tokens predicted")]
+    eval_s: Annotated[float, Meaning("time the pass took")]
+    best_step: Annotated[int | None, Meaning("the step with the lowest eval loss so far")]
+    best_eval_loss: Annotated[float | None, Meaning("that loss")]
+    best_checkpoint: Annotated[str | None, Meaning("the kept checkpoint with the lowest eval loss")]
+
+
+class SampleEvent(TypedDict, total=False):
+    """One answer to one of eval.prompts: base before step 1, after each checkpoint, at the end."""
+
+    stage: Annotated[str, Meaning("base, checkpoint or final")]
+    step: Annotated[int, Meaning("the step of the weights")]
+    checkpoint: Annotated[str | None, Meaning("checkpoint-<step>, final, or null for the base")]
+    index: Annotated[int, Meaning("which prompt (from 0)")]
+    count: Annotated[int, Meaning("of how many")]
+    prompt: Annotated[str, Meaning("as given, or the eval row's question")]
+    reference: Annotated[str | None, Meaning("the eval row's own answer")]
+    output: Annotated[str, Meaning("the answer, cut at the format's stop string")]
+    finish: Annotated[str, Meaning("eos (an end token), stop (the next-turn marker) or length")]
+    new_tokens: Annotated[int, Meaning("tokens generated")]
+    prompt_tokens: Annotated[int, Meaning("tokens of the rendered prompt")]
+    max_new_tokens: Annotated[int, Meaning("eval.max_new_tokens")]
+    seed: Annotated[int, Meaning("the RNG seed set for it (training's state restored after)")]
+    seconds: Annotated[float, Meaning("generation time")]
+    style: Annotated[str, Meaning("the prompt style (as in data)")]
+
+
+class ChatReadyEvent(TypedDict, total=False):
+    """The chat backend (cockpit chat, on its pipe) loaded its weights."""
+
+    base_model: Annotated[str, Meaning("the run's model.name, or the model folder")]
+    target: Annotated[str, Meaning("the adapter or model folder loaded")]
+    kind: Annotated[str, Meaning("adapter (base + LoRA) or model (a whole model)")]
+    device: Annotated[dict, Meaning("as in hello")]
+    precision: Annotated[str, Meaning("bf16, fp16 or fp32")]
+    quantized: Annotated[bool, Meaning("a 4-bit base (QLoRA on a GPU)")]
+    style: Annotated[str, Meaning("the prompt style")]
+    chat_template: Annotated[bool, Meaning("the tokenizer has a chat template")]
+    stop_tokens: Annotated[list, Meaning("tokens that end an answer: eos and end-of-turn tokens")]
+    stop_strings: Annotated[list, Meaning("the text format's next-turn marker")]
+    load_s: Annotated[float, Meaning("load time")]
+
+
+class ChatTokenEvent(TypedDict, total=False):
+    """The next piece of a chat answer, as it is generated."""
+
+    text: Annotated[str, Meaning("new text (what may begin a stop string is held back)")]
+
+
+class ChatDoneEvent(TypedDict, total=False):
+    """A chat answer ended."""
+
+    text: Annotated[str, Meaning("the whole answer")]
+    finish: Annotated[str, Meaning("eos, stop or length")]
+    new_tokens: Annotated[int, Meaning("tokens generated")]
+    prompt_tokens: Annotated[int, Meaning("tokens of the rendered conversation")]
+    seconds: Annotated[float, Meaning("generation time")]
+    tokens_per_s: Annotated[float | None, Meaning("new tokens over that time")]
+
+
 # type -> its fields; EVENT_TYPES (wire.py) is this table's keys
 EVENTS: dict[str, type] = {
     "hello": HelloEvent,
@@ -290,6 +374,11 @@ EVENTS: dict[str, type] = {
     "exit": ExitEvent,
     "probe": ProbeEvent,
     "config_change": ConfigChangeEvent,
+    "eval": EvalEvent,
+    "sample": SampleEvent,
+    "chat_ready": ChatReadyEvent,
+    "chat_token": ChatTokenEvent,
+    "chat_done": ChatDoneEvent,
 }
 ENVELOPE = ("v", "type", "ts")
 JSON_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}

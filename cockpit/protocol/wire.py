@@ -24,7 +24,19 @@ MAX_LINE_BYTES = 1 << 20  # a log event is ~600 bytes; a traceback rarely passes
 EVENT_TYPES = frozenset(EVENTS)
 # Client -> trainer, through the run directory's control FIFO.
 COMMAND_TYPES = frozenset({"stop", "save", "pause", "resume"})
-PHASES = ("starting", "preparing_data", "loading_model", "quantising", "training", "saving", "done")
+PHASES = (
+    "starting",
+    "preparing_data",
+    "loading_model",
+    "quantising",
+    "training",
+    "evaluating",
+    "saving",
+    "sampling",
+    "done",
+)
+# Client -> chat backend (`python -m train_backend.chat`), on its stdin
+CHAT_REQUEST_TYPES = frozenset({"chat", "quit"})
 ERROR_KINDS = ("config", "data", "model_load", "oom", "disk", "gpu", "other")
 
 

@@ -18,8 +18,15 @@ from cockpit.models.memory import OPTIMIZER_STATE_BYTES
 # on top of the expected size: the estimate's own error, a checkpoint that grows a little
 # (trainer state, optimizer bookkeeping) and what the run's logs write meanwhile
 SPACE_MARGIN = 0.10
-# tokenizer, scheduler, RNG and trainer-state files an estimate does not count, and file-system slack
+# tokenizer, scheduler, RNG and trainer-state files an estimate does not count, and file-system slack:
+# half the checkpoint, at least MIN_RESERVE_BYTES (a tokenizer.json is up to ~17 MB), at most
+# SPACE_RESERVE_BYTES (so a 3 MB adapter is not refused on a small disk for want of 256 MiB)
 SPACE_RESERVE_BYTES = 256 * 2**20
+MIN_RESERVE_BYTES = 16 * 2**20
+
+
+def reserve_bytes(checkpoint_bytes: int) -> int:
+    return min(SPACE_RESERVE_BYTES, max(MIN_RESERVE_BYTES, checkpoint_bytes // 2))
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,19 @@ def free_bytes(path: Path | str) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def free_text(path: Path | str) -> str:
+    """What is left on the file system of `path`, now: its bytes, and its inodes when none is left
+    (a disk of many small files refuses new ones with bytes to spare, and says the same ENOSPC)."""
+    st = os.statvfs(path)
+    free = bytes_text(st.f_bavail * st.f_frsize)
+    if st.f_files and st.f_favail == 0:
+        return (
+            f"no free inodes (all {st.f_files:,} files in use; `df -i {path}`) though {free} is free, "
+            f"on {path}"
+        )
+    return f"{free} free now on {path}"
+
+
 @dataclass(frozen=True)
 class SpaceCheck:
     step: int
@@ -77,6 +97,7 @@ class SpaceCheck:
     free_bytes: int
     path: str
     basis: str
+    reserve_bytes: int = SPACE_RESERVE_BYTES
 
     @property
     def fits(self) -> bool:
@@ -88,13 +109,14 @@ class SpaceCheck:
         return (
             f"checkpoint-{self.step} not started: it needs about {bytes_text(self.needed_bytes)} and "
             f"{bytes_text(self.free_bytes)} is free ({short} short) on {self.path}; expected size: "
-            f"{self.basis}, + {SPACE_MARGIN:.0%} + {bytes_text(SPACE_RESERVE_BYTES)} reserve"
+            f"{self.basis}, + {SPACE_MARGIN:.0%} + {bytes_text(self.reserve_bytes)} reserve"
         )
 
 
 def check_space(step: int, size: CheckpointSize, free: int, path: Path | str) -> SpaceCheck:
-    needed = math.ceil(size.bytes * (1 + SPACE_MARGIN)) + SPACE_RESERVE_BYTES
-    return SpaceCheck(step, needed, free, str(path), size.basis)
+    reserve = reserve_bytes(size.bytes)
+    needed = math.ceil(size.bytes * (1 + SPACE_MARGIN)) + reserve
+    return SpaceCheck(step, needed, free, str(path), size.basis, reserve)
 
 
 def disk_full_hint(

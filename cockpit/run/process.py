@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -21,7 +22,7 @@ import psutil
 from cockpit.oom.messages import cgroup_memory
 from cockpit.run import control, journal
 from cockpit.run import ranks as distributed
-from cockpit.run.rundir import RunDir
+from cockpit.run.rundir import EVENTS_NAME, RunDir
 
 STOP_GRACE_S = 60.0  # a checkpoint of a 7B QLoRA adapter takes seconds; of a full model, longer
 TERM_GRACE_S = 15.0
@@ -176,3 +177,74 @@ def group_members(pgid: int) -> list[int]:
         except (ProcessLookupError, psutil.Error, PermissionError):
             continue
     return members
+
+
+# ------------------------------------------------------------------ trainers whose run directory is gone
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A trainer still running whose run directory was deleted: found by its command line (the run's
+    path is its argument), since trainer.json went with the directory."""
+
+    run_id: str
+    path: str
+    pid: int
+
+
+def trainer_run_path(cmdline: list[str]) -> str | None:
+    """The run directory a trainer's command line names (`-m train_backend train RUN`, or the
+    launcher's `-m train_backend.launcher RUN ...`), else None."""
+    for i, word in enumerate(cmdline[:-1]):
+        if word != "-m":
+            continue
+        rest = cmdline[i + 1 :]
+        if rest[0] == "train_backend" and len(rest) >= 3 and rest[1] == "train":
+            return rest[2]
+        if rest[0] == distributed.LAUNCHER_MODULE and len(rest) >= 2:
+            return rest[1]
+    return None
+
+
+def orphaned_trainers() -> list[Orphan]:
+    """This user's trainers (session leaders: ranks of several GPUs are the launcher's) whose run
+    directory no longer holds its events file."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "uids"]):
+        try:
+            uids = proc.info["uids"]
+            if uids is None or uids.real != os.getuid() or os.getsid(proc.info["pid"]) != proc.info["pid"]:
+                continue
+            path = trainer_run_path(proc.info["cmdline"] or [])
+            if path is None or (Path(path) / EVENTS_NAME).exists():
+                continue
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            found.append(Orphan(Path(path).name, path, proc.info["pid"]))
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def stop_orphan(orphan: Orphan, term_s: float = TERM_GRACE_S, say=lambda _t: None) -> str:
+    """SIGTERM to its process group (its control FIFO went with the directory), then SIGKILL."""
+    say(f"the run directory {orphan.path} is gone: SIGTERM to the trainer's process group")
+    _signal_group(orphan.pid, signal.SIGTERM)
+    if _wait_pid_gone(orphan.pid, term_s):
+        _signal_group(orphan.pid, signal.SIGKILL)
+        return "terminated"
+    say("still there: SIGKILL")
+    _signal_group(orphan.pid, signal.SIGKILL)
+    _wait_pid_gone(orphan.pid, 5.0)
+    return "killed"
+
+
+def _wait_pid_gone(pid: int, timeout_s: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        proc.wait(timeout_s)
+        return True
+    except psutil.TimeoutExpired:
+        return False
+    except psutil.Error:
+        return True

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ CHECKPOINTS_NAME = "checkpoints"
 FINAL_NAME = "final"
 COMPLETE_MARKER = "cockpit-complete.json"
 STAGING_NAME = ".staging"
+REMOVING_PREFIX = ".removing-"  # a checkpoint being deleted: renamed aside first
 
 
 class RunNotFound(LookupError):
@@ -76,6 +78,19 @@ class RunDir:
         """Checkpoints whose save finished, oldest first."""
         return complete_checkpoints(self.checkpoints_dir)
 
+    def config_price_per_hour(self) -> float | None:
+        """`cost.price_per_hour` of the run's config.yaml (None: not set, or the file unreadable), so a
+        client shows the cost from its first frame, before the trainer's hello is read."""
+        import yaml  # only the clients that show a run need it
+
+        try:
+            cost = (yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}).get("cost") or {}
+            price = cost.get("price_per_hour")
+        except (OSError, yaml.YAMLError, AttributeError, UnicodeDecodeError):
+            return None
+        ok = isinstance(price, (int, float)) and not isinstance(price, bool) and price >= 0
+        return float(price) if ok else None
+
     def read_trainer(self) -> dict | None:
         try:
             return json.loads(self.trainer_path.read_text())
@@ -91,6 +106,28 @@ def complete_checkpoints(folder: Path) -> list[Path]:
             if match and (child / COMPLETE_MARKER).is_file():
                 found.append((int(match.group(1)), child))
     return [p for _, p in sorted(found)]
+
+
+def incomplete_checkpoints(folder: Path) -> list[Path]:
+    """checkpoint-N folders without the completion marker (a save or a removal killed midway: never
+    resumed from) and checkpoints whose removal began."""
+    found = []
+    if folder.is_dir():
+        for child in sorted(folder.iterdir()):
+            unmarked = re.fullmatch(r"checkpoint-\d+", child.name) and not (child / COMPLETE_MARKER).is_file()
+            if unmarked or child.name.startswith(REMOVING_PREFIX):
+                found.append(child)
+    return found
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Renamed aside, then deleted: a kill in the middle leaves a `.removing-` folder that the next
+    clean-up takes, never a checkpoint-N with some of its files."""
+    aside = path if path.name.startswith(REMOVING_PREFIX) else path.with_name(REMOVING_PREFIX + path.name)
+    if aside != path:
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(path, aside)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def slug(text: str) -> str:

@@ -26,6 +26,8 @@ def run_status(run: RunDir) -> RunStatus:
     """Status from the event history and the process table; right after a crash or reboot too."""
     state = journal.fold(run.events_path)
     alive = process.is_alive(run)
+    if not alive:
+        state.settle_from_remains(run.final_dir.is_dir())
     if alive:
         label = "paused" if state.status == "paused" else "running"
         return RunStatus(label, state.phase, state.step, state.total_steps, state.last_ts)

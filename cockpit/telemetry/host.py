@@ -101,6 +101,42 @@ def _net_bytes() -> tuple[int, int] | None:
     return sum(c.bytes_recv for c in real), sum(c.bytes_sent for c in real)
 
 
+def descendants(root: psutil.Process) -> list[psutil.Process]:
+    """The processes under `root`, from /proc/<pid>/task/<tid>/children: the cost grows with the
+    trainer's tree and threads, not with the host. psutil's children(recursive=True) reads the stat
+    file of every process of the host, which on a big GPU host (thousands of pids, kernel threads
+    among them) cost more than everything else the live view does; it is the fallback where
+    the kernel has no children files."""
+    found: list[psutil.Process] = []
+    seen = {root.pid}
+    todo = [root.pid]
+    try:
+        while todo:
+            pid = todo.pop()
+            try:
+                tasks = os.listdir(f"/proc/{pid}/task")
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # gone since its parent listed it
+            for tid in tasks:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
+                        children = [int(c) for c in f.read().split()]
+                except (FileNotFoundError, ProcessLookupError):
+                    continue  # a thread that ended (a root gone is found when it is read)
+                for child in children:
+                    if child in seen:
+                        continue
+                    seen.add(child)
+                    todo.append(child)
+                    try:
+                        found.append(psutil.Process(child))
+                    except psutil.Error:
+                        continue
+    except (PermissionError, NotADirectoryError, ValueError):
+        return root.children(recursive=True)
+    return found
+
+
 class ProcessTree:
     """CPU seconds and RSS of a process and its descendants; None when it is gone.
 
@@ -131,7 +167,7 @@ class ProcessTree:
             root, now = self._root, self.clock()
             listed = now - self._listed_at >= self.relist_s
             if listed:
-                self._descendants, self._listed_at = root.children(recursive=True), now
+                self._descendants, self._listed_at = descendants(root), now
         except psutil.Error:
             self._root = None
             return None

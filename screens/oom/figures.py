@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from cockpit.fmt import GIB
+from cockpit import fmt
 from cockpit.oom.remedies import Analysis, Option
 
 Row = tuple[str, "str | Text"]  # label, value
@@ -32,9 +32,7 @@ PHASE_WORDS = {
 
 
 def gib(n_bytes: int | None, sign: bool = False) -> str:
-    if n_bytes is None:
-        return "-"
-    return f"{n_bytes / GIB:+.2f}" if sign else f"{n_bytes / GIB:.2f}"
+    return fmt.gib(n_bytes, 2, "", sign=sign)
 
 
 def what_happened(analysis: Analysis) -> Text:

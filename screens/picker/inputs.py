@@ -22,6 +22,7 @@ import yaml
 from cockpit import fmt
 from cockpit.config import load as config_load
 from cockpit.config import schema as config_mod
+from cockpit.config.model_fit import context_warning
 from cockpit.fmt import GIB
 from cockpit.models import shape as modelshape
 from cockpit.models import shipped as shapes
@@ -42,6 +43,8 @@ FIELD_KEYS = {
     "targets": "lora.target_modules",
     "epochs": "training.epochs",
 }
+# auto keys the memory and speed estimates depend on, not in the form
+ESTIMATED_AUTO_KEYS = ("training.gradient_accumulation_steps",)
 FORM = "form"  # the key of a message about the fields together
 # EstimateError messages start with what they are about
 ESTIMATE_FIELDS = (
@@ -160,11 +163,9 @@ def evaluate(
             out.errors[FORM] = str(exc)
     if out.errors:
         return out
-    settings: dict[str, Any] = {}
-    for key in FIELD_KEYS.values():
-        # an auto key left as it was stays for `speed: auto` to choose
-        if key not in config_mod.SPEED_AUTO_KEYS or _get(cfg, key) != _get(base.cfg, key):
-            settings[key] = _get(cfg, key)
+    # every setting the estimate rests on is written, the auto keys too (speed: auto then keeps
+    # them as written), so the run is the one the table estimated
+    settings: dict[str, Any] = {key: _get(cfg, key) for key in (*FIELD_KEYS.values(), *ESTIMATED_AUTO_KEYS)}
     out.cfg, out.settings = cfg, settings
     try:
         shape = shape_for(cfg.model.name, cfg.model.revision or "main")
@@ -174,6 +175,9 @@ def evaluate(
     if shape is None:
         out.notes["model"] = f"{cfg.model.name}: press Enter here to fetch its config.json from the hub"
         return out
+    warning = context_warning(shape, cfg.training.max_length)
+    if warning:
+        out.notes["seq"] = warning
     try:
         size = parse_dataset(str(fields["dataset"]), cfg.training.epochs, cfg.training.max_steps)
         workload = workload_from_config(cfg, shape, trainer)
@@ -258,8 +262,9 @@ def config_text(cfg: config_mod.TrainConfig, table: CardTable, row: CardRow, now
             f"{fmt.money(figures.cost_usd)}"
         )
     lines += [
-        "# speed: auto may still pick micro-batch, checkpointing and packing for the card it runs on;",
-        "# the keys this file sets are kept as written.",
+        "# micro-batch, accumulation and checkpointing are set as the estimate assumed them, so",
+        "# speed: auto keeps them (it still chooses packing, attention kernel and loader workers);",
+        "# delete them to let speed: auto choose for the card (it may run faster than estimated).",
         "# Set dataset.path to your data, then start it: cockpit train THIS_FILE",
         "",
     ]

@@ -30,6 +30,7 @@ from cockpit.models import shape as modelshape
 from cockpit.models import shipped as shapes
 from cockpit.models.memory import estimate_memory
 from cockpit.models.speed import speed_inputs
+from cockpit.plan.card import age_words, price_age_days
 from cockpit.plan.cards import CardRow
 from cockpit.plan.cards_text import CHEAPEST_MARK, FASTEST_MARK
 from cockpit.plan.multi_rows import MULTI_COUNTS, row_workload
@@ -52,8 +53,16 @@ ROWS: tuple[tuple[tuple[str, str, int | None], ...], ...] = (
     (("seq", "max length", 7), ("batch", "micro-batch", 5), ("r", "LoRA r", 6), ("targets", "targets", None)),
     (("dataset", "dataset", None), ("epochs", "epochs", 6), ("budget", "budget $", 9)),
 )
+BOUND_WORDS = {"overhead": "host"}  # the speed model's "overhead": Python and kernel launches
 LABELS = {field_id: label for row in ROWS for field_id, label, _ in row}
 PLACEHOLDERS = {"dataset": "tokens (5M) or samples x mean (9846x350)", "budget": "none"}
+
+
+def short_price_label(row: CardRow, today) -> str:
+    """`(default, 30d old)` or `(yours, 2d old)`: the detail line's account of the price."""
+    days = price_age_days(row.card, today)
+    age = f"{days}d old" if days > 0 else age_words(days)
+    return f"({'default' if row.card.price_is_default else 'yours'}, {age})"
 
 
 class PickerScreen(Screen[None]):
@@ -208,14 +217,14 @@ class PickerScreen(Screen[None]):
         ev, table = self.evaluation, self.query_one(CardTableView).table
         summary = self.query_one("#summary", Static)
         if ev.table is None:
-            what = "fetching the model's shape" if ev.notes else "fix the marked inputs"
+            what = "fetching the model's shape" if "model" in ev.notes else "fix the marked inputs"
             stale = "; the table shows the last valid settings" if table is not None else ""
             summary.update(Text(f"{what}{stale}", style="bold"))
             return
         est = ev.table.estimate
         first = (
-            f"peak {est.band_text()} on any card{' (a band: see a breakdown)' if est.unsure else ''} "
-            f"({est.load_peak_bytes / GIB:.1f} while loading) · "
+            f"peak {est.band_text()} on any card{' (a band: b shows it)' if est.unsure else ''} "
+            f"({est.load_peak_bytes / GIB:.1f} loading) · "
             f"run: {ev.table.size.describe(ev.table.workload)}"
         )
         cheapest, fastest = ev.table.cheapest, ev.table.fastest
@@ -233,7 +242,7 @@ class PickerScreen(Screen[None]):
                 second += f" · {FASTEST_MARK} fastest{within}: {fastest.name} {when}"
             elif ev.table.warnings:
                 second += f" · {ev.table.warnings[-1]}"
-        summary.update(Text(f"{first}\n{second}", no_wrap=True, overflow="ellipsis"))
+        summary.update(Text(f"{first}\n{second}"))
 
     def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
         self.show_selected()
@@ -245,12 +254,12 @@ class PickerScreen(Screen[None]):
             detail.update("")
             return
         speed = speed_inputs(row.card)
-        origin = "scaled from the H200 calibration" if speed["extrapolated"] else "as calibrated"
+        origin = "scaled from H200" if speed["extrapolated"] else "as calibrated"
         figures = row.shown
-        bound = f", {figures.speed.bound}-bound" if figures is not None else ""
+        bound = f", {BOUND_WORDS.get(figures.speed.bound, figures.speed.bound)}-bound" if figures else ""
         second = (
-            f"{row.card.vram_gib:g} GiB · ${row.card.price_per_hour:.2f}/h, {row.price_label} · "
-            f"speed {origin}{bound}"
+            f"{row.card.vram_gib:g} GiB · ${row.card.price_per_hour:.2f}/h "
+            f"{short_price_label(row, self.picker.today())} · speed {origin}{bound}"
         )
         if row.gpus > 1:
             link = f" over {row.multi['link']['label']}" if row.multi else ""
@@ -258,7 +267,7 @@ class PickerScreen(Screen[None]):
                 f"{row.card.vram_gib:g} GiB per GPU · ${row.usd_per_hour:.2f}/h for {row.gpus} · speed NOT "
                 f"calibrated (a model: {row.gpus} x one GPU less communication{link}){bound}"
             )
-        detail.update(Text(f"{row.phrase()}\n{second}", no_wrap=True, overflow="ellipsis"))
+        detail.update(Text(f"{row.phrase()}\n{second}"))
         self.show_breakdown(row)
 
     def show_breakdown(self, row: CardRow) -> None:

@@ -23,6 +23,7 @@ HINT = "The run goes on. `cockpit preflight` runs every check; --skip-preflight 
 
 
 def notice_text(problems: Sequence[CheckResult]) -> Content:
+    """Each problem: its title and what was measured, then its fix."""
     parts: list[Content | str | tuple[str, str]] = []
     for index, result in enumerate(problems):
         parts.append((("\n" if index else "") + f"{GLYPHS[result.status]} ", STATUS_STYLES[result.status]))
@@ -32,6 +33,13 @@ def notice_text(problems: Sequence[CheckResult]) -> Content:
             parts.append(("\n  fix: ", "bold"))
             parts.append(result.fix)
     return Content.assemble(*parts)
+
+
+def counted(problems: Sequence[CheckResult]) -> str:
+    """`1 failed, 3 warned`, naming them, so that the title says what the list holds."""
+    fails = [r for r in problems if r.status == "fail"]
+    warns = [r for r in problems if r.status != "fail"]
+    return ", ".join(f"{len(rs)} {word}" for rs, word in ((fails, "failed"), (warns, "warned")) if rs)
 
 
 class PreflightNotice(ModalScreen[None]):
@@ -47,11 +55,8 @@ class PreflightNotice(ModalScreen[None]):
         self.problems = list(problems)
 
     def compose(self) -> ComposeResult:
-        fails = sum(r.status == "fail" for r in self.problems)
-        warns = len(self.problems) - fails
-        said = ", ".join(f"{n} {word}" for n, word in ((fails, "failed"), (warns, "warned")) if n)
         with Vertical(id="notice"):
-            yield Static(f"Quick preflight before this run: {said}", id="notice-title")
+            yield Static(f"Quick preflight before this run: {counted(self.problems)}", id="notice-title")
             with VerticalScroll(id="notice-body"):
                 yield Static(notice_text(self.problems), id="notice-problems")
             yield Static(HINT, id="notice-hint")

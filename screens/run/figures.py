@@ -16,6 +16,7 @@ from cockpit.protocol.wire import Fault
 from widgets.stats import Row
 
 ERROR_MESSAGE_CHARS = 300
+BEST_MARK = "★"  # the checkpoint with the lowest eval loss
 
 
 def param_count(n: int | None) -> str:
@@ -33,6 +34,20 @@ def byte_size(n_bytes: int | None) -> str:
     return f"{n_bytes / 2**20:.1f} MiB" if n_bytes < 2**30 else fmt.gib(n_bytes)
 
 
+def phase_text(state: RunState, interrupted: bool = False) -> str:
+    """The header's account of where the run is; an ended run says how it ended, not its last phase."""
+    if state.status == "failed" or interrupted:
+        error = state.error or {}
+        phase = str(error.get("phase") or state.phase).replace("_", " ")
+        step = error.get("step") or (state.step if state.step else None)
+        how = "the trainer is gone" if interrupted else "failed"
+        return f"{how} while {phase}" + (f" at step {step}" if step else "")
+    if state.status in ("finished", "stopped"):
+        return f"{state.status} at step {state.step}"
+    phase = state.phase.replace("_", " ")
+    return f"{phase}: {state.phase_message}" if state.phase_message else phase
+
+
 def memory_rows(state: RunState) -> list[Row]:
     memory, total = state.memory, state.device.get("total_bytes")
     if "mem_allocated_bytes" in memory:
@@ -47,20 +62,32 @@ def memory_rows(state: RunState) -> list[Row]:
     return [("memory", "-")]
 
 
+def eta_text(state: RunState) -> str | Text:
+    if state.ended:
+        return "-"
+    if state.eta_s() is None:
+        return Text("estimating" if state.total_steps else "-", style="dim")
+    return fmt.duration(state.eta_s()) + (" once resumed" if state.status == "paused" else "")
+
+
 def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
     """The stats panel: training figures first, then what runs where on what data."""
     drop = state.loss_drop()
     loss = fmt.loss(state.loss)
     if drop is not None and math.isfinite(drop):  # a nan or inf loss has no change to show
         loss += f", {-drop:+.1%} from first"
-    rows: list[Row] = [
-        ("loss", loss),
+    rows: list[Row] = [("step loss", loss)]  # the last step's; the done line gives the mean over the run
+    if state.eval_loss is not None:
+        best = state.best_eval
+        tail = f", best {fmt.loss(best['eval_loss'])} at step {best['step']}" if best else ""
+        rows.append(("eval loss", f"{fmt.loss(state.eval_loss)}{tail}"))
+    rows += [
         ("learning rate", fmt.sci(state.learning_rate)),
         ("grad norm", fmt.rate(state.grad_norm)),
         ("tokens/s", fmt.rate(state.tokens_per_s)),
         ("samples/s", fmt.rate(state.samples_per_s)),
         ("step time", fmt.rate(state.step_time_s, " s")),
-        ("ETA", fmt.duration(state.eta_s()) + (" once resumed" if state.status == "paused" else "")),
+        ("ETA", eta_text(state)),
         ("elapsed", f"{fmt.duration(state.billed_s(now_ts))} billed"),
     ]
     if state.price_per_hour is None:
@@ -69,7 +96,11 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
         rows.append(
             ("cost", f"{fmt.money(state.cost_so_far(now_ts))} at {fmt.money(state.price_per_hour)}/h")
         )
-        rows.append(("projected", f"~{fmt.money(state.cost_projected(now_ts))} for the run"))
+        projected = state.cost_projected(now_ts)
+        if projected is None:
+            rows.append(("projected", Text("estimating", style="dim")))
+        else:
+            rows.append(("projected", f"~{fmt.money(projected)} for the run"))
     rows.extend(memory_rows(state))
     device = state.device
     if device:
@@ -98,10 +129,15 @@ def checkpoint_rows(state: RunState) -> list[Row]:
     if not state.checkpoints:
         return [("", Text("none yet", style="dim"))]
     width = max(len(str(c.get("step"))) for c in state.checkpoints)
-    return [
-        (c["name"], f"step {c.get('step')!s:<{width}}  {byte_size(c.get('bytes'))}")
-        for c in state.checkpoints
-    ]
+    rows: list[Row] = []
+    for c in state.checkpoints:
+        value = f"step {c.get('step')!s:<{width}}  {byte_size(c.get('bytes'))}"
+        if c.get("eval_loss") is not None:
+            value += f"  eval {fmt.loss(c['eval_loss'])}"
+        # the mark leads the name, so a narrow panel that cuts the row still shows it
+        name = f"{BEST_MARK} {c['name']}" if c["name"] == state.best_checkpoint else c["name"]
+        rows.append((name, value))
+    return rows
 
 
 def error_text(state: RunState, interrupted: bool = False) -> Text | None:

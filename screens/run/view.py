@@ -27,8 +27,11 @@ from textual.worker import Worker, WorkerState
 
 from cockpit import fmt
 from cockpit.doctor.multi_gpu import rank_pids
+from cockpit.finish.samples import collect as collect_samples
+from cockpit.finish.samples import no_samples_reason
 from cockpit.live.replay import sample_of_bin
 from cockpit.live.sources import RunSource
+from cockpit.live.stall import Stall, StallNotices, find_stall
 from cockpit.run import process
 from cockpit.run.control import NotRunning
 from screens.confirm import Confirm
@@ -38,10 +41,12 @@ from screens.run.figures import (  # noqa: F401 - the tests and other screens im
     checkpoint_rows,
     error_text,
     memory_rows,
+    phase_text,
     stat_rows,
 )
+from screens.run.samples import SamplesView
 from screens.run.telemetry_feed import SeriesBook
-from widgets.doctor_panel import DoctorPanel
+from widgets.doctor_panel import DoctorPanel, finding_log_line
 from widgets.event_log import EventLog
 from widgets.gpu_panel import GpuPanel, GpuView, gpu_title, torch_text
 from widgets.host_panel import HostPanel
@@ -53,10 +58,12 @@ from widgets.stats import StatsPanel
 MAX_LOG_LINES = 1000
 CLIENT_LINE_INDENT = " " * len("0:00:00 ")  # this client's own lines carry no event time
 STOP_QUESTION = "Stop the run? A checkpoint is saved first."
+COMPACT_FOOTER_BELOW_COLUMNS = 70  # narrower: the footer's keys closer together, so none is cut
 COMPACT_BELOW_ROWS = 30  # shorter terminals get one row per GPU and one for the host
 MANY_GPUS = 2  # more GPUs than this: one row each at any size
 RECENT_SPAN_S = 300.0  # `h` switches the sparklines between the whole run and this
 WATCH_LATE_S = 3.0  # a watch that has not answered for this long is said to be late
+LOSS_TITLE_WITH_EVAL = "loss: [$accent]train[/] · [$warning]eval[/]"
 NO_TELEMETRY = "no GPU/host telemetry for this run: no live watch and no telemetry.jsonl"
 
 
@@ -64,15 +71,22 @@ class RunView(Screen):
     CSS_PATH = "view.tcss"
     AUTO_FOCUS = "#events"  # arrow keys and PgUp scroll the event history
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("s", "save", "Save checkpoint"),
+        Binding("s", "save", "Save"),  # a checkpoint; short, so that every key fits 80 columns
         Binding("p", "pause", "Pause"),
         Binding("p", "resume", "Resume"),
         Binding("x", "stop", "Stop"),
-        Binding("g", "toggle_telemetry", "GPU/host"),
+        Binding("g", "toggle_telemetry", "GPU"),
         Binding("l", "toggle_log", "Log"),
         Binding("h", "toggle_span", "Span"),
+        Binding("m", "samples", "Samples"),
         Binding("o", "oom_wizard", "OOM wizard", show=False),
+        # a replay's own keys (its footer has these instead of s, p and x)
+        Binding("minus", "replay_speed(0.5)", "Slower", key_display="-"),
+        Binding("plus,equals_sign", "replay_speed(2)", "Faster", key_display="+"),
+        Binding("right_square_bracket", "replay_skip(60)", "+1 min", key_display="]"),
     ]
+    COMMANDS_OF_LIVE_RUNS = frozenset({"save", "pause", "resume", "stop"})
+    REPLAY_ACTIONS = frozenset({"replay_speed", "replay_skip"})
 
     class Ready(Message):
         """The view is composed and mounted: updates can reach its widgets."""
@@ -93,7 +107,8 @@ class RunView(Screen):
         self.stopping = False
         self.updates_shown = 0
         self.telemetry_shown = 0  # samples (or a recorded history) drawn so far
-        self._losses_shown = -1
+        self._losses_shown = (-1, -1)
+        self._samples_shown = 0
         self.book = SeriesBook()
         self.sample: Any = None  # the newest telemetry sample, live or rebuilt from the last bin
         self.has_telemetry = watching  # a watch or a recorded history: the GPU/host panels have a source
@@ -102,6 +117,9 @@ class RunView(Screen):
         self.short = False  # set from the terminal's height
         self.watch_late_s: float | None = None
         self.watch_error: str | None = None
+        self._findings_logged: set[tuple[str, str]] = set()
+        self.stall: Stall | None = None  # the trainer silent for longer than its steps take
+        self._stall_notices = StallNotices()
         self._panels_drawn: tuple | None = None  # what the GPU and host panels last drew
         self._texts: dict[str, str | Text] = {}  # what each Static shows
         self._titles: dict[str | None, tuple[str, str | None]] = {}  # border title, subtitle per widget
@@ -144,9 +162,11 @@ class RunView(Screen):
         self.post_message(self.Ready())  # every widget exists now: the app may start its threads
 
     def on_resize(self, event: events.Resize) -> None:
+        self.query_one(Footer).compact = event.size.width < COMPACT_FOOTER_BELOW_COLUMNS  # every key shown
         short = event.size.height < COMPACT_BELOW_ROWS
         if short != self.short:
             self.short = short
+            self.query_one("#doctor-box").set_class(short, "-short")
             self.query_one(DoctorPanel).show(self.query_one(DoctorPanel).findings, brief=short)
             self._show_telemetry_panels()
 
@@ -163,20 +183,32 @@ class RunView(Screen):
             self.status = status
             self.refresh_bindings()
         now_ts = state.last_ts if ended or session.trainer_gone else self.clock()
+        self.stall = find_stall(state, now_ts) if self.live else None
+        said = self._stall_notices.update(self.stall)
         self._show_status()
         if session.label is not None:
             self._set_text("#replay", session.label)
-        phase = state.phase.replace("_", " ")
-        self._set_text("#phase", f"{phase}: {state.phase_message}" if state.phase_message else phase)
+        phase = phase_text(state, interrupted)
+        self._set_text("#phase", self.stall.text() if self.stall is not None else phase)
         self.query_one(StepProgress).show(
             state.step, state.total_steps, state.epoch, state.plan.get("epochs")
         )
         self.query_one("#stats", StatsPanel).show_rows(stat_rows(state, now_ts))
         self.query_one("#checkpoints", StatsPanel).show_rows(checkpoint_rows(state))
-        if len(state.losses) != self._losses_shown:
-            self._losses_shown = len(state.losses)
-            self.query_one(LossPlot).plot(state.losses, state.learning_rates)
+        if (len(state.losses), len(state.evals)) != self._losses_shown:
+            if state.evals and self._losses_shown[1] <= 0:
+                self._set_title(self.query_one(LossPlot), LOSS_TITLE_WITH_EVAL)
+                self._set_title(self.query_one("#checkpoints"), "checkpoints · ★ best eval")
+            self._losses_shown = (len(state.losses), len(state.evals))
+            self.query_one(LossPlot).plot(state.losses, state.learning_rates, state.evals)
             self._show_telemetry_panels()  # the torch memory counters came with the step
+        if len(state.samples) != self._samples_shown:
+            if not self._samples_shown:
+                self.refresh_bindings()  # the Samples key shows once there are samples
+            self._samples_shown = len(state.samples)
+            for screen in self.app.screen_stack:
+                if isinstance(screen, SamplesView):
+                    screen.show_book(collect_samples(state.samples))
         error = error_text(state, interrupted)
         self.set_class(error is not None, "-failed")
         if error is not None:
@@ -185,7 +217,7 @@ class RunView(Screen):
             )
             self._set_text("#error-text", error)
         log = self.query_one(EventLog)
-        for line in lines:
+        for line in [*lines, *([said] if said else [])]:
             log.write(line)
         self.updates_shown += 1
         offer_oom_wizard(self)  # an OOM: the wizard opens by itself, once
@@ -215,10 +247,15 @@ class RunView(Screen):
         self.has_telemetry = True
         self.watch_error = None
         doctor_box = self.query_one("#doctor-box")
+        for finding in findings:  # the whole finding in the events log, once each time it comes up
+            if (finding.rule, finding.title) not in self._findings_logged:
+                self.query_one(EventLog).write(f"{CLIENT_LINE_INDENT}{finding_log_line(finding)}")
+        self._findings_logged = {(f.rule, f.title) for f in findings}
         if self.query_one(DoctorPanel).show(findings, brief=self.short):
             doctor_box.display = bool(findings)
             severity = findings[0].severity if findings else "info"
-            doctor_box.set_classes(f"-{severity}")
+            for each in ("alarm", "warn", "info"):  # set_class: the box keeps its -short
+                doctor_box.set_class(each == severity, f"-{each}")
             self._set_title(doctor_box, f"doctor: {len(findings)} finding{'s' if len(findings) != 1 else ''}")
         self.telemetry_shown += 1
         self._show_telemetry_panels()
@@ -275,9 +312,12 @@ class RunView(Screen):
 
     def _show_status(self) -> None:
         label = "stopping…" if self.stopping and self.live else self.status
+        if label == self.status and self.stall is not None:
+            label = "silent"  # the trainer has gone quiet (cockpit.live.stall)
         self._set_text("#status", f" {label} ")
         # query, not query_one: a redraw that lands while the screen is being torn down finds nothing
-        self.query("#status").set_classes("-stopping" if label == "stopping…" else f"-{self.status}")
+        css = {"stopping…": "-stopping", "silent": "-stalled"}.get(label, f"-{self.status}")
+        self.query("#status").set_classes(css)
 
     def _set_text(self, selector: str, content: str | Text) -> None:
         """Update a Static only when its content changed: each update costs a layout pass."""
@@ -296,10 +336,16 @@ class RunView(Screen):
     # ------------------------------------------------------------ commands
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in self.REPLAY_ACTIONS:
+            return self.session.mode == "playback" and self.session.playing
+        if action in self.COMMANDS_OF_LIVE_RUNS and (self.session.mode != "live" or not self.live):
+            return False  # a recording or an ended run takes no commands: not offered
         if action == "pause":
             return self.status != "paused"
         if action == "resume":
             return self.status == "paused"
+        if action == "samples":
+            return bool(self.session.state.samples)
         return True
 
     def _refusal(self, command: str) -> str | None:
@@ -323,6 +369,23 @@ class RunView(Screen):
             return
         self.notify(sent)
 
+    def on_key(self, event: events.Key) -> None:
+        """A replay's or an ended run's footer leaves s, p and x out; pressed anyway, they say why
+        nothing happens."""
+        names = {"s": "save", "p": "pause", "x": "stop"}
+        if (self.session.mode != "live" or not self.live) and event.key in names:
+            event.stop()
+            self.notify(self._refusal(names[event.key]), severity="warning")
+
+    def action_replay_speed(self, factor: float) -> None:
+        speed = self.session.set_speed(self.session.speed * factor if self.session.speed else 1.0)
+        self.notify(f"replay at x{speed:g}", timeout=2)
+        self._set_text("#replay", self.session.label)
+
+    def action_replay_skip(self, seconds: float) -> None:
+        self.session.skip(seconds)
+        self._set_text("#replay", self.session.label)
+
     def action_toggle_telemetry(self) -> None:
         if not self.has_telemetry:
             self.notify(NO_TELEMETRY)
@@ -342,6 +405,14 @@ class RunView(Screen):
             return
         self.span_s = None if self.span_s else RECENT_SPAN_S
         self._show_telemetry_panels()
+
+    def action_samples(self) -> None:
+        """Base vs now, side by side: the samples the trainer wrote (eval.prompts)."""
+        state = self.session.state
+        if not state.samples:
+            self.notify(no_samples_reason(state))
+            return
+        self.app.push_screen(SamplesView(collect_samples(state.samples), state.run_id))
 
     def action_oom_wizard(self) -> None:
         open_oom_wizard(self)

@@ -124,8 +124,9 @@ def running(app: CockpitApp):
     return app.run_test(size=SIZE, notifications=True)
 
 
-def screen_text(app: CockpitApp) -> str:
-    """What the terminal shows, as plain text (toasts included)."""
+def screen_text(app) -> str:
+    """What the terminal shows, as plain text (toasts included): the one place the tests read the
+    screen's rendered lines (what a user sees, not the widgets' state)."""
     return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
 
 

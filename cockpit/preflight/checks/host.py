@@ -18,7 +18,9 @@ from cockpit.preflight.checks.base import CheckResult
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CORES_PER_GPU = 4  # tokenisation and data-loading workers per GPU
-RAM_PER_VRAM = 4  # the article's rule: RAM >= 4x VRAM
+RAM_PER_VRAM = 4  # the article's rule: RAM >= 4x VRAM, written for a 24 GB card
+RULE_UP_TO_VRAM_BYTES = 48 * 2**30  # the rule is judged on cards up to this; past it, it is advice
+BIG_CARD_RAM_BYTES = 64 * 2**30  # a big card's box: enough RAM for loading and paged states of a QLoRA job
 LOAD_HEADROOM_BYTES = 2 * 2**30  # OS, Python, CUDA context on the host side
 # a cgroup v1 "no limit" is a huge page-rounded number, not a keyword
 _UNLIMITED_BYTES = 1 << 60
@@ -162,6 +164,8 @@ def check_ram_vs_vram(vram_bytes: int | None, facts: MemoryFacts) -> CheckResult
         )
     ratio = facts.usable_bytes / vram_bytes
     evidence["ratio"] = round(ratio, 2)
+    if vram_bytes > RULE_UP_TO_VRAM_BYTES:
+        return _big_card_ram(common, facts, vram_bytes, ratio, evidence, started)
     status = "pass" if ratio >= RAM_PER_VRAM else ("warn" if ratio >= 1 else "fail")
     return CheckResult(
         **common,
@@ -175,6 +179,33 @@ def check_ram_vs_vram(vram_bytes: int | None, facts: MemoryFacts) -> CheckResult
             f">= {gib(RAM_PER_VRAM * vram_bytes, 0)} RAM, or keep QLoRA with low_cpu_mem_usage."
         ),
         evidence=evidence,
+        duration_s=time.monotonic() - started,
+    )
+
+
+def _big_card_ram(
+    common: dict, facts: MemoryFacts, vram_bytes: int, ratio: float, evidence: dict, started: float
+) -> CheckResult:
+    """An 80-192 GB card: 4x its memory (320-770 GB) is what no healthy box has and no job needs.
+    The run's own need (its weights) is host.ram_model's check; this one asks for a floor, and
+    gives the 4x rule as advice."""
+    usable = facts.usable_bytes
+    status = "pass" if usable >= BIG_CARD_RAM_BYTES else "warn"
+    rule = f"{RAM_PER_VRAM}x VRAM ({gib(RAM_PER_VRAM * vram_bytes, 0)}) is the rule for 24 GB cards"
+    return CheckResult(
+        **common,
+        status=status,
+        value=f"{gib(usable, 1)} RAM for {gib(vram_bytes, 1)} VRAM ({ratio:.1f}x)",
+        threshold=f">= {gib(BIG_CARD_RAM_BYTES, 0)} on a card over {gib(RULE_UP_TO_VRAM_BYTES, 0)}; {rule}, "
+        "advice only; the run's weights are checked against RAM by host.ram_model",
+        fix=""
+        if status == "pass"
+        else (
+            f"{gib(usable, 1)} RAM is little for a {gib(vram_bytes, 0)} card: loading a model that uses "
+            f"the card stages its weights in RAM; rent >= {gib(BIG_CARD_RAM_BYTES, 0)} RAM, "
+            "or load it quantised."
+        ),
+        evidence=evidence | {"rule_applies": False},
         duration_s=time.monotonic() - started,
     )
 

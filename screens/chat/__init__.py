@@ -1,0 +1,1 @@
+"""The chat screen: `cockpit chat RUN` on a terminal."""

@@ -1,0 +1,97 @@
+"""A run directory deleted while the trainer runs: the trainer notices within seconds and stops without
+a checkpoint, with an error naming the cause; until it ends, `cockpit runs` lists it and `cockpit stop`
+finds it by its command line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from conftest import cockpit_bg, wait_event, wait_run_dir, write_config
+
+from cockpit.cli.main import main
+from cockpit.run import process
+from train_backend.rundir_watch import RunDirWatch
+
+
+def test_the_watch_notices_a_deleted_or_replaced_directory(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    said = []
+    watch = RunDirWatch(run, said.append, check_s=0.05).start()
+    assert not watch.check()
+    shutil.rmtree(run)
+    run.mkdir()  # another directory with its name is not the run's
+    deadline = time.monotonic() + 5
+    while not watch.gone.is_set() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert watch.gone.is_set() and said == [
+        f"the run directory {run} was deleted (or replaced) while the trainer ran"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "path"),
+    [
+        (["python", "-m", "train_backend", "train", "/r/run-1"], "/r/run-1"),
+        (["python", "-m", "train_backend.launcher", "/r/run-2", "torchrun", "-m", "x"], "/r/run-2"),
+        (["python", "-m", "cockpit", "train", "c.yaml"], None),
+    ],
+)
+def test_a_trainers_run_directory_from_its_command_line(cmdline, path):
+    assert process.trainer_run_path(cmdline) == path
+
+
+def test_runs_lists_and_stop_ends_a_trainer_whose_directory_is_gone(tmp_path, env, capsys):
+    gone = tmp_path / "runs" / "20261201-101010-tiny"  # never made: as if deleted
+    sleeper = "import time; time.sleep(120)"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", sleeper, "-m", "train_backend", "train", str(gone)], start_new_session=True
+    )
+    try:
+        assert main(["runs", "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        (row,) = [r for r in rows if r["run"] == gone.name]
+        assert row["status"] == "orphaned" and f"trainer pid {proc.pid} still runs" in row["detail"]
+        assert main(["stop", "20261201-101010", "--term-timeout", "5"]) == 0
+        assert capsys.readouterr().out.strip() == f"{gone.name}: terminated"
+        assert proc.wait(5) is not None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.slow
+def test_the_trainer_stops_within_seconds_of_its_directory_being_deleted(tmp_path, env):
+    config = write_config(
+        tmp_path / "c.yaml",
+        {"training.max_steps": 400, "debug.step_sleep_s": 0.2, "output.save_steps": 1000},
+    )
+    client = cockpit_bg(["train", str(config), "--no-ui", "--skip-preflight"], env)
+    try:
+        run = wait_run_dir(env)
+        wait_event(run, lambda e: e["type"] == "log" and e["step"] >= 1, timeout=240)
+        trainer = psutil.Process(json.loads((run / "trainer.json").read_text())["pid"])
+        with open(run / "events.jsonl", "rb") as journal:  # held open: readable once unlinked
+            shutil.rmtree(run)
+            deleted_ts = time.time()
+            trainer.wait(120)
+            lines = [json.loads(line) for line in journal.read().splitlines() if line.strip()]
+        out, _ = client.communicate(timeout=60)
+    finally:
+        client.kill()
+    step_at_rm = max(e["step"] for e in lines if e["type"] == "log" and e["ts"] <= deleted_ts)
+    error = lines[-1]
+    assert error["type"] == "error" and error["kind"] == "other", error
+    noticed = next(e for e in lines if e["type"] == "warning" and "was deleted" in e["message"])
+    assert noticed["ts"] - deleted_ts < 6, noticed["ts"] - deleted_ts  # CHECK_S, on a busy machine
+    # it stops at the end of the step under way (the next one, if it had just begun)
+    assert error["step"] <= step_at_rm + 2 and "with no checkpoint" in error["message"]
+    assert not any(e["type"] == "checkpoint" for e in lines)
+    assert client.returncode == 1
+    assert f"the run directory {run} was deleted (or replaced) while the trainer ran" in out
