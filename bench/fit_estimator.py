@@ -71,6 +71,7 @@ def points(files: list[Path]) -> list[tuple[str, est.Workload, float]]:
                 micro_batch=o["training.micro_batch_size"],
                 gradient_checkpointing=o["training.gradient_checkpointing"],
                 optimizer=o["training.optimizer"],
+                precision=o.get("training.precision", "bf16"),
             )
             out.append((p["name"], w, p["device_used_gib"]))
     s7 = load_shape("synthetic:llama-2-7b")

@@ -8,7 +8,9 @@ The peak is split at the `train_begin` event into the load-time peak and the tra
 peak. Results are appended as JSON lines: they calibrate and test the estimator
 (`cockpit estimate`) and the speed model.
 
-  python bench/memory_points.py [--only NAME ...] [--budget-s 430] [--out points.jsonl]
+  python bench/memory_points.py [--only NAME ...] [--new] [--budget-s 430] [--out points.jsonl]
+
+`--new` measures the points issue 15 added (NEW_POINTS) only.
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ from cockpit.models import shipped as shapes  # noqa: E402
 
 STEPS = 5
 
+ISSUE_15_MORE = (
+    "l32-1b-lora-2x8192-ckpt",
+    "q25-1.5b-full-adamw-ckpt",
+    "l32-1b-full-fp32",
+    "l32-1b-full-paged32",
+    "l2-7b-qlora-adamw8bit-nockpt",
+    "l2-7b-lora-paged8bit-ckpt",
+)
 # name: (arch, method, overrides). Ordered by value: the time budget cuts the tail.
 CONFIGS: dict[str, tuple[str, str, dict]] = {
     "S0-recheck": (
@@ -138,6 +148,111 @@ CONFIGS: dict[str, tuple[str, str, dict]] = {
             "training.optimizer": "adamw_torch",
         },
     ),
+    # issue 15's points: large vocabularies with many tokens per micro-batch (the fused loss past
+    # 4096 tokens), long sequences, full fine-tunes of other sizes and dtypes, 8-bit and paged optimizers
+    "l32-1b-lora-8x2048-vocab128k": (
+        "llama-3.2-1b",
+        "lora",
+        {
+            "lora.r": 16,
+            "lora.target_modules": ["q_proj", "v_proj"],
+            "training.max_length": 2048,
+            "training.micro_batch_size": 8,
+            "training.gradient_checkpointing": False,
+            "training.optimizer": "adamw_torch",
+        },
+    ),
+    "q25-1.5b-lora-8x2048-vocab152k": (
+        "qwen2.5-1.5b",
+        "lora",
+        {
+            "lora.r": 16,
+            "lora.target_modules": ["q_proj", "v_proj"],
+            "training.max_length": 2048,
+            "training.micro_batch_size": 8,
+            "training.gradient_checkpointing": False,
+            "training.optimizer": "adamw_torch",
+        },
+    ),
+    "l32-1b-lora-2x8192-ckpt": (
+        "llama-3.2-1b",
+        "lora",
+        {
+            "lora.r": 16,
+            "lora.target_modules": "all-linear",
+            "training.max_length": 8192,
+            "training.micro_batch_size": 2,
+            "training.gradient_checkpointing": True,
+            "training.optimizer": "adamw_torch",
+        },
+    ),
+    "l31-8b-qlora-4x2048-vocab128k": (
+        "llama-3.1-8b",
+        "qlora",
+        {
+            "lora.r": 16,
+            "lora.target_modules": ["q_proj", "v_proj"],
+            "training.max_length": 2048,
+            "training.micro_batch_size": 4,
+            "training.gradient_checkpointing": True,
+            "training.optimizer": "paged_adamw_8bit",
+        },
+    ),
+    "q25-1.5b-full-adamw-ckpt": (
+        "qwen2.5-1.5b",
+        "full",
+        {
+            "training.max_length": 1024,
+            "training.micro_batch_size": 4,
+            "training.gradient_checkpointing": True,
+            "training.optimizer": "adamw_torch",
+        },
+    ),
+    "l32-1b-full-fp32": (
+        "llama-3.2-1b",
+        "full",
+        {
+            "training.max_length": 512,
+            "training.micro_batch_size": 4,
+            "training.gradient_checkpointing": True,
+            "training.optimizer": "adamw_torch",
+            "training.precision": "fp32",
+        },
+    ),
+    "l32-1b-full-paged32": (
+        "llama-3.2-1b",
+        "full",
+        {
+            "training.max_length": 512,
+            "training.micro_batch_size": 4,
+            "training.gradient_checkpointing": True,
+            "training.optimizer": "paged_adamw_32bit",
+        },
+    ),
+    "l2-7b-qlora-adamw8bit-nockpt": (
+        "llama-2-7b",
+        "qlora",
+        {
+            "lora.r": 64,
+            "lora.target_modules": ["q_proj", "v_proj"],
+            "training.max_length": 1024,
+            "training.micro_batch_size": 4,
+            "training.gradient_checkpointing": False,
+            "training.optimizer": "adamw_8bit",
+        },
+    ),
+    "l2-7b-lora-paged8bit-ckpt": (
+        "llama-2-7b",
+        "lora",
+        {
+            "lora.r": 16,
+            "lora.target_modules": "all-linear",
+            "training.max_length": 1024,
+            "training.micro_batch_size": 4,
+            "training.gradient_checkpointing": True,
+            "training.optimizer": "paged_adamw_8bit",
+        },
+    ),
     "l32-1b-lora-4k": (
         "llama-3.2-1b",
         "lora",
@@ -151,6 +266,9 @@ CONFIGS: dict[str, tuple[str, str, dict]] = {
         },
     ),
 }
+
+
+NEW_POINTS = [name for name in CONFIGS if "vocab1" in name or name in ISSUE_15_MORE]
 
 
 def config_yaml(arch: str, method: str, overrides: dict, data: Path) -> dict:
@@ -239,6 +357,7 @@ def measure(name: str, workdir: Path, env: dict) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--new", action="store_true", help="only the points issue 15 added")
     ap.add_argument(
         "--budget-s", type=float, default=430, help="start no configuration after this many seconds"
     )
@@ -261,7 +380,7 @@ def main() -> None:
     }
     with open(a.out, "a") as f:
         f.write(json.dumps(header) + "\n")
-    names = a.only or list(CONFIGS)
+    names = a.only or (NEW_POINTS if a.new else list(CONFIGS))
     # build each synthetic model once, untimed (like a download), so no build shows in a peak
     for arch in dict.fromkeys(CONFIGS[n][0] for n in names):
         build_synthetic(arch, a.workdir / "cache", env)

@@ -108,8 +108,8 @@ def test_peft_finding_no_target_is_a_config_error():
 
 @pytest.mark.slow
 @pytest.mark.skipif(has_cuda(), reason="qlora runs on a GPU")
-def test_qlora_on_the_cpu_exits_2_through_the_real_trainer(tmp_path, env):
+def test_qlora_on_the_cpu_exits_2_before_a_run_exists(tmp_path, env):
     path = write_config(tmp_path / "qlora.yaml", {"method": "qlora"})
     out = cockpit(["train", str(path), "--no-ui", "--skip-preflight"], env)
     assert out.returncode == 2, out.stdout + out.stderr
-    assert "ERROR (config): method: qlora needs a CUDA GPU" in out.stdout
+    assert "method: qlora needs a CUDA GPU" in out.stderr and "no run directory was made" in out.stderr

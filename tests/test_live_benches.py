@@ -64,3 +64,26 @@ def test_record_example_copies_a_small_run_that_replays(tmp_path, env):
     ]
     assert result["replay"]["exit_code"] == 0
     assert any("finished" in line for line in result["replay"]["last_lines"])
+
+
+def test_doctor_fixes_runs_each_case_before_and_after(tmp_path, env):
+    result = run_bench(
+        "doctor_fixes.py", tmp_path, env, "--steps", "4", "--only", "demo-packed", "slow-loader"
+    )
+    cases = {c["case"]: c for c in result["cases"]}
+    assert list(cases) == ["demo-packed", "slow-loader"]
+    demo = cases["demo-packed"]
+    assert [r["label"] for r in demo["runs"]] == ["before", "after", "wrong fix (more loader workers)"]
+    # no speed model on the CPU: the finding's fallback, a micro-batch twice as large
+    assert demo["fix"]["training.micro_batch_size"] == 8 and demo["runs"][1]["micro_batch"] == 8
+    slow = cases["slow-loader"]
+    assert slow["fix"] == {"training.dataloader_num_workers": 4}
+    for case in cases.values():
+        for run in case["runs"]:
+            assert run["status"] == "finished" and run["real_tokens_per_s"] > 0
+            assert run["tokens_per_micro_batch"] > 0 and 0 <= run["data_wait_share"] <= 1
+        assert case["gain"] == pytest.approx(
+            case["runs"][1]["real_tokens_per_s"] / case["runs"][0]["real_tokens_per_s"], abs=1e-3
+        )
+    # the collator's burn is measured as data wait in the run that has no loader workers
+    assert slow["runs"][0]["data_wait_share"] > slow["runs"][1]["data_wait_share"]

@@ -53,5 +53,25 @@ def test_breakdown_open(snap_compare, tmp_path):
     assert snap_compare(app, terminal_size=(100, 32), run_before=breakdown_on_a_tight_card)
 
 
+LARGE_VOCAB = [  # a 1B model with a 128k vocabulary, 8 x 2048 tokens, no checkpointing
+    "model.name=synthetic:llama-3.2-1b",
+    "method=lora",
+    "training.max_length=2048",
+    "training.micro_batch_size=8",
+    "training.gradient_checkpointing=false",
+]
+
+
+async def breakdown_on_a_band_card(pilot) -> None:
+    await pilot.press("b")
+    await pilot.pause()
+
+
+def test_band_where_the_model_is_unsure(snap_compare, tmp_path):
+    assert snap_compare(
+        make_app(tmp_path, LARGE_VOCAB), terminal_size=(100, 32), run_before=breakdown_on_a_band_card
+    )
+
+
 def test_bad_input(snap_compare, tmp_path):
     assert snap_compare(make_app(tmp_path), terminal_size=(100, 32), run_before=bad_sequence_length)

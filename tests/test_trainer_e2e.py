@@ -71,10 +71,16 @@ def test_full_run_headless(tmp_path, env):
         "samples_per_s",
         "step_time_s",
         "tokens_seen",
+        "data_wait_s",
+        "compute_s",
+        "data_wait_share",
+        "tokens_per_micro_batch",
         *memory,
     ):
         assert last[field] is not None, field
     assert last["tokens_per_s"] > 0 and last["total_steps"] == 8
+    # micro-batches of 4 rows of at most max_length 64; the wait is a share of the window
+    assert 0 < last["tokens_per_micro_batch"] <= 4 * 64 and 0 <= last["data_wait_share"] <= 1
     data = next(e for e in evs if e["type"] == "data")
     assert data["samples"] == 345 and data["tokens_min"] > 0 and data["tokens_max"] >= data["tokens_p95"]
     # plain (non-terminal) output: timestamped lines, one per step with --log-every 0
@@ -310,9 +316,9 @@ def test_bad_config_never_creates_a_run(tmp_path, env):
 
 
 @pytest.mark.skipif("has_cuda()", reason="needs a machine without a GPU")
-def test_qlora_without_gpu_is_a_config_error_event(tmp_path, env):
+def test_qlora_without_gpu_is_refused_before_a_run_exists(tmp_path, env):
     config = write_config(tmp_path / "c.yaml", {"method": "qlora"})
     proc = cockpit(["train", str(config), "--no-ui"], env)
-    assert proc.returncode == 2  # a config error, as the README says, also when the trainer finds it
-    error = events(only_run(env))[-1]
-    assert error["kind"] == "config" and "needs a CUDA GPU" in error["message"]
+    assert proc.returncode == 2
+    assert f"{config}: cannot start on this machine" in proc.stderr and "needs a CUDA GPU" in proc.stderr
+    assert not (Path(env["COCKPIT_HOME"]) / "runs").exists()

@@ -15,6 +15,7 @@ from cockpit.protocol.wire import Fault
 from train_backend import oom_watch
 from train_backend.channel import Emitter
 from train_backend.oom_watch import injected_oom_message
+from train_backend.step_meter import StepMeter
 
 
 class Controls:
@@ -92,7 +93,13 @@ def memory_fields() -> dict:
     return {"rss_bytes": psutil.Process().memory_info().rss}
 
 
-def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig, budget: Budget | None = None):
+def make_callback(
+    emitter: Emitter,
+    controls: Controls,
+    cfg: TrainConfig,
+    budget: Budget | None = None,
+    meter: StepMeter | None = None,
+):
     import torch
     from transformers import TrainerCallback
 
@@ -109,6 +116,8 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig, budget
         def on_train_begin(self, args, state, control, **kw):
             self.train_start = time.time()
             self.window_start = (time.time(), 0, state.global_step)
+            if meter is not None:
+                meter.reset()
             controls.training = True
             emitter.emit(
                 "train_begin",
@@ -182,6 +191,8 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig, budget
             # the pause is not training time: restart the throughput window
             self.window_start = (time.time(), self.tokens_seen, state.global_step)
             self.step_ends.clear()
+            if meter is not None:
+                meter.reset()
             emitter.emit("resumed", step=state.global_step, paused_s=round(time.time() - began, 2))
 
         def on_log(self, args, state, control, logs=None, **kw):
@@ -214,6 +225,7 @@ def make_callback(emitter: Emitter, controls: Controls, cfg: TrainConfig, budget
                 else round(dt / max(steps, 1), 4),
                 elapsed_s=round(now - self.train_start - self.paused_s, 2),
                 **memory_fields(),
+                **(meter.window(dt, steps) if meter is not None else {}),
             )
             self.window_start = (now, tokens, state.global_step)
             self.step_ends = self.step_ends[-1:]

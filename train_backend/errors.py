@@ -64,7 +64,7 @@ class Classified:
 def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Classified:
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, ConfigError):
-        return Classified("config", str(exc), "Fix the key in config.yaml (or --set it) and start again.")
+        return Classified("config", str(exc), _config_hint(run_dir))
     if _NO_TARGET.search(text):  # peft's NoMatchingPeftModuleError, or its ValueError of old
         return Classified(
             "config",
@@ -176,6 +176,13 @@ def _disk_full(exc: BaseException, phase: str, run_dir: str | None) -> Classifie
     return Classified(
         "disk", f"disk full (or over quota) while {phase.replace('_', ' ')}{free}: {text}", hint
     )
+
+
+def _config_hint(run_dir: str | None) -> str:
+    source = rundir.config_source(run_dir) if run_dir else None
+    if source is None:
+        return "Fix the key in the config (or --set it) and start again."
+    return f"Fix the key in {source} (or --set it) and start again."
 
 
 def _refused_where(exc: BaseException, run_dir: str | None) -> str | None:

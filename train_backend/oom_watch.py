@@ -207,6 +207,8 @@ def recap_vram() -> None:
         return
     allowed = max(1, _EMULATION["limit_bytes"] - outside)
     torch.cuda.set_per_process_memory_fraction(allowed / total)
+    if torch.cuda.memory_reserved() > allowed:  # a lower cap does not give back what is cached
+        torch.cuda.empty_cache()
     _EMULATION.update(allowed_bytes=allowed, outside_bytes_max=outside)
 
 

@@ -15,8 +15,8 @@ from cockpit.config.schema import ConfigError, TrainConfig
 from cockpit.finish import budget as budget_mod
 from cockpit.run import rundir
 from train_backend import data as data_mod
+from train_backend import emulated_card, generation, oom_watch, step_meter
 from train_backend import evaluation as eval_mod
-from train_backend import generation, oom_watch
 from train_backend import model as model_mod
 from train_backend import speed_setup as fast
 from train_backend.callbacks import Controls, make_callback, memory_fields
@@ -138,6 +138,10 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         tracker.emulation = oom_watch.emulate_vram(cfg, device.kind)
         if owner:
             clean_unfinished(run, emitter)
+        card = None  # the emulated card, held to its size as nvidia-smi counts the whole process
+        if tracker.emulation is not None and tracker.emulation["applied"]:
+            card = emulated_card.start(tracker.emulation["limit_bytes"])
+            tracker.emulation["whole_process"] = card is not None
         resume = run.complete_checkpoints()
         emitter.emit(
             "hello",
@@ -205,14 +209,17 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         args = build_sft_config(cfg, run, precision, device.kind, fast.sft_kwargs(plan, data_kwargs))
         if world is not None:
             args = world.adapt_sft_config(args, cfg)
+        meter = step_meter.StepMeter()  # the data wait and tokens per micro-batch, for the doctor
         eval_tracker = eval_mod.EvalTracker(run) if held_out is not None else None
         evaluator = eval_mod.Evaluator(
             cfg, emitter, eval_tracker or eval_mod.EvalTracker(run), held_out, prompts, style
         )
-        callbacks = [make_callback(emitter, controls, cfg, budget)]
+        callbacks = [make_callback(emitter, controls, cfg, budget=budget, meter=meter)]
         if held_out is not None or prompts:
             callbacks.append(eval_mod.make_eval_callback(evaluator, controls))
-        trainer_cls = fast.trainer_class(plan, make_trainer_class(emitter, run, cfg, eval_tracker))
+        trainer_cls = step_meter.metered(
+            fast.trainer_class(plan, make_trainer_class(emitter, run, cfg, eval_tracker)), meter
+        )
         trainer = trainer_cls(
             model=model,
             args=args,
@@ -233,6 +240,9 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         fast.finish_trainer(plan, trainer, tokenizer, cache if owner else None)
         data_mod.burn_cpu_in_collator(trainer, cfg.debug.collate_cpu_ms)
         tracker.watch(trainer)
+        if card is not None:
+            card.watch(trainer)
+            card.check()  # the weights and the context alone may already be over it
         oom_watch.keep_optimizer_compatible(trainer, resume[-1] if resume else None, cfg, emitter)
         total, trainable = model_mod.parameter_counts(trainer.model)
         emitter.emit(

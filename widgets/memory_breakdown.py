@@ -18,7 +18,9 @@ BAR_CELLS = 12  # the whole bar is the card's memory
 class MemoryBreakdown(Static):
     COMPONENT_CLASSES: ClassVar[set[str]] = {"breakdown--bar", "breakdown--note", "breakdown--over"}
 
-    def show(self, parts: Sequence[Part], vram_bytes: int, load_peak_bytes: int) -> None:
+    def show(
+        self, parts: Sequence[Part], vram_bytes: int, load_peak_bytes: int, unsure: Sequence = ()
+    ) -> None:
         bar_style = self.get_component_rich_style("breakdown--bar")
         note_style = self.get_component_rich_style("breakdown--note")
         label_width = max((len(p.label) for p in parts), default=0)
@@ -43,4 +45,10 @@ class MemoryBreakdown(Static):
         )
         total.append(f"; while loading {load_peak_bytes / GIB:.2f} GiB", note_style)
         lines.append(total)
+        for band in unsure:  # where the model is unsure: the top of the band, which "fits" counts
+            line = Text(no_wrap=True, overflow="ellipsis", end="")
+            top = peak + sum(b.bytes for b in unsure)
+            line.append(f"{'band top (' + band.key + ')':<{label_width}} {band.bytes / GIB:+7.2f} GiB ")
+            line.append(f"-> {top / GIB:.2f} GiB of {vram_bytes / GIB:.1f}: {band.note}", note_style)
+            lines.append(line)
         self.update(Text("\n", no_wrap=True, overflow="ellipsis").join(lines))

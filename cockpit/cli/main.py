@@ -87,19 +87,45 @@ def cmd_demo(args) -> int:
 
 
 def _load(path: str, args) -> config.TrainConfig:
-    """The config with --set and --emulate-vram applied, all validated together."""
+    """The config with --set and --emulate-vram applied, all validated together; an error names
+    the user's file."""
     overrides = list(args.overrides)
     if args.emulate_vram is not None:
         overrides.append(f"emulate_vram_gib={args.emulate_vram!r}")
     if args.then is not None:  # a shell command: set as a string, not parsed as YAML
         config_load.set_override(overrides, "cost.on_end", args.then)
-    return config_load.load_config(path, overrides)
+    try:
+        return config_load.load_config(path, overrides)
+    except config.ConfigError as exc:
+        if str(exc).startswith((str(path), "config file ")):
+            raise
+        raise config.ConfigError(f"{path}: {exc}") from None
+
+
+def _machine_check(cfg: config.TrainConfig, source: str) -> tuple[bool, str]:
+    """Whether this config can start on this machine (NVML, no torch), and what to print."""
+    from cockpit.preflight import machine_fit, quick
+
+    machine = machine_fit.read_machine(quick.NVML_SOURCE)
+    found = machine_fit.problems(cfg, machine)
+    if not found:
+        if machine_fit.unanswered(machine):
+            return True, f"{source}: config OK (not checked against the GPUs: {machine.why_none})"
+        return True, f"{source}: config OK for this machine ({machine.describe()})"
+    lines = [f"{source}: cannot start on this machine ({machine.describe()}); {len(found)} problem(s):"]
+    lines += [f"  {p.line()}" for p in found]
+    lines.append("Nothing was started and no run directory was made; fix these, then run again.")
+    return False, "\n".join(lines)
 
 
 def _start(cfg: config.TrainConfig, args, source: str) -> int:
+    fits, said = _machine_check(cfg, source)
+    if not fits:
+        print(said, file=sys.stderr)
+        return EXIT_USAGE
     _check_against_model(cfg)
     if args.check:
-        print("config OK")
+        print(said)
         return 0
     if cfg.cost.on_end:
         print(
@@ -117,7 +143,9 @@ def _start(cfg: config.TrainConfig, args, source: str) -> int:
             print("\n".join(checked.lines()), flush=True)
     try:
         run = rundir.create(
-            Path(cfg.output.dir) if cfg.output.dir else None, cfg.model.name, config.dump_config(cfg)
+            Path(cfg.output.dir) if cfg.output.dir else None,
+            cfg.model.name,
+            _source_line(source) + config.dump_config(cfg),
         )
     except OSError as exc:  # output.dir is a file, read-only, on a full disk...
         where = cfg.output.dir or paths.runs_root()
@@ -135,6 +163,12 @@ def _start(cfg: config.TrainConfig, args, source: str) -> int:
     proc = process.launch(run)
     print(f"run {run.run_id} started (trainer pid {proc.pid}); directory {run.path}", file=sys.stderr)
     return _show(run, proc, args, preflight_problems=problems)
+
+
+def _source_line(source: str) -> str:
+    """The run's config.yaml names the file it came from, so the trainer's errors can name it too."""
+    path = Path(source)
+    return f"{rundir.SOURCE_MARK}{path.resolve() if path.is_file() else source}\n"
 
 
 def _check_against_model(cfg: config.TrainConfig) -> None:

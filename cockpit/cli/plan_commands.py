@@ -61,6 +61,10 @@ def cmd_estimate(args) -> int:
     lines = [f"{shape.name}: {fmt.params(shape.params)} params ({shape.source}), {what}; an estimate:"]
     lines += estimate_part_lines(result.parts, output_width())
     lines.append(f"  {'peak device memory (as nvidia-smi)':<36} {result.peak_gib:8.2f} GiB")
+    for band in getattr(result, "unsure", ()):
+        lines.append(f"  {'  band top: + ' + band.key:<36} {band.bytes / est.GIB:8.2f} GiB   {band.note}")
+    if getattr(result, "unsure", ()):
+        lines.append(f"  {'peak, top of the band':<36} {result.high_gib:8.2f} GiB   'fits' counts this")
     lines.append(f"  {'peak while loading':<36} {result.load_peak_bytes / est.GIB:8.2f} GiB")
     if fits is not None:
         words = {

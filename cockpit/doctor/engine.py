@@ -26,6 +26,7 @@ from cockpit.doctor.rules import (
     slow_disk,
     throttling,
 )
+from cockpit.doctor.step_rules import cpu_bound, gpu_underfed
 from cockpit.doctor.window import DEFAULT_MIN_SAMPLES, Finding, Observation, RuleFn, Window, field
 
 SEVERITY_ORDER = {"alarm": 0, "warn": 1, "info": 2}
@@ -46,6 +47,8 @@ class Doctor:
         self.rules: tuple[tuple[str, RuleFn, float], ...] = (
             ("idle_billed", idle_billed, idle_window_s),
             ("input_bound", input_bound, window_s),
+            ("gpu_underfed", gpu_underfed, window_s),
+            ("cpu_bound", cpu_bound, window_s),
             ("slow_disk", slow_disk, window_s),
             ("memory_pressure", memory_pressure, window_s),
             ("throttling", throttling, window_s),

@@ -11,6 +11,7 @@ from statistics import fmean
 from typing import Any
 
 from cockpit import fmt
+from cockpit.doctor import step_rules
 from cockpit.doctor.window import (
     Finding,
     Observation,
@@ -60,7 +61,11 @@ def _gpu_waits(o: Observation) -> bool:
 
 def input_bound(window: Window, state: Any) -> Finding | None:
     """GPU util < 70% (window mean) while training, with the trainer's CPU saturated
-    (>= 90% of one core: a single-threaded loader) or the host's CPU >= 90% busy."""
+    (>= 90% of one core: a single-threaded loader) or the host's CPU >= 90% busy. When the trainer
+    measures its data wait (cockpit.doctor.step_rules), that measurement decides instead: a busy CPU
+    with little data wait is a GPU-underfed or CPU-bound run, where more workers do not help."""
+    if step_rules.measured(state) is not None:
+        return step_rules.input_bound_measured(window, state)
 
     def starved(o: Observation) -> bool:
         return _gpu_waits(o) and _cpu_saturated(o)

@@ -26,11 +26,13 @@ from cockpit.protocol.events import (
     PhaseEvent,
     ResumedEvent,
     SampleEvent,
+    SpeedPlanEvent,
     TrainBeginEvent,
 )
 from cockpit.protocol.wire import EVENT_TYPES, Fault, number
 
 MAX_NOTICES = 200
+INPUT_FIELDS = ("data_wait_s", "compute_s", "data_wait_share", "tokens_per_micro_batch")
 # the ETA: the median step time of the last ETA_WINDOW_STEPS logged steps (one slow step under load
 # does not swing it), and none before ETA_MIN_STEPS steps were timed (the first ones load and compile)
 ETA_WINDOW_STEPS = 20
@@ -100,6 +102,8 @@ class RunState:
     model: dict = field(default_factory=dict)
     distributed: dict = field(default_factory=dict)  # several GPUs: world size, strategy, rank pids
     plan: dict = field(default_factory=dict)  # train_begin
+    speed_plan: dict = field(default_factory=dict)  # what speed: auto chose, and the speed model's figures
+    input: dict = field(default_factory=dict)  # the last log's data wait and tokens per micro-batch
     step: int = 0
     total_steps: int | None = None
     epoch: float | None = None
@@ -188,6 +192,9 @@ class RunState:
         self.model = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
         self.distributed = m.get("distributed") or self.distributed
 
+    def _on_speed_plan(self, m: SpeedPlanEvent) -> None:
+        self.speed_plan = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
+
     def _on_train_begin(self, m: TrainBeginEvent) -> None:
         self.plan = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
         self.total_steps = m.get("total_steps")
@@ -227,6 +234,7 @@ class RunState:
             for k in ("mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes", "rss_bytes")
             if k in m
         }
+        self.input = {k: m[k] for k in INPUT_FIELDS if number(m.get(k)) is not None}
         if self.status != "paused":
             self.status = "running"
 

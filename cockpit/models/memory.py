@@ -5,11 +5,26 @@ settings; three coefficients are calibrated on measured runs (docs/estimator.md)
 
 - ACTIVATION_SCALE scales the tensors a llama-style block saves for backward, counted
   from the architecture (`block_saved_bytes_per_token`);
-- HF_LOGITS_BYTES: plain HF Trainer materialises the logits (bf16, their fp32 upcast
-  and its gradient) — TRL's SFTTrainer, which the product runs, computes the loss with a
-  fused LM head and does not;
+- HF_LOGITS_BYTES: plain HF Trainer materialises the logits (transformers' ForCausalLMLoss:
+  the 16-bit logits, their fp32 upcast, fp32 log-softmax and gradient). TRL 1.16's SFTTrainer,
+  which the product runs, patches a fused LM head (trl/trainer/utils.py add_fused_lm_head,
+  trl/kernels/chunked_logprob.py): the loss is computed in tiles of LOSS_TILE_TOKENS x
+  LOSS_TILE_VOCAB (a 16-bit tile, fp32 running sums), the hidden states of the scored tokens are
+  copied and their gradient accumulated in fp32, a trained LM head gets an fp32 weight gradient;
+  the full logits are not built (`loss_tiles`). It builds them only with a compute_loss_func or
+  label smoothing, which the product does not set. One held-out TRL run with a 128k-152k
+  vocabulary and 8 x 2048 tokens measured about the full 16-bit + fp32 logits more than this
+  path predicts; until bench/memory_points.py's large-vocabulary points say which, the estimate
+  is a band whose top adds them (`high_bytes`);
 - HF_KBIT_RESIDUAL_BYTES: plain HF Trainer + peft's prepare_model_for_kbit_training keeps
   non-quantized weights in fp32, which makes part of each block's activations fp32.
+
+Measured constants, not derived: CUDA_CONTEXT_BYTES and BNB_WORKSPACE_BYTES (an H200, CUDA 13;
+other cards and CUDA versions take 0.5-1 GiB), and the three calibrated coefficients above.
+A full fine-tune through TRL (the product) loads fp32 master weights (4 + 4 grad + 8 AdamW bytes
+a parameter, 16-bit autocast copies); `--trainer hf` models a plain HF Trainer on a model loaded
+in the run's precision, whose weights, gradients and AdamW states are all in that dtype (bf16:
+2 + 2 + 4 = 8 bytes a parameter).
 
 What the planning commands report beyond one peak (N-GPU options, the inference row, the JSON
 form) is in cockpit.models.memory_report.
@@ -28,6 +43,13 @@ HF_LOGITS_BYTES = 25.1  # per token per vocabulary entry
 HF_KBIT_RESIDUAL_BYTES = 17.1  # per token per hidden unit per layer held
 CUDA_CONTEXT_BYTES = int(0.75 * GIB)  # CUDA context, cuBLAS workspace (H200, CUDA 13; ~0.5-1 GiB on others)
 BNB_WORKSPACE_BYTES = int(0.15 * GIB)  # bitsandbytes kernels and their workspaces
+# the largest micro-batch (tokens) whose fused-loss memory a measured point checks (l31-8b-qlora-qv-mb8:
+# 8 x 512 tokens, vocabulary 128k, within 1.5% left out); beyond it the band's top adds the full logits
+CHECKED_TOKENS_PER_MICRO_BATCH = 4096
+LOSS_TILE_TOKENS = 4096  # trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE
+LOSS_TILE_VOCAB = 32768  # trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
+UNSURE_LOGITS_BYTES = 6  # the band's top on TRL: the logits in 16 bits and their fp32 upcast, per entry
+UNSURE_SHARE = 0.03  # full logits below this share of the peak leave no band (inside the model's error)
 NF4_CONSTANTS_PER_PARAM = {True: 0.127 / 8, False: 0.5 / 8}  # bytes/param, with/without double quant
 OPTIMIZER_STATE_BYTES = {  # per trainable parameter; None: two states in the parameter's own dtype
     "adamw_torch": None,
@@ -82,13 +104,38 @@ class Part:
 
 
 @dataclass(frozen=True)
+class Band:
+    """What the estimate's top adds where the model is unsure, and why."""
+
+    key: str
+    bytes: int
+    note: str
+
+
+@dataclass(frozen=True)
 class MemoryEstimate:
     parts: tuple[Part, ...]
     load_peak_bytes: int
+    unsure: tuple[Band, ...] = ()
 
     @property
     def peak_bytes(self) -> int:
         return sum(p.bytes for p in self.parts)
+
+    @property
+    def high_bytes(self) -> int:
+        """The top of the band: the peak with every unsure part at its worst."""
+        return self.peak_bytes + sum(b.bytes for b in self.unsure)
+
+    @property
+    def high_gib(self) -> float:
+        return self.high_bytes / GIB
+
+    def band_text(self) -> str:
+        """`12.3 GiB` or `12.3-16.8 GiB`."""
+        if self.high_bytes <= self.peak_bytes:
+            return f"{self.peak_gib:.1f} GiB"
+        return f"{self.peak_gib:.1f}-{self.high_gib:.1f} GiB"
 
     @property
     def peak_gib(self) -> float:
@@ -184,6 +231,15 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
         parts.append(
             Part("weights", "weights", s.params * act_bytes, f"{fmt.params(s.params)} params, 16-bit")
         )
+    elif w.trainer == "hf":  # a model loaded in the run's precision, trained as loaded: no master copy
+        parts.append(
+            Part(
+                "weights",
+                "weights",
+                s.params * act_bytes,
+                f"{fmt.params(s.params)} params in {8 * act_bytes}-bit, as loaded (no fp32 master)",
+            )
+        )
     else:
         parts.append(
             Part("weights", "weights (fp32 master)", s.params * 4, f"{fmt.params(s.params)} params in fp32")
@@ -199,9 +255,12 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
             )
 
     if w.method == "full":
+        master = 4 if w.trainer == "trl" else act_bytes  # the dtype the parameters (and grads) live in
         state = OPTIMIZER_STATE_BYTES[w.optimizer]
-        state = 8 if state is None else state
-        parts.append(Part("gradients", "gradients", s.params * 4, "fp32, one per parameter"))
+        state = 2 * master if state is None else state
+        parts.append(
+            Part("gradients", "gradients", s.params * master, f"{8 * master}-bit, one per parameter")
+        )
         parts.append(
             Part("optimizer", "optimizer states", s.params * state, f"{w.optimizer}: {state} B/param")
         )
@@ -253,6 +312,7 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
                 f"{s.num_layers} blocks x {tokens} tokens x {per_block / 1024:.0f} KiB, no checkpointing",
             )
         )
+    unsure: list[Band] = []
     if w.trainer == "hf":
         parts.append(
             Part(
@@ -262,10 +322,30 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
                 f"{tokens} tokens x vocab {s.vocab_size}",
             )
         )
+    else:
+        loss = _loss_tiles(w, tokens)
+        if w.gradient_checkpointing:  # the loss's backward ends before the first block is recomputed
+            loss = Part(loss.key, loss.label, max(0, loss.bytes - held), loss.note + "; beyond one block's")
+        parts.append(loss)
     context = CUDA_CONTEXT_BYTES + (BNB_WORKSPACE_BYTES if w.method == "qlora" else 0)
     parts.append(
-        Part("context", "CUDA context + workspaces", context, "measured on an H200; similar elsewhere")
+        Part("context", "CUDA context + workspaces", context, "measured on an H200 (a constant, not derived)")
     )
+    full_logits = tokens * s.vocab_size * UNSURE_LOGITS_BYTES
+    if (
+        w.trainer == "trl"
+        and tokens > CHECKED_TOKENS_PER_MICRO_BATCH
+        and full_logits >= UNSURE_SHARE * sum(p.bytes for p in parts)
+    ):
+        unsure.append(
+            Band(
+                "logits",
+                full_logits,
+                f"up to the {tokens} x {s.vocab_size} logits in 16 bits + fp32: one held-out TRL run at "
+                f"this size measured about that much more; the tiles are checked up to "
+                f"{CHECKED_TOKENS_PER_MICRO_BATCH} tokens per micro-batch",
+            )
+        )
 
     # loading holds the weights and, while quantising, one 16-bit layer at a time
     static = sum(p.bytes for p in parts if p.key in ("weights", "quant_constants"))
@@ -275,7 +355,22 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
         if w.sharding == "fsdp":  # loaded on the host, then sharded onto the GPUs
             static = sum(p.bytes for p in parts if p.key in ("weights", "quant_constants"))
             biggest_layer = 0
-    return MemoryEstimate(tuple(parts), static + context + biggest_layer)
+    return MemoryEstimate(tuple(parts), static + context + biggest_layer, tuple(unsure))
+
+
+def _loss_tiles(w: Workload, tokens: int) -> Part:
+    """TRL's fused LM head: one 16-bit tile of logits at a time, the scored hidden states copied and
+    their gradient in fp32, and an fp32 weight gradient (and its cast) when the LM head trains."""
+    s = w.shape
+    tile = min(tokens, LOSS_TILE_TOKENS) * min(s.vocab_size, LOSS_TILE_VOCAB) * 2
+    held = tokens * s.hidden_size * (2 + 4)
+    head_grad = s.vocab_size * s.hidden_size * (4 + 2) if w.method == "full" else 0
+    note = (
+        f"a {min(tokens, LOSS_TILE_TOKENS)} x {min(s.vocab_size, LOSS_TILE_VOCAB)} tile, not the full logits"
+    )
+    if head_grad:
+        note += "; the LM head's fp32 weight gradient"
+    return Part("logits", "loss (fused LM head, tiles)", tile + held + head_grad, note)
 
 
 def _per_gpu_parts(w: Workload, parts: list[Part], act_bytes: int) -> list[Part]:
@@ -328,10 +423,11 @@ def _per_gpu_parts(w: Workload, parts: list[Part], act_bytes: int) -> list[Part]
 
 
 def verdict(estimate: MemoryEstimate, vram_bytes: int) -> str:
-    """fits | tight (fits, but inside the safety margin) | no."""
+    """fits (the band's top inside the safety margin) | tight (the estimate fits, its band or the margin
+    does not: it may run out) | no. Never "fits" where the unsure parts at their worst would not."""
     if estimate.peak_bytes > vram_bytes:
         return "no"
-    return "fits" if estimate.peak_bytes <= vram_bytes * (1 - SAFETY_MARGIN) else "tight"
+    return "fits" if estimate.high_bytes <= vram_bytes * (1 - SAFETY_MARGIN) else "tight"
 
 
 def workload_from_config(cfg, shape: ModelShape, trainer: str = "trl") -> Workload:

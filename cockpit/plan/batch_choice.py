@@ -177,6 +177,50 @@ def fit_batch(
     ]
 
 
+BATCH_KEYS = {
+    "training.micro_batch_size",
+    "training.gradient_accumulation_steps",
+    "training.gradient_checkpointing",
+}
+MAX_BUSY_MICRO_BATCH = 1024
+
+
+def busy_tokens(base: Workload, card) -> int | None:
+    """The fewest tokens per micro-batch (whole rows of `base.seq_len`) at which, by the speed model, the
+    card's work outlasts the host's launches: below it the GPU is underfed, whatever feeds it."""
+    if card is None:
+        return None
+    for mb in range(1, MAX_BUSY_MICRO_BATCH + 1):
+        est = speed_model.estimate_speed(replace(base, micro_batch=mb, grad_accum=1), card)
+        if est.bound != "overhead":
+            return mb * base.seq_len
+    return None
+
+
+def batch_advice(cfg, run, facts: Facts, shape, shape_note, keep, rows_per_step, packed) -> dict:
+    """The speed model's view of the run's batch, for the doctor: the tokens per micro-batch that keep
+    the card busy, and the split speed: auto picks with the batch keys free, against the run's own."""
+    if facts.device_kind != "cuda" or shape is None or not facts.memory_bytes or facts.card is None:
+        return {}
+    try:
+        base = replace(workload_from_config(run, shape), precision=facts.precision)
+        busy = busy_tokens(base, facts.card)
+    except EstimateError:
+        return {}
+    as_run, _ = fit_batch(run, run, facts, shape, shape_note, set(keep) | BATCH_KEYS, rows_per_step, packed)
+    free, _ = fit_batch(cfg, run, facts, shape, shape_note, set(keep) - BATCH_KEYS, rows_per_step, packed)
+    out: dict = {"busy_tokens_per_micro_batch": busy}
+    if free.tokens_per_s and as_run.tokens_per_s:
+        out["auto_split"] = {
+            "micro_batch_size": free.micro_batch,
+            "gradient_accumulation_steps": free.accum,
+            "checkpoint_layers": free.layers,
+            "tokens_per_s": free.tokens_per_s,
+            "as_run_tokens_per_s": as_run.tokens_per_s,
+        }
+    return out
+
+
 def _yours_or(pinned: bool, name: str, fit: Fit, why: str) -> Choice:
     value = f"{fit.micro_batch} x {fit.accum}" if name == "micro-batch" else ("on" if fit.layers else "off")
     key = "training.micro_batch_size" if name == "micro-batch" else "training.gradient_checkpointing"

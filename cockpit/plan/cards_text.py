@@ -163,12 +163,14 @@ def table_text(table: CardTable, width: int = TEXT_WIDTH) -> str:
     est = table.estimate
     lines = [
         f"{workload_words(table)}; an estimate:",
-        f"peak {est.peak_bytes / GIB:.1f} GiB on any card (while loading {est.load_peak_bytes / GIB:.1f} "
+        f"peak {est.band_text()} on any card (while loading {est.load_peak_bytes / GIB:.1f} "
         f"GiB); run: {table.size.describe(table.workload)}"
         + ("" if table.budget_usd is None else f"; budget {fmt.money(table.budget_usd)}"),
         f"prices: {table.prices_from}; $/hour shows a default's age in days, or 'own' for yours",
         f"speeds: calibrated on {CALIBRATED_ON}; other cards scaled by dense bf16 TFLOPS and bandwidth",
     ]
+    for band in est.unsure:
+        lines.append(f"band: +{band.bytes / GIB:.1f} GiB at the top for {band.note}; 'fits' counts the top")
     if max(table.gpu_counts) > 1:
         lines.append(MULTI_NOTE)
     lines += [

@@ -16,7 +16,7 @@ import, the samples' token lengths) and `plan` decides, giving a reason for ever
   (transformers' every_n_layers) whose peak, by the memory model, stays inside the card's
   memory less SAFETY_MARGIN; the one the speed model (cockpit/models/speed.py) rates fastest wins;
 - fused kernels (Liger: RMSNorm, RoPE, SwiGLU), loader workers, the token cache, and what
-  is fixed: TRL's chunked cross-entropy, the precision.
+  is fixed: TRL's fused LM head (the loss in tiles), the precision.
 
 A key the user's config sets is kept as written (config: speed.keep), and the reason says so.
 """
@@ -31,7 +31,7 @@ from cockpit.config.schema import TrainConfig
 from cockpit.fmt import GIB
 from cockpit.models import speed as speed_model
 from cockpit.models.shape import ModelShape
-from cockpit.plan.batch_choice import Choice, Facts, fit_batch
+from cockpit.plan.batch_choice import Choice, Facts, batch_advice, fit_batch
 
 __all__ = ["Choice", "Facts", "SpeedPlan", "bfd_rows", "card_for", "plan", "samples_per_row"]
 
@@ -64,6 +64,8 @@ class SpeedPlan:
     budget_bytes: int | None = None
     predicted_peak_bytes: int | None = None
     predicted_tokens_per_s: float | None = None
+    busy_tokens_per_micro_batch: int | None = None
+    auto_split: dict | None = None
 
     def to_event(self) -> dict:
         t = self.config.training
@@ -86,6 +88,8 @@ class SpeedPlan:
             "budget_bytes": self.budget_bytes,
             "predicted_peak_bytes": self.predicted_peak_bytes,
             "predicted_tokens_per_s": self.predicted_tokens_per_s,
+            "busy_tokens_per_micro_batch": self.busy_tokens_per_micro_batch,
+            "auto_split": self.auto_split,
         }
 
 
@@ -117,7 +121,25 @@ def plan(
     """The settings to run `cfg` with, and why. `lengths`: the samples' token lengths."""
     if cfg.speed.mode == "off":
         off = Choice("speed", "off", "speed.mode: off: every setting runs as written in the config", "off")
-        return SpeedPlan("off", cfg, (off, _cross_entropy()), sft_packing=cfg.training.packing)
+        t = cfg.training
+        advice = batch_advice(
+            cfg,
+            cfg,
+            facts,
+            shape,
+            shape_note,
+            set(),
+            t.micro_batch_size * t.gradient_accumulation_steps,
+            t.packing,
+        )
+        return SpeedPlan(
+            "off",
+            cfg,
+            (off, _cross_entropy()),
+            sft_packing=cfg.training.packing,
+            busy_tokens_per_micro_batch=advice.get("busy_tokens_per_micro_batch"),
+            auto_split=advice.get("auto_split"),
+        )
     keep = set(cfg.speed.keep or [])
     run = copy.deepcopy(cfg)
     t = run.training
@@ -198,6 +220,7 @@ def plan(
     choices.extend(fit_choices)
     t.micro_batch_size, t.gradient_accumulation_steps = fit.micro_batch, fit.accum
     t.gradient_checkpointing = fit.layers > 0
+    advice = batch_advice(cfg, run, facts, shape, shape_note, keep, rows_per_step, packing != "none")
 
     # fused kernels
     liger = False
@@ -277,16 +300,22 @@ def plan(
         budget_bytes=fit.budget,
         predicted_peak_bytes=fit.peak,
         predicted_tokens_per_s=fit.tokens_per_s,
+        busy_tokens_per_micro_batch=advice.get("busy_tokens_per_micro_batch"),
+        auto_split=advice.get("auto_split"),
     )
 
 
 def _cross_entropy() -> Choice:
     return Choice(
         "cross-entropy",
-        "chunked, fused LM head",
-        "TRL's SFTTrainer computes the loss from the "
-        "hidden states in chunks, so the logits are never materialised (Liger's fused linear "
-        "cross-entropy would replace it; TRL 1.x refuses it)",
+        "fused LM head, in tiles",
+        "TRL's SFTTrainer (1.16) patches a fused LM head: the loss is computed from the hidden states "
+        "in tiles of 4096 tokens x 32768 vocabulary entries (a 16-bit tile, fp32 running sums), so the "
+        "(tokens x vocabulary) logits are not built on this path; the hidden states are copied and their "
+        "gradient accumulated in fp32, and a trained LM head gets an fp32 weight gradient. A custom "
+        "compute_loss_func or label smoothing would build the full logits (Liger's fused linear "
+        "cross-entropy would replace the head; TRL 1.x refuses it). The memory plan shows a band up to "
+        "the full logits where they are large",
         "fixed",
     )
 

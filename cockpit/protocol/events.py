@@ -97,6 +97,19 @@ class SpeedPlanEvent(TypedDict, total=False):
     budget_bytes: Annotated[int | None, Meaning("device memory the plan fits in")]
     predicted_peak_bytes: Annotated[int | None, Meaning("the memory model's peak for the plan")]
     predicted_tokens_per_s: Annotated[float | None, Meaning("the speed model's figure for the plan")]
+    busy_tokens_per_micro_batch: Annotated[
+        int | None,
+        Meaning(
+            "tokens per micro-batch from which the card's work outlasts the host's launches (speed model)"
+        ),
+    ]
+    auto_split: Annotated[
+        dict | None,
+        Meaning(
+            "what speed: auto picks for this step with the batch keys free: `micro_batch_size`, "
+            "`gradient_accumulation_steps`, `checkpoint_layers`, `tokens_per_s` (speed model)"
+        ),
+    ]
 
 
 class ModelEvent(TypedDict, total=False):
@@ -147,6 +160,16 @@ class LogEvent(TypedDict, total=False):
     mem_allocated_bytes: Annotated[int | None, Meaning("torch's allocated bytes (CUDA)")]
     mem_reserved_bytes: Annotated[int | None, Meaning("torch's reserved bytes (CUDA)")]
     mem_peak_bytes: Annotated[int | None, Meaning("torch's peak allocated bytes (CUDA)")]
+    data_wait_s: Annotated[
+        float | None,
+        Meaning("mean time per optimizer step spent taking its micro-batches from the data loader"),
+    ]
+    compute_s: Annotated[float | None, Meaning("mean time per optimizer step not spent waiting for data")]
+    data_wait_share: Annotated[float | None, Meaning("data wait over the window's wall time, 0-1")]
+    tokens_per_micro_batch: Annotated[
+        float | None,
+        Meaning("mean tokens per micro-batch in the window, padding included (what the GPU computes)"),
+    ]
 
 
 class CheckpointEvent(TypedDict, total=False):

@@ -177,6 +177,20 @@ def create(root: Path | None, model_name: str, config_yaml: str) -> RunDir:
     return run
 
 
+SOURCE_MARK = "# copied from: "  # the first line `cockpit train` writes into a run's config.yaml
+
+
+def config_source(path: str | Path) -> str | None:
+    """The user's config file a run's config.yaml was copied from, when the CLI recorded it."""
+    try:
+        first = (Path(path) / "config.yaml").read_text(encoding="utf-8").split("\n", 1)[0]
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not first.startswith(SOURCE_MARK):
+        return None
+    return first[len(SOURCE_MARK) :].strip() or None
+
+
 def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:

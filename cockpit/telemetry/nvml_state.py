@@ -129,6 +129,7 @@ def _pynvml_extras(count: int) -> dict:
         extras["gpus"].append(
             {
                 "persistence_mode": ask(pynvml.nvmlDeviceGetPersistenceMode, h),
+                "cuda_capability": ask(pynvml.nvmlDeviceGetCudaComputeCapability, h),  # (major, minor)
                 "ecc_uncorrected": ask(
                     pynvml.nvmlDeviceGetTotalEccErrors,
                     h,

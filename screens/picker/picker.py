@@ -223,7 +223,8 @@ class PickerScreen(Screen[None]):
             return
         est = ev.table.estimate
         first = (
-            f"peak {est.peak_bytes / GIB:.1f} GiB on any card ({est.load_peak_bytes / GIB:.1f} loading) · "
+            f"peak {est.band_text()} on any card{' (a band: b shows it)' if est.unsure else ''} "
+            f"({est.load_peak_bytes / GIB:.1f} loading) · "
             f"run: {ev.table.size.describe(ev.table.workload)}"
         )
         cheapest, fastest = ev.table.cheapest, ev.table.fastest
@@ -285,7 +286,7 @@ class PickerScreen(Screen[None]):
             panel.border_title = f"one GPU of {row.name}, {how}: {share}"
         else:
             panel.border_title = f"one GPU of {row.name}, {how}: a whole replica + gradient buckets"
-        panel.show(estimate.parts, int(row.card.vram_gib * GIB), estimate.load_peak_bytes)
+        panel.show(estimate.parts, int(row.card.vram_gib * GIB), estimate.load_peak_bytes, estimate.unsure)
 
     # ------------------------------------------------------------ keys
 

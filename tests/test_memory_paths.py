@@ -1,0 +1,77 @@
+"""The memory model's trainer paths: TRL's fused LM head (tiles, not the full logits), plain HF
+Trainer's materialised logits, a full fine-tune per trainer, and the band where the model is unsure
+(a verdict never says "fits" where the band's top does not)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cockpit.fmt import GIB
+from cockpit.models import memory as m
+from cockpit.models.shape import load_shape
+
+ONE_B = load_shape("synthetic:llama-3.2-1b")  # vocabulary 128256, hidden 2048
+LARGE = m.Workload(
+    shape=ONE_B,
+    method="lora",
+    seq_len=2048,
+    micro_batch=8,
+    gradient_checkpointing=False,
+    optimizer="adamw_torch",
+)
+
+
+def test_trl_computes_the_loss_in_tiles_and_hf_materialises_the_logits():
+    trl = m.estimate_memory(replace(LARGE, micro_batch=2)).part("logits")
+    tile = 4096 * 32768 * 2
+    assert trl.bytes == tile + 4096 * 2048 * 6 and "not the full logits" in trl.note
+    hf = m.estimate_memory(replace(LARGE, micro_batch=2, trainer="hf")).part("logits")
+    assert hf.bytes == int(4096 * 128256 * m.HF_LOGITS_BYTES) and hf.bytes > 10 * trl.bytes
+
+
+def test_a_band_beyond_the_checked_tokens_with_a_large_vocabulary():
+    checked = m.estimate_memory(replace(LARGE, micro_batch=2))  # 4096 tokens: a measured size
+    assert checked.unsure == () and checked.band_text() == f"{checked.peak_gib:.1f} GiB"
+    big = m.estimate_memory(LARGE)  # 16384 tokens: the held-out case (~26 predicted, ~38.5 measured)
+    (band,) = big.unsure
+    assert band.key == "logits" and band.bytes == 16384 * 128256 * 6
+    assert big.peak_gib == pytest.approx(26.2, abs=0.3) and big.high_gib == pytest.approx(37.9, abs=0.3)
+    assert big.band_text() == f"{big.peak_gib:.1f}-{big.high_gib:.1f} GiB"
+    # a 32k vocabulary at the same size: the full logits are small beside the peak, no band
+    seven = m.estimate_memory(replace(LARGE, shape=load_shape("synthetic:llama-2-7b"), micro_batch=2))
+    assert seven.unsure == ()
+
+
+def test_never_fits_where_the_band_s_top_runs_out():
+    big = m.estimate_memory(LARGE)
+    card = int(32 * GIB)  # the estimate fits a 32 GiB card, its top does not
+    assert big.peak_bytes < card * (1 - m.SAFETY_MARGIN) < big.high_bytes
+    assert m.verdict(big, card) == "tight"
+    assert m.verdict(big, int(48 * GIB)) == "fits"
+    assert m.verdict(big, int(24 * GIB)) == "no"
+
+
+def test_a_full_fine_tune_holds_what_its_trainer_holds():
+    full = replace(LARGE, method="full", seq_len=512, micro_batch=4)
+    trl = m.estimate_memory(full)  # the product: fp32 master weights, fp32 grads, fp32 AdamW, 16-bit copies
+    assert (
+        trl.part("weights").bytes == ONE_B.params * 4
+        and trl.part("autocast_copies").bytes == ONE_B.params * 2
+    )
+    assert trl.part("gradients").bytes == ONE_B.params * 4 and trl.part("optimizer").bytes == ONE_B.params * 8
+    hf = m.estimate_memory(replace(full, trainer="hf"))  # loaded in bf16, trained as loaded: 8 B a parameter
+    held = sum(hf.part(k).bytes for k in ("weights", "gradients", "optimizer"))
+    assert held == ONE_B.params * 8 and hf.part("autocast_copies") is None
+    eight_bit = m.estimate_memory(replace(full, trainer="hf", optimizer="adamw_8bit"))
+    assert eight_bit.part("optimizer").bytes == ONE_B.params * 2
+    # the trained LM head's fp32 weight gradient is part of TRL's fused loss
+    assert "fp32 weight gradient" in trl.part("logits").note
+
+
+def test_the_cross_entropy_choice_no_longer_claims_the_logits_are_never_built():
+    from cockpit.plan.speed_auto import _cross_entropy
+
+    reason = _cross_entropy().reason
+    assert "never materialised" not in reason and "tiles of 4096 tokens x 32768" in reason

@@ -1,0 +1,73 @@
+"""What the doctor needs to tell a run that waits for data from one whose GPU is underfed.
+
+The trainer's loop takes each optimizer step's micro-batches from the data loader in
+`Trainer.get_batch_samples`; the time spent in there is the time the step waited for its data
+(the loader's workers, collation, the copy to the device), the rest of the step is compute
+(and the kernel launches that drive it). `StepMeter` adds both up, with the tokens each
+micro-batch carries (padding included: what the GPU computes on), and the `log` event reports
+them per window (cockpit.doctor.rules reads them).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+class StepMeter:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.wait_s = 0.0
+            self.micro_batches = 0
+            self.tokens = 0
+
+    def add(self, wait_s: float, batches: list) -> None:
+        tokens = sum(_tokens(b) for b in batches)
+        with self._lock:
+            self.wait_s += wait_s
+            self.micro_batches += len(batches)
+            self.tokens += tokens
+
+    def window(self, wall_s: float, steps: int) -> dict:
+        """The log event's fields for a window of `wall_s` seconds and `steps` optimizer steps; resets."""
+        with self._lock:
+            wait_s, batches, tokens = self.wait_s, self.micro_batches, self.tokens
+        self.reset()
+        if steps <= 0 or wall_s <= 0:
+            return {}
+        wait_share = min(1.0, wait_s / wall_s)
+        step_s = wall_s / steps
+        out = {
+            "data_wait_s": round(wait_s / steps, 5),
+            "compute_s": round(max(0.0, step_s - wait_s / steps), 5),
+            "data_wait_share": round(wait_share, 4),
+        }
+        if batches:
+            out["tokens_per_micro_batch"] = round(tokens / batches, 1)
+        return out
+
+
+def _tokens(batch) -> int:
+    ids = batch.get("input_ids") if isinstance(batch, dict) or hasattr(batch, "get") else None
+    try:
+        return int(ids.numel())
+    except AttributeError:
+        return 0
+
+
+def metered(trainer_cls, meter: StepMeter):
+    """`trainer_cls` whose batch fetching is timed into `meter`."""
+
+    class MeteredTrainer(trainer_cls):
+        def get_batch_samples(self, epoch_iterator, num_batches, device):
+            started = time.perf_counter()
+            batches, items = super().get_batch_samples(epoch_iterator, num_batches, device)
+            meter.add(time.perf_counter() - started, batches)
+            return batches, items
+
+    MeteredTrainer.__name__ = MeteredTrainer.__qualname__ = trainer_cls.__name__
+    return MeteredTrainer
