@@ -340,7 +340,7 @@ def test_idle_billed_alarm_counts_minutes_and_money():
     finding = only(findings, "idle_billed")
     assert finding.severity == "alarm"
     assert finding.since_ts == 0
-    assert "for 10 min while the run is finished; $0.2000 burnt at $1.20/h" in finding.evidence
+    assert "for 10 min while the run is finished; $0.20 burnt at $1.20/h" in finding.evidence
     assert "Shut the instance down" in finding.fix
 
 
