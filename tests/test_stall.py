@@ -7,6 +7,7 @@ import io
 
 from support.pilot import EVENTS, event, events_until_step, running, screen_text, scripted, shown, wait_for
 
+from cockpit.finish import idle
 from cockpit.live import headless
 from cockpit.live.stall import STALL_FLOOR_S, StallNotices, find_stall
 from cockpit.live.state import RunState
@@ -100,7 +101,7 @@ def test_headless_says_it_and_clears_it(tmp_path, monkeypatch):
     monkeypatch.setattr(headless.time, "time", lambda: next(clock, last + 40))
     monkeypatch.setattr(headless.time, "sleep", lambda _s: None)
     out = io.StringIO()
-    assert headless._follow_plain(session, out, 10.0, None) == 0
+    assert headless._follow_plain(session, out, 10.0, None, idle.IdleAlarm(idle.IdleSettings())) == 0
     text = out.getvalue()
     assert "no event from the trainer for 34 s" in text and "events again, after 34 s without one" in text
     assert text.index("no event from") < text.index("events again")

@@ -637,7 +637,10 @@ def test_telemetry_imports_neither_torch_nor_textual():
         "import support.nvml_fake\n"
         "print(json.dumps([lazy, sorted({m.split('.')[0] for m in sys.modules})]))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     lazy, modules = json.loads(out.stdout.strip().splitlines()[-1])
     assert lazy, "cockpit.telemetry.sampler must import pynvml only when NVML is started"
