@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from cockpit.plan.card import USER_PRICE_SOURCE, Card, price_age_days, price_label
-from cockpit.plan.catalog import CatalogError, load_catalog
+from cockpit.plan.card import USER_PRICE_SOURCE, Card, CatalogError, price_age_days, price_label
+from cockpit.plan.catalog import load_catalog
 from cockpit.plan.user_cards import user_cards_path
 
 TODAY = date(2026, 11, 30)

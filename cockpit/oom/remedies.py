@@ -33,7 +33,8 @@ from cockpit.models.shape import ModelShape
 from cockpit.models.speed import CardSpeed, estimate_speed
 from cockpit.oom.remedy_inputs import Observation, Target, device_card, observe, target_card, verdict_of
 from cockpit.oom.remedy_options import Choice, Knob, knobs
-from cockpit.plan.catalog import Card, Catalog
+from cockpit.plan.card import Card
+from cockpit.plan.catalog import Catalog
 
 VERDICT_ORDER = {"fits": 0, "tight": 1, "no": 2, "unknown": 3}
 MAX_COMBINATIONS_SHOWN = 3

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from cockpit.fmt import GIB
 from cockpit.models.memory import CUDA_CONTEXT_BYTES, SAFETY_MARGIN
-from cockpit.plan.catalog import Card, Catalog
+from cockpit.plan.card import Card
+from cockpit.plan.catalog import Catalog
 
 
 @dataclass(frozen=True)

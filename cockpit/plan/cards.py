@@ -25,9 +25,8 @@ from cockpit.models.memory import (
     Workload,
 )
 from cockpit.models.speed import SpeedEstimate, estimate_run, estimate_speed, speed_inputs
-from cockpit.plan.card import price_label
+from cockpit.plan.card import Card, price_label
 from cockpit.plan.cards_inputs import RunSize
-from cockpit.plan.catalog import Card
 from cockpit.plan.fits import CardFit, Change
 
 # ---------------------------------------------------------------- rows

@@ -1,7 +1,7 @@
 """The card table's inputs: how much the run trains on (dataset tokens, or samples x mean tokens,
 x epochs; or max_steps) and the budget, parsed from what people type (`10M`, `9846x350`, `2e6`).
 
-Pure Python; `cockpit.plan.cards` re-exports these names.
+Pure Python.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 The shipped file (`cockpit/data/gpus.yaml`) holds datasheet figures from
 shared/reference/gpus.md and default prices: ranges seen in public price lists, dated.
 The user's `cards.yaml` (cockpit.plan.user_cards) sets what they actually pay and adds cards
-of their own. One card, its checks and its price's age are in cockpit.plan.card; `Card`
-and `CatalogError` are re-exported here, as most callers take them with the catalog.
+of their own. One card, its checks and its price's age are in cockpit.plan.card.
 """
 
 from __future__ import annotations

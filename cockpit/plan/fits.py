@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from cockpit.fmt import GIB
 from cockpit.models.memory import Workload, estimate_memory, verdict
-from cockpit.plan.catalog import Card
+from cockpit.plan.card import Card
 
 PAGED_8BIT = "paged_adamw_8bit"
 
