@@ -93,3 +93,25 @@ def test_demo_real_samples_change_the_way_the_data_teaches(tmp_path):
         assert after["output"] and after["finish"] in ("stop", "eos"), after
         assert after["new_tokens"] < after["max_new_tokens"] and "</s>" not in after["output"], after
     print("demo --real samples:", json.dumps([(base[i]["output"], final[i]["output"]) for i in base]))
+
+
+def test_llama2_answers_end_at_a_literal_end_of_sequence_when_it_is_not_a_special_token():
+    """SmolLM2's vocabulary has no `</s>` token: llama-2 rows end their answers with the text `</s>`,
+    so that text stops generation and cuts the eval row's reference; where `</s>` is the tokenizer's
+    own special token (Llama 2, the shipped tokenizer) the end token does it."""
+    from types import SimpleNamespace
+
+    from train_backend.generation import split_example, stop_strings
+
+    plain = SimpleNamespace(all_special_tokens=["<|im_start|>", "<|im_end|>"], eos_token="<|im_end|>")
+    llama = SimpleNamespace(all_special_tokens=["<s>", "</s>", "<unk>"], eos_token="</s>")
+    assert stop_strings("llama2", plain) == ("[INST]", "</s>")
+    assert stop_strings("llama2", llama) == ("[INST]",)
+    assert stop_strings("chat_template", plain) == ()
+    row = "<s>[INST] What is 2 + 2? [/INST] 2 + 2 is 4. </s>"
+    shown, rendered, reference = split_example("llama2", "text", row, plain)
+    assert (shown, rendered.text, reference) == (
+        "What is 2 + 2?",
+        "<s>[INST] What is 2 + 2? [/INST]",
+        "2 + 2 is 4.",
+    )
