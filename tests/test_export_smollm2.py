@@ -1,6 +1,9 @@
-"""The export round trip on a real model: SmolLM2-135M-Instruct (model.name: smollm2-135m), LoRA for
-two steps on the CPU, merged and written as GGUF f16, read back by transformers from the GGUF alone:
-the same tokens and the same next-token logits as the merged safetensors.
+"""A real model on the finish line: SmolLM2-135M-Instruct (model.name: smollm2-135m), LoRA for two
+steps on the CPU on the demo's chat data (one run, shared by the tests here):
+
+- `cockpit chat RUN --prompt`: a coherent answer that stops at the chat template's end token;
+- the export round trip: merged and written as GGUF f16, read back by transformers from the GGUF
+  alone: the same tokens and the same next-token logits as the merged safetensors.
 
 Needs the model in the cache (`cockpit fetch smollm2-135m`, which .ci/run does once); skipped, with
 the reason, when it is absent."""
@@ -29,7 +32,13 @@ pytestmark = [
 REAL_CACHE = str(packaged.model_dir("smollm2-135m").parents[2])  # before a fixture points it elsewhere
 
 
-def test_smollm2_export_round_trip(tmp_path):
+CHAT_DATA = str(ROOT / "cockpit" / "data" / "demo" / "chat.jsonl")
+
+
+@pytest.fixture(scope="module")
+def smol_run(tmp_path_factory):
+    """One SmolLM2 run: two steps of LoRA on the demo's chat data (rendered with the chat template)."""
+    tmp_path = tmp_path_factory.mktemp("smol")
     env = {k: v for k, v in os.environ.items() if k not in ("COCKPIT_TEST_MODULES_DIR", "HF_TOKEN")}
     env.update(
         COCKPIT_HOME=str(tmp_path / "home"),
@@ -45,6 +54,7 @@ def test_smollm2_export_round_trip(tmp_path):
         tmp_path / "smol.yaml",
         {
             "model.name": "smollm2-135m",
+            "dataset.path": CHAT_DATA,
             "lora.target_modules": ["q_proj", "v_proj"],
             "training.max_steps": 2,
             "training.micro_batch_size": 2,
@@ -55,7 +65,31 @@ def test_smollm2_export_round_trip(tmp_path):
     )
     proc = cockpit(["train", str(cfg), "--no-ui", "--skip-preflight"], env, timeout=400)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    run = only_run(env)
+    return only_run(env), env
+
+
+def test_chat_one_shot_answers_and_stops_at_the_templates_end_token(smol_run):
+    """Base + the run's adapter in the chat backend: the chat template applied, the answer streamed,
+    and generation ended by <|im_end|> (the template's end of turn), not by the token limit."""
+    run, env = smol_run
+    limit = 48
+    proc = cockpit(
+        ["chat", str(run), "--prompt", "What is the capital of France?", "--max-new-tokens", str(limit)],
+        env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "with the adapter final of" in proc.stderr and "prompts as chat_template" in proc.stderr
+    answer = proc.stdout.strip()
+    assert "Paris" in answer and "<|im_end|>" not in answer, answer
+    end = [line for line in proc.stderr.splitlines() if line.startswith("[")][-1]
+    assert end.startswith("[eos: ") and end.endswith("; ended by <|im_end|>]"), end
+    assert int(end.split(": ")[1].split(" tokens")[0]) < limit, end
+    print(f"smollm2 chat: {answer!r} {end}")
+
+
+def test_smollm2_export_round_trip(smol_run, tmp_path):
+    run, env = smol_run
     out = tmp_path / "export"
     proc = cockpit(["export", str(run), "--gguf", "f16", "--to", str(out)], env, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -120,10 +120,11 @@ def test_pre_tokenizer_names():
     assert to_gguf.pre_tokenizer_name(None) == "default"
 
 
-def test_a_sentencepiece_style_tokenizer_is_refused():
+def test_a_sentencepiece_style_tokenizer_takes_the_llama_vocab_path():
     spm = {"model": {"type": "BPE", "byte_fallback": True, "vocab": {"<unk>": 0}, "merges": []}}
     with pytest.raises(to_gguf.CannotConvert, match="SentencePiece-style BPE"):
         to_gguf.byte_level_vocab(spm, 32000)
+    assert to_gguf.sentencepiece_json_vocab(spm, 2, unk_id=0).model == "llama"
 
 
 def test_byte_level_vocab_is_padded_to_the_embedding_rows():

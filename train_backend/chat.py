@@ -82,7 +82,7 @@ def load(args):
         model = PeftModel.from_pretrained(model, args.target)
     model.eval()
     model.config.use_cache = True
-    from train_backend.generation import STOP_STRINGS, stop_token_ids
+    from train_backend.generation import stop_strings, stop_token_ids
 
     stops = [tokenizer.convert_ids_to_tokens(i) for i in stop_token_ids(tokenizer, model)]
     ready = {
@@ -95,7 +95,7 @@ def load(args):
         "style": args.style,
         "chat_template": bool(getattr(tokenizer, "chat_template", None)),
         "stop_tokens": stops,
-        "stop_strings": list(STOP_STRINGS.get(args.style, ())),
+        "stop_strings": list(stop_strings(args.style, tokenizer)),
         "load_s": round(time.time() - started, 2),
     }
     return model, tokenizer, ready
@@ -144,6 +144,7 @@ def serve(model, tokenizer, args, emitter, stdin) -> int:
                 "chat_done",
                 text=answer.text,
                 finish=answer.finish,
+                end_token=answer.end_token,
                 new_tokens=answer.new_tokens,
                 prompt_tokens=answer.prompt_tokens,
                 seconds=answer.seconds,

@@ -303,6 +303,7 @@ class Evaluator:
                         reference=prompt.reference,
                         output=answer.text,
                         finish=answer.finish,
+                        end_token=answer.end_token,
                         new_tokens=answer.new_tokens,
                         prompt_tokens=answer.prompt_tokens,
                         max_new_tokens=self.cfg.eval.max_new_tokens,

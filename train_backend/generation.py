@@ -19,6 +19,16 @@ PROMPT_STYLES = ("chat_template", "llama2", "guanaco", "plain")
 # end-of-turn tokens of the common chat templates; those the vocabulary has stop generation
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>")
 STOP_STRINGS = {"llama2": ("[INST]",), "guanaco": ("### Human:",), "chat_template": (), "plain": ()}
+LLAMA2_END = "</s>"  # where llama2-style rows end an answer; plain text when the vocabulary has no such token
+
+
+def stop_strings(style: str, tokenizer) -> tuple[str, ...]:
+    """The text that ends an answer in this prompt style: the next-turn marker, and for llama2-style
+    rows under a tokenizer whose `</s>` is not a special token (e.g. SmolLM2's), the literal `</s>`."""
+    stops = STOP_STRINGS.get(style, ())
+    if style == "llama2" and LLAMA2_END not in set(getattr(tokenizer, "all_special_tokens", ()) or ()):
+        stops = (*stops, LLAMA2_END)
+    return stops
 
 
 @dataclass
@@ -37,6 +47,7 @@ class Generated:
     new_tokens: int
     seconds: float
     prompt_tokens: int
+    end_token: str | None = None  # the end token that stopped it (finish eos)
 
 
 def detect_style(fmt: str, texts: list[str], tokenizer) -> str:
@@ -105,9 +116,8 @@ def split_example(style: str, fmt: str, value, tokenizer, prefix: str = "") -> t
         head, rest = text[:end], text[end:]
         opener = "[INST]" if style == "llama2" else "### Human:"
         shown = head[head.find(opener) + len(opener) : -len(marker)] if opener in head else head
-        stop = min(
-            [i for i in (rest.find(tokenizer.eos_token or "\0"), rest.find(opener)) if i >= 0] or [None]
-        )
+        ends = (tokenizer.eos_token or "\0", opener, *stop_strings(style, tokenizer))
+        stop = min([i for i in (rest.find(end) for end in ends) if i >= 0] or [None])
         reference = rest[:stop] if stop is not None else rest
         return shown.strip(), Rendered(head, True), reference.strip()
     words = text.split()
@@ -191,7 +201,7 @@ def generate(
     """
     import torch
 
-    stops = STOP_STRINGS.get(style, ())
+    stops = stop_strings(style, tokenizer)
     encoded = tokenizer(rendered.text, return_tensors="pt", add_special_tokens=rendered.add_special_tokens)
     device = getattr(model, "device", None) or next(model.parameters()).device
     input_ids = encoded["input_ids"].to(device)
@@ -232,4 +242,5 @@ def generate(
     if not text and new_ids:  # only special tokens: show them rather than nothing
         shown = new_ids[:-1] if finish == "eos" else new_ids
         text = tokenizer.decode(shown, skip_special_tokens=False).strip()
-    return Generated(text, finish, len(new_ids), round(seconds, 3), int(input_ids.shape[1]))
+    end_token = tokenizer.convert_ids_to_tokens(new_ids[-1]) if finish == "eos" else None
+    return Generated(text, finish, len(new_ids), round(seconds, 3), int(input_ids.shape[1]), end_token)

@@ -51,11 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, text in (
         ("train", "validate CONFIG and start a run"),
-        ("demo", "train the shipped tiny model"),
+        ("demo", "train the shipped tiny model (--real: SmolLM2-135M-Instruct)"),
     ):
         sp = sub.add_parser(name, help=text)
         if name == "train":
             sp.add_argument("config", help="YAML config (cockpit init writes one)")
+        else:
+            sp.add_argument(
+                "--real",
+                action="store_true",
+                help="a real model instead: LoRA on SmolLM2-135M-Instruct (cockpit fetch smollm2-135m "
+                "once), on the CPU in minutes, with samples before and after (cockpit samples RUN)",
+            )
         sp.add_argument(
             "--set",
             action="append",

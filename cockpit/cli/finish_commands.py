@@ -86,8 +86,9 @@ def _answer(session: ChatSession, text: str) -> Done | None:
     sys.stdout.flush()
     if done is not None:
         rate = f", {done.tokens_per_s} tokens/s" if done.tokens_per_s else ""
+        ended = f"; ended by {done.end_token}" if done.end_token else ""
         print(
-            f"[{done.finish}: {done.new_tokens} tokens in {done.seconds} s{rate}]",
+            f"[{done.finish}: {done.new_tokens} tokens in {done.seconds} s{rate}{ended}]",
             file=sys.stderr,
             flush=True,
         )

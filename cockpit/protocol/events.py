@@ -401,6 +401,7 @@ class SampleEvent(TypedDict, total=False):
     reference: Annotated[str | None, Meaning("the eval row's own answer")]
     output: Annotated[str, Meaning("the answer, cut at the format's stop string")]
     finish: Annotated[str, Meaning("eos (an end token), stop (the next-turn marker) or length")]
+    end_token: Annotated[str | None, Meaning("the end token that stopped it (finish eos), else null")]
     new_tokens: Annotated[int, Meaning("tokens generated")]
     prompt_tokens: Annotated[int, Meaning("tokens of the rendered prompt")]
     max_new_tokens: Annotated[int, Meaning("eval.max_new_tokens")]
@@ -436,6 +437,7 @@ class ChatDoneEvent(TypedDict, total=False):
 
     text: Annotated[str, Meaning("the whole answer")]
     finish: Annotated[str, Meaning("eos, stop or length")]
+    end_token: Annotated[str | None, Meaning("the end token that stopped it (finish eos), else null")]
     new_tokens: Annotated[int, Meaning("tokens generated")]
     prompt_tokens: Annotated[int, Meaning("tokens of the rendered conversation")]
     seconds: Annotated[float, Meaning("generation time")]

@@ -8,7 +8,6 @@ Each stage reports `export_progress`; the merge check is an `export_check`; any 
 
 from __future__ import annotations
 
-import json
 import resource
 import time
 from pathlib import Path
@@ -130,9 +129,7 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
     if gguf_type:  # refuse before the expensive part
         to_gguf.gguf_architecture(config.model_type)
         to_gguf.rope_settings(config.to_dict())
-        to_gguf.byte_level_vocab(
-            json.loads((tokenizer_dir / "tokenizer.json").read_text()), config.vocab_size
-        )
+        to_gguf.tokenizer_vocab(tokenizer_dir, config.vocab_size, tokenizer.unk_token_id)
     kwargs = {"dtype": dtype}
     if device.kind == "cuda":
         kwargs["device_map"] = {"": torch.cuda.current_device()}

@@ -6,6 +6,8 @@ keys follow the GGUF spec (ggml-org/ggml docs/gguf.md) and the `gguf` package's 
 Weights are f16 or q8_0 (2-D weights whose rows are not a whole number of 32-value blocks
 stay f16, as llama.cpp does); norms and biases stay f32. The file is streamed: tensor infos
 first, then one tensor at a time, so the conversion never holds a second copy of the model.
+Tokenizers: byte-level BPE (`gpt2`, with merges) and SentencePiece-style ones (`llama`: tokens,
+scores and types, as llama.cpp's SentencePiece tokenizer reads them; see `tokenizer_vocab`).
 """
 
 from __future__ import annotations
@@ -161,17 +163,57 @@ def permute_for_rotary(weights: np.ndarray, n_head: int) -> np.ndarray:
 
 @dataclass
 class Vocab:
-    model: str  # gpt2 (byte-level BPE)
-    pre: str
+    model: str  # gpt2 (byte-level BPE) | llama (SentencePiece: BPE with byte fallback, or Unigram)
+    pre: str | None
     tokens: list[str]
     token_types: list[int]
     merges: list[str]
+    scores: list[float] | None = None  # SentencePiece only: llama.cpp merges the best-scored pair first
+    add_space_prefix: bool | None = None  # SentencePiece only: "▁" put before the text
+    source: str = "tokenizer.json"
 
 
 KNOWN_SPLITS = {  # pre-tokenizer regexes llama.cpp knows by name
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+": "llama-bpe",  # noqa: E501
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+": "qwen2",  # noqa: E501
 }
+BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+ADDED_SCORE = -1000.0  # an added token beyond the SentencePiece vocabulary: never reached by merging
+UNUSED_SCORE = -10000.0
+
+
+def tokenizer_vocab(tokenizer_dir: Path, vocab_size: int, unk_id: int | None = None) -> Vocab:
+    """The GGUF vocabulary of the tokenizer in `tokenizer_dir`, or CannotConvert saying why not.
+
+    Byte-level BPE (tokenizer.json) is written as `gpt2` with its merges. SentencePiece-style
+    tokenizers (Llama 2, Mistral, Gemma-like) are written as `llama`: tokens, scores and types, from
+    `tokenizer.model` through the `sentencepiece` package when both are there, else from the fast
+    tokenizer's tokenizer.json (BPE with byte fallback, or Unigram). `unk_id`: the tokenizer's unknown
+    token, for a tokenizer.json whose model does not name it (transformers 5 writes none)."""
+    json_path, spm_path = tokenizer_dir / "tokenizer.json", tokenizer_dir / "tokenizer.model"
+    tokenizer_json = json.loads(json_path.read_text(encoding="utf-8")) if json_path.is_file() else None
+    model = (tokenizer_json or {}).get("model") or {}
+    if model.get("type") == "BPE" and not model.get("byte_fallback"):
+        return byte_level_vocab(tokenizer_json, vocab_size)
+    if spm_path.is_file() and _has_sentencepiece():
+        return sentencepiece_vocab(spm_path, tokenizer_json, vocab_size)
+    if tokenizer_json is not None:
+        return sentencepiece_json_vocab(tokenizer_json, vocab_size, unk_id)
+    why = (
+        "it has only tokenizer.model and the `sentencepiece` package is not installed (pip install "
+        "sentencepiece)"
+        if spm_path.is_file()
+        else "it has neither tokenizer.json nor tokenizer.model"
+    )
+    raise CannotConvert(f"GGUF export: the tokenizer in {tokenizer_dir} cannot be read: {why}")
+
+
+def _has_sentencepiece() -> bool:
+    try:
+        import sentencepiece  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def byte_level_vocab(tokenizer_json: dict, vocab_size: int) -> Vocab:
@@ -181,22 +223,15 @@ def byte_level_vocab(tokenizer_json: dict, vocab_size: int) -> Vocab:
 
     model = tokenizer_json.get("model") or {}
     if model.get("type") != "BPE" or model.get("byte_fallback"):
-        kind = "SentencePiece-style BPE (byte_fallback)" if model.get("byte_fallback") else model.get("type")
         raise CannotConvert(
-            f"GGUF export: the tokenizer is {kind}; this converter writes byte-level BPE tokenizers "
-            "(GPT-2 style: Qwen2, Llama 3, SmolLM, the shipped one). Export the merged safetensors "
-            "(--merge without --gguf) and convert it with llama.cpp's convert_hf_to_gguf.py."
+            f"GGUF export: the tokenizer is {_kind(model)}, not byte-level BPE; read it with tokenizer_vocab"
         )
     by_id: dict[int, str] = {index: token for token, index in model["vocab"].items()}
     types: dict[int, int] = {}
     for added in tokenizer_json.get("added_tokens") or []:
         by_id[added["id"]] = added["content"]
         types[added["id"]] = TokenType.CONTROL if added.get("special") else TokenType.USER_DEFINED
-    count = max(by_id) + 1
-    if count > vocab_size:
-        raise CannotConvert(
-            f"GGUF export: the tokenizer has {count} tokens, the model only {vocab_size} rows"
-        )
+    _check_count(max(by_id) + 1, vocab_size)
     tokens, token_types = [], []
     for index in range(vocab_size):
         if index in by_id:
@@ -207,6 +242,141 @@ def byte_level_vocab(tokenizer_json: dict, vocab_size: int) -> Vocab:
             token_types.append(int(TokenType.UNUSED))
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
     return Vocab("gpt2", pre_tokenizer_name(tokenizer_json.get("pre_tokenizer")), tokens, token_types, merges)
+
+
+def _kind(model: dict) -> str:
+    if model.get("type") == "BPE":
+        return "SentencePiece-style BPE (byte_fallback)" if model.get("byte_fallback") else "byte-level BPE"
+    return str(model.get("type") or "unknown")
+
+
+def _check_count(count: int, vocab_size: int) -> None:
+    if count > vocab_size:
+        raise CannotConvert(
+            f"GGUF export: the tokenizer has {count} tokens, the model only {vocab_size} rows"
+        )
+
+
+def sentencepiece_json_vocab(tokenizer_json: dict, vocab_size: int, unk_id: int | None = None) -> Vocab:
+    """A SentencePiece-style vocabulary from a fast tokenizer's tokenizer.json.
+
+    BPE with byte fallback (what transformers makes of Llama 2's and Mistral's tokenizer.model):
+    SentencePiece merges the adjacent pair whose joined piece scores best, so each piece's score is
+    minus the rank of the first merge that makes it; pieces no merge makes (single characters,
+    bytes, specials) score below every merge. Unigram: the scores it holds. Types: the unknown token, `<0xNN>`
+    bytes, special added tokens as control, other added tokens as user-defined."""
+    from gguf import TokenType
+
+    model = tokenizer_json.get("model") or {}
+    kind = model.get("type")
+    if kind == "BPE" and model.get("byte_fallback"):
+        pieces = {token: index for token, index in model["vocab"].items()}
+        merges = model.get("merges") or []
+        made_by: dict[str, int] = {}
+        for rank, merge in enumerate(merges):
+            left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
+            made_by.setdefault(left + right, rank)
+        # a piece no merge makes scores below every merge, so no other split of it is ever preferred
+        by_id = {index: (token, -float(made_by.get(token, len(merges)))) for token, index in pieces.items()}
+        if model.get("unk_token") in pieces:
+            unk_id = pieces[model["unk_token"]]
+    elif kind == "Unigram":
+        by_id = {index: (token, float(score)) for index, (token, score) in enumerate(model["vocab"])}
+        unk_id = model["unk_id"] if model.get("unk_id") is not None else unk_id
+    else:
+        raise CannotConvert(
+            f"GGUF export: the tokenizer is {_kind(model)}; this converter writes byte-level BPE (GPT-2 "
+            "style: Qwen2, Llama 3, SmolLM) and SentencePiece-style tokenizers (BPE with byte fallback, or "
+            "Unigram: Llama 2, Mistral). Export the merged safetensors (--merge without --gguf) and convert "
+            "it with a tool that knows this tokenizer."
+        )
+    types: dict[int, int] = {}
+    for index, (token, _) in by_id.items():
+        if index == unk_id:
+            types[index] = TokenType.UNKNOWN
+        elif BYTE_TOKEN.fullmatch(token):
+            types[index] = TokenType.BYTE
+    for added in tokenizer_json.get("added_tokens") or []:
+        index = added["id"]
+        if index not in by_id:
+            by_id[index] = (added["content"], ADDED_SCORE)
+        if index != unk_id:
+            types[index] = TokenType.CONTROL if added.get("special") else TokenType.USER_DEFINED
+    _check_count(max(by_id) + 1, vocab_size)
+    return _padded(by_id, types, vocab_size, add_space_prefix(tokenizer_json), "tokenizer.json")
+
+
+def sentencepiece_vocab(model_path: Path, tokenizer_json: dict | None, vocab_size: int) -> Vocab:
+    """tokens, scores and types read from tokenizer.model by the `sentencepiece` package, with the
+    added tokens of tokenizer.json (when there is one) after them."""
+    from gguf import TokenType
+    from sentencepiece import SentencePieceProcessor
+
+    processor = SentencePieceProcessor()
+    processor.LoadFromFile(str(model_path))
+    by_id: dict[int, tuple[str, float]] = {}
+    types: dict[int, int] = {}
+    for index in range(processor.vocab_size()):
+        by_id[index] = (processor.IdToPiece(index), float(processor.GetScore(index)))
+        if processor.IsUnknown(index):
+            types[index] = TokenType.UNKNOWN
+        elif processor.IsControl(index):
+            types[index] = TokenType.CONTROL
+        elif processor.IsByte(index):
+            types[index] = TokenType.BYTE
+        elif processor.IsUnused(index):
+            types[index] = TokenType.UNUSED
+    for added in (tokenizer_json or {}).get("added_tokens") or []:
+        index = added["id"]
+        if index in by_id and by_id[index][0] != added["content"]:
+            raise CannotConvert(
+                f"GGUF export: tokenizer.json's added token {added['content']!r} has id {index}, which "
+                f"tokenizer.model gives to {by_id[index][0]!r}; the two files disagree"
+            )
+        if index not in by_id:
+            by_id[index] = (added["content"], ADDED_SCORE)
+            types[index] = TokenType.CONTROL if added.get("special") else TokenType.USER_DEFINED
+        elif types.get(index, TokenType.NORMAL) == TokenType.NORMAL:
+            types[index] = TokenType.CONTROL if added.get("special") else TokenType.USER_DEFINED
+    _check_count(max(by_id) + 1, vocab_size)
+    prefix = add_space_prefix(tokenizer_json) if tokenizer_json else None
+    return _padded(by_id, types, vocab_size, prefix, "tokenizer.model")
+
+
+def _padded(by_id, types, vocab_size: int, prefix: bool | None, source: str) -> Vocab:
+    from gguf import TokenType
+
+    tokens, scores, token_types = [], [], []
+    for index in range(vocab_size):
+        if index in by_id:
+            token, score = by_id[index]
+            kind = types.get(index, TokenType.NORMAL)
+        else:
+            token, score, kind = f"[PAD{index}]", UNUSED_SCORE, TokenType.UNUSED
+        tokens.append(token)
+        scores.append(score)
+        token_types.append(int(kind))
+    return Vocab("llama", None, tokens, token_types, [], scores, prefix, source)
+
+
+def add_space_prefix(tokenizer_json: dict) -> bool | None:
+    """Whether the tokenizer puts "▁" before the text (SentencePiece's add_dummy_prefix): a Prepend
+    normalizer or a Metaspace pre-tokenizer that prepends; None when it cannot be told."""
+
+    def steps_of(part: dict | None) -> list[dict]:
+        if not part:
+            return []
+        inner = part.get("normalizers") or part.get("pretokenizers")
+        return [s for p in inner for s in steps_of(p)] if inner else [part]
+
+    found = steps_of(tokenizer_json.get("normalizer")) + steps_of(tokenizer_json.get("pre_tokenizer"))
+    for step in found:
+        if step.get("type") == "Prepend" and step.get("prepend") == "\u2581":
+            return True
+        if step.get("type") == "Metaspace":
+            scheme = step.get("prepend_scheme", "always" if step.get("add_prefix_space", True) else "never")
+            return scheme != "never"
+    return False if found else None
 
 
 def pre_tokenizer_name(pre: dict | None) -> str:
@@ -261,7 +431,7 @@ def write_gguf(
     progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> GgufResult:
     """`tensors(hf_name)` gives one weight as a float32 array; `special`: bos/eos/unk/pad ids,
-    add_bos, chat_template (train_backend.export.tokens.special_tokens)."""
+    add_bos, add_eos, chat_template (train_backend.export.tokens.special_tokens)."""
     import gguf
 
     if out_type not in OUT_TYPES:
@@ -269,8 +439,7 @@ def write_gguf(
     arch = gguf_architecture(config["model_type"])
     rope = rope_settings(config)
     planned = plan_tensors(config, shapes, out_type)
-    tokenizer_json = json.loads((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))
-    vocab = byte_level_vocab(tokenizer_json, int(config["vocab_size"]))
+    vocab = tokenizer_vocab(tokenizer_dir, int(config["vocab_size"]), special.get("unk"))
 
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
@@ -295,10 +464,16 @@ def write_gguf(
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
     writer.add_tokenizer_model(vocab.model)
-    writer.add_tokenizer_pre(vocab.pre)
+    if vocab.pre is not None:
+        writer.add_tokenizer_pre(vocab.pre)
     writer.add_token_list(vocab.tokens)
     writer.add_token_types(vocab.token_types)
-    writer.add_token_merges(vocab.merges)
+    if vocab.scores is not None:
+        writer.add_token_scores(vocab.scores)
+    if vocab.merges:
+        writer.add_token_merges(vocab.merges)
+    if vocab.add_space_prefix is not None:
+        writer.add_add_space_prefix(vocab.add_space_prefix)
     for key, add in (
         ("bos", writer.add_bos_token_id),
         ("eos", writer.add_eos_token_id),
@@ -308,7 +483,7 @@ def write_gguf(
         if special.get(key) is not None:
             add(int(special[key]))
     writer.add_add_bos_token(bool(special.get("add_bos")))
-    writer.add_add_eos_token(False)
+    writer.add_add_eos_token(bool(special.get("add_eos")))
     if special.get("chat_template"):
         writer.add_chat_template(special["chat_template"])
 

@@ -56,6 +56,9 @@ def special_tokens(tokenizer) -> dict:
         "unk": tokenizer.unk_token_id,
         "pad": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
         "add_bos": bool(probe) and tokenizer.bos_token_id is not None and probe[0] == tokenizer.bos_token_id,
+        "add_eos": (
+            tokenizer.eos_token_id is not None and len(probe) > 1 and probe[-1] == tokenizer.eos_token_id
+        ),
         "chat_template": getattr(tokenizer, "chat_template", None),
     }
 
