@@ -15,7 +15,9 @@ SIGKILLed --no-ui) and is out of reach of `cockpit stop`'s signals to the traine
    run twice for one ending, whoever else starts a runner for it;
 4. syncs the file systems, runs the steps asked to come first (`steps_before_on_end`: the
    export asked for with the run, `export.at_end`), then the command, with its output in
-   backend.log and an `end_command` event before and after it in events.jsonl.
+   backend.log and an `end_command` event before and after it in events.jsonl;
+5. with `cost.on_idle` set, watches the GPUs while no client is attached
+   (cockpit.finish.idle_watch) and runs on_idle once they have idled `cost.idle_minutes`.
 
 A failing command is said (backend.log, the event, `cockpit runs`); nothing in the run
 directory is touched by it.
@@ -36,6 +38,7 @@ import psutil
 
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, TrainConfig
+from cockpit.finish import idle, idle_watch
 from cockpit.run import journal
 from cockpit.run import process as supervisor
 from cockpit.run.rundir import RunDir
@@ -154,17 +157,21 @@ def run_end(run: RunDir, trainer_pid: int) -> int:
         log(f"on_end not run: the run's config cannot be read: {exc}")
         return 1
     command = cfg.cost.on_end
-    if not (command or cfg.export.at_end):
+    if not (command or cfg.export.at_end or cfg.cost.on_idle):
         return 0
     if not claim(claim_path(run, trainer_pid, started)):
-        log(f"the run's end already ran for this ending (trainer pid {trainer_pid}): not again")
+        log(f"on_end already ran for this ending of the run (trainer pid {trainer_pid}): not again")
         return 0
     status = run_status(run)  # as the run ended, after any client's exit record
     os.sync()  # checkpoints and final/ were fsynced by the trainer; the rest (logs, events) now too
     failed_steps = run_steps(run, steps_before_on_end(cfg, run, status.state))
-    if not command:
-        return 1 if failed_steps else 0
-    return run_command(run, command, status.state, trainer_pid)
+    code = 1 if failed_steps else 0
+    if command:
+        code = run_command(run, command, status.state, trainer_pid)
+    if cfg.cost.on_idle:
+        settings = idle.IdleSettings(cfg.cost.idle_minutes, cfg.cost.on_idle)
+        log(idle_watch.watch(run, settings, say=log).text)
+    return code
 
 
 def run_steps(run: RunDir, steps: list[EndStep]) -> list[str]:
