@@ -220,8 +220,8 @@ class CostSection:
     )
     on_idle: str | None = _f(
         None,
-        "shell command the idle alarm runs, once per idle spell (a client must be watching: the run "
-        "view, or --no-ui, which then keeps watching after the run ends)",
+        "shell command the idle alarm runs, once per idle spell: a watching client's (the run view, "
+        "--no-ui) or, with no client attached, the end runner's after the run has ended (NVML; once)",
     )
 
 
