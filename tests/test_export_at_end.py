@@ -32,6 +32,7 @@ def exported_at_end(tmp_path_factory, cache_dir):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run = only_run(env)
     wait_for(lambda: (run / "count.txt").exists(), 120, what="the end command after the export")
+    assert "when the run ends: export the merged model (bf16), then cost.on_end" in proc.stderr
     return env, run
 
 
