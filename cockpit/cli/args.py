@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
             help="shell command run once the run has ended and its files are on disk, e.g. "
             '"sudo shutdown -h now" (sets cost.on_end; output in backend.log)',
         )
+        sp.add_argument(
+            "--export",
+            choices=("adapter", "merged", "gguf-f16", "gguf-q8_0"),
+            help="export when the run ends, before --then runs (sets export.at_end and export.merge/gguf)",
+        )
         with_oom(sp)
         sp.add_argument(
             "--skip-preflight",

@@ -108,6 +108,12 @@ def _load(path: str, args) -> config.TrainConfig:
         overrides.append(f"emulate_vram_gib={args.emulate_vram!r}")
     if args.then is not None:  # a shell command: set as a string, not parsed as YAML
         config_load.set_override(overrides, "cost.on_end", args.then)
+    if getattr(args, "export", None):
+        overrides.append("export.at_end=true")
+        if args.export != "adapter":
+            overrides.append("export.merge=true")
+        if args.export.startswith("gguf-"):
+            overrides.append(f"export.gguf={args.export.removeprefix('gguf-')}")
     try:
         return config_load.load_config(path, overrides)
     except config.ConfigError as exc:
@@ -141,6 +147,16 @@ def _start(cfg: config.TrainConfig, args, source: str) -> int:
     if args.check:
         print(said)
         return 0
+    if cfg.export.at_end:
+        e = cfg.export
+        what = "the adapter" if not (e.merge or e.gguf) else f"the merged model ({e.dtype})"
+        print(
+            f"when the run ends: export {what}"
+            + (f" + GGUF {e.gguf}" if e.gguf else "")
+            + (", then cost.on_end" if cfg.cost.on_end else "")
+            + " (export.at_end; its output goes to backend.log)",
+            file=sys.stderr,
+        )
     if cfg.cost.on_end:
         print(
             f"when the run ends: {cfg.cost.on_end} (cost.on_end; its output goes to backend.log)",

@@ -499,6 +499,8 @@ def with_absolute_paths(cfg: TrainConfig, base: Path | None = None) -> TrainConf
         cfg.dataset.eval_split = str((base / Path(split).expanduser()).resolve())
     if cfg.output.dir:
         cfg.output.dir = str((base / Path(cfg.output.dir).expanduser()).resolve())
+    if cfg.export.to:
+        cfg.export.to = str((base / Path(cfg.export.to).expanduser()).resolve())
     return cfg
 
 

@@ -220,9 +220,27 @@ class CostSection:
     )
     on_idle: str | None = _f(
         None,
-        "shell command the idle alarm runs, once per idle spell (a client must be watching: the run "
-        "view, or --no-ui, which then keeps watching after the run ends)",
+        "shell command the idle alarm runs, once per idle spell: a watching client's (the run view, "
+        "--no-ui) or, with no client attached, the end runner's after the run has ended (NVML; once)",
     )
+
+
+@dataclass
+class ExportSection:
+    at_end: bool = _f(
+        False,
+        "export when the run ends (finished or stopped), before cost.on_end runs: the final adapter, else "
+        "the last complete checkpoint, as `cockpit export` would (cockpit train --export); the export's "
+        "output goes to backend.log",
+    )
+    merge: bool = _f(False, "with at_end: merge the adapter into the base (16-bit safetensors)")
+    dtype: str = _f("bf16", "with at_end and merge: dtype of the merged weights", choices=("bf16", "fp16"))
+    gguf: str | None = _f(
+        None,
+        "with at_end: also write a GGUF for llama.cpp / Ollama (f16 or q8_0; merges)",
+        choices=("f16", "q8_0"),
+    )
+    to: str | None = _f(None, "with at_end: where to write (default: RUN/exports/<source>-<kind>)")
 
 
 @dataclass
@@ -329,6 +347,7 @@ class TrainConfig:
     output: OutputSection = field(default_factory=OutputSection)
     eval: EvalSection = field(default_factory=EvalSection)
     cost: CostSection = field(default_factory=CostSection)
+    export: ExportSection = field(default_factory=ExportSection)
     speed: SpeedSection = field(default_factory=SpeedSection)
     emulate_vram_gib: float | None = _f(
         None,

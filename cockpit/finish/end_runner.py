@@ -3,19 +3,21 @@
     python -m cockpit.finish.end_runner RUN_DIR TRAINER_PID
 
 The supervisor (cockpit.run.process.launch) starts one beside each trainer it launches, when the
-config has an end command, in a session of its own, with stdout and stderr on the run's
-backend.log: it outlives every client (a detached TUI, an SSH drop, a SIGKILLed --no-ui) and is
-out of reach of `cockpit stop`'s signals to the trainer's process group. It
+config has an end command or an export at the end, in a session of its own, with stdout and
+stderr on the run's backend.log: it outlives every client (a detached TUI, an SSH drop, a
+SIGKILLed --no-ui) and is out of reach of `cockpit stop`'s signals to the trainer's process group. It
 
 1. waits for the trainer to exit, whatever the ending (finished, failed, stopped, killed), then
    for the rest of its process group (the telemetry recorder, loader workers) to go;
 2. after an out-of-memory failure, waits up to OOM_RELAUNCH_WAIT_S for a relaunch (the OOM wizard,
    `--on-oom`): a relaunched trainer brings its own end runner, and this one leaves;
-3. claims the attempt (a file made with O_EXCL under `on_end/`), so its command never runs
-   twice for one ending, whoever else starts a runner for it;
+3. claims the attempt (a file made with O_EXCL under `on_end/`), so its export and command never
+   run twice for one ending, whoever else starts a runner for it;
 4. syncs the file systems, runs the steps asked to come first (`steps_before_on_end`: the
-   place an export asked for with the run goes), then the command, with its output in
-   backend.log and an `end_command` event before and after it in events.jsonl.
+   export asked for with the run, `export.at_end`), then the command, with its output in
+   backend.log and an `end_command` event before and after it in events.jsonl;
+5. with `cost.on_idle` set, watches the GPUs while no client is attached
+   (cockpit.finish.idle_watch) and runs on_idle once they have idled `cost.idle_minutes`.
 
 A failing command is said (backend.log, the event, `cockpit runs`); nothing in the run
 directory is touched by it.
@@ -36,6 +38,7 @@ import psutil
 
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, TrainConfig
+from cockpit.finish import idle, idle_watch
 from cockpit.run import journal
 from cockpit.run import process as supervisor
 from cockpit.run.rundir import RunDir
@@ -55,15 +58,33 @@ class EndStep:
     argv: list[str]
 
 
-def steps_before_on_end(cfg: TrainConfig, run: RunDir, status: str) -> list[EndStep]:
-    """What must happen after the run and before its end command (which may switch the box off).
+EXPORT_STATES = ("finished", "stopped")  # a failed run's weights are not exported unasked
 
-    The hook for an export asked for with the run: return it here, e.g.
-    `EndStep("export", [sys.executable, "-m", "cockpit", "export", run.run_id, ...])` when the
-    config asks for one and `status` is "finished". Each step's output goes to backend.log; a
-    failed step is said and the end command still runs (the billing stops either way).
-    """
-    return []
+
+def export_argv(cfg: TrainConfig, run: RunDir) -> list[str]:
+    """`cockpit export` for this run with the config's export section."""
+    e = cfg.export
+    argv = [sys.executable, "-m", "cockpit", "export", str(run.path), "--dtype", e.dtype]
+    if e.merge:
+        argv.append("--merge")
+    if e.gguf:
+        argv += ["--gguf", e.gguf]
+    if e.to:
+        argv += ["--to", e.to]
+    return argv
+
+
+def steps_before_on_end(cfg: TrainConfig, run: RunDir, status: str) -> list[EndStep]:
+    """What must happen after the run and before its end command (which may switch the box off):
+    the export asked for with the run (`export.at_end`, `cockpit train --export`), when the run
+    finished or was stopped. Each step's output goes to backend.log; a failed step is said and
+    the end command still runs (the billing stops either way)."""
+    if not cfg.export.at_end:
+        return []
+    if status not in EXPORT_STATES:
+        log(f"export.at_end: not exported, the run {status}; `cockpit export {run.run_id}` can still try")
+        return []
+    return [EndStep("export", export_argv(cfg, run))]
 
 
 def log(text: str) -> None:
@@ -136,20 +157,48 @@ def run_end(run: RunDir, trainer_pid: int) -> int:
         log(f"on_end not run: the run's config cannot be read: {exc}")
         return 1
     command = cfg.cost.on_end
-    if not command:
+    if not (command or cfg.export.at_end or cfg.cost.on_idle):
         return 0
     if not claim(claim_path(run, trainer_pid, started)):
         log(f"on_end already ran for this ending of the run (trainer pid {trainer_pid}): not again")
         return 0
     status = run_status(run)  # as the run ended, after any client's exit record
     os.sync()  # checkpoints and final/ were fsynced by the trainer; the rest (logs, events) now too
-    for step in steps_before_on_end(cfg, run, status.state):
+    failed_steps = run_steps(run, steps_before_on_end(cfg, run, status.state))
+    code = 1 if failed_steps else 0
+    if command:
+        code = run_command(run, command, status.state, trainer_pid)
+    if cfg.cost.on_idle:
+        settings = idle.IdleSettings(cfg.cost.idle_minutes, cfg.cost.on_idle)
+        log(idle_watch.watch(run, settings, say=log).text)
+    return code
+
+
+def run_steps(run: RunDir, steps: list[EndStep]) -> list[str]:
+    """Each step in turn, output on our stdout (backend.log); the names of those that failed, each
+    also said in the log and as a `warning` event (the run view and `cockpit runs` show those)."""
+    failed = []
+    for step in steps:
         log(f"before on_end: {step.name}: {shlex.join(step.argv)}")
-        code = subprocess.run(step.argv, stdin=subprocess.DEVNULL, cwd=run.path, check=False).returncode
-        if code != 0:
-            log(f"before on_end: {step.name} failed (exit {code}); on_end runs all the same")
+        began = time.time()
+        try:
+            code = subprocess.run(step.argv, stdin=subprocess.DEVNULL, cwd=run.path, check=False).returncode
+            why = f"exit {code}"
+        except OSError as exc:
+            code, why = None, f"{exc.strerror or exc}"
+        took = time.time() - began
+        if code == 0:
+            log(f"before on_end: {step.name} done in {took:.1f} s")
+        else:
+            failed.append(step.name)
+            log(f"before on_end: {step.name} FAILED ({why}) after {took:.1f} s; on_end runs all the same")
+            append_event(
+                run,
+                "warning",
+                message=f"the {step.name} asked for with the run failed ({why}); see backend.log",
+            )
         os.sync()
-    return run_command(run, command, status.state, trainer_pid)
+    return failed
 
 
 def run_command(run: RunDir, command: str, run_status: str, trainer_pid: int) -> int:

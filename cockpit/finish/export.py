@@ -115,6 +115,19 @@ def slug(text: str) -> str:
 # ---------------------------------------------------------------- progress
 
 
+def stage_line(event: dict, width: int = BAR_WIDTH) -> str:
+    """One `export_progress` event as a line: the stage's bar, or its time once finished."""
+    stage, done, total = event.get("stage", "?"), event.get("done", 0), event.get("total") or 1
+    if event.get("finished"):
+        line = f"  {stage:<8} done in {event.get('elapsed_s', 0):.1f} s"
+        return line + (f"  {event['message']}" if event.get("message") else "")
+    fraction = min(1.0, done / total)
+    filled = round(fraction * width)
+    bar = "#" * filled + "-" * (width - filled)
+    line = f"  {stage:<8} [{bar}] {fraction:4.0%}  {done}/{total} {event.get('unit', '')}"
+    return line + (f"  {event['message']}" if done == 0 and event.get("message") else "")
+
+
 class Progress:
     """Progress bars for load, merge, check, write and convert: redrawn in place on a terminal,
     plain lines (start, every quarter, end) otherwise."""
@@ -125,23 +138,21 @@ class Progress:
         self._last_quarter: dict[str, int] = {}
 
     def update(self, event: dict) -> None:
-        stage, done, total = event.get("stage", "?"), event.get("done", 0), event.get("total") or 1
+        line = stage_line(event)
         if event.get("finished"):
-            line = f"  {stage:<8} done in {event.get('elapsed_s', 0):.1f} s"
-            if event.get("message"):
-                line += f"  {event['message']}"
             self._print(line, final=True)
             return
-        fraction = min(1.0, done / total)
-        filled = round(fraction * BAR_WIDTH)
-        bar = "#" * filled + "-" * (BAR_WIDTH - filled)
-        line = f"  {stage:<8} [{bar}] {fraction:4.0%}  {done}/{total} {event.get('unit', '')}"
-        if done == 0 and event.get("message"):
-            line += f"  {event['message']}"
-        quarter = int(fraction * 4)
-        if self.tty or done == 0 or quarter > self._last_quarter.get(stage, -1):
+        quarter = int(min(1.0, event.get("done", 0) / (event.get("total") or 1)) * 4)
+        stage = event.get("stage", "?")
+        if self.tty or event.get("done", 0) == 0 or quarter > self._last_quarter.get(stage, -1):
             self._last_quarter[stage] = quarter
             self._print(line, final=not self.tty)
+
+    def check(self, event: dict) -> None:
+        self._print(f"  check    {describe_event(event)}", final=True)
+
+    def warning(self, message: str) -> None:
+        self._print(f"  warning: {message}", final=True)
 
     def _print(self, line: str, final: bool) -> None:
         if self.tty:
@@ -158,7 +169,7 @@ def backend_command(request: dict) -> list[str]:
     return [sys.executable, "-m", "train_backend.export", json.dumps(request)]
 
 
-def run_backend(request: dict, log_path: Path, progress: Progress) -> tuple[int, list[dict], list[str]]:
+def run_backend(request: dict, log_path: Path, progress) -> tuple[int, list[dict], list[str]]:
     """Start the export process, show its progress, return (exit code, events, faults)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (project_root(), env.get("PYTHONPATH", "")) if p)
@@ -193,7 +204,7 @@ def run_backend(request: dict, log_path: Path, progress: Progress) -> tuple[int,
     return code, events, faults
 
 
-def _take(item, events: list, faults: list, progress: Progress) -> None:
+def _take(item, events: list, faults: list, progress) -> None:
     if isinstance(item, Fault):
         faults.append(item.describe())
         return
@@ -201,36 +212,58 @@ def _take(item, events: list, faults: list, progress: Progress) -> None:
     if item.get("type") == "export_progress":
         progress.update(item)
     elif item.get("type") == "export_check":
-        progress.stream.write(f"  check    {describe_event(item)}\n")
+        progress.check(item)
     elif item.get("type") == "warning":
-        progress.stream.write(f"  warning: {item.get('message')}\n")
+        progress.warning(str(item.get("message")))
 
 
-def export(
+@dataclass
+class Plan:
+    """An export checked and ready to start: what, from where, to where, and what it needs."""
+
+    run: rundir.RunDir
+    source: Source
+    merge: bool
+    dtype: str
+    gguf: str | None
+    out: Path
+    need: needs_mod.Needs
+    request: dict
+    facts: card_mod.RunFacts
+    title: str
+    notes: list[str]
+
+    @property
+    def what(self) -> str:
+        if not self.merge:
+            return "adapter"
+        return f"merged model ({self.dtype})" + (f" + GGUF {self.gguf}" if self.gguf else "")
+
+
+def prepare(
     run: rundir.RunDir,
     checkpoint: int | None = None,
     merge: bool = False,
     dtype: str = "bf16",
     gguf: str | None = None,
     to: str | None = None,
-    say=lambda text: print(text, file=sys.stderr),
-) -> tuple[Path, dict]:
-    """Export and return (the folder, what export_done said plus the card's inputs)."""
+) -> Plan:
+    """Pick the source and the folder and measure RAM and disk; ExportError when it cannot start
+    (its `Needs` figures are in the message when they are the reason)."""
     if is_alive(run) and checkpoint is None:
         raise ExportError(
             f"run {run.run_id} is still training; export a complete checkpoint with --checkpoint N, or "
             f"wait until it ends (cockpit attach {run.run_id})"
         )
     source = pick_source(run, checkpoint)
-    if source.note:
-        say(source.note)
+    notes = [source.note] if source.note else []
     if gguf and not merge:
-        say("--gguf writes the merged model: merging first (as --merge).")
+        notes.append("--gguf writes the merged model: merging first (as --merge).")
         merge = True
     cfg = load_config(run.config_path)
     facts = card_mod.read_facts(run)
     out = Path(to).expanduser().resolve() if to else default_out(run, source, merge, dtype, gguf)
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(
             f"{out} already exists and is not empty; remove it, or choose another folder with --to"
         )
@@ -238,25 +271,32 @@ def export(
     need = needs_mod.estimate(params, largest, dtype, merge, gguf, folder_bytes(source.path), out)
     if need.problems:
         raise ExportError(" ".join(need.problems) + " Nothing was written.")
-    what = "adapter" if not merge else f"merged model ({dtype})" + (f" + GGUF {gguf}" if gguf else "")
-    say(f"exporting {what} of run {run.run_id} from {source.label}; {need.line()}")
-
-    staging = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.parent.mkdir(parents=True, exist_ok=True)
     request = {
         "run_dir": str(run.path),
         "source": str(source.path),
-        "out_dir": str(staging),
+        "out_dir": "",  # the staging folder, set when it starts
         "dtype": dtype,
         "gguf": gguf,
         "merge": merge,
         "name": f"{slug(cfg.model.name)}-{run.run_id[:15]}",
         "train_precision": facts.state.precision,
     }
+    title = f"{slug(cfg.model.name)} · {run.run_id}"
+    return Plan(run, source, merge, dtype, gguf, out, need, request, facts, title, notes)
+
+
+def execute(plan: Plan, progress) -> tuple[Path, dict]:
+    """Run the export process for `plan`; `progress` is fed its events (a `Progress`, or a screen's
+    own with the same `update`, `check` and `warning`). Returns (the folder, what export_done said
+    plus the card's inputs); ExportError with the reason when it failed."""
+    run, out = plan.run, plan.out
+    staging = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    request = dict(plan.request, out_dir=str(staging))
     started = time.time()
     try:
-        code, events, faults = run_backend(request, run.path / LOG_NAME, Progress())
+        code, events, faults = run_backend(request, run.path / LOG_NAME, progress)
         done = next((e for e in events if e.get("type") == "export_done"), None)
         error = next((e for e in events if e.get("type") == "error"), None)
         if done is None or code != 0:
@@ -272,12 +312,12 @@ def export(
             (e for e in events if e.get("type") == "export_check" and e.get("gating") is False), None
         )
         info.update(
-            source_label=source.label,
-            source_note=source.note,
+            source_label=plan.source.label,
+            source_note=plan.source.note,
             wall_s=round(time.time() - started, 2),
-            title=f"{slug(cfg.model.name)} · {run.run_id}",
+            title=plan.title,
         )
-        card_mod.write_card(staging, facts, info)
+        card_mod.write_card(staging, plan.facts, info)
         info["files"] = [{"name": p.name, "bytes": p.stat().st_size} for p in sorted(staging.iterdir())]
         if out.exists():
             out.rmdir()  # empty, checked above
@@ -286,6 +326,23 @@ def export(
         shutil.rmtree(staging, ignore_errors=True)
     info["out_dir"] = str(out)
     return out, info
+
+
+def export(
+    run: rundir.RunDir,
+    checkpoint: int | None = None,
+    merge: bool = False,
+    dtype: str = "bf16",
+    gguf: str | None = None,
+    to: str | None = None,
+    say=lambda text: print(text, file=sys.stderr),
+) -> tuple[Path, dict]:
+    """Export and return (the folder, what export_done said plus the card's inputs)."""
+    plan = prepare(run, checkpoint, merge, dtype, gguf, to)
+    for note in plan.notes:
+        say(note)
+    say(f"exporting {plan.what} of run {run.run_id} from {plan.source.label}; {plan.need.line()}")
+    return execute(plan, Progress())
 
 
 def summary_lines(out: Path, info: dict) -> list[str]:

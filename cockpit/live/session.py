@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import time
 
+from cockpit.finish import idle_watch
 from cockpit.live.state import RunState
 from cockpit.protocol.wire import Fault
 from cockpit.run import process
@@ -34,6 +35,10 @@ class RunSession:
         self.trainer_gone = False
         self._alive_checked = 0.0
         self._alive = True
+        # a live client says it is attached, so the end runner's idle watch leaves the alarm to it
+        self._presence = None if recorded else idle_watch.attached(run)
+        if self._presence is not None:
+            self._presence.__enter__()
 
     def poll(self) -> list[dict | Fault]:
         """New messages since the last poll, already applied to `state`."""
@@ -90,3 +95,6 @@ class RunSession:
 
     def close(self) -> None:
         self.follower.close()
+        if self._presence is not None:
+            self._presence.__exit__(None, None, None)
+            self._presence = None

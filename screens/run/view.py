@@ -80,6 +80,7 @@ class RunView(Screen):
         Binding("l", "toggle_log", "Log"),
         Binding("h", "toggle_span", "Span"),
         Binding("m", "samples", "Samples"),
+        Binding("e", "export", "Export"),  # an ended run only: merge, GGUF, the model card
         Binding("o", "oom_wizard", "OOM wizard", show=False),
         # a replay's own keys (its footer has these instead of s, p and x)
         Binding("minus", "replay_speed(0.5)", "Slower", key_display="-"),
@@ -124,6 +125,7 @@ class RunView(Screen):
         self._panels_drawn: tuple | None = None  # what the GPU and host panels last drew
         self._texts: dict[str, str | Text] = {}  # what each Static shows
         self._summary_of: tuple | None = None  # the ending the summary panel was drawn for
+        self._export_offered = False
         self.idle_settings = idle.settings_of(session.run.config_path)
         self.idle_alarm = idle.IdleAlarm(
             self.idle_settings, None if session.mode != "live" else session.run.log_path
@@ -188,8 +190,9 @@ class RunView(Screen):
         self.live = session.mode == "live" and not ended
         interrupted = session.mode != "live" and session.trainer_gone and not state.ended
         status = "interrupted" if interrupted else state.status
-        if self.status != status:
+        if self.status != status or self.run_ended != self._export_offered:
             self.status = status
+            self._export_offered = self.run_ended  # the Export key shows once the run has ended
             self.refresh_bindings()
         now_ts = state.last_ts if ended or session.trainer_gone else self.clock()
         self.stall = find_stall(state, now_ts) if self.live else None
@@ -385,7 +388,17 @@ class RunView(Screen):
             return self.status == "paused"
         if action == "samples":
             return bool(self.session.state.samples)
+        if action == "export":
+            return self.run_ended
         return True
+
+    @property
+    def run_ended(self) -> bool:
+        """The trainer is gone and its end is recorded (a replay has ended once it played it all)."""
+        session = self.session
+        if session.mode == "playback":
+            return session.state.ended and not session.playing
+        return (session.ended or session.state.ended) and (session.mode != "live" or not self.live)
 
     def _refusal(self, command: str) -> str | None:
         if self.session.mode != "live":
@@ -452,6 +465,15 @@ class RunView(Screen):
             self.notify(no_samples_reason(state))
             return
         self.app.push_screen(SamplesView(collect_samples(state.samples), state.run_id))
+
+    def action_export(self) -> None:
+        """The export screen: weights, merge, dtype, GGUF, where; checked, then run in its process."""
+        if not self.run_ended:
+            self.notify("the run has not ended: export it once it has (or `cockpit export --checkpoint N`)")
+            return
+        from screens.run.export import ExportScreen
+
+        self.app.push_screen(ExportScreen(self.session.run, self.session.state.best_checkpoint))
 
     def action_oom_wizard(self) -> None:
         open_oom_wizard(self)
