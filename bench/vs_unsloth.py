@@ -53,6 +53,7 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 RANK = 16
 LENGTHS = {"ragged": (32, 512), "full": (2048, 2048)}
 GIB = 2**30
+SAMPLES_PER_STEP = 16  # cockpit's default step (micro-batch 4 x 4), which speed: auto keeps
 WORKER_FLAG = "--unsloth-worker"
 
 
@@ -343,7 +344,7 @@ def run_unsloth(row: dict, a, work: Path, log) -> dict:
         "four_bit": not a.smoke,
         "padding_free": row["lengths"] == "ragged",
         "micro": micro,
-        "accum": max(1, a.samples_per_step // micro),
+        "accum": max(1, SAMPLES_PER_STEP // micro),
         "warmup": a.warmup,
         "steps": a.steps,
         "workdir": str(work / f"unsloth-out-{row['id']}"),
@@ -484,7 +485,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--caps", default="22,80", help="memory caps in GiB, comma-separated")
     ap.add_argument("--warmup", type=int, default=3, help="steps before the timed ones")
     ap.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
-    ap.add_argument("--samples-per-step", type=int, default=16)
     ap.add_argument(
         "--unsloth-micro", type=int, default=4, help="unsloth's micro-batch (accumulation fills the step)"
     )
@@ -549,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
             vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
             for lengths in a.lengths.split(","):
                 max_length = 128 if a.smoke else LENGTHS[lengths][1]
-                count = a.samples_per_step * (a.warmup + a.steps) * 2
+                count = SAMPLES_PER_STEP * (a.warmup + a.steps) * 2
                 data = a.workdir / f"data-{arch}-{lengths}.jsonl"
                 drawn = write_sequences(data, (16, max_length) if a.smoke else LENGTHS[lengths], count, vocab)
                 per_token, peak, card = mfu_inputs(arch, drawn, max_length, device_name, total)
@@ -605,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpu": device_name or None,
         "warmup_steps": a.warmup,
         "timed_steps": a.steps,
-        "samples_per_step": a.samples_per_step,
+        "samples_per_step": SAMPLES_PER_STEP,
         "lora": {"r": RANK, "alpha": RANK, "dropout": 0.0, "targets": TARGETS},
         "rows": rows,
         "wall_s": round(time.time() - began, 1),
