@@ -410,8 +410,13 @@ def mfu_inputs(arch: str, lengths: list[int], max_length: int, device_name: str,
     per_token = flops.flops_per_token(shape, "qlora", RANK, TARGETS, context).model
     if not device_name:
         return per_token, None, "no GPU"
-    card, note = speed_auto.card_for(device_name, total_bytes)
-    return per_token, (None if note else card.bf16_dense_tflops * 1e12), card.name + note
+    from cockpit.telemetry.nvml_state import find_card
+
+    card = find_card(device_name)  # the NVML name's card ("H100 80GB HBM3" is the SXM)
+    if card is not None:
+        return per_token, card.bf16_dense_tflops * 1e12, card.name
+    speed_card, note = speed_auto.card_for(device_name, total_bytes)
+    return per_token, (None if note else speed_card.bf16_dense_tflops * 1e12), speed_card.name + note
 
 
 def summarize(runs: list[dict], flops_per_token: float, peak: float | None) -> dict:

@@ -116,6 +116,23 @@ def test_the_speed_plan_carries_flops_and_the_h200_dense_peak():
     assert "MFU counts 27.1 GFLOP a real token" in line and "against 989 TFLOPS: H200" in line
 
 
+def test_the_peak_is_the_card_the_nvml_name_denotes():
+    cfg = config_load.config_from_dotted({"model.name": "synthetic:llama-2-7b", "speed.mode": "off"})
+    shape = load_shape("synthetic:llama-2-7b")
+    card, _ = speed_auto.card_for("NVIDIA H100 80GB HBM3", 80 * GIB)  # the speed model's nearest by size
+    h100 = speed_auto.Facts("cuda", "bf16", device_name="NVIDIA H100 80GB HBM3", capability="9.0", card=card)
+    info = speed_auto.plan(cfg, h100, [100] * 8, shape).to_event()["flops"]
+    assert (info["peak_flops"], info["peak_source"]) == (
+        989e12,
+        "H100 SXM, dense bf16 (catalog)",
+    )  # HBM3: SXM
+    nvl = speed_auto.Facts(
+        "cuda", "bf16", device_name="NVIDIA H200 NVL", capability="9.0", card=card, card_note=" x"
+    )
+    info = speed_auto.plan(cfg, nvl, [100] * 8, shape).to_event()["flops"]
+    assert info["peak_flops"] is None and info["peak_source"] == "no catalog peak for NVIDIA H200 NVL"
+
+
 def test_on_the_cpu_there_is_no_peak_and_no_mfu():
     cfg = config_load.config_from_dotted({"model.name": "synthetic:llama-2-7b", "speed.mode": "off"})
     cpu = speed_auto.Facts("cpu", "fp32", host_available_bytes=8 * GIB, cpu_count=2)

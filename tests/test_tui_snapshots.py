@@ -31,14 +31,13 @@ from support.pilot import (
 )
 
 from cockpit.doctor.window import Finding
-from cockpit.fmt import GIB
 from cockpit.live.replay import ReplaySession
 from cockpit.live.session import RunSession
 from cockpit.live.state import RunState
 from cockpit.models import flops
 from cockpit.models.shape import load_shape
-from cockpit.plan import speed_auto
 from cockpit.run.rundir import RunDir
+from cockpit.telemetry.nvml_state import find_card
 from screens.run.app import CockpitApp
 from screens.run.figures import tokens_text
 
@@ -209,10 +208,9 @@ def test_gpu_run_80x24(snap_compare, tmp_path):
 def mfu_events(events: list[dict]) -> list[dict]:
     """The GPU recording as a 7B QLoRA run (all linears, r 16, every layer checkpointed, rows of 512)
     on its H100, with the speed plan's FLOPs per token, so the run view shows MFU: at the recorded
-    ~3.9k tokens/s x 27.1 GFLOP a token over the dense bf16 peak of the card the catalog matches
-    (card_for takes "H100 80GB HBM3" for the H100 PCIe: 756 TFLOPS), about 14%."""
+    ~3.9k tokens/s x 27.1 GFLOP a token over the H100 SXM's 989 dense bf16 TFLOPS, about 11%."""
     shape = load_shape("synthetic:llama-2-7b")
-    card, _ = speed_auto.card_for("NVIDIA H100 80GB HBM3", 80 * GIB)
+    card = find_card("NVIDIA H100 80GB HBM3")
     context = flops.attention_context([512])
     per_token = flops.flops_per_token(shape, "qlora", 16, "all-linear", context, shape.num_layers)
     out = []
@@ -237,7 +235,7 @@ def mfu_events(events: list[dict]) -> list[dict]:
 
 def test_gpu_run_mfu_80x24(snap_compare, tmp_path):
     events = mfu_events(gpu_events(events_until_step(52)))
-    assert tokens_text(state_of(events)) == "3892, MFU 14%"  # 3892.1 x 27.07e9 / 756e12 = 13.9%
+    assert tokens_text(state_of(events)) == "3892, MFU 11%"  # 3892.1 x 27.07e9 / 989e12 = 10.7%
     app = watched_run(tmp_path, ScriptedWatch(fake_samples(), []), events)
     assert snap_compare(app, terminal_size=(80, 24), run_before=telemetry_drawn)
 

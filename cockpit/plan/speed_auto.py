@@ -323,18 +323,30 @@ def flops_info(
     per_token = flops_model.flops_per_token(
         shape, cfg.method, cfg.lora.r, cfg.lora.target_modules, context, checkpoint_layers
     )
-    known = facts.device_kind == "cuda" and facts.card is not None and not facts.card_note
+    peak, source = _peak(facts)
     return {
         "model_per_token": round(per_token.model),
         "hardware_per_token": round(per_token.hardware),
         "attention_context": round(context, 1),
         "checkpoint_layers": checkpoint_layers,
-        "peak_flops": facts.card.bf16_dense_tflops * 1e12 if known else None,
-        "peak_source": f"{facts.card.name}, dense bf16 (catalog)"
-        if known
-        else "no catalog peak for "
-        + (facts.device_name or "this card" if facts.device_kind == "cuda" else "the CPU"),
+        "peak_flops": peak,
+        "peak_source": source,
     }
+
+
+def _peak(facts: Facts) -> tuple[float | None, str]:
+    """The card's dense bf16 peak in FLOP/s and where it comes from: the catalog card its NVML name
+    denotes (telemetry's find_card: "H100 80GB HBM3" is the SXM card), else the speed model's match."""
+    if facts.device_kind != "cuda":
+        return None, "no catalog peak for the CPU"
+    from cockpit.telemetry.nvml_state import find_card
+
+    card = find_card(facts.device_name)
+    if card is not None:
+        return card.bf16_dense_tflops * 1e12, f"{card.name}, dense bf16 (catalog)"
+    if facts.card is not None and not facts.card_note:
+        return facts.card.bf16_dense_tflops * 1e12, f"{facts.card.name}, dense bf16 (catalog)"
+    return None, f"no catalog peak for {facts.device_name or 'this card'}"
 
 
 def _cross_entropy() -> Choice:
