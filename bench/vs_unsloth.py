@@ -365,8 +365,10 @@ def run_unsloth(row: dict, a, work: Path, log) -> dict:
             timeout=a.run_timeout_s,
         )
         code, text = proc.returncode, proc.stdout[-6000:] + "\n" + proc.stderr[-6000:]
-    except subprocess.TimeoutExpired:
-        code, text = None, f"timed out after {a.run_timeout_s} s"
+    except subprocess.TimeoutExpired as exc:
+        said = (exc.stdout or b"")[-3000:], (exc.stderr or b"")[-6000:]
+        said = [x.decode(errors="replace") if isinstance(x, bytes) else x for x in said]
+        code, text = None, f"{said[0]}\n{said[1]}\ntimed out after {a.run_timeout_s} s"
     wall = time.time() - started
     used = round(peak.stop(), 2) if peak else None
     log.write(f"\n==== unsloth {row['id']}\n{text}\n")
