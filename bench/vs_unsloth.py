@@ -463,9 +463,10 @@ def table(result: dict) -> str:
                 )
                 continue
             mfu = f"{r['mfu']:.1%}" if r.get("mfu") is not None else "-"
+            rate = f"{r['tokens_per_s']:.0f}" if r.get("tokens_per_s") else "no token count logged"
             loss = f"{r['loss']:.4f}" if r.get("loss") is not None else "-"
             lines.append(
-                f"| {row['id']} | {r['side']} | {r['tokens_per_s']:.0f} | {mfu} | "
+                f"| {row['id']} | {r['side']} | {rate} | {mfu} | "
                 f"{r.get('device_used_gib') or '-'} | {loss} | {plan_text} |"
             )
     lines += [
