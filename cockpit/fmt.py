@@ -75,3 +75,10 @@ def size(value: float | None) -> str:
         if value >= scale:
             return f"{value / scale:.2f} {unit}" if unit == "GiB" else f"{value / scale:.1f} {unit}"
     return f"{int(value)} B"
+
+
+def share(value: float | None) -> str:
+    """A utilisation (0-1) as a whole percent, e.g. MFU: '31%'; '-' when unknown."""
+    if value is None:
+        return "-"
+    return f"{value:.1%}" if value < 0.1 else f"{value:.0%}"

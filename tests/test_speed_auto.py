@@ -201,7 +201,8 @@ def test_the_plan_is_an_event_the_headless_view_prints():
     event = json.loads(json.dumps(plan.to_event()))
     text = describe({"type": "speed_plan", **event})
     lines = text.splitlines()
-    assert lines[0] == "speed: auto" and len(lines) == 1 + len(plan.choices)
+    assert lines[0] == "speed: auto" and len(lines) == 2 + len(plan.choices)  # + the FLOPs for MFU
+    assert lines[-1].startswith("  MFU counts ") and "TFLOPS: H200 SXM, dense bf16" in lines[-1]
     assert any(line.startswith("  packing: rows of 512 [auto] - samples average") for line in lines)
 
 

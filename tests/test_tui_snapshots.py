@@ -33,8 +33,13 @@ from support.pilot import (
 from cockpit.doctor.window import Finding
 from cockpit.live.replay import ReplaySession
 from cockpit.live.session import RunSession
+from cockpit.live.state import RunState
+from cockpit.models import flops
+from cockpit.models.shape import load_shape
 from cockpit.run.rundir import RunDir
+from cockpit.telemetry.nvml_state import find_card
 from screens.run.app import CockpitApp
+from screens.run.figures import tokens_text
 
 OOM_MESSAGE = (
     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which "
@@ -198,6 +203,48 @@ def test_gpu_run(snap_compare, tmp_path):
 
 def test_gpu_run_80x24(snap_compare, tmp_path):
     assert snap_compare(gpu_mid_run(tmp_path), terminal_size=(80, 24), run_before=telemetry_drawn)
+
+
+def mfu_events(events: list[dict]) -> list[dict]:
+    """The GPU recording as a 7B QLoRA run (all linears, r 16, every layer checkpointed, rows of 512)
+    on its H100, with the speed plan's FLOPs per token, so the run view shows MFU: at the recorded
+    ~3.9k tokens/s x 27.1 GFLOP a token over the H100 SXM's 989 dense bf16 TFLOPS, about 11%."""
+    shape = load_shape("synthetic:llama-2-7b")
+    card = find_card("NVIDIA H100 80GB HBM3")
+    context = flops.attention_context([512])
+    per_token = flops.flops_per_token(shape, "qlora", 16, "all-linear", context, shape.num_layers)
+    out = []
+    for item in events:
+        if item["type"] == "model":
+            item = dict(item, name="synthetic:llama-2-7b", method="qlora")
+        elif item["type"] == "train_begin":
+            info = {
+                "model_per_token": round(per_token.model),
+                "hardware_per_token": round(per_token.hardware),
+                "attention_context": context,
+                "checkpoint_layers": shape.num_layers,
+                "peak_flops": card.bf16_dense_tflops * 1e12,
+                "peak_source": f"{card.name}, dense bf16 (catalog)",
+            }
+            out.append(
+                {"v": 1, "type": "speed_plan", "ts": item["ts"] - 0.001, "mode": "auto", "flops": info}
+            )
+        out.append(item)
+    return out
+
+
+def test_gpu_run_mfu_80x24(snap_compare, tmp_path):
+    events = mfu_events(gpu_events(events_until_step(52)))
+    assert tokens_text(state_of(events)) == "3892, MFU 11%"  # 3892.1 x 27.07e9 / 989e12 = 10.7%
+    app = watched_run(tmp_path, ScriptedWatch(fake_samples(), []), events)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=telemetry_drawn)
+
+
+def state_of(events: list[dict]) -> RunState:
+    state = RunState()
+    for item in events:
+        state.apply(item)
+    return state
 
 
 def test_doctor_finding(snap_compare, tmp_path):

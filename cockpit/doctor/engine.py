@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from cockpit.doctor import multi_gpu as doctor_multi
+from cockpit.doctor.mfu_rule import low_mfu
 from cockpit.doctor.rules import (
     IDLE_WINDOW_S,
     foreign_process,
@@ -54,6 +55,7 @@ class Doctor:
             ("throttling", throttling, window_s),
             ("foreign_process", foreign_process, window_s),
             ("fp32_on_bf16_card", fp32_on_bf16_card, window_s),
+            ("low_mfu", low_mfu, window_s),
             ("no_gpu", no_gpu, window_s),
             *((rule_id, rule, window_s) for rule_id, rule in doctor_multi.RULES),
         )

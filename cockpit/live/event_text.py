@@ -103,6 +103,19 @@ def sample_line(item: dict) -> str:
     return f"sample {number_of} ({who}, {item.get('finish')}): {answer!r}"
 
 
+def flops_text(flops: dict) -> str:
+    """The speed plan's FLOPs per token and the peak MFU is measured against (cockpit.models.flops)."""
+    model, hardware = flops.get("model_per_token") or 0, flops.get("hardware_per_token") or 0
+    text = f"MFU counts {model / 1e9:.3g} GFLOP a real token (forward + backward"
+    if hardware > model:
+        text += f"; {hardware / 1e9:.3g} with the recomputed forward"
+    text += f", attention over {flops.get('attention_context')} positions)"
+    peak = flops.get("peak_flops")
+    if peak:
+        return f"{text} against {peak / 1e12:.0f} TFLOPS: {flops.get('peak_source')}"
+    return f"{text}; no MFU: {flops.get('peak_source')}"
+
+
 def speed_plan_lines(item: dict) -> str:
     """The speed plan: one line per choice, with its reason (who chose it: auto, yours, fixed)."""
     lines = [f"speed: {item.get('mode')}"]
@@ -110,4 +123,7 @@ def speed_plan_lines(item: dict) -> str:
         lines.append(
             f"  {choice.get('name')}: {choice.get('value')} [{choice.get('source')}] - {choice.get('reason')}"
         )
+    flops = item.get("flops")
+    if isinstance(flops, dict) and flops.get("model_per_token"):
+        lines.append(f"  {flops_text(flops)}")
     return "\n".join(lines)

@@ -40,6 +40,7 @@ def status_line(state: RunState, now_ts: float | None) -> str:
     parts += [
         f"lr {fmt.sci(state.learning_rate)}",
         f"tok/s {fmt.rate(state.tokens_per_s)}",
+        *([f"MFU {fmt.share(state.mfu)}"] if state.mfu is not None else []),
         f"ETA {'estimating' if state.estimating and state.total_steps else fmt.duration(state.eta_s())}",
         f"elapsed {fmt.duration(state.billed_s(now_ts))}",
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from cockpit.models import flops
 from cockpit.protocol.events import (
     BudgetEvent,
     CheckpointEvent,
@@ -338,6 +339,14 @@ class RunState:
             copied[f.name] = value
         copied["attempts"] = [replace(a) for a in self.attempts]
         return RunState(**copied)
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOPs utilisation of the last log window (cockpit.models.flops): its real tokens/s
+        (over every GPU of the run) times the plan's model FLOPs per token, over the cards' dense
+        bf16 peak; None before the first window or without a catalog peak."""
+        gpus = self.distributed.get("world_size") if isinstance(self.distributed, dict) else None
+        return flops.mfu_of(self.speed_plan, self.tokens_per_s, gpus if isinstance(gpus, int) else 1)
 
     @property
     def ended(self) -> bool:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from cockpit.config.schema import TrainConfig
 from cockpit.fmt import GIB
+from cockpit.models import flops as flops_model
 from cockpit.models import speed as speed_model
 from cockpit.models.shape import ModelShape
 from cockpit.plan.batch_choice import Choice, Facts, batch_advice, fit_batch
@@ -66,6 +67,7 @@ class SpeedPlan:
     predicted_tokens_per_s: float | None = None
     busy_tokens_per_micro_batch: int | None = None
     auto_split: dict | None = None
+    flops: dict | None = None  # FLOPs per token and the card's peak, for MFU (cockpit.models.flops)
 
     def to_event(self) -> dict:
         t = self.config.training
@@ -90,6 +92,7 @@ class SpeedPlan:
             "predicted_tokens_per_s": self.predicted_tokens_per_s,
             "busy_tokens_per_micro_batch": self.busy_tokens_per_micro_batch,
             "auto_split": self.auto_split,
+            "flops": self.flops,
         }
 
 
@@ -139,6 +142,9 @@ def plan(
             sft_packing=cfg.training.packing,
             busy_tokens_per_micro_batch=advice.get("busy_tokens_per_micro_batch"),
             auto_split=advice.get("auto_split"),
+            flops=flops_info(
+                cfg, facts, lengths, shape, shape.num_layers if shape and t.gradient_checkpointing else 0
+            ),
         )
     keep = set(cfg.speed.keep or [])
     run = copy.deepcopy(cfg)
@@ -302,7 +308,45 @@ def plan(
         predicted_tokens_per_s=fit.tokens_per_s,
         busy_tokens_per_micro_batch=advice.get("busy_tokens_per_micro_batch"),
         auto_split=advice.get("auto_split"),
+        flops=flops_info(run, facts, lengths, shape, fit.layers),
     )
+
+
+def flops_info(
+    cfg: TrainConfig, facts: Facts, lengths: list[int], shape: ModelShape | None, checkpoint_layers: int
+) -> dict | None:
+    """The speed plan's `flops`: FLOPs per real token (model and hardware, cockpit.models.flops) and
+    the card's dense bf16 peak, from which a client computes MFU; None without a shape."""
+    if shape is None:
+        return None
+    context = flops_model.attention_context(lengths, cfg.training.max_length)
+    per_token = flops_model.flops_per_token(
+        shape, cfg.method, cfg.lora.r, cfg.lora.target_modules, context, checkpoint_layers
+    )
+    peak, source = _peak(facts)
+    return {
+        "model_per_token": round(per_token.model),
+        "hardware_per_token": round(per_token.hardware),
+        "attention_context": round(context, 1),
+        "checkpoint_layers": checkpoint_layers,
+        "peak_flops": peak,
+        "peak_source": source,
+    }
+
+
+def _peak(facts: Facts) -> tuple[float | None, str]:
+    """The card's dense bf16 peak in FLOP/s and where it comes from: the catalog card its NVML name
+    denotes (telemetry's find_card: "H100 80GB HBM3" is the SXM card), else the speed model's match."""
+    if facts.device_kind != "cuda":
+        return None, "no catalog peak for the CPU"
+    from cockpit.telemetry.nvml_state import find_card
+
+    card = find_card(facts.device_name)
+    if card is not None:
+        return card.bf16_dense_tflops * 1e12, f"{card.name}, dense bf16 (catalog)"
+    if facts.card is not None and not facts.card_note:
+        return facts.card.bf16_dense_tflops * 1e12, f"{facts.card.name}, dense bf16 (catalog)"
+    return None, f"no catalog peak for {facts.device_name or 'this card'}"
 
 
 def _cross_entropy() -> Choice:

@@ -110,6 +110,15 @@ class SpeedPlanEvent(TypedDict, total=False):
             "`gradient_accumulation_steps`, `checkpoint_layers`, `tokens_per_s` (speed model)"
         ),
     ]
+    flops: Annotated[
+        dict | None,
+        Meaning(
+            "for MFU (cockpit.models.flops): `model_per_token` (forward + backward, frozen weights without "
+            "their weight gradient), `hardware_per_token` (+ the recomputed forward), `attention_context` "
+            "(mean causal positions per token, within its sample), `checkpoint_layers`, `peak_flops` (the "
+            "card's dense bf16 peak from the catalog, null when unknown) and `peak_source`"
+        ),
+    ]
 
 
 class ModelEvent(TypedDict, total=False):

@@ -70,6 +70,13 @@ def eta_text(state: RunState) -> str | Text:
     return fmt.duration(state.eta_s()) + (" once resumed" if state.status == "paused" else "")
 
 
+def tokens_text(state: RunState) -> str:
+    """Real tokens/s, and the model FLOPs utilisation they give on this card (when it is known)."""
+    mfu = state.mfu
+    rate = fmt.rate(state.tokens_per_s)
+    return rate if mfu is None else f"{rate}, MFU {fmt.share(mfu)}"
+
+
 def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
     """The stats panel: training figures first, then what runs where on what data."""
     drop = state.loss_drop()
@@ -84,7 +91,7 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
     rows += [
         ("learning rate", fmt.sci(state.learning_rate)),
         ("grad norm", fmt.rate(state.grad_norm)),
-        ("tokens/s", fmt.rate(state.tokens_per_s)),
+        ("tokens/s", tokens_text(state)),
         ("samples/s", fmt.rate(state.samples_per_s)),
         ("step time", fmt.rate(state.step_time_s, " s")),
         ("ETA", eta_text(state)),

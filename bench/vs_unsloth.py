@@ -1,0 +1,631 @@
+#!/usr/bin/env python3
+"""`speed: auto` against unsloth's recommended QLoRA path, side by side on one GPU.
+
+Per row (a model shape x token lengths x memory cap), in a mirrored order (cockpit, unsloth,
+unsloth, cockpit) so drift of the machine shows in the spread:
+
+- cockpit: `cockpit train --no-ui` with `speed: auto` (the default), QLoRA nf4 + double quant;
+- unsloth: `FastLanguageModel.from_pretrained(load_in_4bit=True)`, `get_peft_model(...,
+  use_gradient_checkpointing="unsloth")`, TRL's `SFTTrainer` with padding-free batches on ragged
+  rows (no padding, every sample kept whole, so a step holds the same samples as cockpit's),
+  in its own process with its own packages first on the path (`--unsloth-path`, default
+  /tmp/unsloth-site:/tmp/site: unsloth pins trl<=1.15 and datasets<5, the product runs 1.16/5.2).
+
+Both get: the same synthetic weights (train_backend.synthetic, bf16, built once and untimed),
+the same token sequences (seed 0; ragged 32..512 or all 2048 long), LoRA r 16, alpha 16,
+dropout 0 on all seven linears, the same samples per optimizer step (16), adamw_8bit at a
+constant 2e-4, max_grad_norm 1.0, and the same memory cap (cockpit's `emulate_vram_gib`; the
+unsloth process caps PyTorch's allocator the same way: the limit less what sits outside it,
+lowered again at each step's begin).
+
+Measured the same way on both sides: real tokens/s over the timed steps (tokens counted by TRL,
+never padding; from the end of the last warm-up step to the end of the last step), the peak of
+NVML 'used' memory (what nvidia-smi shows) above the idle baseline, sampled from this process
+every 10 ms, the loss logged at the last step, and the MFU of each run (cockpit.models.flops:
+model FLOPs per real token, the same for both sides of a row, over the card's dense bf16 peak).
+
+  python3 bench/vs_unsloth.py --out $OUT                         # every row: 2 x 2 x 2, long
+  python3 bench/vs_unsloth.py --out $OUT --archs llama-2-7b --lengths ragged --caps 22
+  python3 bench/vs_unsloth.py --smoke --out OUT                  # CPU: synthetic:tiny, LoRA
+
+Writes OUT/vs_unsloth.json, OUT/vs_unsloth.md (the table for docs/benchmarks.md) and
+OUT/vs_unsloth.log (each run's output). --smoke runs the cockpit side on the CPU (LoRA on
+synthetic:tiny, a few steps) and tries the unsloth side there (16-bit LoRA; recorded as skipped,
+with the reason, when unsloth does not import or cannot train there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+RANK = 16
+LENGTHS = {"ragged": (32, 512), "full": (2048, 2048)}
+GIB = 2**30
+SAMPLES_PER_STEP = 16  # cockpit's default step (micro-batch 4 x 4), which speed: auto keeps
+WORKER_FLAG = "--unsloth-worker"
+
+
+# ---------------------------------------------------------------- the unsloth side (own process)
+
+
+def unsloth_worker(spec_path: str) -> int:
+    """Runs under unsloth's own path; imports nothing of the product. Writes spec['result']."""
+    spec = json.loads(Path(spec_path).read_text())
+    out = Path(spec["result"])
+    try:
+        import unsloth  # noqa: F401  (first, as unsloth asks: it patches transformers and trl)
+    except Exception as exc:  # the reason goes into the table
+        out.write_text(json.dumps({"skipped": f"unsloth does not import: {type(exc).__name__}: {exc}"}))
+        return 0
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+    from unsloth import FastLanguageModel
+
+    cuda = torch.cuda.is_available()
+    cap = _cap_allocator(spec.get("cap_gib")) if cuda else None
+    started = time.time()
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=spec["model"],
+        max_seq_length=spec["max_length"],
+        dtype=torch.bfloat16 if cuda else None,
+        load_in_4bit=spec["four_bit"],
+    )
+    model = FastLanguageModel.get_peft_model(
+        model,
+        r=RANK,
+        lora_alpha=RANK,
+        lora_dropout=0,
+        bias="none",
+        target_modules=TARGETS,
+        use_gradient_checkpointing="unsloth",
+        random_state=0,
+    )
+    load_s = time.time() - started
+    rows = [json.loads(line) for line in Path(spec["data"]).read_text().splitlines() if line.strip()]
+    dataset = Dataset.from_list([{"input_ids": r["input_ids"]} for r in rows])
+    steps = spec["warmup"] + spec["steps"]
+    marks: list[dict] = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            if cap is not None:
+                _recap(cap)
+
+        def on_step_end(self, args, state, control, **kw):
+            marks.append({"step": state.global_step, "t": time.time()})
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            logs = logs or {}
+            if marks and "loss" in logs:
+                marks[-1]["loss"] = logs["loss"]
+                marks[-1]["tokens"] = logs.get("num_tokens", state.num_input_tokens_seen)
+
+    args = SFTConfig(
+        output_dir=spec["workdir"],
+        per_device_train_batch_size=spec["micro"],
+        gradient_accumulation_steps=spec["accum"],
+        max_steps=steps,
+        learning_rate=2e-4,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        optim="adamw_8bit" if cuda else "adamw_torch",
+        max_grad_norm=1.0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        bf16=cuda,
+        max_length=spec["max_length"],
+        packing=False,
+        padding_free=spec["padding_free"],
+        dataset_num_proc=1,
+        seed=0,
+    )
+    trainer = SFTTrainer(
+        model=model, processing_class=tokenizer, train_dataset=dataset, args=args, callbacks=[Timer()]
+    )
+    trainer.train()
+    versions = {}
+    for name in (
+        "unsloth",
+        "unsloth_zoo",
+        "torch",
+        "transformers",
+        "trl",
+        "peft",
+        "bitsandbytes",
+        "datasets",
+    ):
+        try:
+            versions[name] = __import__(name).__version__
+        except Exception:
+            versions[name] = None
+    result = {
+        "marks": marks,
+        "load_s": round(load_s, 1),
+        "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 2) if cuda else None,
+        "versions": versions,
+        "cap": cap,
+    }
+    out.write_text(json.dumps(result))
+    return 0
+
+
+def _cap_allocator(cap_gib: float | None) -> dict | None:
+    """As cockpit's emulate_vram_gib: cap PyTorch's allocator at the limit less what sits outside it."""
+    if not cap_gib:
+        return None
+    import torch
+
+    torch.cuda.init()
+    free, total = torch.cuda.mem_get_info()
+    outside = max(0, total - free - torch.cuda.memory_reserved())
+    limit = int(cap_gib * GIB)
+    torch.cuda.set_per_process_memory_fraction((limit - outside) / total)
+    return {"limit": limit, "outside_max": outside, "total": total}
+
+
+def _recap(cap: dict) -> None:
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    outside = max(0, total - free - torch.cuda.memory_reserved())
+    if outside > cap["outside_max"]:
+        torch.cuda.set_per_process_memory_fraction(max(1, cap["limit"] - outside) / total)
+        cap["outside_max"] = outside
+
+
+# ---------------------------------------------------------------- this process: data, runs, table
+
+
+def write_sequences(path: Path, bounds: tuple[int, int], count: int, vocab: int, seed: int = 0) -> list[int]:
+    """`count` samples of random ids (3..vocab-1), lengths drawn uniformly in `bounds` (seed 0)."""
+    low, high = bounds
+    rng = random.Random(seed)
+    out = []
+    with open(path, "w") as f:
+        for _ in range(count):
+            n = rng.randint(low, high)
+            out.append(n)
+            f.write(json.dumps({"input_ids": [rng.randrange(3, vocab) for _ in range(n)]}) + "\n")
+    return out
+
+
+def cockpit_config(
+    model: str, data: Path, max_length: int, steps: int, cap: float | None, smoke: bool
+) -> str:
+    method = (
+        "method: lora"
+        if smoke
+        else "method: qlora\nquantization: {bits: 4, quant_type: nf4, double_quant: true}"
+    )
+    lines = [
+        f'model: {{name: "{model}"}}',
+        f'dataset: {{path: "{data}", format: tokens}}',
+        method,
+        f"lora: {{r: {RANK}, alpha: {RANK}, dropout: 0.0, target_modules: [{', '.join(TARGETS)}]}}",
+        "training:",
+        f"  max_length: {max_length}",
+        f"  max_steps: {steps}",
+        "  learning_rate: 2.0e-4",
+        "  lr_scheduler: constant",
+        "  warmup: 0",
+        f"  optimizer: {'adamw_torch' if smoke else 'adamw_8bit'}",
+        "  max_grad_norm: 1.0",
+        "  logging_steps: 1",
+        "output: {save_steps: 100000, save_final: false}",
+    ]
+    if cap:
+        lines.append(f"emulate_vram_gib: {cap:g}")
+    return "\n".join(lines) + "\n"
+
+
+def timed_rate(marks: list[dict], warmup: int) -> tuple[float | None, float | None, int]:
+    """Real tokens/s from the end of step `warmup` to the last step's end, the last loss, steps timed."""
+    marks = [m for m in marks if m.get("tokens") is not None]
+    if not marks:
+        return None, None, 0
+    start = next((m for m in marks if m["step"] == warmup), marks[0])
+    end = marks[-1]
+    if end["t"] <= start["t"]:
+        return None, end.get("loss"), 0
+    return (
+        (end["tokens"] - start["tokens"]) / (end["t"] - start["t"]),
+        end.get("loss"),
+        end["step"] - start["step"],
+    )
+
+
+def peak_sampler(smoke: bool):
+    if smoke:
+        return None
+    sys.path.insert(0, str(ROOT / "bench"))
+    from common import DevicePeak
+
+    return DevicePeak()
+
+
+def run_cockpit(row: dict, a, work: Path, log) -> dict:
+    config = work / f"cockpit-{row['id']}.yaml"
+    config.write_text(
+        cockpit_config(row["model"], row["data"], row["max_length"], a.warmup + a.steps, row["cap"], a.smoke)
+    )
+    sys.path.insert(0, str(ROOT / "bench"))
+    from common import cockpit_env
+
+    env = cockpit_env(work / "home", work / "cache")
+    home = work / "home" / "runs"
+    before = set(home.iterdir()) if home.is_dir() else set()
+    peak = peak_sampler(a.smoke)
+    started = time.time()
+    cmd = [
+        sys.executable,
+        "-m",
+        "cockpit",
+        "train",
+        str(config),
+        "--no-ui",
+        "--skip-preflight",
+        "--log-every",
+        "0",
+    ]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=a.run_timeout_s)
+    wall = time.time() - started
+    used = round(peak.stop(), 2) if peak else None
+    log.write(f"\n==== cockpit {row['id']}\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}\n")
+    made = set(home.iterdir()) - before if home.is_dir() else set()
+    if not made:
+        return {
+            "side": "cockpit",
+            "failed": f"exit {proc.returncode}, no run directory",
+            "wall_s": round(wall, 1),
+        }
+    events = []
+    for line in (next(iter(made)) / "events.jsonl").read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    plan = next((e for e in events if e["type"] == "speed_plan"), {})
+    logs = [e for e in events if e["type"] == "log" and e.get("loss") is not None]
+    marks = [
+        {"step": e["step"], "t": e["ts"], "tokens": e.get("tokens_seen"), "loss": e["loss"]} for e in logs
+    ]
+    rate, loss, timed = timed_rate(marks, a.warmup)
+    out = {
+        "side": "cockpit",
+        "tokens_per_s": round(rate, 1) if rate else None,
+        "loss": loss,
+        "timed_steps": timed,
+        "device_used_gib": used,
+        "peak_allocated_gib": round(max((e.get("mem_peak_bytes") or 0) for e in logs) / GIB, 2)
+        if logs
+        else None,
+        "wall_s": round(wall, 1),
+        "plan": {
+            k: plan.get(k)
+            for k in (
+                "micro_batch_size",
+                "gradient_accumulation_steps",
+                "checkpoint_layers",
+                "packing",
+                "attn_implementation",
+                "liger",
+                "flops",
+            )
+        },
+    }
+    if proc.returncode != 0:
+        error = next((e for e in reversed(events) if e["type"] == "error"), {})
+        out["failed"] = f"{error.get('kind', f'exit {proc.returncode}')}: {error.get('message', '')}"[:300]
+    return out
+
+
+def run_unsloth(row: dict, a, work: Path, log) -> dict:
+    micro = a.unsloth_micro
+    spec = {
+        "model": str(row["model_dir"]),
+        "data": str(row["data"]),
+        "max_length": row["max_length"],
+        "cap_gib": row["cap"],
+        "four_bit": not a.smoke,
+        "padding_free": row["lengths"] == "ragged",
+        "micro": micro,
+        "accum": max(1, SAMPLES_PER_STEP // micro),
+        "warmup": a.warmup,
+        "steps": a.steps,
+        "workdir": str(work / f"unsloth-out-{row['id']}"),
+        "result": str(work / f"unsloth-{row['id']}-{time.time_ns()}.json"),
+    }
+    spec_path = work / f"unsloth-spec-{row['id']}.json"
+    spec_path.write_text(json.dumps(spec))
+    env = dict(os.environ, PYTHONPATH=a.unsloth_path, UNSLOTH_DISABLE_STATISTICS="1", HF_HUB_OFFLINE="1")
+    peak = peak_sampler(a.smoke)
+    started = time.time()
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), WORKER_FLAG, str(spec_path)],
+            env=env,
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=a.run_timeout_s,
+        )
+        code, text = proc.returncode, proc.stdout[-6000:] + "\n" + proc.stderr[-6000:]
+    except subprocess.TimeoutExpired as exc:
+        said = (exc.stdout or b"")[-3000:], (exc.stderr or b"")[-6000:]
+        said = [x.decode(errors="replace") if isinstance(x, bytes) else x for x in said]
+        code, text = None, f"{said[0]}\n{said[1]}\ntimed out after {a.run_timeout_s} s"
+    wall = time.time() - started
+    used = round(peak.stop(), 2) if peak else None
+    log.write(f"\n==== unsloth {row['id']}\n{text}\n")
+    result_path = Path(spec["result"])
+    if not result_path.is_file():
+        last = [line for line in text.splitlines() if line.strip()][-1:] or ["no output"]
+        why = f"exit {code}: {last[0][:240]}"
+        return {"side": "unsloth", "skipped" if a.smoke else "failed": why, "wall_s": round(wall, 1)}
+    result = json.loads(result_path.read_text())
+    if "skipped" in result:
+        return {"side": "unsloth", "skipped": result["skipped"][:300], "wall_s": round(wall, 1)}
+    rate, loss, timed = timed_rate(result["marks"], a.warmup)
+    return {
+        "side": "unsloth",
+        "tokens_per_s": round(rate, 1) if rate else None,
+        "loss": loss,
+        "timed_steps": timed,
+        "device_used_gib": used,
+        "peak_reserved_gib": result.get("peak_reserved_gib"),
+        "wall_s": round(wall, 1),
+        "load_s": result.get("load_s"),
+        "plan": {
+            "micro_batch_size": micro,
+            "gradient_accumulation_steps": spec["accum"],
+            "padding_free": spec["padding_free"],
+            "gradient_checkpointing": "unsloth",
+        },
+        "versions": result.get("versions"),
+    }
+
+
+def mfu_inputs(arch: str, lengths: list[int], max_length: int, device_name: str, total_bytes: int | None):
+    """Model FLOPs per real token of this row (QLoRA: frozen base) and the card's dense bf16 peak."""
+    sys.path.insert(0, str(ROOT))
+    from cockpit.models import flops
+    from cockpit.models.shape import load_shape
+    from cockpit.plan import speed_auto
+
+    shape = load_shape(f"synthetic:{arch}")
+    context = flops.attention_context(lengths, max_length)
+    per_token = flops.flops_per_token(shape, "qlora", RANK, TARGETS, context).model
+    if not device_name:
+        return per_token, None, "no GPU"
+    from cockpit.telemetry.nvml_state import find_card
+
+    card = find_card(device_name)  # the NVML name's card ("H100 80GB HBM3" is the SXM)
+    if card is not None:
+        return per_token, card.bf16_dense_tflops * 1e12, card.name
+    speed_card, note = speed_auto.card_for(device_name, total_bytes)
+    return per_token, (None if note else speed_card.bf16_dense_tflops * 1e12), speed_card.name + note
+
+
+def summarize(runs: list[dict], flops_per_token: float, peak: float | None) -> dict:
+    got = {
+        side: [r["tokens_per_s"] for r in runs if r["side"] == side and r.get("tokens_per_s")]
+        for side in ("cockpit", "unsloth")
+    }
+    for r in runs:
+        r["mfu"] = (
+            round(r["tokens_per_s"] * flops_per_token / peak, 4) if peak and r.get("tokens_per_s") else None
+        )
+    out = {"flops_per_token": round(flops_per_token), "peak_flops": peak}
+    if got["cockpit"] and got["unsloth"]:
+        pairs = [c / u for c in got["cockpit"] for u in got["unsloth"]]
+        out.update(
+            ratio=round(statistics.mean(got["cockpit"]) / statistics.mean(got["unsloth"]), 3),
+            ratio_min=round(min(pairs), 3),
+            ratio_max=round(max(pairs), 3),
+        )
+    used = {
+        side: [r["device_used_gib"] for r in runs if r["side"] == side and r.get("device_used_gib")]
+        for side in ("cockpit", "unsloth")
+    }
+    out.update({f"max_used_gib_{side}": max(v) if v else None for side, v in used.items()})
+    return out
+
+
+def table(result: dict) -> str:
+    lines = [
+        "| row | side (in order) | real tokens/s | MFU | nvidia-smi peak GiB | loss at last step | plan |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        for r in row["runs"]:
+            what = r.get("failed") or r.get("skipped")
+            plan = r.get("plan") or {}
+            plan_text = ", ".join(f"{k} {v}" for k, v in plan.items() if k != "flops" and v is not None)
+            if what:
+                lines.append(
+                    f"| {row['id']} | {r['side']} | {'skipped' if 'skipped' in r else 'failed'}: "
+                    f"{what} | | {r.get('device_used_gib', '')} | | {plan_text} |"
+                )
+                continue
+            mfu = f"{r['mfu']:.1%}" if r.get("mfu") is not None else "-"
+            rate = f"{r['tokens_per_s']:.0f}" if r.get("tokens_per_s") else "no token count logged"
+            loss = f"{r['loss']:.4f}" if r.get("loss") is not None else "-"
+            lines.append(
+                f"| {row['id']} | {r['side']} | {rate} | {mfu} | "
+                f"{r.get('device_used_gib') or '-'} | {loss} | {plan_text} |"
+            )
+    lines += [
+        "",
+        "| row | cockpit/unsloth tokens/s (means) | spread (pairs) | max GiB cockpit / unsloth |",
+        "|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        s = row["summary"]
+        ratio = f"{s['ratio']:.2f}x" if "ratio" in s else "-"
+        spread = f"{s['ratio_min']:.2f}-{s['ratio_max']:.2f}" if "ratio" in s else "-"
+        lines.append(
+            f"| {row['id']} | {ratio} | {spread} | {s['max_used_gib_cockpit'] or '-'} / "
+            f"{s['max_used_gib_unsloth'] or '-'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder for vs_unsloth.json, .md and .log")
+    ap.add_argument("--archs", default="llama-2-7b,llama-3.1-8b")
+    ap.add_argument("--lengths", default="ragged,full", help="comma-separated: ragged (32..512), full (2048)")
+    ap.add_argument("--caps", default="22,80", help="memory caps in GiB, comma-separated")
+    ap.add_argument("--warmup", type=int, default=3, help="steps before the timed ones")
+    ap.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
+    ap.add_argument(
+        "--unsloth-micro", type=int, default=4, help="unsloth's micro-batch (accumulation fills the step)"
+    )
+    ap.add_argument(
+        "--order",
+        choices=("mirrored", "once"),
+        default="mirrored",
+        help="mirrored: cockpit, unsloth, unsloth, cockpit per row; once: cockpit, unsloth",
+    )
+    ap.add_argument(
+        "--unsloth-path", default="/tmp/unsloth-site:/tmp/site", help="PYTHONPATH of the unsloth side"
+    )
+    ap.add_argument("--budget-s", type=float, default=510.0, help="start no run that would end after this")
+    ap.add_argument("--run-timeout-s", type=int, default=400)
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "vs-unsloth")
+    ap.add_argument("--smoke", action="store_true", help="CPU: synthetic:tiny, LoRA, 1 + 2 steps, one row")
+    ap.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="build the synthetic weights and the token files of the rows asked for, and stop (untimed)",
+    )
+    a = ap.parse_args(argv)
+    if a.smoke:
+        a.archs, a.lengths, a.caps, a.warmup, a.steps, a.order = "tiny", "ragged", "0", 1, 2, "once"
+    began = time.time()
+    a.out.mkdir(parents=True, exist_ok=True)
+    a.workdir.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(ROOT / "bench"))
+    from common import build_synthetic, cockpit_env
+
+    env = cockpit_env(a.workdir / "home", a.workdir / "cache")
+    device_name, total = "", None
+    if not a.smoke:
+        import pynvml
+        from common import nvml_index
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index())
+        device_name, total = pynvml.nvmlDeviceGetName(handle), pynvml.nvmlDeviceGetMemoryInfo(handle).total
+    rows, took = [], {}
+    with open(a.out / "vs_unsloth.log", "w") as log:
+        for arch in a.archs.split(","):
+            if a.smoke:
+                model_dir = a.workdir / "cache" / "synthetic" / "tiny-fp32"
+                if not (model_dir / "config.json").is_file():
+                    subprocess.run(
+                        [
+                            sys.executable,
+                            "-m",
+                            "train_backend.synthetic",
+                            "tiny",
+                            str(model_dir),
+                            "fp32",
+                            "cpu",
+                        ],
+                        env=env,
+                        cwd=ROOT,
+                        check=True,
+                    )
+            else:
+                model_dir = build_synthetic(arch, a.workdir / "cache", env)  # untimed, like a download
+            vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+            for lengths in a.lengths.split(","):
+                max_length = 128 if a.smoke else LENGTHS[lengths][1]
+                count = SAMPLES_PER_STEP * (a.warmup + a.steps) * 2
+                data = a.workdir / f"data-{arch}-{lengths}.jsonl"
+                drawn = write_sequences(data, (16, max_length) if a.smoke else LENGTHS[lengths], count, vocab)
+                per_token, peak, card = mfu_inputs(arch, drawn, max_length, device_name, total)
+                if a.prepare_only:
+                    print(f"prepared {model_dir} and {data}", file=sys.stderr)
+                    continue
+                for cap_text in a.caps.split(","):
+                    cap = float(cap_text) or None
+                    row = {
+                        "id": f"{arch} {lengths} {cap_text} GiB" if cap else f"{arch} {lengths}",
+                        "arch": arch,
+                        "lengths": lengths,
+                        "cap": cap,
+                        "max_length": max_length,
+                        "model": str(model_dir),
+                        "model_dir": model_dir,
+                        "data": data,
+                    }
+                    order = ["cockpit", "unsloth"] + (["unsloth", "cockpit"] if a.order == "mirrored" else [])
+                    runs = []
+                    for side in order:
+                        expected = took.get(side, 0.0)
+                        if time.time() - began + expected > a.budget_s:
+                            print(f"skipping {side} {row['id']}: past --budget-s", file=sys.stderr)
+                            continue
+                        t0 = time.time()
+                        r = (run_cockpit if side == "cockpit" else run_unsloth)(row, a, a.workdir, log)
+                        took[side] = max(took.get(side, 0.0), time.time() - t0)
+                        runs.append(r)
+                        got = r.get("tokens_per_s") or r.get("failed") or r.get("skipped")
+                        took_s = time.time() - t0
+                        said = (
+                            f"{row['id']} {side}: {got} tok/s, {r.get('device_used_gib')} GiB, {took_s:.0f} s"
+                        )
+                        print(said, file=sys.stderr, flush=True)
+                        log.flush()
+                    rows.append(
+                        {
+                            "id": row["id"],
+                            "arch": arch,
+                            "lengths": lengths,
+                            "cap_gib": cap,
+                            "card": card,
+                            "runs": runs,
+                            "summary": summarize(runs, per_token, peak),
+                        }
+                    )
+    result = {
+        "bench": "vs_unsloth",
+        "smoke": a.smoke,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "host": platform.node(),
+        "gpu": device_name or None,
+        "warmup_steps": a.warmup,
+        "timed_steps": a.steps,
+        "samples_per_step": SAMPLES_PER_STEP,
+        "lora": {"r": RANK, "alpha": RANK, "dropout": 0.0, "targets": TARGETS},
+        "rows": rows,
+        "wall_s": round(time.time() - began, 1),
+    }
+    (a.out / "vs_unsloth.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    text = table(result)
+    (a.out / "vs_unsloth.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == WORKER_FLAG:
+        sys.exit(unsloth_worker(sys.argv[2]))
+    sys.exit(main())
