@@ -111,3 +111,18 @@ def test_against_the_throughput_measured_on_h200s(catalog):
     within = [name for name, e in errors.items() if abs(e) <= 0.25]
     assert len(within) >= 0.85 * len(errors), shown
     assert math.isfinite(sum(errors.values()))
+
+
+def test_fp32_runs_at_the_cards_fp32_rate_not_on_the_tensor_cores():
+    """torch leaves TF32 off for matmuls: an fp32 run's arithmetic takes bf16/fp32 = 989/67 as
+    long on an H200-like card, or the card's own stated FP32 rate where given."""
+    import dataclasses
+
+    card = speed.CardSpeed("H200-like", 989.0, 4800.0)
+    w = dataclasses.replace(workload(), method="full", optimizer="adamw_torch")
+    bf16 = speed.estimate_speed(w, card).parts_s["arithmetic"]
+    fp32 = speed.estimate_speed(dataclasses.replace(w, precision="fp32"), card).parts_s["arithmetic"]
+    assert fp32 / bf16 == pytest.approx(989 / 67, rel=1e-6)
+    stated = speed.CardSpeed("stated", 989.0, 4800.0, fp32_tflops=100.0)
+    fp32_stated = speed.estimate_speed(dataclasses.replace(w, precision="fp32"), stated).parts_s["arithmetic"]
+    assert fp32_stated / bf16 == pytest.approx(9.89, rel=1e-6)

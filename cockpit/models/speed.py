@@ -45,6 +45,9 @@ OPTIMIZER_BYTES = {  # per trainable parameter per optimizer step: read and writ
     "adafactor": 12,
     "sgd": 8,
 }
+# NVIDIA H100 SXM / H200 datasheets: FP32 67 TFLOPS, BF16 tensor core 989 TFLOPS dense (1979 with
+# sparsity); the fp32 rate of a card whose own figure is not given
+FP32_SHARE_OF_BF16_DENSE = 67 / 989
 CALIBRATED_ON = "NVIDIA H200 (SXM, 141 GB), torch 2.11 + CUDA 13, TRL 1.16, 2026-11-30"
 
 
@@ -55,6 +58,18 @@ class CardSpeed:
     name: str
     bf16_dense_tflops: float
     bandwidth_gbs: float
+    fp32_tflops: float | None = None  # dense FP32 (CUDA cores), where the card's datasheet gives it
+
+
+def card_fp32_flops(card: CardSpeed) -> float:
+    """The fp32 matmul rate: torch leaves TF32 off for matmuls (torch.backends.cuda.matmul.allow_tf32
+    is False unless set, and the trainer does not set it), so an fp32 run multiplies on the CUDA
+    cores at the card's dense FP32 rate, not on the tensor cores. A card without that figure gets the
+    H100/H200 datasheets' FP32 share of the dense BF16 rate (67 of 989 TFLOPS), stated here."""
+    fp32 = getattr(card, "fp32_tflops", None)  # the catalog's Card does not carry it yet
+    if fp32:
+        return fp32 * 1e12
+    return card.bf16_dense_tflops * 1e12 * FP32_SHARE_OF_BF16_DENSE
 
 
 @dataclass(frozen=True)
@@ -122,7 +137,7 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
     tokens = w.tokens_per_micro_batch
     peak_flops = card.bf16_dense_tflops * 1e12
     if w.precision == "fp32":
-        peak_flops /= 8  # no tensor-core bf16 path: TF32 at best, often plain fp32
+        peak_flops = card_fp32_flops(card)
     bandwidth = card.bandwidth_gbs * 1e9
     efficiency = EFF_MAX * tokens / (tokens + T_HALF)
     arithmetic_s = matmul_flops_per_token(w) * tokens / (peak_flops * efficiency)
