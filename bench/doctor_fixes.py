@@ -228,6 +228,20 @@ def main() -> int:
     t0 = time.monotonic()
     prebuild(shape, env)
     cases = []
+
+    def report() -> dict:
+        return {
+            "bench": "doctor_fixes",
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "smoke": a.smoke,
+            "shape": shape.name,
+            "steps": steps,
+            "machine": machine(),
+            "cases": cases,
+            "named_as_expected": {c["case"]: c["rule"] in c["runs"][0]["doctor_fired"] for c in cases},
+            "bench_s": round(time.monotonic() - t0, 1),
+        }
+
     for name in a.only or CASES:
         if name == "demo-packed":
             cases.append(case_demo_packed(shape, work, env, steps))
@@ -245,17 +259,8 @@ def main() -> int:
             file=sys.stderr,
             flush=True,
         )
-    result = {
-        "bench": "doctor_fixes",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "smoke": a.smoke,
-        "shape": shape.name,
-        "steps": steps,
-        "machine": machine(),
-        "cases": cases,
-        "named_as_expected": {c["case"]: c["rule"] in c["runs"][0]["doctor_fired"] for c in cases},
-        "bench_s": round(time.monotonic() - t0, 1),
-    }
+        write_json(a.out, "doctor_fixes.json", report())  # each case as it ends: a cut-off run keeps them
+    result = report()
     path = write_json(a.out, "doctor_fixes.json", result)
     print(json.dumps(result["named_as_expected"]), path, file=sys.stderr)
     return 0 if all(r.get("status") == "finished" for c in cases for r in c["runs"]) else 1

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Fit the memory model's three coefficients to measured points, and test it left-one-out.
+"""Fit the memory model's two coefficients to measured points, and test it left-one-out.
 
-The estimate is linear in ACTIVATION_SCALE, HF_LOGITS_BYTES and HF_KBIT_RESIDUAL_BYTES,
-so each point's features are read off `cockpit.models.memory` itself (the estimate with one
-coefficient at 1 and the others at 0, minus the estimate with all at 0) and fitted by
-least squares to the NVML-measured peaks:
+Two coefficients, ACTIVATION_SCALE and HF_LOGITS_BYTES (the hf QLoRA path's fp32 tensors, LoRA
+dropout and the optimizer step are counted from the library sources, not fitted), read through
+`cockpit.models.memory` itself and fitted by least squares (Gauss-Newton: the estimate is linear
+in them but for the max of the backward's and the optimizer step's peak) to the NVML-measured
+peaks:
 
 - the product's own points (bench/memory_points.py, TRL SFTTrainer), and the reference
   run of seed_recipe.py with checkpointing (shared/bench/README.md: 6.12 GiB);
@@ -12,8 +13,9 @@ least squares to the NVML-measured peaks:
 
   python bench/fit_estimator.py [POINTS.jsonl ...]
 
-Prints the coefficients, each point's in-sample and left-one-out error, and the
-medians; docs/estimator.md records the output.
+Prints the coefficients fitted on all points, then each point predicted by a fit without it
+(left-one-out), and the median and worst of those errors: held-out figures only.
+docs/estimator.md records the output.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from cockpit.models import memory as est  # noqa: E402
 from cockpit.models.shape import load_shape  # noqa: E402
 
 QV = ["q_proj", "v_proj"]
-COEFFICIENTS = ("ACTIVATION_SCALE", "HF_LOGITS_BYTES", "HF_KBIT_RESIDUAL_BYTES")
+COEFFICIENTS = ("ACTIVATION_SCALE", "HF_LOGITS_BYTES")
 REFERENCE = [  # (name, workload settings, measured NVML GiB)
     (
         "seed_recipe (ckpt)",
@@ -90,7 +92,7 @@ def point_workload(point: dict) -> est.Workload:
     return est.workload_from_config(cfg, load_shape(cfg.model.name))
 
 
-def peak_with(w: est.Workload, values: tuple[float, float, float]) -> float:
+def peak_with(w: est.Workload, values: tuple[float, ...]) -> float:
     saved = [getattr(est, c) for c in COEFFICIENTS]
     try:
         for name, value in zip(COEFFICIENTS, values):
@@ -101,35 +103,46 @@ def peak_with(w: est.Workload, values: tuple[float, float, float]) -> float:
             setattr(est, name, value)
 
 
+def fit(data: list[tuple[str, est.Workload, float]], start: np.ndarray) -> np.ndarray:
+    """Least squares of the predicted against the measured peaks (bytes), by Gauss-Newton: the
+    estimate is linear in the coefficients except where the optimizer step's peak takes over from
+    the backward's (a max), so a few linearisations converge."""
+    coef = start.astype(float)
+    target = np.array([m * est.GIB for *_, m in data])
+    for _ in range(8):
+        now = np.array([peak_with(w, tuple(coef)) for _, w, _ in data])
+        jac = np.array(
+            [
+                [(peak_with(w, tuple(coef + np.eye(len(coef))[i])) - y) for i in range(len(coef))]
+                for (_, w, _), y in zip(data, now)
+            ]
+        )
+        step, *_ = np.linalg.lstsq(jac, target - now, rcond=None)
+        coef = coef + step
+        if np.all(np.abs(step) < 1e-6 * (np.abs(coef) + 1)):
+            break
+    return coef
+
+
 def main() -> None:
     files = [Path(a) for a in sys.argv[1:]] or sorted(
         (ROOT / "bench" / "results").glob("*memory-points*.jsonl")
     )
     data = points(files)
-    base = np.array([peak_with(w, (0, 0, 0)) for _, w, _ in data])
-    features = np.array(
-        [
-            [peak_with(w, unit) - b for unit in ((1, 0, 0), (0, 1, 0), (0, 0, 1))]
-            for (_, w, _), b in zip(data, base)
-        ]
-    )
-    target = np.array([m * est.GIB for *_, m in data]) - base
-    coef, *_ = np.linalg.lstsq(features, target, rcond=None)
+    start = np.array([getattr(est, c) for c in COEFFICIENTS], dtype=float)
+    coef = fit(data, start)
     print("coefficients: " + ", ".join(f"{n} = {v:.3f}" for n, v in zip(COEFFICIENTS, coef)))
-    in_errors, loo_errors = [], []
-    for k, (name, _, measured) in enumerate(data):
-        keep = np.arange(len(data)) != k
-        loo, *_ = np.linalg.lstsq(features[keep], target[keep], rcond=None)
-        fit = (base[k] + features[k] @ coef) / est.GIB
-        left_out = (base[k] + features[k] @ loo) / est.GIB
-        in_errors.append(abs(fit - measured) / measured)
-        loo_errors.append(abs(left_out - measured) / measured)
-        print(
-            f"{name:28s} measured {measured:6.2f}  fit {fit:6.2f} ({(fit - measured) / measured:+6.1%})  "
-            f"left out {left_out:6.2f} ({(left_out - measured) / measured:+6.1%})"
-        )
-    print(f"in-sample: median {statistics.median(in_errors):.1%}, worst {max(in_errors):.1%}")
-    print(f"left-one-out: median {statistics.median(loo_errors):.1%}, worst {max(loo_errors):.1%}")
+    errors = []
+    for k, (name, w, measured) in enumerate(data):
+        loo = fit(data[:k] + data[k + 1 :], coef)
+        left_out = peak_with(w, tuple(loo)) / est.GIB
+        errors.append((left_out - measured) / measured)
+        print(f"{name:30s} measured {measured:6.2f}  left out {left_out:6.2f} ({errors[-1]:+6.1%})")
+    worst = max(errors, key=abs)
+    print(
+        f"left-one-out over {len(data)} points: median {statistics.median(map(abs, errors)):.1%}, "
+        f"worst {worst:+.1%}"
+    )
 
 
 if __name__ == "__main__":

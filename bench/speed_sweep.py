@@ -8,7 +8,13 @@ figures can be carried to other cards. Each point runs like bench/memory_points.
 (real `cockpit train --no-ui`, synthetic weights, full-length sequences, NVML sampled
 from outside) with more steps for a steadier median.
 
-  python bench/speed_sweep.py [--only NAME ...] [--budget-s 300] [--out sweep.jsonl]
+  python bench/speed_sweep.py [--points sweep|weak] [--only NAME ...] [--budget-s 300] [--out sweep.jsonl]
+
+`--points weak` re-measures, with 12 steps (10 timed after the first two), the memory points whose
+speed the model missed most held out, timed over 3-5 steps only (docs/estimator.md): fp32 and
+8-bit/paged full fine-tunes, 8-bit optimizers with checkpointing, 8192-token rows, a 152k
+vocabulary. Same names and settings as bench/memory_points.py, so bench/fit_speed.py takes the
+12-step run of a configuration in place of its shorter ones.
 """
 
 from __future__ import annotations
@@ -55,10 +61,37 @@ SWEEP = {
     ),
 }
 
+# ordered by value (the budget cuts the tail): the worst held-out misses first
+WEAK_NAMES = (
+    "l32-1b-full-fp32",
+    "l32-1b-full-8bit-ckpt",
+    "l2-7b-qlora-long-ckpt-8bit",
+    "l32-1b-lora-2x8192-ckpt",
+    "q25-1.5b-lora-long-ckpt",
+    "l32-1b-full-paged32",
+    "l32-1b-lora-4k",
+    "q25-1.5b-lora-8x2048-vocab152k",
+    "l2-7b-lora-all-ckpt",
+)
+WEAK = {name: mp.CONFIGS[name] for name in WEAK_NAMES}
+
+
+def take_points_option(argv: list[str]) -> tuple[str, list[str]]:
+    """`--points sweep|weak` (default sweep), removed from argv for memory_points' own parser."""
+    if "--points" not in argv:
+        return "sweep", argv
+    i = argv.index("--points")
+    if i + 1 >= len(argv) or argv[i + 1] not in ("sweep", "weak"):
+        raise SystemExit("--points takes sweep (the micro-batch sweep) or weak (the weak points, 12 steps)")
+    return argv[i + 1], argv[:i] + argv[i + 2 :]
+
+
 if __name__ == "__main__":
+    which, sys.argv = take_points_option(sys.argv)
+    chosen = WEAK if which == "weak" else SWEEP
     mp.STEPS = 12
     mp.CONFIGS.clear()
-    mp.CONFIGS.update(SWEEP)
+    mp.CONFIGS.update(chosen)
     if "--out" not in sys.argv:
         sys.argv += ["--out", "speed_sweep.jsonl"]
     if "--budget-s" not in sys.argv:

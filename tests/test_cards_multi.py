@@ -11,6 +11,7 @@ import pytest
 
 from cockpit.fmt import GIB
 from cockpit.models import shape as modelshape
+from cockpit.models import speed
 from cockpit.models.memory import Workload, estimate_memory
 from cockpit.models.speed import estimate_speed
 from cockpit.models.speed_multi import CALIBRATION, estimate_multi_speed, interconnect
@@ -68,13 +69,16 @@ def test_fsdp_full_fine_tune_on_8_a100_sxm_by_hand(catalog, llama7b):
     assert one.micro_batch_s > comm.gather_s and 2 / 3 * one.micro_batch_s > comm.gradient_s
     exposed = (4 * 0.0982686 + 0.0491343) / 33
     assert comm.exposed_s == pytest.approx(exposed, rel=1e-5) == pytest.approx(0.0134003, rel=1e-4)
-    # each GPU steps AdamW (16 B/param of traffic) for its eighth, at 2039 GB/s, plus the step's host time
-    optimizer_s = 6_738_415_616 * 16 / 8 / 2039e9 + 0.050
+    # each GPU steps foreach AdamW (84 B/param of traffic with clipping, speed.OPTIMIZER_BYTES) for its
+    # eighth, at 2039 GB/s, plus the step's host time
+    assert speed.OPTIMIZER_BYTES["adamw_torch"] == 84
+    optimizer_s = max(6_738_415_616 * 84 / 8 / 2039e9, speed.STEP_OVERHEAD_S)  # host and GPU overlap
     assert multi.speed.optimizer_step_s == pytest.approx(optimizer_s)
     step_s = 4 * one.micro_batch_s + optimizer_s + exposed
     assert multi.speed.step_s == pytest.approx(step_s, rel=1e-5)
     assert multi.speed.tokens_per_s == pytest.approx(8 * 4 * 2048 / step_s, rel=1e-5)
-    assert 7.5 < multi.speed.tokens_per_s / one.tokens_per_s < 8.5
+    # the sharded optimizer step saves more than the exposed communication costs: past 8x
+    assert 7.5 < multi.speed.tokens_per_s / one.tokens_per_s < 9
 
 
 def test_ddp_all_reduces_the_adapter_gradients_once_a_step(catalog, llama7b):
@@ -95,7 +99,7 @@ def test_a_slow_link_makes_fsdp_communication_bound(catalog, llama7b):
     l40s = catalog.get("l40s")  # no NVLink: PCIe 4.0 x16, 31.5 GB/s one way
     link = interconnect(l40s, 8)
     assert (link.kind, link.one_way_gbs) == ("pcie", 31.5)
-    w = full_7b(llama7b, gpus=8, sharding="fsdp", micro_batch=1)
+    w = full_7b(llama7b, gpus=8, sharding="fsdp", micro_batch=5)
     multi = estimate_multi_speed(w, l40s)
     gather_s = 23_584_454_656 / (31.5e9 * 0.8)
     assert multi.comm.gather_s == pytest.approx(gather_s)
@@ -106,7 +110,7 @@ def test_a_slow_link_makes_fsdp_communication_bound(catalog, llama7b):
     exposed = 4 * (gather_s - compute_s + gather_s / 33) + reduce_s / 33
     assert multi.comm.exposed_s == pytest.approx(exposed)
     assert multi.speed.micro_batch_s == pytest.approx(compute_s + exposed / 4)
-    assert multi.speed.bound == "communication" and multi.scaling < 0.85
+    assert multi.speed.bound == "communication" and multi.scaling < 0.95  # the gathers cost a tenth
 
 
 @pytest.mark.parametrize(

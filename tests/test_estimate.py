@@ -176,13 +176,15 @@ def test_estimate_cli(capsys):
                 "--set",
                 "training.gradient_checkpointing=false",
                 "--vram",
-                "23.6",
+                "24.5",
             ]
         )
         == 0
     )
+    # the article's 13B recipe through TRL: ~23.7 GiB, which ran out on an emulated 24 GiB card
+    # (bench/results/2026-12-02-oom-article13b-24gib-h200.md): tight on 24.5, no fit on 23.6
     out = capsys.readouterr().out
-    assert "is TIGHT on (inside the 5% safety margin) a 23.6 GiB card" in out and "activations" in out
+    assert "is TIGHT on (inside the 5% safety margin) a 24.5 GiB card" in out and "activations" in out
     assert (
         main(
             [

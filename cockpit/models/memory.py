@@ -1,7 +1,7 @@
 """The memory model: peak device memory of a fine-tune, as nvidia-smi shows it, in parts.
 
 Pure Python, no torch. Every part is computed from the model's shape and the run's
-settings; three coefficients are calibrated on measured runs (docs/estimator.md):
+settings; two coefficients are calibrated on measured runs (docs/estimator.md):
 
 - ACTIVATION_SCALE scales the tensors a llama-style block saves for backward, counted
   from the architecture (`block_saved_bytes_per_token`);
@@ -16,11 +16,17 @@ settings; three coefficients are calibrated on measured runs (docs/estimator.md)
   vocabulary and 8 x 2048 tokens measured about the full 16-bit + fp32 logits more than this
   path predicts; until bench/memory_points.py's large-vocabulary points say which, the estimate
   is a band whose top adds them (`high_bytes`);
-- HF_KBIT_RESIDUAL_BYTES: plain HF Trainer + peft's prepare_model_for_kbit_training keeps
-  non-quantized weights in fp32, which makes part of each block's activations fp32.
+The hf QLoRA path, counted from the library sources:
+- plain HF Trainer + peft's prepare_model_for_kbit_training (`--trainer hf`, QLoRA) casts every
+  non-quantized weight to fp32, the embeddings among them, so the residual stream is fp32; a
+  bitsandbytes Linear4bit returns its output in its input's dtype (bnb/nn/modules.py
+  `.to(inp_dtype)`), so gate_proj and up_proj give fp32 outputs, and SiLU's input, its output and
+  the up projection are saved for backward in fp32 (`hf_kbit_fp32_extra_bytes_per_token`, counted,
+  not fitted); the checkpointed block inputs are fp32 too. q/k/v are cast to 16 bits by SDPA
+  under autocast before they are saved, and MatMul4Bit saves no input, so nothing else changes.
 
 Measured constants, not derived: CUDA_CONTEXT_BYTES and BNB_WORKSPACE_BYTES (an H200, CUDA 13;
-other cards and CUDA versions take 0.5-1 GiB), and the three calibrated coefficients above.
+other cards and CUDA versions take 0.5-1 GiB), and the two calibrated coefficients above.
 A full fine-tune through TRL (the product) loads fp32 master weights (4 + 4 grad + 8 AdamW bytes
 a parameter, 16-bit autocast copies); `--trainer hf` models a plain HF Trainer on a model loaded
 in the run's precision, whose weights, gradients and AdamW states are all in that dtype (bf16:
@@ -38,9 +44,8 @@ from cockpit import fmt
 from cockpit.fmt import GIB
 from cockpit.models.shape import ModelShape
 
-ACTIVATION_SCALE = 0.886
-HF_LOGITS_BYTES = 25.1  # per token per vocabulary entry
-HF_KBIT_RESIDUAL_BYTES = 17.1  # per token per hidden unit per layer held
+ACTIVATION_SCALE = 0.762
+HF_LOGITS_BYTES = 22.2  # per token per vocabulary entry
 CUDA_CONTEXT_BYTES = int(0.75 * GIB)  # CUDA context, cuBLAS workspace (H200, CUDA 13; ~0.5-1 GiB on others)
 BNB_WORKSPACE_BYTES = int(0.15 * GIB)  # bitsandbytes kernels and their workspaces
 # the largest micro-batch (tokens) whose fused-loss memory a measured point checks (l31-8b-qlora-qv-mb8:
@@ -68,6 +73,8 @@ NCCL_BUFFERS_BYTES = int(0.5 * GIB)
 # what a prediction must leave free on the card: the model's own error (<10% on measured
 # points) and memory other processes or fragmentation take
 SAFETY_MARGIN = 0.05
+# what is still allocated during the optimizer step (the backward's activations are freed by then)
+STEP_HELD_PARTS = ("weights", "quant_constants", "gradients", "optimizer", "adapter")
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ class Workload:
     double_quant: bool = True
     lora_r: int = 64
     lora_targets: list[str] | str = field(default_factory=lambda: ["q_proj", "v_proj"])
+    lora_dropout: float = 0.1
     seq_len: int = 512
     micro_batch: int = 4
     grad_accum: int = 4
@@ -196,6 +204,38 @@ def block_saved_bytes_per_token(shape: ModelShape, full: bool) -> int:
     return saved
 
 
+def hf_kbit_fp32_extra_bytes_per_token(shape: ModelShape) -> int:
+    """Bytes per token per block that plain HF Trainer's QLoRA saves beyond the 16-bit count.
+
+    prepare_model_for_kbit_training makes the embeddings fp32, so the residual stream and the
+    norms' outputs are fp32; Linear4bit casts its input to the compute dtype and its output back
+    to the input's dtype, so gate_proj's and up_proj's outputs are fp32, and the three tensors the
+    MLP saves from them (SiLU's input, SiLU's output, up) take 4 bytes instead of 2.
+    """
+    return 3 * 2 * shape.intermediate_size
+
+
+def lora_dropout_bytes_per_token(w: Workload, act_bytes: int) -> int:
+    """Bytes per token per block that LoRA's dropout adds: peft runs `lora_B(lora_A(dropout(x)))`
+    on each adapted linear, so with dropout > 0 each keeps its own dropped-out input (cast to the
+    compute dtype for lora_A's weight gradient) and dropout's 1-byte mask; with 0 dropout is an
+    identity and lora_A saves the block's input, already counted."""
+    if w.method == "full" or w.lora_dropout <= 0:
+        return 0
+    shapes = w.shape.linear_shapes()
+    names = list(shapes) if w.lora_targets == "all-linear" else [t for t in w.lora_targets if t in shapes]
+    return sum(shapes[n][0] for n in names) * (act_bytes + 1)
+
+
+def foreach_step_bytes(w: Workload, trainable: int, param_bytes: int) -> int:
+    """torch's AdamW steps with foreach kernels on a GPU (torch/optim/adam.py `_multi_tensor_adam`):
+    `exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)` allocates one temporary as large as all
+    the trainable parameters, in their dtype, while weights, gradients and states are all held.
+    bitsandbytes' 8-bit and paged optimizers step parameter by parameter; the fused AdamW has no
+    temporary."""
+    return trainable * param_bytes if w.optimizer == "adamw_torch" else 0
+
+
 def estimate_memory(w: Workload) -> MemoryEstimate:
     check(w)
     s = w.shape
@@ -264,6 +304,7 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
         parts.append(
             Part("optimizer", "optimizer states", s.params * state, f"{w.optimizer}: {state} B/param")
         )
+        step_temp = foreach_step_bytes(w, s.params, master)
     else:
         trainable = s.lora_params(w.lora_r, w.lora_targets)
         # TRL casts a quantized model's adapters to bf16; peft otherwise keeps them in fp32
@@ -279,11 +320,14 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
                 f"{w.optimizer}) B",
             )
         )
+        step_temp = foreach_step_bytes(w, trainable, adapter)
 
     tokens = w.tokens_per_micro_batch
     per_block = block_saved_bytes_per_token(s, w.method == "full") * act_bytes / 2 * ACTIVATION_SCALE
     if hf_kbit:
-        per_block += HF_KBIT_RESIDUAL_BYTES * s.hidden_size
+        per_block += hf_kbit_fp32_extra_bytes_per_token(s)
+    per_block += lora_dropout_bytes_per_token(w, act_bytes)
+    residual_bytes = 4 if hf_kbit or w.precision == "fp32" else 2  # the residual stream's dtype
     if w.gradient_checkpointing:
         held = int(tokens * 2 * per_block)  # one block recomputed during backward, and its gradients
         parts.append(
@@ -298,8 +342,8 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
             Part(
                 "checkpoints",
                 "checkpointed block inputs",
-                tokens * s.num_layers * s.hidden_size * 2,
-                f"{s.num_layers} blocks x {tokens} tokens x hidden {s.hidden_size}, 16-bit",
+                tokens * s.num_layers * s.hidden_size * residual_bytes,
+                f"{s.num_layers} blocks x {tokens} tokens x hidden {s.hidden_size}, {8 * residual_bytes}-bit",
             )
         )
     else:
@@ -328,6 +372,19 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
             loss = Part(loss.key, loss.label, max(0, loss.bytes - held), loss.note + "; beyond one block's")
         parts.append(loss)
     context = CUDA_CONTEXT_BYTES + (BNB_WORKSPACE_BYTES if w.method == "qlora" else 0)
+    # the optimizer step's peak: activations and autocast copies are gone, the step's temporary is held
+    held_at_step = sum(p.bytes for p in parts if p.key in STEP_HELD_PARTS) + step_temp
+    over = held_at_step - sum(p.bytes for p in parts)
+    if over > 0:
+        parts.append(
+            Part(
+                "optimizer_step",
+                "optimizer step (above the backward)",
+                over,
+                f"the peak is the step: {w.optimizer}'s foreach temporary "
+                f"({step_temp / GIB:.2f} GiB) beside weights, grads and states",
+            )
+        )
     parts.append(
         Part("context", "CUDA context + workspaces", context, "measured on an H200 (a constant, not derived)")
     )
@@ -389,7 +446,7 @@ def _per_gpu_parts(w: Workload, parts: list[Part], act_bytes: int) -> list[Part]
         note = "a copy of every gradient for the all-reduce (gradient_as_bucket_view off)"
         out = [*parts[:-1], Part("ddp_buckets", "DDP gradient buckets", bucket, note), nccl, parts[-1]]
         return out
-    sharded = ("weights", "quant_constants", "gradients", "optimizer", "adapter")
+    sharded = ("weights", "quant_constants", "gradients", "optimizer", "adapter", "optimizer_step")
     out = []
     for p in parts:
         if p.key in sharded:
@@ -440,6 +497,7 @@ def workload_from_config(cfg, shape: ModelShape, trainer: str = "trl") -> Worklo
         double_quant=cfg.quantization.double_quant,
         lora_r=cfg.lora.r,
         lora_targets=cfg.lora.target_modules,
+        lora_dropout=cfg.lora.dropout,
         seq_len=t.max_length,
         micro_batch=t.micro_batch_size,
         grad_accum=t.gradient_accumulation_steps,

@@ -10,13 +10,15 @@ ones, so a micro-batch takes the longer of two times:
   2048 tokens;
 - device: the matmul FLOPs of forward and backward (2 FLOPs per weight per token per pass:
   forward, the input gradient, the weight gradient only where the weight trains, one more
-  forward under checkpointing) at the card's dense bf16 peak times an efficiency that grows
-  with the tokens in the micro-batch (eff = EFF_MAX * T / (T + T_HALF)), plus causal
+  forward under checkpointing) at the card's dense bf16 peak (its FP32 rate for an fp32 run)
+  times an efficiency that grows with the tokens in the micro-batch (eff = EFF_MAX * T /
+  (T + T_HALF x rate / the H200's bf16 rate): a fixed time per kernel), plus causal
   attention (quadratic in the sequence) at EFF_MAX; QLoRA's dequantisation (each pass
   writes every 4-bit weight out in 16 bits and reads it back) and the adapters' memory
   traffic, at the card's bandwidth.
 
-An optimizer step adds the states' traffic and the trainer's own host time per step. The
+An optimizer step takes the longer of its traffic (counted kernel by kernel, OPTIMIZER_BYTES) at
+the card's bandwidth and the trainer's own host time per step, which overlap. The
 coefficients are fitted on runs of the product on H200s (bench/fit_speed.py,
 docs/estimator.md). Other cards scale the device time by their dense bf16 TFLOPS and
 bandwidth and keep the host time: an extrapolation, labelled so.
@@ -28,24 +30,37 @@ from dataclasses import dataclass
 
 from cockpit.models.memory import Workload, check
 
-EFF_MAX = 0.575  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
-T_HALF = 2390.0  # tokens per micro-batch at which half of EFF_MAX is reached (fitted)
-ADAPTER_BYTES = 23.7  # bytes moved per token per adapted input feature, forward + backward (fitted)
-HOST_LAYER_S = 0.00087  # host time per decoder layer per pass (fitted)
-HOST_KBIT_LINEAR_S = 0.00032  # more host time per quantised linear per pass (fitted)
-HOST_ADAPTER_S = 0.00056  # more host time per LoRA-adapted linear per pass (fitted)
-STEP_OVERHEAD_S = 0.050  # host time per optimizer step: the trainer's loop, logging, clipping (fitted)
+EFF_MAX = 0.659  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
+T_HALF = 1875.0  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
+REFERENCE_BF16_TFLOPS = 989.0  # the H200's dense bf16 rate, the card T_HALF was fitted on
+ADAPTER_BYTES = 174.9  # bytes moved per token per adapted input feature, forward + backward (fitted)
+HOST_LAYER_S = 0.000378  # host time per decoder layer per pass (fitted)
+HOST_KBIT_LINEAR_S = 0.000324  # more host time per quantised linear per pass (fitted)
+HOST_ADAPTER_S = 0.000588  # more host time per LoRA-adapted linear per pass (fitted)
+STEP_OVERHEAD_S = 0.0738  # host time per optimizer step: the trainer's loop, logging, clipping (fitted)
 DEQUANT_BYTES = {4: 4.5, 8: 5.0}  # per weight per pass: read packed, write 16-bit, read back
-OPTIMIZER_BYTES = {  # per trainable parameter per optimizer step: read and write weight and states
-    "adamw_torch": 16,
-    "adamw_torch_fused": 16,
-    "adamw_8bit": 12,
-    "paged_adamw_8bit": 12,
-    "paged_adamw_32bit": 28,
-    "adafactor": 12,
-    "sgd": 8,
+# bytes moved per trainable (fp32) parameter per optimizer step, counted kernel by kernel, each with
+# the gradient clipping HF Trainer runs first (max_grad_norm: foreach norm reads g, foreach mul reads
+# and writes g: 12 B):
+# - adamw_torch, foreach (torch/optim/adam.py _multi_tensor_adam): lerp_ m (r m, g; w m: 12), mul_ v
+#   (8), addcmul_ v (r v, g; w v: 12), sqrt v -> t (8), div_ t (8), add_ t eps (8), addcdiv_ p
+#   (r p, m, t; w p: 16): 72 + 12 = 84;
+# - adamw_torch_fused and bitsandbytes' paged 32-bit: one kernel reads p, g, m, v and writes p, m, v:
+#   28 + 12 = 40;
+# - bitsandbytes 8-bit (blockwise): reads p, g and two 1-byte states, writes p and the states: 16 + 12
+OPTIMIZER_BYTES = {
+    "adamw_torch": 84,
+    "adamw_torch_fused": 40,
+    "adamw_8bit": 28,
+    "paged_adamw_8bit": 28,
+    "paged_adamw_32bit": 40,
+    "adafactor": 24,
+    "sgd": 20,
 }
-CALIBRATED_ON = "NVIDIA H200 (SXM, 141 GB), torch 2.11 + CUDA 13, TRL 1.16, 2026-11-30"
+# NVIDIA H100 SXM / H200 datasheets: FP32 67 TFLOPS, BF16 tensor core 989 TFLOPS dense (1979 with
+# sparsity); the fp32 rate of a card whose own figure is not given
+FP32_SHARE_OF_BF16_DENSE = 67 / 989
+CALIBRATED_ON = "NVIDIA H200 (SXM, 141 GB), torch 2.11 + CUDA 13, TRL 1.16, 2026-11-30 and 2026-12-02"
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,18 @@ class CardSpeed:
     name: str
     bf16_dense_tflops: float
     bandwidth_gbs: float
+    fp32_tflops: float | None = None  # dense FP32 (CUDA cores), where the card's datasheet gives it
+
+
+def card_fp32_flops(card: CardSpeed) -> float:
+    """The fp32 matmul rate: torch leaves TF32 off for matmuls (torch.backends.cuda.matmul.allow_tf32
+    is False unless set, and the trainer does not set it), so an fp32 run multiplies on the CUDA
+    cores at the card's dense FP32 rate, not on the tensor cores. A card without that figure gets the
+    H100/H200 datasheets' FP32 share of the dense BF16 rate (67 of 989 TFLOPS), stated here."""
+    fp32 = getattr(card, "fp32_tflops", None)  # the catalog's Card does not carry it yet
+    if fp32:
+        return fp32 * 1e12
+    return card.bf16_dense_tflops * 1e12 * FP32_SHARE_OF_BF16_DENSE
 
 
 @dataclass(frozen=True)
@@ -114,6 +141,13 @@ def trainable_params(w: Workload) -> int:
     return w.shape.params if w.method == "full" else w.shape.lora_params(w.lora_r, w.lora_targets)
 
 
+def optimizer_step_s(traffic_bytes: float, bandwidth_bytes_per_s: float) -> float:
+    """An optimizer step: the host queues the optimizer's kernels and goes on with the trainer's
+    per-step work (its loop, logging, clipping's bookkeeping) while the GPU runs them, so the step
+    takes the longer of the two, as a micro-batch does."""
+    return max(STEP_OVERHEAD_S, traffic_bytes / bandwidth_bytes_per_s)
+
+
 def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
     """Training throughput of `w` on `card`, in tokens processed per second (padding included)."""
     check(w)
@@ -122,9 +156,12 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
     tokens = w.tokens_per_micro_batch
     peak_flops = card.bf16_dense_tflops * 1e12
     if w.precision == "fp32":
-        peak_flops /= 8  # no tensor-core bf16 path: TF32 at best, often plain fp32
+        peak_flops = card_fp32_flops(card)
     bandwidth = card.bandwidth_gbs * 1e9
-    efficiency = EFF_MAX * tokens / (tokens + T_HALF)
+    # a fixed time per kernel beside its work: the faster the card (or the slower the number format),
+    # the more tokens a micro-batch needs to hide it, so T_HALF, fitted on the H200 in bf16, scales
+    # with the rate the matmuls run at
+    efficiency = EFF_MAX * tokens / (tokens + T_HALF * peak_flops / (REFERENCE_BF16_TFLOPS * 1e12))
     arithmetic_s = matmul_flops_per_token(w) * tokens / (peak_flops * efficiency)
     arithmetic_s += attention_flops_per_token(w) * tokens / (peak_flops * EFF_MAX)
     passes = 2 + (1 if w.gradient_checkpointing else 0)  # forward, backward, recompute
@@ -148,7 +185,7 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
     }
     device_s = arithmetic_s + dequant_s + adapters_s
     micro_s = max(host_s, device_s)
-    optimizer_s = trainable_params(w) * OPTIMIZER_BYTES[w.optimizer] / bandwidth + STEP_OVERHEAD_S
+    optimizer_s = optimizer_step_s(trainable_params(w) * OPTIMIZER_BYTES[w.optimizer], bandwidth)
     step_s = micro_s * w.grad_accum + optimizer_s
     if host_s >= device_s:
         bound = "overhead"

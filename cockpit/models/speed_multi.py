@@ -26,7 +26,13 @@ import re
 from dataclasses import dataclass, replace
 
 from cockpit.models.memory import Workload, estimate_memory
-from cockpit.models.speed import OPTIMIZER_BYTES, STEP_OVERHEAD_S, CardSpeed, SpeedEstimate, estimate_speed
+from cockpit.models.speed import (
+    OPTIMIZER_BYTES,
+    CardSpeed,
+    SpeedEstimate,
+    estimate_speed,
+    optimizer_step_s,
+)
 from cockpit.models.speed import trainable_params as count_trainable
 
 # share of a link's one-way rate that NCCL's collectives reach (an assumption: nccl-tests' bus
@@ -182,8 +188,8 @@ def estimate_multi_speed(w: Workload, card: CardSpeed) -> MultiSpeed:
     comm = communication(w, card, one)
     optimizer_s = one.optimizer_step_s
     if w.sharding == "fsdp":  # each GPU steps its own shard
-        optimizer_s = count_trainable(w) * OPTIMIZER_BYTES[w.optimizer] / w.gpus
-        optimizer_s = optimizer_s / (card.bandwidth_gbs * 1e9) + STEP_OVERHEAD_S
+        shard_bytes = count_trainable(w) * OPTIMIZER_BYTES[w.optimizer] / w.gpus
+        optimizer_s = optimizer_step_s(shard_bytes, card.bandwidth_gbs * 1e9)
     step_s = one.micro_batch_s * w.grad_accum + optimizer_s + comm.exposed_s
     exposed_per_micro = comm.exposed_s / w.grad_accum
     # communication sets the pace when FSDP's gathers outlast a micro-batch's compute, or what is
