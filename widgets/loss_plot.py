@@ -242,8 +242,7 @@ class LossPlot(StyledWidget):
         self._eval_points = self._eval_in.take(eval_points)
         subtitle = lr_range_text(self._lr_points)
         if subtitle != self._subtitle:
-            self._subtitle = subtitle
-            self.border_subtitle = subtitle  # repaints the whole widget
+            self._set_subtitle(subtitle)
         before, size = self._rows, self._rows_size
         self._rows_size = None
         if size is None or size != tuple(self.content_size):
@@ -256,6 +255,19 @@ class LossPlot(StyledWidget):
             changed.extend(range(len(rows), len(before)))
         width = size[0]
         self.refresh(*(Region(0, y, width, 1) for y in changed))
+
+    def _set_subtitle(self, subtitle: str) -> None:
+        """The learning rate moves with every step: repaint the bottom border's row it is drawn on,
+        not the whole plot as setting `border_subtitle` does (Textual 8's border title internals)."""
+        first = not self._subtitle
+        self._subtitle = subtitle
+        outer, offset = self.outer_size, self.content_offset
+        if first or not subtitle or not outer.height:
+            self.border_subtitle = subtitle
+            return
+        self._border_subtitle = self.render_str(subtitle).expand_tabs(4).split()[0]
+        # refresh() takes content coordinates: the border row lies below the content
+        self.refresh(Region(-offset.x, outer.height - 1 - offset.y, outer.width, 1))
 
     def _plot_rows(self, size: tuple[int, int]) -> list[PlotRow]:
         if size != self._rows_size:

@@ -123,6 +123,7 @@ class RunView(Screen):
         self._stall_notices = StallNotices()
         self._panels_drawn: tuple | None = None  # what the GPU and host panels last drew
         self._texts: dict[str, str | Text] = {}  # what each Static shows
+        self._status_css: str | None = None
         self._summary_of: tuple | None = None  # the ending the summary panel was drawn for
         self.idle_settings = idle.settings_of(session.run.config_path)
         self.idle_alarm = idle.IdleAlarm(
@@ -356,7 +357,9 @@ class RunView(Screen):
         self._set_text("#status", f" {label} ")
         # query, not query_one: a redraw that lands while the screen is being torn down finds nothing
         css = {"stopping…": "-stopping", "silent": "-stalled"}.get(label, f"-{self.status}")
-        self.query("#status").set_classes(css)
+        if css != self._status_css:  # set_classes restyles the widget even when they are the same
+            self._status_css = css
+            self.query("#status").set_classes(css)
 
     def _set_text(self, selector: str, content: str | Text) -> None:
         """Update a Static only when its content changed: each update costs a layout pass."""
