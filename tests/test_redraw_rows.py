@@ -1,8 +1,13 @@
-"""What the live view repaints per tick (issue 16, item 17): the GPU and host panels repaint the
-rows whose text changed and nothing when none did; a new learning rate in the loss plot's
-subtitle repaints its bottom border row, not the whole plot."""
+"""The live view's own CPU (issue 16, item 17). What it repaints per tick: the GPU and host panels
+repaint the rows whose text changed and nothing when none did; a new learning rate in the loss
+plot's subtitle repaints its bottom border row, not the whole plot. What it imports at start: not
+the OOM wizard and its remedies until a run runs out of memory."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 from textual.app import App, ComposeResult
 from textual.geometry import Region
@@ -98,3 +103,10 @@ async def test_a_new_learning_rate_repaints_the_plot_border_not_the_plot():
         )
         await pilot.pause()
         assert str(plot.border_subtitle).endswith("now 4.00e-04")
+
+
+def test_the_run_screen_imports_the_oom_wizard_only_when_a_run_runs_out_of_memory():
+    code = "import sys, screens.run.app; print(sorted(m for m in sys.modules if 'oom' in m))"
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['cockpit.oom', 'cockpit.oom.messages']"  # the event text's parser

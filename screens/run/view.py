@@ -36,7 +36,6 @@ from cockpit.live.stall import Stall, StallNotices, find_stall
 from cockpit.run import process
 from cockpit.run.control import NotRunning
 from screens.confirm import Confirm
-from screens.oom.wizard import offer_oom_wizard, open_oom_wizard
 from screens.run.figures import (  # noqa: F401 - the tests and other screens import them from here
     EventLines,
     checkpoint_rows,
@@ -254,7 +253,12 @@ class RunView(Screen):
         for line in [*lines, *([said] if said else [])]:
             log.write(line)
         self.updates_shown += 1
-        offer_oom_wizard(self)  # an OOM: the wizard opens by itself, once
+        if state.status == "failed" and (state.error or {}).get("kind") == "oom":
+            # imported on the first OOM: the wizard and the remedies behind it cost every start
+            # of the TUI a tenth of a second of CPU otherwise
+            from screens.oom.wizard import offer_oom_wizard
+
+            offer_oom_wizard(self)  # the wizard opens by itself, once
 
     def _show_summary(self, shown: bool) -> None:
         """The ended run's summary: figures, where the adapter is, the next commands, the end command."""
@@ -507,6 +511,8 @@ class RunView(Screen):
         self.app.push_screen(SamplesView(collect_samples(state.samples), state.run_id))
 
     def action_oom_wizard(self) -> None:
+        from screens.oom.wizard import open_oom_wizard
+
         open_oom_wizard(self)
 
     def action_save(self) -> None:
