@@ -38,6 +38,8 @@ def test_attach_overhead_runs_detached_then_attached(tmp_path, env):
         assert run["steps_measured"] == 16 - 2 and run["tokens_per_s"] > 0
     assert detached["tui_exit"] == 4  # `d`: detached, training went on without it
     assert attached["tui_exit"] == 0 and attached["tui_cpu_s"] > 0  # `q` once the run had finished
+    assert 0 < attached["tui_start_cpu_s"] < attached["tui_cpu_s"]  # imports and the first screen
+    assert attached["tui_core_share_drawn"] > 0  # the live view's own, from then on
     assert result["ratio_attached_over_detached"] == pytest.approx(
         result["tokens_per_s_attached_mean"] / result["tokens_per_s_detached_mean"], abs=1e-3
     )

@@ -22,7 +22,7 @@ from screens.picker.app import PickerApp
 from screens.picker.inputs import default_path
 from screens.picker.save import SaveConfig
 from widgets.card_table import CardTableView
-from widgets.memory_breakdown import MemoryBreakdown
+from widgets.memory_breakdown import BreakdownBox
 
 NOW = dt.datetime(2026, 12, 1, 10, 0)
 ARTICLE_13B = ["model.name=synthetic:llama-2-13b", "training.gradient_checkpointing=false"]
@@ -178,7 +178,7 @@ async def test_breakdown_follows_the_selected_card(tmp_path):
     app = make_app(tmp_path)
     async with app.run_test(size=(100, 32), notifications=True) as pilot:
         await pilot.pause()
-        panel = app.screen.query_one(MemoryBreakdown)
+        panel = app.screen.query_one(BreakdownBox)
         assert not panel.display
         await pilot.press("b")
         await pilot.pause()

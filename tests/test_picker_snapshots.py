@@ -75,3 +75,15 @@ def test_band_where_the_model_is_unsure(snap_compare, tmp_path):
 
 def test_bad_input(snap_compare, tmp_path):
     assert snap_compare(make_app(tmp_path), terminal_size=(100, 32), run_before=bad_sequence_length)
+
+
+def test_breakdown_open_80x24(snap_compare, tmp_path):
+    """At 80 columns each part's note goes under its figures rather than off the edge."""
+    app = make_app(tmp_path, budget=5.0)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=breakdown_on_a_tight_card)
+
+
+def test_band_where_the_model_is_unsure_80x24(snap_compare, tmp_path):
+    assert snap_compare(
+        make_app(tmp_path, LARGE_VOCAB), terminal_size=(80, 24), run_before=breakdown_on_a_band_card
+    )

@@ -289,3 +289,105 @@ async def test_a_replay_has_speed_and_skip_keys_and_no_commands_in_its_footer(tm
         assert session.position_s() == 66.0
         await wait_for(pilot, lambda: app.run_view.status == "finished")
         assert "] +1 min" not in screen_text(app).splitlines()[-1]  # played out: nothing to skip
+
+
+def slow_recording(tmp_path: Path, steps: int = 100, every_s: float = 2.0) -> RunDir:
+    """The demo's run stretched to one step every `every_s` seconds, each step with its own loss."""
+    from support.pilot import EVENTS, RUN_ID
+
+    t0 = EVENTS[0]["ts"]
+    template = next(e for e in EVENTS if e["type"] == "log")
+    out = [dict(e, ts=t0 + i * 0.1) for i, e in enumerate(EVENTS) if e["type"] in ("hello", "train_begin")]
+    for step in range(1, steps + 1):
+        loss = 7.0 - 0.05 * step + 0.3 * (step % 3)  # every step's loss differs from its neighbours'
+        out.append(dict(template, ts=t0 + 1 + step * every_s, step=step, total_steps=steps, loss=loss))
+        if step == 60:
+            out.append(event("checkpoint", t0 + 1.5 + step * every_s, step=60, path="checkpoint-60", bytes=1))
+    out.append(event("done", t0 + 2 + steps * every_s, status="finished", step=steps, total_steps=steps))
+    for e in out:
+        if e["type"] == "train_begin":
+            e["total_steps"] = steps
+    path = tmp_path / RUN_ID
+    path.mkdir()
+    (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in out))
+    return RunDir(path)
+
+
+def state_at(run: RunDir, position_s: float):
+    """What a replay that played straight to `position_s` has folded: the state to compare with."""
+    session = ReplaySession(run, speed=1, clock=lambda: 0.0)
+    session.poll()
+    session.skip(position_s)
+    session.poll()
+    return session.state
+
+
+def test_going_back_folds_the_recording_again_up_to_there(tmp_path):
+    run = slow_recording(tmp_path)
+    clock = Clock()
+    session = ReplaySession(run, speed=1, clock=clock)
+    session.poll()
+    clock.now = 100.0 + 150.0
+    session.poll()
+    assert session.state.step > 70
+    session.skip(-60)  # asked on the UI's thread: the fold happens at the next poll
+    assert session.rewind_pending and session.rewinds == 0 and session.state.step > 70
+    session.poll()
+    expected = state_at(run, 90.0)
+    assert session.rewinds == 1 and not session.rewind_pending
+    assert session.position_s() == 90.0
+    assert (session.state.step, session.state.losses) == (expected.step, expected.losses)
+    assert 40 <= expected.step < 50
+    session.skip(-1000)  # not before the start
+    session.poll()
+    assert session.position_s() == 0.0 and session.state.step == 0
+
+
+async def test_seeking_back_in_a_replay_shows_the_state_at_that_point(tmp_path):
+    from support.pilot import running, screen_text, shown, wait_for
+
+    from screens.run.app import CockpitApp
+    from widgets.loss_plot import LossPlot
+
+    run = slow_recording(tmp_path)
+    clock = Clock()
+    session = ReplaySession(run, speed=1, clock=clock)
+    app = CockpitApp(session, watch=session.watch, poll_interval_s=0.02)
+    async with running(app) as pilot:
+        await shown(pilot, app)
+        footer = screen_text(app).splitlines()[-1]
+        assert "[ -1 min" in footer and "] +1 min" in footer and "Save" not in footer
+        clock.now = 100.0 + 150.0
+        later = state_at(run, 150.0)
+        await wait_for(pilot, lambda: app.run_view.query_one("#progress").step == later.step)
+        assert f"step {later.step}/100" in screen_text(app)
+        await wait_for(
+            pilot,
+            lambda: (
+                "checkpoint: step 60" in "\n".join(s.text for s in app.run_view.query_one("#events").lines)
+            ),
+        )
+        await pilot.press("left_square_bracket")
+        expected = state_at(run, 90.0)
+        await wait_for(pilot, lambda: app.run_view.query_one("#progress").step == expected.step)
+        await pilot.pause()
+        text = screen_text(app)
+        assert f"step {expected.step}/100" in text and f"step {later.step}/100" not in text
+        assert "REPLAY x1 0:01:30/" in text
+        last_loss = expected.losses[-1][1]
+        assert f"step loss     {last_loss:.4f}" in text  # the run panel's loss is that step's
+        plot = app.run_view.query_one(LossPlot)
+        assert list(plot.points) == [tuple(p) for p in expected.losses]  # the plot ends there too
+        events_log = "\n".join(line.text for line in app.run_view.query_one("#events").lines)
+        assert "checkpoint: step 60" not in events_log  # saved at step 60, later than where it went back to
+        # played out, it can still go back, and then plays (and skips) again
+        clock.now = 100.0 + 1000.0
+        await wait_for(pilot, lambda: app.run_view.status == "finished")
+        await pilot.pause()
+        footer = screen_text(app).splitlines()[-1]
+        assert "[ -1 min" in footer and "] +1 min" not in footer
+        await pilot.press("left_square_bracket")
+        await wait_for(pilot, lambda: app.run_view.status == "running")
+        assert session.position_s() == session._timeline.total_s - 60
+        await pilot.pause()
+        assert "] +1 min" in screen_text(app).splitlines()[-1]

@@ -121,3 +121,14 @@ async def test_the_learning_rate_line_is_legible_in_colour_and_with_no_color(tmp
                 assert app.no_color
                 style = monochrome_style(style)
             assert _contrast(style.color, style.bgcolor) >= 3.0  # WCAG's minimum for graphics
+
+
+def test_a_cuda_device_row_is_its_name_and_fits_the_run_panel_at_80_columns():
+    from cockpit.live.state import RunState
+    from screens.run.figures import stat_rows
+
+    state = RunState(run_id="r")
+    state.device = {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3"}
+    assert dict(stat_rows(state, 0.0))["device"] == "NVIDIA H100 80GB HBM3"
+    state.device = {"kind": "cpu", "name": "x86_64"}
+    assert dict(stat_rows(state, 0.0))["device"] == "cpu x86_64"

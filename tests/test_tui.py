@@ -804,3 +804,12 @@ async def test_a_watch_that_raises_is_said_and_asked_again(tmp_path, monkeypatch
         await wait_for(pilot, lambda: app.run_view.sample is not None)
         await pilot.pause()
         assert "failed" not in str(box.border_subtitle) and "GPU0 util  99%" in screen_text(app)
+
+
+def test_the_learning_rate_subtitle_gives_way_rather_than_being_cut():
+    lr = [(1, 0.0), (2, 3e-3), (3, 1.25e-3)]
+    assert lr_range_text(lr) == lr_range_text(lr, 40) == "lr 0.00e+00…3.00e-03, now 1.25e-03"
+    assert lr_range_text(lr, 30) == "lr now 1.25e-03, max 3.00e-03"  # the loss panel at 80x24
+    assert lr_range_text(lr, 15) == "lr now 1.25e-03"
+    assert lr_range_text(lr, 11) == "lr 1.25e-03"
+    assert lr_range_text(lr, 5) == ""

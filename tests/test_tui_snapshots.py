@@ -294,7 +294,8 @@ def test_log_tail(snap_compare, tmp_path):
     assert snap_compare(app, terminal_size=(100, 40), run_before=show_log)
 
 
-def test_replay(snap_compare, tmp_path):
+def halfway_replay(tmp_path):
+    """A replay at x10 of the GPU recording, stood at 16 s in (step 46), and what waits for it."""
     run = run_dir(tmp_path)
     run.events_path.write_text("".join(json.dumps(e) + "\n" for e in gpu_events(EVENTS)))
     shutil.copy(TELEMETRY_FIXTURE, run.path / "telemetry.jsonl")
@@ -315,7 +316,18 @@ def test_replay(snap_compare, tmp_path):
             await pilot.pause(0.02)
         await pilot.pause()
 
+    return app, halfway
+
+
+def test_replay(snap_compare, tmp_path):
+    app, halfway = halfway_replay(tmp_path)
     assert snap_compare(app, terminal_size=(100, 32), run_before=halfway)
+
+
+def test_replay_80x24(snap_compare, tmp_path):
+    """Its keys (- + [ ] besides the others) closer together, so that none is cut at 80 columns."""
+    app, halfway = halfway_replay(tmp_path)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=halfway)
 
 
 # ---------------------------------------------------------------- several GPUs: spread and interconnect

@@ -32,7 +32,7 @@ from cockpit.telemetry.spread import (
 )
 from widgets.progress import bar_cells
 from widgets.sparkline import spark
-from widgets.styled import StyledWidget
+from widgets.styled import LinePanel
 
 GAUGE_WIDTH = 10
 VALUE_WIDTH = 15
@@ -351,7 +351,7 @@ def _compact_rows(view: GpuView, gpus: Sequence[Any], width: int, prefix_w: int,
     return lines
 
 
-class GpuPanel(StyledWidget):
+class GpuPanel(LinePanel):
     """`show(view)` hands it a `GpuView`; it draws as many rows as the view needs."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
@@ -374,16 +374,14 @@ class GpuPanel(StyledWidget):
         signature = still_signature(view)
         if signature is not None and signature == still_signature(before):
             return  # it says the same words as before: no redraw
-        self.refresh(layout=row_count(view) != row_count(before))
+        self.redraw(layout=row_count(view) != row_count(before))
 
     def get_content_height(self, container, viewport, width: int) -> int:
         return row_count(self.view)
 
-    def render(self) -> Text:
+    def build_lines(self, width: int) -> list[Text]:
         styles = {
             name: self.component_style(f"gpu-panel--{name}")
             for name in ("label", "dim", "warn", "error", "done", "todo", "spark")
         }
-        return Text("\n", no_wrap=True, overflow="ellipsis").join(
-            gpu_lines(self.view, self.content_size.width, styles)
-        )
+        return gpu_lines(self.view, width, styles)

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from cockpit.fmt import GIB
 from widgets.sparkline import levels, spark
-from widgets.styled import StyledWidget
+from widgets.styled import LinePanel
 
 CPU_SPARK_MAX = 30
 CPU_SPARK_MIN = 8
@@ -109,7 +109,7 @@ def host_lines(
     return [first, second]
 
 
-class HostPanel(StyledWidget):
+class HostPanel(LinePanel):
     """`show(host, cpu_spark)` hands it a `HostSample` (or None) and the CPU sparkline's data."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"host-panel--label", "host-panel--dim", "host-panel--spark"}
@@ -123,12 +123,11 @@ class HostPanel(StyledWidget):
     def show(self, host: Any, cpu_spark: tuple[Any, tuple[float, float]] | None, compact: bool) -> None:
         relayout = compact != self.compact or (host is None) != (self.host is None)
         self.host, self.cpu_spark, self.compact = host, cpu_spark, compact
-        self.refresh(layout=relayout)
+        self.redraw(layout=relayout)
 
     def get_content_height(self, container, viewport, width: int) -> int:
         return 1 if self.compact or self.host is None else 2
 
-    def render(self) -> Text:
+    def build_lines(self, width: int) -> list[Text]:
         styles = {n: self.component_style(f"host-panel--{n}") for n in ("label", "dim", "spark")}
-        lines = host_lines(self.host, self.content_size.width, self.cpu_spark, self.compact, styles)
-        return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
+        return host_lines(self.host, width, self.cpu_spark, self.compact, styles)

@@ -14,6 +14,7 @@ from operator import itemgetter, mul, sub, truediv
 from typing import ClassVar, NamedTuple
 
 from rich.segment import Segment
+from textual import events
 from textual.geometry import Region
 from textual.strip import Strip
 
@@ -25,6 +26,7 @@ BRAILLE_BLANK = 0x2800
 DOT_BITS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))
 MIN_PLOT_COLUMNS = 6
 MIN_PLOT_ROWS = 2  # one row of braille squashes any curve flat
+SUBTITLE_FRAME = 6  # the bottom border around a subtitle: '╰─ ' and ' ─╯'
 
 
 def braille_cells(
@@ -166,12 +168,15 @@ def plot_lines(
     return lines
 
 
-def lr_range_text(lr_points: Sequence[tuple[int, float]]) -> str:
-    """The learning-rate line's scale and its current value, for the panel's subtitle."""
+def lr_range_text(lr_points: Sequence[tuple[int, float]], width: int = 0) -> str:
+    """The learning-rate line's scale and its current value, for the panel's subtitle: the range
+    and the value now, or where `width` (columns, 0: any) is too narrow, less of it, never cut."""
     if not lr_points:
         return ""
     _, values = zip(*lr_points)
-    return f"lr {fmt.sci(min(values))}…{fmt.sci(max(values))}, now {fmt.sci(values[-1])}"
+    low, high, now = fmt.sci(min(values)), fmt.sci(max(values)), fmt.sci(values[-1])
+    texts = (f"lr {low}…{high}, now {now}", f"lr now {now}, max {high}", f"lr now {now}", f"lr {now}")
+    return next((text for text in texts if not width or len(text) <= width), "")
 
 
 class _FinitePoints:
@@ -240,10 +245,9 @@ class LossPlot(StyledWidget):
         self._points = self._loss_in.take(points)
         self._lr_points = self._lr_in.take(lr_points)
         self._eval_points = self._eval_in.take(eval_points)
-        subtitle = lr_range_text(self._lr_points)
+        subtitle = lr_range_text(self._lr_points, self._subtitle_room())
         if subtitle != self._subtitle:
-            self._subtitle = subtitle
-            self.border_subtitle = subtitle  # repaints the whole widget
+            self._set_subtitle(subtitle)
         before, size = self._rows, self._rows_size
         self._rows_size = None
         if size is None or size != tuple(self.content_size):
@@ -256,6 +260,30 @@ class LossPlot(StyledWidget):
             changed.extend(range(len(rows), len(before)))
         width = size[0]
         self.refresh(*(Region(0, y, width, 1) for y in changed))
+
+    def _subtitle_room(self) -> int:
+        """Columns for the subtitle on the bottom border, between its corners and dashes (0 before
+        the first layout: any)."""
+        return max(1, self.outer_size.width - SUBTITLE_FRAME) if self.outer_size.width else 0
+
+    def on_resize(self, _event: events.Resize) -> None:
+        subtitle = lr_range_text(self._lr_points, self._subtitle_room())
+        if subtitle != self._subtitle:
+            self._subtitle = subtitle
+            self.border_subtitle = subtitle
+
+    def _set_subtitle(self, subtitle: str) -> None:
+        """The learning rate moves with every step: repaint the bottom border's row it is drawn on,
+        not the whole plot as setting `border_subtitle` does (Textual 8's border title internals)."""
+        first = not self._subtitle
+        self._subtitle = subtitle
+        outer, offset = self.outer_size, self.content_offset
+        if first or not subtitle or not outer.height:
+            self.border_subtitle = subtitle
+            return
+        self._border_subtitle = self.render_str(subtitle).expand_tabs(4).split()[0]
+        # refresh() takes content coordinates: the border row lies below the content
+        self.refresh(Region(-offset.x, outer.height - 1 - offset.y, outer.width, 1))
 
     def _plot_rows(self, size: tuple[int, int]) -> list[PlotRow]:
         if size != self._rows_size:

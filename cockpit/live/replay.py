@@ -6,8 +6,11 @@ play a recording as they follow a live run. Events are released when the replay'
 reaches their recorded `ts`; `speed` 10 plays ten times as fast, 0 as fast as possible. Silences
 longer than `MAX_GAP_S` (a trainer restarted hours later) are cut short.
 
-`set_speed()` and `skip()` (the screen's -, + and ] keys) change the pace and jump ahead from where
-the replay is; there is no going back (the state only folds forward): replay again for that.
+`set_speed()` and `skip()` (the screen's -, +, [ and ] keys) change the pace and jump ahead or back
+from where the replay is. The state only folds forward, so going back folds the recording again
+from its start up to the new position: `skip()` only asks for it (it runs on the UI's thread), and
+the next `poll()` (on the thread that polls) starts a new `RunState` and counts the rewind in
+`rewinds`, which tells the screen and the watch to drop what they drew from later on.
 
 `session.watch` (a `ReplayWatch`) has the interface of `cockpit.live.watch.LiveWatch`: it rebuilds a
 telemetry `Sample` from each bin of `telemetry.jsonl` once the replay reaches the bin's end, feeds
@@ -149,6 +152,8 @@ class ReplaySession:
         self._timeline = Timeline([])
         self._started_at: float | None = None
         self._next_event = 0
+        self._rewind = False  # skip() went back before an event already applied: fold again
+        self.rewinds = 0  # how many times poll() has folded the recording again from its start
 
     # ------------------------------------------------------------ the recording
 
@@ -199,11 +204,26 @@ class ReplaySession:
         return speed
 
     def skip(self, seconds: float) -> None:
-        """Jump `seconds` of recording ahead (the events in between are applied at the next poll)."""
-        self.position_s()  # started
+        """Jump `seconds` of recording ahead, or back when negative (to the start at most; from the
+        end once the recording is played out). The events in between are applied at the next poll;
+        going back starts the fold again from the start there. Going back at speed 0 (as fast as
+        possible, so already at the end) plays on at x1 from there."""
+        at = min(self.position_s(), self._timeline.total_s)
         with self._lock:
-            if self.speed > 0:
-                self._started_at -= seconds / self.speed
+            if self.speed == 0:
+                if seconds >= 0:
+                    return  # already at the end
+                self.speed = 1.0
+            target = max(0.0, at + seconds)
+            self._started_at = self.clock() - target / self.speed
+            applied = self._events[self._next_event - 1][0] if self._next_event else -1.0
+            if target < applied or (self.trainer_gone and seconds < 0):
+                self._rewind = True
+
+    @property
+    def rewind_pending(self) -> bool:
+        """skip() went back and the next poll has yet to fold the recording again."""
+        return self._rewind
 
     def recorded_now(self) -> float | None:
         """The recorded time the replay has reached: the replay's "now" for elapsed time and cost."""
@@ -225,6 +245,13 @@ class ReplaySession:
     def poll(self) -> list[dict | Fault]:
         """The events the replay has reached since the last poll, already applied to `state`."""
         at = self.position_s()
+        with self._lock:
+            rewind, self._rewind = self._rewind, False
+        if rewind:
+            self.state = RunState(run_id=self.run.run_id, price_per_hour=self.run.config_price_per_hour())
+            self.snapshot = self.state.snapshot()
+            self._next_event, self.trainer_gone = 0, False
+            self.rewinds += 1
         items = []
         while self._next_event < len(self._events) and self._events[self._next_event][0] <= at:
             items.append(self._events[self._next_event][1])
@@ -279,10 +306,14 @@ class ReplayWatch:
         self._next_bin = 0
         self._latest: Sample | None = None
         self._pending: list[Sample] = []
+        self._rewinds = 0
 
     def update(self, state: RunState) -> tuple[Sample | None, list[Finding]]:
         at = self.session.position_s()
         with self._lock:
+            if self._rewinds != self.session.rewinds:  # the replay went back: play the bins again
+                self._rewinds = self.session.rewinds
+                self.doctor, self._next_bin, self._latest, self._pending = Doctor(), 0, None, []
             lines, self._next_bin = self.session.bins_until(self._next_bin, at)
             for line in lines:
                 sample = sample_of_bin(line)

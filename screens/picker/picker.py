@@ -45,7 +45,7 @@ from screens.picker.inputs import (
 )
 from screens.picker.save import SaveConfig
 from widgets.card_table import CardTableView
-from widgets.memory_breakdown import MemoryBreakdown
+from widgets.memory_breakdown import BreakdownBox, MemoryBreakdown
 
 # the form: rows of (field id, label, width); None width: takes the rest of the row
 ROWS: tuple[tuple[tuple[str, str, int | None], ...], ...] = (
@@ -110,11 +110,12 @@ class PickerScreen(Screen[None]):
         yield Static("", id="summary")
         yield CardTableView(id="cards")
         yield Static("", id="detail")
-        yield MemoryBreakdown("", id="breakdown")
+        with BreakdownBox(id="breakdown-box"):
+            yield MemoryBreakdown("", id="breakdown")
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#breakdown").border_title = "where the memory goes"
+        self.query_one("#breakdown-box").border_title = "where the memory goes"
         for warning in self.picker.catalog.warnings:  # e.g. default prices months old
             self.notify(warning, severity="warning", timeout=15)
         self.recompute()
@@ -271,8 +272,8 @@ class PickerScreen(Screen[None]):
         self.show_breakdown(row)
 
     def show_breakdown(self, row: CardRow) -> None:
-        panel = self.query_one(MemoryBreakdown)
-        panel.display = self.breakdown_open
+        panel, box = self.query_one(MemoryBreakdown), self.query_one(BreakdownBox)
+        box.display = self.breakdown_open
         table = self.query_one(CardTableView).table
         if not self.breakdown_open or table is None:
             return
@@ -280,12 +281,12 @@ class PickerScreen(Screen[None]):
         estimate = estimate or estimate_memory(row_workload(table.workload, row))
         how = f"with {row.fit.change.description}" if row.shown_workload_is_changed else "as set above"
         if row.gpus == 1:
-            panel.border_title = f"where the memory goes: {row.name}, {how}"
+            box.border_title = f"where the memory goes: {row.name}, {how}"
         elif row.sharding == "fsdp":
             share = f"weights, grads, states 1/{row.gpus} each"
-            panel.border_title = f"one GPU of {row.name}, {how}: {share}"
+            box.border_title = f"one GPU of {row.name}, {how}: {share}"
         else:
-            panel.border_title = f"one GPU of {row.name}, {how}: a whole replica + gradient buckets"
+            box.border_title = f"one GPU of {row.name}, {how}: a whole replica + gradient buckets"
         panel.show(estimate.parts, int(row.card.vram_gib * GIB), estimate.load_peak_bytes, estimate.unsure)
 
     # ------------------------------------------------------------ keys

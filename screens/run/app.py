@@ -61,7 +61,8 @@ class RunUpdated(Message):
 
     `log_tail`: the new last lines of backend.log, None when unchanged. `watch_late_s`: how long
     the watch has been asked for a sample without answering, None when it is not being asked.
-    `telemetry`: the watch's news since the last tick, None when it said nothing new.
+    `telemetry`: the watch's news since the last tick, None when it said nothing new. `rewound`: a
+    replay went back and its state was folded again from the start: the screen starts over.
     """
 
     def __init__(
@@ -73,8 +74,10 @@ class RunUpdated(Message):
         *,
         events: bool = True,
         telemetry: WatchNews | None = None,
+        rewound: bool = False,
     ) -> None:
         super().__init__()
+        self.rewound = rewound
         self.lines = lines
         self.shown = shown
         self.log_tail = log_tail
@@ -158,6 +161,7 @@ class CockpitApp(App[int]):
         pending_tail = None
         pending_items = False
         following = True  # until the session ends; then only the watch has news
+        rewinds, rewound = getattr(session, "rewinds", 0), False  # a replay that went back
         # ...and the end runner, whose cost.on_end events come after the trainer's end
         tail_after_end = session.mode == "live" and summary.configured_on_end(session.run) is not None
         try:
@@ -166,11 +170,16 @@ class CockpitApp(App[int]):
                 while shown is not None and not shown.wait(0.05):
                     if cancelled.is_set():
                         return
+                if not following and getattr(session, "rewind_pending", False):
+                    following = True  # a replay played out went back: it plays again from there
                 if following:
                     try:
                         items = session.poll()
+                        if getattr(session, "rewinds", 0) != rewinds:  # folded again from its start
+                            rewinds, rewound = session.rewinds, True
+                            event_lines, pending_lines, pending_tail = EventLines(), [], None
                         pending_lines += event_lines.lines(items)
-                        pending_items = pending_items or bool(items)
+                        pending_items = pending_items or bool(items) or rewound
                     except OSError as exc:
                         pending_lines.append(f"could not read the run's events: {exc}; retrying")
                         cancelled.wait(READ_RETRY_S)
@@ -195,11 +204,17 @@ class CockpitApp(App[int]):
                 if ended or (show_due and now >= events_at) or (slot.pending and now >= news_at):
                     shown = threading.Event()
                     update = RunUpdated(
-                        pending_lines, shown, pending_tail, late, events=show_due, telemetry=slot.take()
+                        pending_lines,
+                        shown,
+                        pending_tail,
+                        late,
+                        events=show_due,
+                        telemetry=slot.take(),
+                        rewound=rewound,
                     )
                     if not self.post_message(update):
                         return  # the app is closing
-                    pending_lines, pending_tail, pending_items = [], None, False
+                    pending_lines, pending_tail, pending_items, rewound = [], None, False, False
                     last_post, last_show = now, (now if show_due else last_show)
                     events_at, news_at, show_due = now + events_wait_s, now + NEWS_GAP_S, False
                 if ended:
@@ -232,6 +247,8 @@ class CockpitApp(App[int]):
             if not self._view_ready():
                 return
             view = self.run_view
+            if message.rewound:
+                view.start_over()
             if message.events:
                 view.show(message.lines)
             if message.log_tail is not None:

@@ -114,7 +114,10 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
     rows.extend(memory_rows(state))
     device = state.device
     if device:
-        rows.append(("device", f"{device.get('kind')} {device.get('name')}"))
+        kind, name = device.get("kind"), device.get("name")
+        # a CUDA card's name says what it is ("NVIDIA H100 80GB HBM3"); "cuda" before it cost the
+        # row its end at 80 columns
+        rows.append(("device", str(name) if kind == "cuda" and name else f"{kind} {name}"))
         rows.append(("precision", state.precision or "-"))
     model = state.model
     if model:

@@ -36,7 +36,6 @@ from cockpit.live.stall import Stall, StallNotices, find_stall
 from cockpit.run import process
 from cockpit.run.control import NotRunning
 from screens.confirm import Confirm
-from screens.oom.wizard import offer_oom_wizard, open_oom_wizard
 from screens.run.figures import (  # noqa: F401 - the tests and other screens import them from here
     EventLines,
     checkpoint_rows,
@@ -59,7 +58,7 @@ from widgets.stats import StatsPanel
 MAX_LOG_LINES = 1000
 CLIENT_LINE_INDENT = " " * len("0:00:00 ")  # this client's own lines carry no event time
 STOP_QUESTION = "Stop the run? A checkpoint is saved first."
-COMPACT_FOOTER_BELOW_COLUMNS = 70  # narrower: the footer's keys closer together, so none is cut
+COMPACT_FOOTER_BELOW_COLUMNS = 70  # narrower (or narrower than its keys): the footer's keys closer together
 COMPACT_BELOW_ROWS = 30  # shorter terminals get one row per GPU and one for the host
 MANY_GPUS = 2  # more GPUs than this: one row each at any size
 RECENT_SPAN_S = 300.0  # `h` switches the sparklines between the whole run and this
@@ -85,10 +84,12 @@ class RunView(Screen):
         # a replay's own keys (its footer has these instead of s, p and x)
         Binding("minus", "replay_speed(0.5)", "Slower", key_display="-"),
         Binding("plus,equals_sign", "replay_speed(2)", "Faster", key_display="+"),
+        Binding("left_square_bracket", "replay_back(60)", "-1 min", key_display="["),
         Binding("right_square_bracket", "replay_skip(60)", "+1 min", key_display="]"),
     ]
     COMMANDS_OF_LIVE_RUNS = frozenset({"save", "pause", "resume", "stop"})
-    REPLAY_ACTIONS = frozenset({"replay_speed", "replay_skip"})
+    REPLAY_ACTIONS = frozenset({"replay_speed", "replay_skip"})  # while the replay plays
+    REPLAY_BACK = "replay_back"  # a replay played out can still go back
 
     class Ready(Message):
         """The view is composed and mounted: updates can reach its widgets."""
@@ -124,6 +125,7 @@ class RunView(Screen):
         self._stall_notices = StallNotices()
         self._panels_drawn: tuple | None = None  # what the GPU and host panels last drew
         self._texts: dict[str, str | Text] = {}  # what each Static shows
+        self._status_css: str | None = None
         self._summary_of: tuple | None = None  # the ending the summary panel was drawn for
         self._export_offered = False
         self.idle_settings = idle.settings_of(session.run.config_path)
@@ -173,13 +175,31 @@ class RunView(Screen):
         self.post_message(self.Ready())  # every widget exists now: the app may start its threads
 
     def on_resize(self, event: events.Resize) -> None:
-        self.query_one(Footer).compact = event.size.width < COMPACT_FOOTER_BELOW_COLUMNS  # every key shown
+        self._fit_footer(event.size.width)
         short = event.size.height < COMPACT_BELOW_ROWS
         if short != self.short:
             self.short = short
             self.query_one("#doctor-box").set_class(short, "-short")
             self.query_one(DoctorPanel).show(self.query_one(DoctorPanel).findings, brief=short)
             self._show_telemetry_panels()
+
+    def refresh_bindings(self) -> None:
+        super().refresh_bindings()
+        self._fit_footer(self.size.width)
+
+    def _fit_footer(self, width: int) -> None:
+        """Every key in view: the footer's keys closer together when, spaced out, they would not
+        fit (a narrow terminal, or a replay's seek and speed keys beside the others)."""
+        shown: set[tuple[str, str]] = set()
+        spaced = 1
+        for active in self.active_bindings.values():
+            binding = active.binding
+            if binding.show and (binding.action, binding.description) not in shown:
+                shown.add((binding.action, binding.description))
+                spaced += len(binding.key_display or binding.key) + len(binding.description) + 3
+        footer = self.query(Footer)
+        if footer:
+            footer.first().compact = width < max(spaced, COMPACT_FOOTER_BELOW_COLUMNS)
 
     # ------------------------------------------------------------ drawing
 
@@ -208,9 +228,12 @@ class RunView(Screen):
         self.query_one("#stats", StatsPanel).show_rows(stat_rows(state, now_ts))
         self.query_one("#checkpoints", StatsPanel).show_rows(checkpoint_rows(state))
         if (len(state.losses), len(state.evals)) != self._losses_shown:
-            if state.evals and self._losses_shown[1] <= 0:
-                self._set_title(self.query_one(LossPlot), LOSS_TITLE_WITH_EVAL)
-                self._set_title(self.query_one("#checkpoints"), "checkpoints · ★ best eval")
+            if bool(state.evals) != (self._losses_shown[1] > 0):  # a replay that went back has none
+                evals = bool(state.evals)
+                self._set_title(self.query_one(LossPlot), LOSS_TITLE_WITH_EVAL if evals else "loss")
+                self._set_title(
+                    self.query_one("#checkpoints"), f"checkpoints{' · ★ best eval' if evals else ''}"
+                )
             self._losses_shown = (len(state.losses), len(state.evals))
             self.query_one(LossPlot).plot(state.losses, state.learning_rates, state.evals)
             self._show_telemetry_panels()  # the torch memory counters came with the step
@@ -233,7 +256,12 @@ class RunView(Screen):
         for line in [*lines, *([said] if said else [])]:
             log.write(line)
         self.updates_shown += 1
-        offer_oom_wizard(self)  # an OOM: the wizard opens by itself, once
+        if state.status == "failed" and (state.error or {}).get("kind") == "oom":
+            # imported on the first OOM: the wizard and the remedies behind it cost every start
+            # of the TUI a tenth of a second of CPU otherwise
+            from screens.oom.wizard import offer_oom_wizard
+
+            offer_oom_wizard(self)  # the wizard opens by itself, once
 
     def _show_summary(self, shown: bool) -> None:
         """The ended run's summary: figures, where the adapter is, the next commands, the end command."""
@@ -277,6 +305,11 @@ class RunView(Screen):
 
     def show_telemetry(self, sample: Any, findings: Sequence[Any], samples: Sequence[Any] = ()) -> None:
         """The watch's newest sample and findings; `samples`: every sample since the last call."""
+        if self.session.mode == "playback":  # a replay that went back: what the watch had read before
+            now = self.clock()
+            samples = [each for each in samples if now is None or each.ts <= now + 1e-6]
+            if sample is not None and now is not None and sample.ts > now + 1e-6:
+                sample = samples[-1] if samples else None
         for each in samples or ([sample] if sample is not None else []):
             self.book.add_sample(each)
         if sample is not None:
@@ -359,7 +392,9 @@ class RunView(Screen):
         self._set_text("#status", f" {label} ")
         # query, not query_one: a redraw that lands while the screen is being torn down finds nothing
         css = {"stopping…": "-stopping", "silent": "-stalled"}.get(label, f"-{self.status}")
-        self.query("#status").set_classes(css)
+        if css != self._status_css:  # set_classes restyles the widget even when they are the same
+            self._status_css = css
+            self.query("#status").set_classes(css)
 
     def _set_text(self, selector: str, content: str | Text) -> None:
         """Update a Static only when its content changed: each update costs a layout pass."""
@@ -380,6 +415,8 @@ class RunView(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in self.REPLAY_ACTIONS:
             return self.session.mode == "playback" and self.session.playing
+        if action == self.REPLAY_BACK:
+            return self.session.mode == "playback"
         if action in self.COMMANDS_OF_LIVE_RUNS and (self.session.mode != "live" or not self.live):
             return False  # a recording or an ended run takes no commands: not offered
         if action == "pause":
@@ -438,6 +475,26 @@ class RunView(Screen):
         self.session.skip(seconds)
         self._set_text("#replay", self.session.label)
 
+    def action_replay_back(self, seconds: float) -> None:
+        """Back `seconds` of recording: the follow thread folds the events again up to there."""
+        self.session.skip(-seconds)
+        self._set_text("#replay", self.session.label)
+        self.refresh_bindings()  # a replay played out plays again: its speed keys come back
+
+    def start_over(self) -> None:
+        """A replay went back: its state was folded again from the start, so what was drawn from
+        the later part of the recording goes (the events, the loss, the telemetry, the summary)."""
+        self.query_one(EventLog).clear()
+        self.book = SeriesBook()
+        self.sample, self._panels_drawn = None, None
+        self._losses_shown, self._summary_of = (-1, -1), None
+        self._findings_logged, self._samples_shown = set(), 0
+        self._set_title(self.query_one(LossPlot), "loss")
+        self._set_title(self.query_one("#checkpoints"), "checkpoints")
+        if self.query_one(DoctorPanel).show([], brief=self.short):
+            self.query_one("#doctor-box").display = False
+        self.refresh_bindings()
+
     def action_toggle_telemetry(self) -> None:
         if not self.has_telemetry:
             self.notify(NO_TELEMETRY)
@@ -476,6 +533,8 @@ class RunView(Screen):
         self.app.push_screen(ExportScreen(self.session.run, self.session.state.best_checkpoint))
 
     def action_oom_wizard(self) -> None:
+        from screens.oom.wizard import open_oom_wizard
+
         open_oom_wizard(self)
 
     def action_save(self) -> None:

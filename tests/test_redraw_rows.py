@@ -1,0 +1,112 @@
+"""The live view's own CPU (issue 16, item 17). What it repaints per tick: the GPU and host panels
+repaint the rows whose text changed and nothing when none did; a new learning rate in the loss
+plot's subtitle repaints its bottom border row, not the whole plot. What it imports at start: not
+the OOM wizard and its remedies until a run runs out of memory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from textual.app import App, ComposeResult
+from textual.geometry import Region
+
+from cockpit.fmt import GIB
+from cockpit.telemetry.gpu import GpuSample
+from cockpit.telemetry.sampler import HostSample, Sample
+from screens.run.telemetry_feed import SeriesBook
+from widgets.gpu_panel import GpuPanel, GpuView
+from widgets.host_panel import HostPanel
+from widgets.loss_plot import LossPlot
+
+
+class Panels(App):
+    CSS = "LossPlot { height: 10; border: round white; } GpuPanel, HostPanel { height: auto; }"
+
+    def compose(self) -> ComposeResult:
+        yield GpuPanel(id="gpus")
+        yield HostPanel(id="host")
+        yield LossPlot(id="plot")
+
+
+def host(disk_read: float) -> HostSample:
+    return HostSample(
+        cpu_pct=50.0, ram_used_bytes=8 * GIB, ram_total_bytes=64 * GIB, disk_read_bytes_s=disk_read
+    )
+
+
+def gpu_sample(ts: float, power_w: float) -> Sample:
+    gpu = GpuSample(0, util_pct=99.0, mem_used_bytes=60 * GIB, mem_total_bytes=80 * GIB, power_w=power_w)
+    return Sample(ts, [gpu], host(1e6))
+
+
+def record_refreshes(widget, calls: list) -> None:
+    real = widget.refresh
+
+    def refresh(*regions, **kwargs):
+        calls.append((regions, kwargs))
+        return real(*regions, **kwargs)
+
+    widget.refresh = refresh
+
+
+async def test_a_host_reading_repaints_only_its_changed_row_and_the_same_one_nothing():
+    app = Panels()
+    async with app.run_test(size=(100, 24)) as pilot:
+        panel = app.query_one(HostPanel)
+        panel.show(host(1e6), None, False)
+        await pilot.pause()
+        calls: list = []
+        record_refreshes(panel, calls)
+        panel.show(host(1e6), None, False)  # the host is read every other sample: the same figures
+        assert calls == []
+        panel.show(host(5e6), None, False)  # the disk rate is on the second row only
+        assert calls == [((Region(0, 1, panel.size.width, 1),), {})]
+        await pilot.pause()
+        assert "read 5.0 MB/s" in panel.render_line(1).text
+
+
+async def test_a_new_gpu_sample_repaints_the_rows_that_changed():
+    app = Panels()
+    async with app.run_test(size=(100, 24)) as pilot:
+        panel, book = app.query_one(GpuPanel), SeriesBook()
+        first = gpu_sample(1000.0, 600.0)
+        panel.show(GpuView(first, book, None, compact=False))
+        await pilot.pause()
+        calls: list = []
+        record_refreshes(panel, calls)
+        panel.show(GpuView(gpu_sample(1000.5, 640.0), book, None, compact=False))  # power only
+        (regions, _kwargs), *more = calls
+        assert not more and all(region.height == 1 for region in regions)
+        assert 0 < len(regions) < 3  # rows of the panel's three, not all of them
+        await pilot.pause()
+        assert "power 640 W" in panel.render_line(2).text
+
+
+async def test_a_new_learning_rate_repaints_the_plot_border_not_the_plot():
+    app = Panels()
+    async with app.run_test(size=(100, 24)) as pilot:
+        plot = app.query_one(LossPlot)
+        losses = [(step, 3.0 - step / 10) for step in range(1, 11)]
+        lrs = [(step, 1e-3 * (1 - step / 20)) for step in range(1, 11)]
+        plot.plot(losses, lrs)
+        await pilot.pause()
+        calls: list = []
+        record_refreshes(plot, calls)
+        plot.plot(losses, [*lrs[:-1], (10, 4e-4)])  # the same losses, a new "now" learning rate
+        full = [kwargs for regions, kwargs in calls if not regions]
+        assert full == []  # no repaint of the whole plot
+        border_row = plot.outer_size.height - 1 - plot.content_offset.y
+        assert any(
+            region.y == border_row and region.height == 1 for regions, _ in calls for region in regions
+        )
+        await pilot.pause()
+        assert str(plot.border_subtitle).endswith("now 4.00e-04")
+
+
+def test_the_run_screen_imports_the_oom_wizard_only_when_a_run_runs_out_of_memory():
+    code = "import sys, screens.run.app; print(sorted(m for m in sys.modules if 'oom' in m))"
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['cockpit.oom', 'cockpit.oom.messages']"  # the event text's parser
