@@ -65,16 +65,41 @@ def test_speed_off_is_parity_within_the_spread_not_a_speed_up():
 
 
 def test_the_oom_scenarios_are_told_as_they_ran():
-    scenarios = _json(RESULTS / "2026-11-30-oom-scenarios-h200.json")["scenarios"]
+    runs = sorted(RESULTS.glob("*oom*-h200.json"))
+    assert len(runs) == 3
+    scenarios = [s for run in runs for s in _json(run)["scenarios"]]
     caught = [s for s in scenarios if s["oom"]["caught"]]
     fixed = [s for s in caught if s["relaunch"]["finished"] and s["relaunch"]["trainers"] == 2]
-    words = {1: "one", 2: "two", 3: "three", 4: "four"}
+    words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
     assert f"{words[len(fixed)]} real OOMs" in FLAT and len(fixed) == len(caught)
     cards = sorted({s["card_gib"] for s in caught}, reverse=True)
-    assert f"OOMs on emulated {' and '.join(str(c) for c in cards)} GiB cards" in FLAT
+    cards_text = ", ".join(str(c) for c in cards[:-1]) + f" and {cards[-1]}"
+    assert f"OOMs on emulated {cards_text} GiB cards" in FLAT
     for missed in (s for s in scenarios if not s["oom"]["caught"]):
-        assert f"emulated {missed['card_gib']} GiB card did not run out" in FLAT
         assert f"({missed['oom']['nvml_peak_gib']:.1f} GiB peak by NVML)" in FLAT
+    for held in (s for s in scenarios if "nvml_max_gib" in s):
+        said = f"{held['nvml_max_gib']:.2f} of {held['card_gib']} GiB"
+        assert said in FLAT and held["held_to_emulated_size"] == (held["nvml_max_gib"] <= held["card_gib"])
+
+
+def test_the_doctor_fixes_are_the_benchs():
+    cases = {c["case"]: c for c in _json(RESULTS / "2026-12-02-doctor-fixes-h200.json")["cases"]}
+    demo, slow = cases["demo-packed"], cases["slow-loader"]
+    assert any("GPU underfed" in line for line in demo["runs"][0]["doctor_live_lines"])
+    assert f"x{demo['gain']:.2f} real tokens/s" in FLAT and f"(predicted x{demo['predicted_gain']:.2f})" in FLAT
+    assert f"x{demo['wrong_fix_gain']:.2f} for the old advice" in FLAT
+    assert "input_bound" in slow["runs"][0]["doctor_fired"]
+    assert f"x{slow['gain']:.2f} with loader workers (predicted x{slow['predicted_gain']:.2f})" in FLAT
+
+
+def test_the_attached_views_cpu_on_the_gpu_box_is_the_benchs():
+    data = _json(RESULTS / "2026-12-02-attach-overhead-h200.json")
+    attached = [r for r in data["runs"] if r["kind"] == "attached"]
+    whole = " and ".join(f"{r['tui_core_share']:.1%}" for r in attached)
+    drawn = " and ".join(f"{r['tui_core_share_drawn']:.1%}" for r in attached)
+    assert f"TUI took {whole} of a core over the whole run" in FLAT
+    assert f"{drawn} from its first screen on" in FLAT
+    assert f"tokens/s attached/detached {data['ratio_attached_over_detached']:.3f}" in FLAT
 
 
 def test_the_preflight_on_h200s_is_the_reports():
