@@ -43,9 +43,9 @@ def test_the_article_recipe_on_24gib_gets_checkpointing_first(catalog):
     )
     assert 0.5 < best.speed < 0.9 and best.effect == "none" and best.resume == "from the last checkpoint"
     assert a.auto_choice() is best
-    # the failed config itself: ~23.5 GiB by the model (the fused loss tiles included); the OOM proved
+    # the failed config itself: ~23.7 GiB by the model (the fused loss tiles included); the OOM proved
     # at least 24.11 GiB
-    assert a.estimate.peak_gib == pytest.approx(23.46, abs=0.05)
+    assert a.estimate.peak_gib == pytest.approx(23.70, abs=0.05)
     assert a.observation.demand_bytes == int(23.62 * GIB) + 500 * 2**20
     assert a.gap_bytes == a.observation.demand_bytes - a.estimate.peak_bytes
 
