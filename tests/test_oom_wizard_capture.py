@@ -393,3 +393,20 @@ def test_the_warm_up_runs_a_linear_layers_forward_backward_and_loss_without_touc
     torch.manual_seed(7)
     warm_up_libraries(precision, device="cpu")  # the same operations as on the GPU, on the CPU here
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_card_emulation_holds_back_a_paged_optimizers_states_before_the_first_step(emulation):
+    """bitsandbytes' paged states live in unified memory, outside the allocator: held back before
+    step 1, so the cache step 1 filled never sits beside them above the size (24.40 GiB on 24)."""
+    cuda, oom_watch, cfg = emulation
+    done = oom_watch.emulate_vram(cfg, "cuda", "bf16", warm_up=cuda.warm_up(0.1))
+    code = done["held_back_bytes"]
+    lora_13b = 52_428_800  # r=64 on q_proj and v_proj of a 13B Llama: 40 x 2 x 2 x 5120 x 64
+    assert oom_watch.hold_back_paged_states(lora_13b, "adamw_torch") == 0 and len(cuda.fractions) == 1
+    states = oom_watch.hold_back_paged_states(lora_13b, "paged_adamw_32bit")
+    assert states == 8 * lora_13b  # two fp32 states a parameter
+    assert done["held_back_bytes"] == code + states and done["allowed_bytes"] == 24 * GIB - code - states
+    assert cuda.fractions[-1] * cuda.total == pytest.approx(done["allowed_bytes"], rel=1e-9)
+    cuda.outside = code + states  # after the first optimizer step: no further cut
+    oom_watch.recap_vram()
+    assert len(cuda.fractions) == 2

@@ -244,6 +244,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             card.check()  # the weights and the context alone may already be over it
         oom_watch.keep_optimizer_compatible(trainer, resume[-1] if resume else None, cfg, emitter)
         total, trainable = model_mod.parameter_counts(trainer.model)
+        optim = trainer.args.optim
+        oom_watch.hold_back_paged_states(trainable, str(getattr(optim, "value", optim)))  # before step 1
         emitter.emit(
             "model",
             name=cfg.model.name,
