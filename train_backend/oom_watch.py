@@ -159,7 +159,7 @@ def allocator_options(cfg: TrainConfig) -> None:
 # (bench/results/2026-11-30-oom-scenarios-h200.json, 2026-12-02-oom-article13b-24gib-h200.json,
 # and the two 16-bit cases of 2026-12-02). The cap holds back 256 MiB above the bare context for
 # it, or what the warm-up measured if that is more. bitsandbytes' paged optimizer states are
-# data, not code: `recap_vram` follows them.
+# data, not code: `hold_back_paged_states` holds them back from their size.
 LAZY_CODE_BYTES = 256 << 20
 
 
