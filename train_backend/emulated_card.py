@@ -88,9 +88,11 @@ def nvml_process_reader(pid: int | None = None) -> Callable[[], int | None]:
     import torch
 
     pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByPciBusId(
-        pci_address(torch.cuda.get_device_properties(torch.cuda.current_device()))
-    )
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_address(props))
+    except (AttributeError, pynvml.NVMLError):  # an older torch: the GPU's UUID, NVML's spelling
+        handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{props.uuid}")
     pid = os.getpid() if pid is None else pid
 
     def read() -> int | None:
