@@ -215,6 +215,8 @@ def run_scenario(name: str, s: Scenario, workdir: Path, env: dict, steps: int, t
             "message": str(error.get("message"))[:400],
             "figures": {k: v for k, v in oom.items() if k.endswith("_bytes")},
             "memory": oom.get("memory"),
+            # the cap as it stood at the OOM (what the last recap saw outside the allocator)
+            "emulated_vram": oom.get("emulated_vram"),
             "nvml_peak_gib_until_oom": round(peak.peak_gib(end=error["ts"]), 2),
         }
     else:  # it fitted after all: the prediction said so or not, this is worth knowing
