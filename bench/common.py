@@ -119,6 +119,8 @@ class DevicePeak:
         self.thread.join()
         return self.peak_gib()
 
+    def peak_bytes(self, start: float = 0.0, end: float = float("inf")) -> int:
+        return max((b for t, b in self.timeline if start <= t <= end), default=0)
+
     def peak_gib(self, start: float = 0.0, end: float = float("inf")) -> float:
-        window = [b for t, b in self.timeline if start <= t <= end]
-        return max(window, default=0) / 2**30
+        return self.peak_bytes(start, end) / 2**30

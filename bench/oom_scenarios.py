@@ -134,6 +134,18 @@ def config_for(s: Scenario, data: Path, steps: int, runs: Path) -> dict:
     }
 
 
+def held_to_emulated_size(nvml_max_bytes: int, card_gib: float) -> dict:
+    """The most NVML showed (bytes above idle) against the emulated size (GiB = 2^30 bytes, as
+    `--emulate-vram NGiB` gives the trainer): the verdict in bytes, the GiB figure for reading."""
+    limit = int(card_gib * GIB)
+    return {
+        "nvml_max_bytes": nvml_max_bytes,
+        "limit_bytes": limit,
+        "nvml_max_gib": round(nvml_max_bytes / GIB, 3),
+        "held_to_emulated_size": nvml_max_bytes <= limit,
+    }
+
+
 def trained(logs: list[dict]) -> dict:
     """Steady figures of a trainer's log events (steps after the first two)."""
     steady = [e for e in logs if e["step"] > 2] or logs[-1:]
@@ -177,9 +189,9 @@ def run_scenario(name: str, s: Scenario, workdir: Path, env: dict, steps: int, t
     (folder / "cockpit.log").write_text(out)
     result: dict = {"name": name, "arch": s.arch, "card_gib": s.card_gib, "method": s.method}
     # what nvidia-smi showed of the emulated process over the whole call (first run, OOM, relaunch):
-    # the emulated card must hold it to its size
-    result["nvml_max_gib"] = round(peak.peak_gib(), 2)
-    result["held_to_emulated_size"] = peak.peak_gib() <= s.card_gib
+    # the emulated card must hold it to its size. Both in bytes (NVML 'used' above idle against
+    # card_gib x 2^30, the limit the trainer is given): no rounding decides the verdict
+    result.update(held_to_emulated_size(peak.peak_bytes(), s.card_gib))
     result.update(settings=s.training, note=s.note, returncode=returncode, wall_s=round(ended - started, 1))
     run_dirs = sorted(runs.iterdir()) if runs.is_dir() else []
     if not run_dirs:
@@ -203,6 +215,8 @@ def run_scenario(name: str, s: Scenario, workdir: Path, env: dict, steps: int, t
             "message": str(error.get("message"))[:400],
             "figures": {k: v for k, v in oom.items() if k.endswith("_bytes")},
             "memory": oom.get("memory"),
+            # the cap as it stood at the OOM (what the last recap saw outside the allocator)
+            "emulated_vram": oom.get("emulated_vram"),
             "nvml_peak_gib_until_oom": round(peak.peak_gib(end=error["ts"]), 2),
         }
     else:  # it fitted after all: the prediction said so or not, this is worth knowing
@@ -318,8 +332,8 @@ def markdown(report: dict) -> str:
             "Most nvidia-smi showed of the emulated process over each whole call (first run, OOM, "
             "relaunch): "
             + "; ".join(
-                f"{r['name']} {r['nvml_max_gib']:.2f} of {r['card_gib']:g} GiB"
-                f"{'' if r.get('held_to_emulated_size') else ' (OVER)'}"
+                f"{r['name']} {r['nvml_max_gib']:.3f} of {r['card_gib']:g} GiB"
+                + ("" if r.get("held_to_emulated_size") else " (OVER)")
                 for r in held
             )
             + ".",

@@ -50,3 +50,44 @@ def test_every_micro_batch_is_checked_from_the_first():
     with pytest.raises(FakeOom):
         trainer.training_step("model", {"input_ids": 2})
     assert len(steps) == 2 and card.checks == 2
+
+
+def test_nvml_finds_the_gpu_by_its_whole_pci_address():
+    """torch gives the PCI domain, bus and device as integers; NVML wants "DDDDDDDD:BB:DD.0"
+    (str() of the bus number alone made NVML refuse the lookup: the check never ran)."""
+    from train_backend.emulated_card import pci_address
+
+    props = SimpleNamespace(pci_domain_id=0, pci_bus_id=0x1B, pci_device_id=0)
+    assert pci_address(props) == "00000000:1B:00.0"
+    assert (
+        pci_address(SimpleNamespace(pci_domain_id=1, pci_bus_id=0xDC, pci_device_id=3)) == "00000001:DC:03.0"
+    )
+
+
+@pytest.mark.parametrize(
+    ("reader", "why"),
+    [
+        (lambda: lambda: None, "NVML does not list this process"),
+        (lambda: (_ for _ in ()).throw(RuntimeError("no NVML")), "NVML: RuntimeError: no NVML"),
+    ],
+)
+def test_a_card_nvml_cannot_read_says_why_in_the_emulation_record(monkeypatch, reader, why):
+    pytest.importorskip("torch")
+    from train_backend import emulated_card
+
+    monkeypatch.setattr(emulated_card, "nvml_process_reader", reader)
+    record = {"limit_bytes": 24 * GIB}
+    assert emulated_card.start(24 * GIB, record) is None
+    assert record["whole_process"] is False and record["whole_process_why"].startswith(why)
+
+
+def test_a_card_nvml_reads_holds_the_whole_process(monkeypatch):
+    pytest.importorskip("torch")
+    from train_backend import emulated_card
+
+    monkeypatch.setattr(emulated_card, "nvml_process_reader", lambda: lambda: 3 * GIB)
+    record: dict = {}
+    card = emulated_card.start(24 * GIB, record)
+    assert card is not None and record == {"whole_process": True}
+    card.check()
+    assert card.peak_used_bytes == 3 * GIB

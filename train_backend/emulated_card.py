@@ -75,14 +75,24 @@ class EmulatedCard:
         trainer.training_step = checked_step
 
 
+def pci_address(props) -> str:
+    """The PCI address NVML looks a GPU up by ("00000000:1B:00.0") from torch's device
+    properties, whose `pci_domain_id`, `pci_bus_id` and `pci_device_id` are integers (str() of
+    the bus number alone is no address: NVML refused it, and the check never ran on an H200)."""
+    return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+
+
 def nvml_process_reader(pid: int | None = None) -> Callable[[], int | None]:
     """This process's used device memory on the GPU torch uses, from NVML (what nvidia-smi shows)."""
     import pynvml
     import torch
 
     pynvml.nvmlInit()
-    bus_id = torch.cuda.get_device_properties(torch.cuda.current_device()).pci_bus_id
-    handle = pynvml.nvmlDeviceGetHandleByPciBusId(str(bus_id))
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_address(props))
+    except (AttributeError, pynvml.NVMLError):  # an older torch: the GPU's UUID, NVML's spelling
+        handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{props.uuid}")
     pid = os.getpid() if pid is None else pid
 
     def read() -> int | None:
@@ -97,21 +107,30 @@ def nvml_process_reader(pid: int | None = None) -> Callable[[], int | None]:
     return read
 
 
-def start(limit_bytes: int) -> EmulatedCard | None:
-    """The emulated card for this CUDA process, or None when NVML cannot be read."""
+def start(limit_bytes: int, record: dict | None = None) -> EmulatedCard | None:
+    """The emulated card for this CUDA process, or None when NVML cannot read this process's
+    memory; then `record["whole_process_why"]` says why (the allocator cap alone holds the size)."""
     import torch
 
+    why = None
     try:
         reader = nvml_process_reader()
-    except Exception:
+        if reader() is None:
+            why = f"NVML does not list this process (pid {os.getpid()}; a container's own pid namespace?)"
+    except Exception as exc:
+        why = f"NVML: {type(exc).__name__}: {exc}"[:200]
+    if record is not None:
+        record["whole_process"] = why is None
+        if why is not None:
+            record["whole_process_why"] = why
+    if why is not None:
         return None
-    card = EmulatedCard(
+    return EmulatedCard(
         limit_bytes,
         reader,
         lambda: (torch.cuda.memory_allocated(), torch.cuda.memory_reserved()),
         torch.OutOfMemoryError,
     )
-    return card
 
 
 def describe(card: EmulatedCard | None) -> str:

@@ -150,14 +150,61 @@ def allocator_options(cfg: TrainConfig) -> None:
         os.environ[name] = ",".join(x for x in (current, "expandable_segments:True") if x)
 
 
-def emulate_vram(cfg: TrainConfig, device_kind: str) -> dict | None:
+# Code loaded outside the allocator after CUDA starts (lazily loaded kernels of torch, cuBLAS,
+# cuBLASLt, attention, bitsandbytes; cuBLAS handles): measured on an H200 (torch 2.11, driver
+# 580) from the bare context (527 MiB) to the peak of the first steps, with the cap set right
+# after CUDA started: +161 to +172 MiB in 16-bit LoRA (qwen2.5-1.5b 8 x 2048, llama-2-7b 4 x 512)
+# and in 4-bit QLoRA on 7B and 1.5B, +229 MiB at the article's 13B QLoRA OOM (cudaMemGetInfo
+# less the reserved bytes in the OOM report; NVML above idle less torch's max reserved)
+# (bench/results/2026-11-30-oom-scenarios-h200.json, 2026-12-02-oom-article13b-24gib-h200.json,
+# and the two 16-bit cases of 2026-12-02). The cap holds back 256 MiB above the bare context for
+# it, or what the warm-up measured if that is more. bitsandbytes' paged optimizer states are
+# data, not code: `hold_back_paged_states` holds them back from their size.
+LAZY_CODE_BYTES = 256 << 20
+
+
+def warm_up_libraries(precision: str, device: str = "cuda") -> None:
+    """Run what every training step runs, once and small, so cuBLAS/cuBLASLt create their handles
+    and workspaces and the kernels of a linear layer's forward and backward and of the loss load
+    now, before what lives outside the allocator is measured. In the run's dtype and in fp32 (the
+    loss and LoRA's fp32 parts); no random numbers, so the run's seed is untouched."""
+    import torch
+    import torch.nn.functional as F
+
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    for dtype in dict.fromkeys((dtypes.get(precision, torch.float32), torch.float32)):
+        x = torch.linspace(-1, 1, 64 * 256, device=device).reshape(64, 256).to(dtype).requires_grad_()
+        w = torch.linspace(1, -1, 256 * 256, device=device).reshape(256, 256).to(dtype).requires_grad_()
+        b = torch.zeros(256, device=device, dtype=dtype, requires_grad=True)
+        y = F.linear(x, w, b)  # addmm: cuBLASLt with a bias epilogue
+        y = y @ w.t()  # a plain matmul with a transpose: cuBLAS
+        target = torch.arange(64, device=device)
+        F.cross_entropy(y.float(), target).backward()  # log_softmax, nll, the transposed matmuls
+    del x, w, b, y, target
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # cuBLAS workspaces stay (in the allocator, so counted as reserved)
+
+
+def _outside(torch) -> int:
+    """Device memory in use that PyTorch's caching allocator does not hold (cudaMemGetInfo)."""
+    free, total = torch.cuda.mem_get_info()
+    return max(0, total - free - torch.cuda.memory_reserved())
+
+
+def emulate_vram(
+    cfg: TrainConfig, device_kind: str, precision: str = "fp32", warm_up=warm_up_libraries
+) -> dict | None:
     """Cap PyTorch's allocator so the process behaves as on a card of `emulate_vram_gib`.
 
     nvidia-smi counts the CUDA context and anything else outside the allocator against the
-    card; the fraction caps the allocator alone. So the cap is the limit minus what is already
-    used outside the allocator now (after CUDA starts). Kernels loaded later (cuBLAS, bitsandbytes,
-    attention) grow the context outside the cap: `recap_vram` lowers the cap by that growth at
-    each step's begin, so only the first step runs on a card larger by it.
+    card; the fraction caps the allocator alone. So the cap is the limit minus what lives outside
+    the allocator, measured after CUDA starts and after `warm_up` (the libraries every step uses,
+    in the run's `precision`), and minus `LAZY_CODE_BYTES` held back for kernels that later steps
+    load (the cap cannot wait for them: the memory they take is in use the moment they load).
+    What grows beyond that (bitsandbytes' paged optimizer states, a kernel larger than measured)
+    `recap_vram` takes off the cap at each step's begin; the NVML check after every micro-batch
+    (train_backend/emulated_card.py) turns what still passes the size into an OOM.
     """
     if cfg.emulate_vram_gib is None:
         return None
@@ -167,13 +214,17 @@ def emulate_vram(cfg: TrainConfig, device_kind: str) -> dict | None:
     import torch
 
     torch.cuda.init()
-    free, total = torch.cuda.mem_get_info()
-    outside = max(0, total - free - torch.cuda.memory_reserved())
-    allowed = limit - outside
+    bare = _outside(torch)  # the CUDA context (and any other process on the GPU)
+    warm_up(precision)
+    warmed = _outside(torch)
+    held_back = max(bare + LAZY_CODE_BYTES, warmed)
+    total = torch.cuda.mem_get_info()[1]
+    allowed = limit - held_back
     if limit > total or allowed <= 0:
         raise ConfigError(
             f"emulate_vram_gib: {cfg.emulate_vram_gib:g} GiB cannot be emulated on this GPU "
-            f"({total / GIB:.2f} GiB, of which {outside / GIB:.2f} GiB are already in use outside PyTorch). "
+            f"({total / GIB:.2f} GiB, of which {warmed / GIB:.2f} GiB are already in use outside PyTorch "
+            f"and {LAZY_CODE_BYTES >> 20} MiB are held back for kernels loaded later). "
             "Give a size below the card's and above what is in use."
         )
     torch.cuda.set_per_process_memory_fraction(allowed / total)
@@ -182,8 +233,10 @@ def emulate_vram(cfg: TrainConfig, device_kind: str) -> dict | None:
         limit_bytes=limit,
         applied=True,
         allowed_bytes=allowed,
-        outside_bytes_at_start=outside,
-        outside_bytes_max=outside,
+        outside_bytes_at_start=bare,
+        outside_bytes_after_warm_up=warmed,
+        held_back_bytes=held_back,
+        outside_bytes_max=warmed,
         device_total_bytes=total,
     )
     return _EMULATION
@@ -193,23 +246,50 @@ _EMULATION: dict = {}  # what emulate_vram set up; recap_vram keeps it current
 
 
 def recap_vram() -> None:
-    """Lower the cap by what grew outside the allocator since it was set (kernels loaded lazily
-    by the first steps: cuBLAS, bitsandbytes, attention), so the emulated card keeps its size as
-    nvidia-smi counts it from the second step on. Called at every step's begin: one
-    cudaMemGetInfo, a few microseconds."""
+    """Lower the cap when what lives outside the allocator grew past what the cap holds back
+    (bitsandbytes' paged optimizer states after the first optimizer step, kernels beyond
+    `LAZY_CODE_BYTES`), so the emulated card keeps its size as nvidia-smi counts it from the next
+    step on. Called at every step's begin: one cudaMemGetInfo, a few microseconds."""
     if not _EMULATION.get("applied"):
         return
     import torch
 
-    free, total = torch.cuda.mem_get_info()
-    outside = max(0, total - free - torch.cuda.memory_reserved())
-    if outside <= _EMULATION["outside_bytes_max"]:
+    outside = _outside(torch)
+    _EMULATION["outside_bytes_max"] = max(_EMULATION["outside_bytes_max"], outside)
+    if outside <= _EMULATION["held_back_bytes"]:
         return
     allowed = max(1, _EMULATION["limit_bytes"] - outside)
-    torch.cuda.set_per_process_memory_fraction(allowed / total)
+    torch.cuda.set_per_process_memory_fraction(allowed / _EMULATION["device_total_bytes"])
     if torch.cuda.memory_reserved() > allowed:  # a lower cap does not give back what is cached
         torch.cuda.empty_cache()
-    _EMULATION.update(allowed_bytes=allowed, outside_bytes_max=outside)
+    _EMULATION.update(allowed_bytes=allowed, held_back_bytes=outside)
+
+
+def hold_back_paged_states(trainable_params: int, optimizer: str) -> int:
+    """Hold back, before the first step, what bitsandbytes' paged optimizer will allocate outside
+    the allocator (unified memory, resident on the GPU from its first step: nvidia-smi counts it):
+    its states' bytes per trainable parameter (cockpit.models.memory.OPTIMIZER_STATE_BYTES: 8 for
+    paged_adamw_32bit, 2 for paged_adamw_8bit). Otherwise the cache that step 1 filled up to the
+    cap sits beside the new states until the next step's `recap_vram`: the article's 13B QLoRA
+    showed 24.40 GiB on a 24 GiB card that way. A real card would page the states out under
+    pressure (slowly); the emulated card holds them to its size instead. The bytes held back."""
+    if not _EMULATION.get("applied") or not optimizer.startswith("paged_"):
+        return 0
+    from cockpit.models.memory import OPTIMIZER_STATE_BYTES
+
+    states = int(trainable_params * (OPTIMIZER_STATE_BYTES.get(optimizer) or 8))
+    allowed = _EMULATION["limit_bytes"] - _EMULATION["held_back_bytes"] - states
+    if allowed <= 0:
+        return 0  # nothing left for the allocator: the run meets its OOM as it is
+    import torch
+
+    torch.cuda.set_per_process_memory_fraction(allowed / _EMULATION["device_total_bytes"])
+    _EMULATION.update(
+        allowed_bytes=allowed,
+        held_back_bytes=_EMULATION["held_back_bytes"] + states,
+        paged_states_bytes=states,
+    )
+    return states
 
 
 def checkpoint_optimizer(checkpoint: Path) -> str | None:

@@ -135,13 +135,12 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             world.init_process_group(device.kind, cfg.distributed.timeout_s)
         model_mod.check_device_fits_method(cfg, device)
         precision = model_mod.choose_precision(cfg, device)
-        tracker.emulation = oom_watch.emulate_vram(cfg, device.kind)
+        tracker.emulation = oom_watch.emulate_vram(cfg, device.kind, precision)
         if owner:
             clean_unfinished(run, emitter)
         card = None  # the emulated card, held to its size as nvidia-smi counts the whole process
         if tracker.emulation is not None and tracker.emulation["applied"]:
-            card = emulated_card.start(tracker.emulation["limit_bytes"])
-            tracker.emulation["whole_process"] = card is not None
+            card = emulated_card.start(tracker.emulation["limit_bytes"], tracker.emulation)
         resume = run.complete_checkpoints()
         emitter.emit(
             "hello",
@@ -245,6 +244,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             card.check()  # the weights and the context alone may already be over it
         oom_watch.keep_optimizer_compatible(trainer, resume[-1] if resume else None, cfg, emitter)
         total, trainable = model_mod.parameter_counts(trainer.model)
+        optim = trainer.args.optim
+        oom_watch.hold_back_paged_states(trainable, str(getattr(optim, "value", optim)))  # before step 1
         emitter.emit(
             "model",
             name=cfg.model.name,
