@@ -636,6 +636,12 @@ def table(result: dict) -> str:
                 if r.get("tokens_per_s") is not None
                 else f"no rate: {r.get('no_rate') or 'no token count'}"
             )
+            count = r.get("token_count") or {}
+            if count.get("problems") or count.get("unmatched_samples"):
+                rate += (
+                    f" (count checks: {len(count['problems'])} differences, "
+                    f"{count['unmatched_samples']} samples not the bench's; in the json)"
+                )
             loss = f"{r['loss']:.4f}" if r.get("loss") is not None else "-"
             lines.append(
                 f"| {row['id']} | {r['side']} | {rate} | {mfu} | "

@@ -193,3 +193,15 @@ def test_a_count_that_never_grows_is_no_rate_and_says_why(bench):
     assert bench.timed_rate(marks, warmup=3) == (None, 11.2, 0)
     assert bench.no_rate_reason(marks, warmup=3) == "the token count stayed at 0 from step 3 to 23"
     assert bench.no_rate_reason([], warmup=3) == "no step counted tokens"
+    runs = [
+        {"side": "unsloth", "tokens_per_s": None, "no_rate": bench.no_rate_reason(marks, 3), "loss": 11.2},
+        {
+            "side": "unsloth",
+            "tokens_per_s": 2500.0,
+            "loss": 11.2,
+            "token_count": {"problems": ["micro-batch 1: ..."], "unmatched_samples": 0},
+        },
+    ]
+    text = bench.table({"rows": [{"id": "r", "runs": runs, "summary": bench.summarize(runs, 27e9, None)}]})
+    assert "| no rate: the token count stayed at 0 from step 3 to 23 |" in text
+    assert "| 2500 (count checks: 1 differences, 0 samples not the bench's; in the json) |" in text
