@@ -188,10 +188,11 @@ class TokenCounter:
     and accelerate's loader collates one batch ahead) and its training_step (one call per
     micro-batch, in the same order). Each training_step takes the oldest collated batch: its
     samples' lengths as this bench drew them (capped at max_length) are the tokens counted. The
-    batch the model got is checked against it: padding-free, its positions (the input_ids'
-    shape, no GPU sync) must equal the collated samples' lengths; padded, hold at least them.
-    Where no collated batch is waiting (a collator the wrapper did not reach), the batch itself is
-    counted (padding-free: its positions; padded: its attention mask) and `source` says so.
+    batch the model got is checked against it: padding-free (one flat row, no attention mask),
+    its positions (the input_ids' shape, no GPU sync) must equal the collated samples' lengths;
+    padded, hold at least them. Where no collated batch is waiting (a collator the wrapper did not
+    reach), the batch itself is counted (flat: its positions; padded: its attention mask) and
+    `source` says so.
     """
 
     def __init__(self, known: dict[tuple, int], max_length: int, padding_free: bool):
@@ -199,7 +200,7 @@ class TokenCounter:
         self.pending: deque[list[tuple[int | None, int]]] = deque()
         self.tokens = 0  # counted real tokens (the bench's lengths of the samples trained on)
         self.positions = 0  # the trained batches' positions (padding included where padded)
-        self.micro_batches = self.samples = self.unmatched = self.from_batch = 0
+        self.micro_batches = self.samples = self.unmatched = self.from_batch = self.padded = 0
         self.problems: list[str] = []
 
     def attach(self, trainer) -> None:
@@ -233,13 +234,16 @@ class TokenCounter:
         positions = 1
         for n in ids.shape:
             positions *= int(n)
+        # TRL's padding-free collator flattens the samples into one row and drops the mask
+        mask = inputs.get("attention_mask")
+        flat = mask is None
         self.micro_batches += 1
         self.positions += positions
+        if self.padding_free and not flat:
+            self.padded += 1
         if not self.pending:
             self.from_batch += 1
-            mask = inputs.get("attention_mask")
-            real = positions if self.padding_free or mask is None else int(mask.sum())
-            self.tokens += real
+            self.tokens += positions if flat else int(mask.sum())
             return
         batch = self.pending.popleft()
         self.samples += len(batch)
@@ -254,10 +258,10 @@ class TokenCounter:
         collated = sum(c for _, c in batch)
         if collated != counted:
             self._problem(f"micro-batch {self.micro_batches}: collated {collated} tokens, drawn {counted}")
-        if positions < collated or (self.padding_free and positions != collated):
+        if positions < collated or (flat and positions != collated):
             self._problem(
                 f"micro-batch {self.micro_batches}: the model got {positions} positions for "
-                f"{collated} collated tokens{' (padding-free)' if self.padding_free else ''}"
+                f"{collated} collated tokens{' (padding-free)' if flat else ''}"
             )
 
     def _problem(self, text: str) -> None:
@@ -277,6 +281,8 @@ class TokenCounter:
             "micro_batches": self.micro_batches,
             "samples": self.samples,
             "unmatched_samples": self.unmatched,
+            # asked for padding-free, given padded batches (unsloth's CPU fallback pads)
+            "padded_micro_batches": self.padded if self.padding_free else None,
             "problems": self.problems,
         }
 
@@ -642,6 +648,8 @@ def table(result: dict) -> str:
                     f" (count checks: {len(count['problems'])} differences, "
                     f"{count['unmatched_samples']} samples not the bench's; in the json)"
                 )
+            if count.get("padded_micro_batches"):
+                rate += f" ({count['padded_micro_batches']} of {count['micro_batches']} micro-batches padded)"
             loss = f"{r['loss']:.4f}" if r.get("loss") is not None else "-"
             lines.append(
                 f"| {row['id']} | {r['side']} | {rate} | {mfu} | "

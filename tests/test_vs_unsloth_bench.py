@@ -144,6 +144,7 @@ def test_the_unsloth_side_counts_each_steps_real_tokens_from_the_samples_it_was_
     assert [m["loss"] for m in marks] == [1.5] * 3 and len(synced) == 3
     s = counter.summary()
     assert (s["micro_batches"], s["samples"], s["unmatched_samples"], s["problems"]) == (9, 18, 0, [])
+    assert s["padded_micro_batches"] == (0 if padding_free else None)
     assert counter.from_batch == 0
     if padding_free:  # every position is a real token
         assert s["positions"] == s["tokens"]
@@ -175,6 +176,16 @@ def test_the_count_checks_the_batch_the_model_got_and_falls_back_to_it(bench, tm
     counter.attach(trainer)
     trainer.train(bench.step_marks_callback(object, counter, []), steps=1)
     assert counter.problems == [f"micro-batch 1: collated 200 tokens, drawn {len(rows[1]) + len(rows[3])}"]
+    # padding-free asked for, padded batches given (unsloth's CPU fallback): counted, no problem
+    trainer = _FakeTrainer(rows, micro=2, accum=2, padding_free=False)
+    counter = bench.TokenCounter(known, 512, True)
+    counter.attach(trainer)
+    per_micro = trainer.train(bench.step_marks_callback(object, counter, []), steps=2)
+    assert (counter.tokens, counter.problems, counter.summary()["padded_micro_batches"]) == (
+        sum(per_micro[:4]),
+        [],
+        4,
+    )
     # a collator the wrapper never sees: each micro-batch is counted from the batch itself
     for padding_free in (True, False):
         trainer = _FakeTrainer(rows, micro=2, accum=2, padding_free=padding_free)
