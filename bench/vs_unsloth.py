@@ -18,11 +18,18 @@ constant 2e-4, max_grad_norm 1.0, and the same memory cap (cockpit's `emulate_vr
 unsloth process caps PyTorch's allocator the same way: the limit less what sits outside it,
 lowered again at each step's begin).
 
-Measured the same way on both sides: real tokens/s over the timed steps (tokens counted by TRL,
-never padding; from the end of the last warm-up step to the end of the last step), the peak of
+Measured the same way on both sides: real tokens/s over the timed steps (from the end of the
+last warm-up step to the end of the last step; never padding), the peak of
 NVML 'used' memory (what nvidia-smi shows) above the idle baseline, sampled from this process
 every 10 ms, the loss logged at the last step, and the MFU of each run (cockpit.models.flops:
 model FLOPs per real token, the same for both sides of a row, over the card's dense bf16 peak).
+The cockpit side's tokens are TRL's count in its `log` events. The unsloth side's are counted by
+this bench from the data it wrote (`TokenCounter`): unsloth replaces SFTTrainer.compute_loss with
+its own, which never records TRL's `num_tokens`, and Trainer's own counter is off by default, so
+the first H200 run (2026-12-02) read a constant 0 there and got no rate. The counter names each
+sample a batch was collated from (by its first ids), adds the lengths this bench drew, checks them
+against the collated batch's shape, and a callback stamps the time at each optimizer step's end
+(after a CUDA synchronize).
 
   python3 bench/vs_unsloth.py --out $OUT                         # every row: 2 x 2 x 2, long
   python3 bench/vs_unsloth.py --out $OUT --archs llama-2-7b --lengths ragged --caps 22
@@ -46,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,20 +107,18 @@ def unsloth_worker(spec_path: str) -> int:
     dataset = Dataset.from_list([{"input_ids": r["input_ids"]} for r in rows])
     steps = spec["warmup"] + spec["steps"]
     marks: list[dict] = []
-
-    class Timer(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kw):
-            if cap is not None:
-                _recap(cap)
-
-        def on_step_end(self, args, state, control, **kw):
-            marks.append({"step": state.global_step, "t": time.time()})
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            logs = logs or {}
-            if marks and "loss" in logs:
-                marks[-1]["loss"] = logs["loss"]
-                marks[-1]["tokens"] = logs.get("num_tokens", state.num_input_tokens_seen)
+    counter = TokenCounter(
+        {sample_key(r["input_ids"]): len(r["input_ids"]) for r in rows},
+        spec["max_length"],
+        spec["padding_free"],
+    )
+    timer = step_marks_callback(
+        TrainerCallback,
+        counter,
+        marks,
+        on_begin=(lambda: _recap(cap)) if cap is not None else None,
+        sync=torch.cuda.synchronize if cuda else None,
+    )
 
     args = SFTConfig(
         output_dir=spec["workdir"],
@@ -132,11 +138,13 @@ def unsloth_worker(spec_path: str) -> int:
         packing=False,
         padding_free=spec["padding_free"],
         dataset_num_proc=1,
+        dataloader_num_workers=0,  # collated in this process, where TokenCounter sees each batch
         seed=0,
     )
     trainer = SFTTrainer(
-        model=model, processing_class=tokenizer, train_dataset=dataset, args=args, callbacks=[Timer()]
+        model=model, processing_class=tokenizer, train_dataset=dataset, args=args, callbacks=[timer]
     )
+    counter.attach(trainer)
     trainer.train()
     versions = {}
     for name in (
@@ -159,9 +167,156 @@ def unsloth_worker(spec_path: str) -> int:
         "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 2) if cuda else None,
         "versions": versions,
         "cap": cap,
+        "count": counter.summary(),
     }
     out.write_text(json.dumps(result))
     return 0
+
+
+KEY_IDS = 16  # a sample is named by its first ids (random in 3..vocab: unique in practice)
+
+
+def sample_key(ids) -> tuple:
+    return tuple(int(i) for i in list(ids)[:KEY_IDS])
+
+
+class TokenCounter:
+    """The real tokens the unsloth side trained on, from the data this bench wrote, at step ends.
+
+    attach() wraps the trainer's data collator (which sees each batch's samples, in the order the
+    loader yields them: Trainer collects a step's micro-batches before its first training_step,
+    and accelerate's loader collates one batch ahead) and its training_step (one call per
+    micro-batch, in the same order). Each training_step takes the oldest collated batch: its
+    samples' lengths as this bench drew them (capped at max_length) are the tokens counted. The
+    batch the model got is checked against it: padding-free (one flat row, no attention mask),
+    its positions (the input_ids' shape, no GPU sync) must equal the collated samples' lengths;
+    padded, hold at least them. Where no collated batch is waiting (a collator the wrapper did not
+    reach), the batch itself is counted (flat: its positions; padded: its attention mask) and
+    `source` says so.
+    """
+
+    def __init__(self, known: dict[tuple, int], max_length: int, padding_free: bool):
+        self.known, self.max_length, self.padding_free = known, max_length, padding_free
+        self.pending: deque[list[tuple[int | None, int]]] = deque()
+        self.tokens = 0  # counted real tokens (the bench's lengths of the samples trained on)
+        self.positions = 0  # the trained batches' positions (padding included where padded)
+        self.micro_batches = self.samples = self.unmatched = self.from_batch = self.padded = 0
+        self.problems: list[str] = []
+
+    def attach(self, trainer) -> None:
+        collate, step = trainer.data_collator, trainer.training_step
+
+        def counting_collator(features):
+            self.pending.append(self.identify(features))
+            return collate(features)
+
+        def counting_step(model, inputs, *args, **kwargs):
+            self.consume(inputs)
+            return step(model, inputs, *args, **kwargs)
+
+        trainer.data_collator = counting_collator
+        trainer.training_step = counting_step
+
+    def identify(self, features) -> list[tuple[int | None, int]]:
+        """(the bench's length or None when the sample is not one of its, the collated length)."""
+        out = []
+        for f in features:
+            ids = f["input_ids"]
+            ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+            known = self.known.get(sample_key(ids))
+            if known is None:  # a token put in front (BOS) shifts the key by one
+                known = self.known.get(sample_key(ids[1:]))
+            out.append((None if known is None else min(known, self.max_length), len(ids)))
+        return out
+
+    def consume(self, inputs) -> None:
+        ids = inputs["input_ids"]
+        positions = 1
+        for n in ids.shape:
+            positions *= int(n)
+        # TRL's padding-free collator flattens the samples into one row and drops the mask
+        mask = inputs.get("attention_mask")
+        flat = mask is None
+        self.micro_batches += 1
+        self.positions += positions
+        if self.padding_free and not flat:
+            self.padded += 1
+        if not self.pending:
+            self.from_batch += 1
+            self.tokens += positions if flat else int(mask.sum())
+            return
+        batch = self.pending.popleft()
+        self.samples += len(batch)
+        counted = 0
+        for known, collated in batch:
+            if known is None:
+                self.unmatched += 1
+                counted += collated
+            else:
+                counted += known
+        self.tokens += counted
+        collated = sum(c for _, c in batch)
+        if collated != counted:
+            self._problem(f"micro-batch {self.micro_batches}: collated {collated} tokens, drawn {counted}")
+        if positions < collated or (flat and positions != collated):
+            self._problem(
+                f"micro-batch {self.micro_batches}: the model got {positions} positions for "
+                f"{collated} collated tokens{' (padding-free)' if flat else ''}"
+            )
+
+    def _problem(self, text: str) -> None:
+        if len(self.problems) < 5:
+            self.problems.append(text)
+
+    def summary(self) -> dict:
+        source = "the bench's lengths of the samples each micro-batch was collated from"
+        if self.from_batch:
+            source += (
+                f"; {self.from_batch} micro-batches counted from the batch itself (no collated samples seen)"
+            )
+        return {
+            "source": source,
+            "tokens": self.tokens,
+            "positions": self.positions,
+            "micro_batches": self.micro_batches,
+            "samples": self.samples,
+            "unmatched_samples": self.unmatched,
+            # asked for padding-free, given padded batches (unsloth's CPU fallback pads)
+            "padded_micro_batches": self.padded if self.padding_free else None,
+            "problems": self.problems,
+        }
+
+
+def step_marks_callback(base, counter: TokenCounter, marks: list[dict], on_begin=None, sync=None):
+    """A callback (on `base`, transformers' TrainerCallback) that appends, at each optimizer step's
+    end, {step, t, tokens} with the counter's running total, after `sync` (the GPU's queue drained,
+    so the time is the step's real end), and the loss when the step logs one."""
+
+    class StepMarks(base):
+        def on_step_begin(self, args, state, control, **kw):
+            if on_begin is not None:
+                on_begin()
+
+        def on_step_end(self, args, state, control, **kw):
+            if sync is not None:
+                sync()
+            marks.append(
+                {
+                    "step": state.global_step,
+                    "t": time.time(),
+                    "tokens": counter.tokens,
+                    "positions": counter.positions,
+                }
+            )
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            logs = logs or {}
+            if marks and marks[-1]["step"] == state.global_step and "loss" in logs:
+                marks[-1]["loss"] = float(logs["loss"])
+                if "num_tokens" in logs:  # TRL's count, where it is logged: kept beside ours
+                    marks[-1]["trl_tokens"] = logs["num_tokens"]
+
+    return StepMarks()
 
 
 def _cap_allocator(cap_gib: float | None) -> dict | None:
@@ -234,19 +389,35 @@ def cockpit_config(
 
 
 def timed_rate(marks: list[dict], warmup: int) -> tuple[float | None, float | None, int]:
-    """Real tokens/s from the end of step `warmup` to the last step's end, the last loss, steps timed."""
+    """Real tokens/s from the end of step `warmup` to the last step's end, the last loss, steps timed.
+
+    No rate (None) where no step counted tokens or the count did not grow over the timed steps
+    (a counter that stayed at 0 is not a rate of 0): `no_rate_reason` says which."""
     marks = [m for m in marks if m.get("tokens") is not None]
     if not marks:
         return None, None, 0
     start = next((m for m in marks if m["step"] == warmup), marks[0])
     end = marks[-1]
-    if end["t"] <= start["t"]:
+    if end["t"] <= start["t"] or end["tokens"] <= start["tokens"]:
         return None, end.get("loss"), 0
     return (
         (end["tokens"] - start["tokens"]) / (end["t"] - start["t"]),
         end.get("loss"),
         end["step"] - start["step"],
     )
+
+
+def no_rate_reason(marks: list[dict], warmup: int) -> str:
+    counted = [m for m in marks if m.get("tokens") is not None]
+    if not counted:
+        return "no step counted tokens"
+    start = next((m for m in counted if m["step"] == warmup), counted[0])
+    end = counted[-1]
+    if end["step"] <= start["step"]:
+        return "no step timed after the warm-up"
+    if end["tokens"] <= start["tokens"]:
+        return f"the token count stayed at {end['tokens']} from step {start['step']} to {end['step']}"
+    return "the steps' times did not advance"
 
 
 def peak_sampler(smoke: bool):
@@ -307,7 +478,7 @@ def run_cockpit(row: dict, a, work: Path, log) -> dict:
     rate, loss, timed = timed_rate(marks, a.warmup)
     out = {
         "side": "cockpit",
-        "tokens_per_s": round(rate, 1) if rate else None,
+        "tokens_per_s": round(rate, 1) if rate is not None else None,
         "loss": loss,
         "timed_steps": timed,
         "device_used_gib": used,
@@ -315,6 +486,7 @@ def run_cockpit(row: dict, a, work: Path, log) -> dict:
         if logs
         else None,
         "wall_s": round(wall, 1),
+        "no_rate": None if rate is not None else no_rate_reason(marks, a.warmup),
         "plan": {
             k: plan.get(k)
             for k in (
@@ -383,9 +555,11 @@ def run_unsloth(row: dict, a, work: Path, log) -> dict:
     rate, loss, timed = timed_rate(result["marks"], a.warmup)
     return {
         "side": "unsloth",
-        "tokens_per_s": round(rate, 1) if rate else None,
+        "tokens_per_s": round(rate, 1) if rate is not None else None,
+        "no_rate": None if rate is not None else no_rate_reason(result["marks"], a.warmup),
         "loss": loss,
         "timed_steps": timed,
+        "token_count": result.get("count"),
         "device_used_gib": used,
         "peak_reserved_gib": result.get("peak_reserved_gib"),
         "wall_s": round(wall, 1),
@@ -463,7 +637,19 @@ def table(result: dict) -> str:
                 )
                 continue
             mfu = f"{r['mfu']:.1%}" if r.get("mfu") is not None else "-"
-            rate = f"{r['tokens_per_s']:.0f}" if r.get("tokens_per_s") else "no token count logged"
+            rate = (
+                f"{r['tokens_per_s']:.0f}"
+                if r.get("tokens_per_s") is not None
+                else f"no rate: {r.get('no_rate') or 'no token count'}"
+            )
+            count = r.get("token_count") or {}
+            if count.get("problems") or count.get("unmatched_samples"):
+                rate += (
+                    f" (count checks: {len(count['problems'])} differences, "
+                    f"{count['unmatched_samples']} samples not the bench's; in the json)"
+                )
+            if count.get("padded_micro_batches"):
+                rate += f" ({count['padded_micro_batches']} of {count['micro_batches']} micro-batches padded)"
             loss = f"{r['loss']:.4f}" if r.get("loss") is not None else "-"
             lines.append(
                 f"| {row['id']} | {r['side']} | {rate} | {mfu} | "
@@ -587,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
                         r = (run_cockpit if side == "cockpit" else run_unsloth)(row, a, a.workdir, log)
                         took[side] = max(took.get(side, 0.0), time.time() - t0)
                         runs.append(r)
-                        got = r.get("tokens_per_s") or r.get("failed") or r.get("skipped")
+                        got = r.get("tokens_per_s") or r.get("no_rate") or r.get("failed") or r.get("skipped")
                         took_s = time.time() - t0
                         said = (
                             f"{row['id']} {side}: {got} tok/s, {r.get('device_used_gib')} GiB, {took_s:.0f} s"

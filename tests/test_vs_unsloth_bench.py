@@ -66,3 +66,153 @@ def test_the_cockpit_side_is_a_valid_qlora_config_with_the_shared_settings(bench
     assert cfg.lora.target_modules == bench.TARGETS and cfg.emulate_vram_gib == 22.0
     assert cfg.training.micro_batch_size * cfg.training.gradient_accumulation_steps == bench.SAMPLES_PER_STEP
     assert (cfg.training.optimizer, cfg.training.max_steps, cfg.speed.mode) == ("adamw_8bit", 23, "auto")
+
+
+def _rows(bench, tmp_path, count=24):
+    bench.write_sequences(tmp_path / "d.jsonl", (32, 512), count, 32000)
+    return [json.loads(line)["input_ids"] for line in (tmp_path / "d.jsonl").read_text().splitlines()]
+
+
+class _FakeTrainer:
+    """Trainer's loop as unsloth's runs it: a step collects its micro-batches first (the loader
+    collating one batch ahead), then calls training_step once per micro-batch, then the step ends."""
+
+    def __init__(self, rows, micro, accum, padding_free, eos=None):
+        import torch
+
+        self.torch, self.rows, self.micro, self.accum = torch, rows, micro, accum
+        self.padding_free, self.eos, self.trained = padding_free, eos, []
+
+        def collate(features):
+            seqs = [list(f["input_ids"]) + ([eos] if eos is not None else []) for f in features]
+            if padding_free:
+                return {"input_ids": torch.tensor([[i for seq in seqs for i in seq]])}
+            width = max(len(s) for s in seqs)
+            return {
+                "input_ids": torch.tensor([s + [0] * (width - len(s)) for s in seqs]),
+                "attention_mask": torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs]),
+            }
+
+        self.data_collator = collate
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        self.trained.append(inputs)
+        return 0.0
+
+    def train(self, callback, steps, collator=None):
+        order = list(range(len(self.rows)))
+        order = order[1::2] + order[0::2]  # not the file's order: the counter must name the samples
+        batches = [order[i : i + self.micro] for i in range(0, len(order), self.micro)]
+
+        def loader():  # accelerate's loader collates one batch ahead of the one it yields
+            ahead = None
+            for b in batches:
+                made = (collator or self.data_collator)([{"input_ids": self.rows[i]} for i in b])
+                if ahead is not None:
+                    yield ahead
+                ahead = made
+            yield ahead
+
+        it, state, truth = loader(), type("S", (), {"global_step": 0})(), []
+        for _ in range(steps):
+            got = [next(it) for _ in range(self.accum)]
+            callback.on_step_begin(None, state, None)
+            for inputs in got:
+                self.training_step(None, inputs, None)
+            state.global_step += 1
+            callback.on_step_end(None, state, None)
+            callback.on_log(None, state, None, logs={"loss": 1.5})
+        for k in range(steps * self.accum):
+            truth.append(sum(len(self.rows[i]) for i in batches[k]))
+        return truth
+
+
+@pytest.mark.parametrize("padding_free", [True, False])
+def test_the_unsloth_side_counts_each_steps_real_tokens_from_the_samples_it_was_fed(
+    bench, tmp_path, padding_free
+):
+    rows = _rows(bench, tmp_path)
+    trainer = _FakeTrainer(rows, micro=2, accum=3, padding_free=padding_free)
+    counter = bench.TokenCounter({bench.sample_key(r): len(r) for r in rows}, 512, padding_free)
+    marks, synced = [], []
+    callback = bench.step_marks_callback(object, counter, marks, sync=lambda: synced.append(1))
+    counter.attach(trainer)
+    per_micro = trainer.train(callback, steps=3)
+    # the running total at each step's end is the drawn lengths of that step's samples, cumulated
+    want = [sum(per_micro[: 3 * (k + 1)]) for k in range(3)]
+    assert [m["tokens"] for m in marks] == want and [m["step"] for m in marks] == [1, 2, 3]
+    assert [m["loss"] for m in marks] == [1.5] * 3 and len(synced) == 3
+    s = counter.summary()
+    assert (s["micro_batches"], s["samples"], s["unmatched_samples"], s["problems"]) == (9, 18, 0, [])
+    assert s["padded_micro_batches"] == (0 if padding_free else None)
+    assert counter.from_batch == 0
+    if padding_free:  # every position is a real token
+        assert s["positions"] == s["tokens"]
+    else:
+        assert s["positions"] > s["tokens"]  # padding is not counted
+
+
+def test_the_count_checks_the_batch_the_model_got_and_falls_back_to_it(bench, tmp_path):
+    rows = _rows(bench, tmp_path)
+    known = {bench.sample_key(r): len(r) for r in rows}
+    # an EOS appended by the collator: counted as drawn, and the difference named
+    trainer = _FakeTrainer(rows, micro=2, accum=2, padding_free=True, eos=2)
+    counter = bench.TokenCounter(known, 512, True)
+    counter.attach(trainer)
+    per_micro = trainer.train(bench.step_marks_callback(object, counter, []), steps=2)
+    assert counter.tokens == sum(per_micro[:4]) and len(counter.problems) == 4
+    assert counter.problems[0] == (
+        f"micro-batch 1: the model got {per_micro[0] + 2} positions for {per_micro[0]} collated "
+        "tokens (padding-free)"
+    )
+    # samples truncated before collation (max_length 100): the drawn lengths capped, the cut named
+    trainer = _FakeTrainer([r[:100] for r in rows], micro=2, accum=1, padding_free=True)
+    counter = bench.TokenCounter(known, 100, True)
+    counter.attach(trainer)
+    trainer.train(bench.step_marks_callback(object, counter, []), steps=1)
+    assert (counter.tokens, counter.positions, counter.problems) == (200, 200, [])
+    counter = bench.TokenCounter(known, 512, True)  # the bench's cap above what was collated
+    trainer = _FakeTrainer([r[:100] for r in rows], micro=2, accum=1, padding_free=True)
+    counter.attach(trainer)
+    trainer.train(bench.step_marks_callback(object, counter, []), steps=1)
+    assert counter.problems == [f"micro-batch 1: collated 200 tokens, drawn {len(rows[1]) + len(rows[3])}"]
+    # padding-free asked for, padded batches given (unsloth's CPU fallback): counted, no problem
+    trainer = _FakeTrainer(rows, micro=2, accum=2, padding_free=False)
+    counter = bench.TokenCounter(known, 512, True)
+    counter.attach(trainer)
+    per_micro = trainer.train(bench.step_marks_callback(object, counter, []), steps=2)
+    assert (counter.tokens, counter.problems, counter.summary()["padded_micro_batches"]) == (
+        sum(per_micro[:4]),
+        [],
+        4,
+    )
+    # a collator the wrapper never sees: each micro-batch is counted from the batch itself
+    for padding_free in (True, False):
+        trainer = _FakeTrainer(rows, micro=2, accum=2, padding_free=padding_free)
+        counter = bench.TokenCounter(known, 512, padding_free)
+        original = trainer.data_collator
+        counter.attach(trainer)
+        per_micro = trainer.train(bench.step_marks_callback(object, counter, []), steps=2, collator=original)
+        assert counter.tokens == sum(per_micro[:4]) and counter.from_batch == 4
+        assert "4 micro-batches counted from the batch itself" in counter.summary()["source"]
+
+
+def test_a_count_that_never_grows_is_no_rate_and_says_why(bench):
+    # the first H200 run: unsloth's compute_loss never logs TRL's num_tokens and Trainer's own
+    # counter is off, so every step read 0 tokens
+    marks = [{"step": s, "t": 10.0 + s, "tokens": 0, "loss": 11.2} for s in range(1, 24)]
+    assert bench.timed_rate(marks, warmup=3) == (None, 11.2, 0)
+    assert bench.no_rate_reason(marks, warmup=3) == "the token count stayed at 0 from step 3 to 23"
+    assert bench.no_rate_reason([], warmup=3) == "no step counted tokens"
+    runs = [
+        {"side": "unsloth", "tokens_per_s": None, "no_rate": bench.no_rate_reason(marks, 3), "loss": 11.2},
+        {
+            "side": "unsloth",
+            "tokens_per_s": 2500.0,
+            "loss": 11.2,
+            "token_count": {"problems": ["micro-batch 1: ..."], "unmatched_samples": 0},
+        },
+    ]
+    text = bench.table({"rows": [{"id": "r", "runs": runs, "summary": bench.summarize(runs, 27e9, None)}]})
+    assert "| no rate: the token count stayed at 0 from step 3 to 23 |" in text
+    assert "| 2500 (count checks: 1 differences, 0 samples not the bench's; in the json) |" in text
