@@ -66,8 +66,10 @@ def test_speed_off_is_parity_within_the_spread_not_a_speed_up():
 
 def test_the_oom_scenarios_are_told_as_they_ran():
     runs = sorted(RESULTS.glob("*oom*-h200.json"))
-    assert len(runs) == 3
-    scenarios = [s for run in runs for s in _json(run)["scenarios"]]
+    assert len(runs) == 4
+    # a recheck repeats a scenario after a fix: its held-to-size figure is told, not counted again
+    scenarios = [s for run in runs if "recheck" not in run.name for s in _json(run)["scenarios"]]
+    checked = [s for run in runs for s in _json(run)["scenarios"] if "nvml_max_gib" in s]
     caught = [s for s in scenarios if s["oom"]["caught"]]
     fixed = [s for s in caught if s["relaunch"]["finished"] and s["relaunch"]["trainers"] == 2]
     words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
@@ -77,7 +79,8 @@ def test_the_oom_scenarios_are_told_as_they_ran():
     assert f"OOMs on emulated {cards_text} GiB cards" in FLAT
     for missed in (s for s in scenarios if not s["oom"]["caught"]):
         assert f"({missed['oom']['nvml_peak_gib']:.1f} GiB peak by NVML)" in FLAT
-    for held in (s for s in scenarios if "nvml_max_gib" in s):
+    assert len(checked) == 3
+    for held in checked:
         said = f"{held['nvml_max_gib']:.2f} of {held['card_gib']} GiB"
         assert said in FLAT and held["held_to_emulated_size"] == (held["nvml_max_gib"] <= held["card_gib"])
 
