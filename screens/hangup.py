@@ -9,12 +9,10 @@ nothing, and selects again, for ever: a client that never exits and burns a core
 thread dies on the first EIO, and a full write queue can then block the app's own loop.
 
 `TerminalWatch` notices both (SIGHUP, and POLLHUP/POLLERR on the standard streams' terminal,
-polled without reading a byte), then: points the standard streams at harmless files (stdin at a
-pipe that is never readable, so the input thread sleeps in select instead of spinning; stdout and
-stderr at /dev/null, so the app's last writes and the CLI's closing message go nowhere instead of
-failing), asks the app to leave (as its detach key does), and if the process has not ended within `grace_s`
-(the app's loop blocked on a dead writer), runs `last_words` (bounded) and ends the process with
-`code()`.
+polled without reading a byte), then: points stdout and stderr at /dev/null (the app's last
+writes and the CLI's closing message go nowhere instead of failing), asks the app to leave (as
+its detach key does), and if the process has not ended within `grace_s` (the app's loop blocked
+on a dead writer), runs `last_words` (bounded) and ends the process with `code()`.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 
-GRACE_S = 3.0  # for the app's own exit before the process is ended
+GRACE_S = 5.0  # for the app's own exit before the process is ended
 LAST_WORDS_S = 2.0
 POLL_MS = 1000  # the watch thread's poll timeout: only how often it looks at `stop`
 GONE = select.POLLHUP | select.POLLERR | select.POLLNVAL
@@ -129,13 +127,10 @@ class TerminalWatch:
 
 
 def _quiet_standard_streams() -> None:
-    """stdin: a pipe that never has data (its write end kept open); stdout, stderr: /dev/null."""
-    with contextlib.suppress(OSError):
-        read_end, write_end = os.pipe()
-        os.set_inheritable(write_end, False)
-        os.dup2(read_end, 0)
-        os.close(read_end)
-        _KEEP.append(write_end)
+    """stdout and stderr: /dev/null. stdin stays: a hung-up terminal reads as end-of-file at once,
+    which ends the input thread's reads as soon as the app sets its exit event (a stdin that
+    never had data would leave a read that select() had already promised blocked for ever, and
+    the app's exit waits for that thread)."""
     with contextlib.suppress(OSError):
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)
@@ -144,6 +139,3 @@ def _quiet_standard_streams() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-
-
-_KEEP: list[int] = []  # the never-written pipe ends: closing one would make stdin read EOF again
