@@ -17,6 +17,7 @@ on a dead writer), runs `last_words` (bounded) and ends the process with `code()
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import select
@@ -139,3 +140,20 @@ def _quiet_standard_streams() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+
+
+def leave_when_terminal_goes(
+    app,
+    code: Callable[[], int],
+    *,
+    leave: Callable[[], None] | None = None,
+    last_words: Callable[[], None] | None = None,
+) -> TerminalWatch | None:
+    """From an app's on_mount (its loop's thread): when the terminal goes, `leave()` runs on the
+    app's loop (default: `app.exit(code())`). None for a headless app (a test's: no terminal).
+    Stop the returned watch in on_unmount."""
+    if app.is_headless:
+        return None
+    loop = asyncio.get_running_loop()
+    leave = leave or (lambda: app.exit(code()))
+    return TerminalWatch(lambda: loop.call_soon_threadsafe(leave), code, last_words=last_words).start()

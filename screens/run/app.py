@@ -26,7 +26,6 @@ changed but the clock (then once a second).
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -41,7 +40,7 @@ from cockpit.cli.exit_codes import EXIT_DETACHED, exit_code
 from cockpit.finish import summary
 from cockpit.live.sources import RunSource, Watch
 from cockpit.telemetry.history import TELEMETRY_NAME, read_history
-from screens.hangup import TerminalWatch
+from screens.hangup import TerminalWatch, leave_when_terminal_goes
 from screens.preflight.notice import PreflightNotice
 from screens.run.telemetry_feed import LogTailReader, WatchNews, WatchSlot
 from screens.run.view import EventLines, RunView
@@ -135,13 +134,12 @@ class CockpitApp(App[int]):
 
     async def on_mount(self) -> None:
         # the terminal going away (an SSH drop) detaches, as `d` does: the trainer runs on
-        if not self.is_headless:  # a test's headless driver has no terminal
-            loop = asyncio.get_running_loop()
-            self._terminal = TerminalWatch(
-                lambda: loop.call_soon_threadsafe(self._leave),
-                self._leave_code,
-                last_words=self.watch.stop if self.watch is not None else None,
-            ).start()
+        self._terminal = leave_when_terminal_goes(
+            self,
+            self._leave_code,
+            leave=self._leave,
+            last_words=self.watch.stop if self.watch is not None else None,
+        )
         await self.push_screen(self.run_view)
         if self.preflight_problems:
             await self.push_screen(PreflightNotice(self.preflight_problems))
