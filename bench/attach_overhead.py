@@ -58,22 +58,22 @@ def one_run(kind: str, config: Path, env: dict, shape, timeout_s: float) -> dict
     home = Path(env["COCKPIT_HOME"])
     before = run_ids(home)
     started = time.monotonic()
-    tui = PtyTui(["train", str(config), "--skip-preflight"], env)
-    drawn = tui.wait_for_output()
-    run = newest_run(home, before)
-    tui_cpu_s = None
-    drawn_cpu_s, drawn_at = tui_cpu(tui), time.monotonic()  # imports and the first screen: paid once
-    if kind == "detached":
-        tui.press("d")  # training goes on without any client
-        code = tui.finish()
-        gone = wait_trainer_gone(run, timeout_s)
-    else:
-        gone = wait_trainer_gone(run, timeout_s)
-        time.sleep(1.5)  # the view draws the run's end
-        tui_cpu_s = tui_cpu(tui)
-        ended_at = time.monotonic()
-        tui.press("q")
-        code = tui.finish()
+    with PtyTui(["train", str(config), "--skip-preflight"], env) as tui:  # killed however this ends
+        drawn = tui.wait_for_output()
+        run = newest_run(home, before)
+        tui_cpu_s = None
+        drawn_cpu_s, drawn_at = tui_cpu(tui), time.monotonic()  # imports and the first screen: once
+        if kind == "detached":
+            tui.press("d")  # training goes on without any client
+            code = tui.finish()
+            gone = wait_trainer_gone(run, timeout_s)
+        else:
+            gone = wait_trainer_gone(run, timeout_s)
+            time.sleep(1.5)  # the view draws the run's end
+            tui_cpu_s = tui_cpu(tui)
+            ended_at = time.monotonic()
+            tui.press("q")
+            code = tui.finish()
     events = events_of(run)
     result = {
         "kind": kind,

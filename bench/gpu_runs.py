@@ -8,12 +8,14 @@ shipped tiny model on the CPU, so each script's `--smoke` mode runs here, in the
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
 import os
 import platform
 import pty
 import random
+import signal
 import statistics
 import struct
 import subprocess
@@ -23,6 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import yaml
 
@@ -252,31 +255,50 @@ def wait_trainer_gone(run: Path, timeout_s: float) -> bool:
 
 class PtyTui:
     """A cockpit TUI command in a pseudo-terminal of TUI_SIZE, its output read and thrown away
-    (a terminal that never reads would block it), keys sent as a user types them."""
+    (a terminal that never reads would block it), keys sent as a user types them.
+
+    Use it as a context manager (or call close()): however the bench ends, the TUI's process
+    group is killed and the master closed, so no client outlives its bench. The TUI runs in a
+    session of its own, the trainer it starts in another: closing this one never stops a run."""
+
+    _open: ClassVar[set[PtyTui]] = set()  # closed at exit too, should a caller forget
 
     def __init__(self, args: list[str], env: dict) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", TUI_SIZE[1], TUI_SIZE[0], 0, 0))
-        self.master = master
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cockpit", *args],
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            env=dict(env, TERM="xterm-256color", COLUMNS=str(TUI_SIZE[0]), LINES=str(TUI_SIZE[1])),
-            cwd=ROOT,
-            start_new_session=True,
-        )
-        os.close(slave)
+        self.master: int | None = master
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "cockpit", *args],
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                env=dict(env, TERM="xterm-256color", COLUMNS=str(TUI_SIZE[0]), LINES=str(TUI_SIZE[1])),
+                cwd=ROOT,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        PtyTui._open.add(self)
+        _exit_on_sigterm()
         self.received = 0
         self.tail = b""
-        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader = threading.Thread(target=self._drain, args=(master,), daemon=True)
         self._reader.start()
 
-    def _drain(self) -> None:
+    def __enter__(self) -> PtyTui:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+    def _drain(self, master: int) -> None:
         while True:
             try:
-                chunk = os.read(self.master, 65536)
+                chunk = os.read(master, 65536)
             except OSError:
                 return
             if not chunk:
@@ -301,15 +323,47 @@ class PtyTui:
         try:
             return self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
             return None
         finally:
-            self._reader.join(timeout=2)
+            self.close()
+
+    def close(self) -> None:
+        """Kill what is left of the TUI's process group (its own session: never the trainer),
+        reap it, close the master."""
+        PtyTui._open.discard(self)
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.master is not None:
             try:
                 os.close(self.master)
             except OSError:
                 pass
+            self.master = None
+        self._reader.join(timeout=2)
+
+    @classmethod
+    def close_all(cls) -> None:
+        for tui in list(cls._open):
+            tui.close()
+
+
+atexit.register(PtyTui.close_all)
+
+
+def _exit_on_sigterm() -> None:
+    """A bench ended by SIGTERM (a harness's timeout) unwinds, so its TUIs are closed too (the
+    default action would end it at once, `finally` and atexit unrun). SIGKILL cannot be caught:
+    then the master closes with the bench and the TUI detaches by itself (screens/hangup.py)."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 # ---------------------------------------------------------------- the doctor over a recording

@@ -18,6 +18,7 @@ from textual.message import Message
 from textual.widgets import Footer, Input, Static
 
 from cockpit.finish.chat_client import ChatError, Done, Token, ready_line
+from screens.hangup import leave_when_terminal_goes
 
 
 class ChatApp(App[int]):
@@ -43,6 +44,7 @@ class ChatApp(App[int]):
 
     def __init__(self, session, run_id: str):
         super().__init__()
+        self._terminal = None  # watches for the terminal going away (screens/hangup.py)
         self.session = session
         self.run_id = run_id
         self.ready: dict | None = None
@@ -59,6 +61,7 @@ class ChatApp(App[int]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._terminal = leave_when_terminal_goes(self, lambda: 0, last_words=self.session.close)
         self.query_one("#conversation").border_title = "conversation"
         note = getattr(self.session.target, "note", "")
         if note:
@@ -142,4 +145,6 @@ class ChatApp(App[int]):
         self.exit(0)
 
     def on_unmount(self) -> None:
+        if self._terminal is not None:
+            self._terminal.stop()
         self.session.close()

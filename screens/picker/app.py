@@ -15,6 +15,7 @@ from textual.app import App
 from cockpit.config import schema as config_mod
 from cockpit.models import shape as modelshape
 from cockpit.plan.catalog import Catalog
+from screens.hangup import leave_when_terminal_goes
 from screens.picker.inputs import Base, initial_fields
 from screens.picker.picker import PickerScreen
 
@@ -38,6 +39,7 @@ class PickerApp(App[None]):
         multi: bool = False,
     ):
         super().__init__()
+        self._terminal = None  # watches for the terminal going away (screens/hangup.py)
         self.catalog = catalog
         self.clock = clock
         self.trainer = trainer
@@ -57,4 +59,10 @@ class PickerApp(App[None]):
         return target if target.is_absolute() else (self.out_dir or Path.cwd()) / target
 
     def on_mount(self) -> None:
+        # an SSH drop leaves as q does (nothing is written); a stuck exit ends the process with 0
+        self._terminal = leave_when_terminal_goes(self, lambda: 0, leave=self.exit)
         self.push_screen(self.picker)
+
+    def on_unmount(self) -> None:
+        if self._terminal is not None:
+            self._terminal.stop()

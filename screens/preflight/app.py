@@ -24,6 +24,7 @@ from textual.message import Message
 
 from cockpit.preflight.checks.base import CheckResult, exit_code
 from cockpit.preflight.runner import Check, Preflight, report
+from screens.hangup import leave_when_terminal_goes
 from screens.preflight.export import ExportReport
 from screens.preflight.view import PreflightView
 
@@ -71,6 +72,7 @@ class PreflightApp(App[int]):
         export_dir: Path | None = None,
     ):
         super().__init__()
+        self._terminal = None  # watches for the terminal going away (screens/hangup.py)
         self.preflight = preflight
         self.quick = quick
         self.clock = clock
@@ -85,6 +87,7 @@ class PreflightApp(App[int]):
         self._order: dict[str, int] = {}  # check id -> its place in the plan (for the report)
 
     async def on_mount(self) -> None:
+        self._terminal = leave_when_terminal_goes(self, self.exit_code)  # an SSH drop: leave, as q does
         await self.push_screen(self.view)
         self.set_interval(SUMMARY_TICK_S, self._tick)
         self.action_rerun_all()
@@ -210,6 +213,10 @@ class PreflightApp(App[int]):
 
     async def action_quit(self) -> None:
         self.exit(self.exit_code())
+
+    def on_unmount(self) -> None:
+        if self._terminal is not None:
+            self._terminal.stop()
 
     def exit_code(self) -> int:
         code = exit_code(self.view.check_list.results)

@@ -40,6 +40,7 @@ from cockpit.cli.exit_codes import EXIT_DETACHED, exit_code
 from cockpit.finish import summary
 from cockpit.live.sources import RunSource, Watch
 from cockpit.telemetry.history import TELEMETRY_NAME, read_history
+from screens.hangup import TerminalWatch, leave_when_terminal_goes
 from screens.preflight.notice import PreflightNotice
 from screens.run.telemetry_feed import LogTailReader, WatchNews, WatchSlot
 from screens.run.view import EventLines, RunView
@@ -129,8 +130,16 @@ class CockpitApp(App[int]):
         self._watch_pushes = False  # the watch hands its samples to the slot itself
         self._watch_asked_at: float | None = None  # monotonic time of the pending watch.update()
         self._watch_thread = threading.Thread(target=self._watch_loop, name="cockpit-watch", daemon=True)
+        self._terminal: TerminalWatch | None = None
 
     async def on_mount(self) -> None:
+        # the terminal going away (an SSH drop) detaches, as `d` does: the trainer runs on
+        self._terminal = leave_when_terminal_goes(
+            self,
+            self._leave_code,
+            leave=self._leave,
+            last_words=self.watch.stop if self.watch is not None else None,
+        )
         await self.push_screen(self.run_view)
         if self.preflight_problems:
             await self.push_screen(PreflightNotice(self.preflight_problems))
@@ -142,6 +151,8 @@ class CockpitApp(App[int]):
             self._watch_thread.start()
 
     def on_unmount(self) -> None:
+        if self._terminal is not None:
+            self._terminal.stop()
         self._watch_stop.set()
         self._watch_slot.wake()  # the follow thread sleeps until the slot wakes it
         if self.watch is not None:  # LiveWatch.stop joins its sampler: bounded, off this thread
@@ -311,11 +322,13 @@ class CockpitApp(App[int]):
     # ------------------------------------------------------------ leaving
 
     def _leave(self) -> None:
+        self.exit(self._leave_code())
+
+    def _leave_code(self) -> int:
         # a live run goes on training without us; a replay left before its end is no ending
         if self.run_view.live or self.session.playing:
-            self.exit(EXIT_DETACHED)
-            return
-        self.exit(exit_code(self.session.state))
+            return EXIT_DETACHED
+        return exit_code(self.session.state)
 
     def action_detach(self) -> None:
         self._leave()
