@@ -30,14 +30,14 @@ from dataclasses import dataclass
 
 from cockpit.models.memory import Workload, check
 
-EFF_MAX = 0.659  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
-T_HALF = 1875.0  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
+EFF_MAX = 0.670  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
+T_HALF = 1747.0  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
 REFERENCE_BF16_TFLOPS = 989.0  # the H200's dense bf16 rate, the card T_HALF was fitted on
-ADAPTER_BYTES = 174.9  # bytes moved per token per adapted input feature, forward + backward (fitted)
-HOST_LAYER_S = 0.000378  # host time per decoder layer per pass (fitted)
-HOST_KBIT_LINEAR_S = 0.000324  # more host time per quantised linear per pass (fitted)
-HOST_ADAPTER_S = 0.000588  # more host time per LoRA-adapted linear per pass (fitted)
-STEP_OVERHEAD_S = 0.0738  # host time per optimizer step: the trainer's loop, logging, clipping (fitted)
+ADAPTER_BYTES = 186.5  # bytes moved per token per adapted input feature, forward + backward (fitted)
+HOST_LAYER_S = 0.000524  # host time per decoder layer per pass (fitted)
+HOST_KBIT_LINEAR_S = 0.000245  # more host time per quantised linear per pass (fitted)
+HOST_ADAPTER_S = 0.000501  # more host time per LoRA-adapted linear per pass (fitted)
+STEP_OVERHEAD_S = 0.0741  # host time per optimizer step: the trainer's loop, logging, clipping (fitted)
 DEQUANT_BYTES = {4: 4.5, 8: 5.0}  # per weight per pass: read packed, write 16-bit, read back
 # bytes moved per trainable (fp32) parameter per optimizer step, counted kernel by kernel, each with
 # the gradient clipping HF Trainer runs first (max_grad_norm: foreach norm reads g, foreach mul reads
