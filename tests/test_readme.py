@@ -89,7 +89,9 @@ def test_the_doctor_fixes_are_the_benchs():
     cases = {c["case"]: c for c in _json(RESULTS / "2026-12-02-doctor-fixes-h200.json")["cases"]}
     demo, slow = cases["demo-packed"], cases["slow-loader"]
     assert any("GPU underfed" in line for line in demo["runs"][0]["doctor_live_lines"])
-    assert f"x{demo['gain']:.2f} real tokens/s" in FLAT and f"(predicted x{demo['predicted_gain']:.2f})" in FLAT
+    assert (
+        f"x{demo['gain']:.2f} real tokens/s" in FLAT and f"(predicted x{demo['predicted_gain']:.2f})" in FLAT
+    )
     assert f"x{demo['wrong_fix_gain']:.2f} for the old advice" in FLAT
     assert "input_bound" in slow["runs"][0]["doctor_fired"]
     assert f"x{slow['gain']:.2f} with loader workers (predicted x{slow['predicted_gain']:.2f})" in FLAT
