@@ -216,6 +216,10 @@ def pytest_collection_modifyitems(config, items):
         group = item.get_closest_marker("xdist_group")
         key = f"group:{group.args[0] if group.args else group.kwargs['name']}" if group else item.nodeid
         units.setdefault(key, []).append(item)
-    cost = {key: sum(measured.get(i.nodeid, QUICK_S) for i in members) for key, members in units.items()}
+    # xdist names a grouped test `path::name@group`: the file keys it without the group
+    cost = {
+        key: sum(measured.get(i.nodeid.split("@")[0], QUICK_S) for i in members)
+        for key, members in units.items()
+    }
     ordered = sorted(units, key=lambda key: -cost[key])  # stable: equal costs keep collection order
     items[:] = [item for key in ordered for item in units[key]]

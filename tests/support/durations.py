@@ -20,7 +20,8 @@ def main(log: str) -> int:
     for line in Path(log).read_text().splitlines():
         m = LINE.match(line.strip())
         if m:
-            seconds[m.group(3)] = seconds.get(m.group(3), 0.0) + float(m.group(1))
+            test = m.group(3).split("@")[0]  # without xdist's @group
+            seconds[test] = seconds.get(test, 0.0) + float(m.group(1))
     kept = {k: round(v, 1) for k, v in sorted(seconds.items(), key=lambda kv: -kv[1]) if v >= KEEP_S}
     out = Path(__file__).resolve().parent.parent / "durations.json"
     out.write_text(json.dumps(kept, indent=0) + "\n")
