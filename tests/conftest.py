@@ -32,6 +32,12 @@ CALLER_ENV = (
 )
 for _name in CALLER_ENV:
     os.environ.pop(_name, None)
+# One compute thread per process: the suite runs one worker per core, each starting trainers, so
+# torch's default (a thread per core in every process) oversubscribes the cores and its threads
+# spin waiting for each other. Measured on the 2-core box beside the other workers: one tiny
+# 8-step run took 48 s of CPU with the default, 19 s with one thread.
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_name] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 SUPPORT = Path(__file__).resolve().parent / "support"
@@ -185,3 +191,35 @@ def wait_run_dir(env: dict, timeout: float = 30) -> Path:
     return wait_for(
         lambda: next(iter(root.iterdir()), None) if root.is_dir() else None, timeout, what="the run directory"
     ).resolve()
+
+
+# --- scheduling: the longest work first, so that the two CI workers finish together -------------
+# `-n auto --dist loadgroup --no-loadscope-reorder` (pyproject's addopts): a test marked
+# `xdist_group(name)` goes to the worker that runs the rest of its group (a module whose tests
+# share one real trainer run builds it once, not once per worker); every other test is its own
+# unit. Units are handed out in collection order, a worker asking for more when it has two tests
+# or fewer left, so the order below is the schedule: the costliest units first (the measured
+# seconds of tests/durations.json, setup included), the many quick tests last, where they fill in
+# whichever worker is free. Refresh the file after a suite run with --durations=0:
+#   python -m pytest --durations=0 -q | tee /tmp/d.log; python tests/support/durations.py /tmp/d.log
+DURATIONS = Path(__file__).resolve().parent / "durations.json"
+QUICK_S = 0.5  # a test the file does not list
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        measured = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return
+    units: dict[str, list] = {}
+    for item in items:
+        group = item.get_closest_marker("xdist_group")
+        key = f"group:{group.args[0] if group.args else group.kwargs['name']}" if group else item.nodeid
+        units.setdefault(key, []).append(item)
+    # xdist names a grouped test `path::name@group`: the file keys it without the group
+    cost = {
+        key: sum(measured.get(i.nodeid.split("@")[0], QUICK_S) for i in members)
+        for key, members in units.items()
+    }
+    ordered = sorted(units, key=lambda key: -cost[key])  # stable: equal costs keep collection order
+    items[:] = [item for key in ordered for item in units[key]]

@@ -18,7 +18,8 @@ import pytest
 from cockpit.cli.main import main
 from tests.conftest import ROOT, cockpit, events, only_run, write_config
 
-pytestmark = pytest.mark.slow
+# one worker runs them all: the shared run and its export are built once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("export-run")]
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ from cockpit.finish import end_runner
 from cockpit.run.rundir import RunDir
 
 pytestmark = pytest.mark.slow
+# the tests that read the shared run go to one worker, so that it is built once
+SHARED = pytest.mark.xdist_group("finish-cost-run")
 SECRETS = {
     "HF_TOKEN": "hf_FINISHsecretABCDEFGHIJ0123456789",
     "WANDB_API_KEY": "wandbFINISHsecret0123456789abcd",
@@ -63,6 +65,7 @@ def finished(tmp_path_factory, cache_dir):
     return env, run, proc
 
 
+@SHARED
 def test_on_end_runs_once_after_the_final_save(finished):
     _env, run, proc = finished
     seen = (run / "seen_final.txt").read_text().split()
@@ -83,6 +86,7 @@ def test_on_end_runs_once_after_the_final_save(finished):
     assert (run / "count.txt").read_text() == "ran\n"
 
 
+@SHARED
 def test_the_headless_run_ends_with_its_summary(finished):
     _env, run, proc = finished
     lines = proc.stdout.splitlines()
@@ -98,6 +102,7 @@ def test_the_headless_run_ends_with_its_summary(finished):
     assert any("on_end: the run finished; running:" in line for line in lines[:at])
 
 
+@SHARED
 def test_runs_json_describes_the_run(finished):
     env, run, _proc = finished
     proc = cockpit(["runs", "--json"], env)
@@ -112,6 +117,7 @@ def test_runs_json_describes_the_run(finished):
     assert row["checkpoints_bytes"] > 0 and row["adapter"] == str(run / "final")
 
 
+@SHARED
 def test_report_to_tensorboard_writes_into_the_run_and_no_secret_anywhere(finished):
     _env, run, _proc = finished
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))

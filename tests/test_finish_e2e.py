@@ -10,6 +10,8 @@ import pytest
 from conftest import cockpit, events, only_run, write_config
 
 pytestmark = pytest.mark.slow
+# the tests that read the shared run go to one worker, so that it is built once
+SHARED = pytest.mark.xdist_group("finish-run")
 PROMPTS = 2
 MAX_NEW = 6
 EVAL_ROWS = 16  # of the 34 held out: the eval passes stay cheap
@@ -56,6 +58,7 @@ def finished(tmp_path_factory, cache_dir):
     return run, events(run), proc.stdout, env
 
 
+@SHARED
 def test_eval_split_is_held_out_and_evaluated_every_eval_steps(finished):
     run, evs, out, _ = finished
     data = next(e for e in evs if e["type"] == "data")
@@ -78,6 +81,7 @@ def test_eval_split_is_held_out_and_evaluated_every_eval_steps(finished):
     assert "eval: base model, before step 1: loss" in out and " eval " in out.split("step 6/6")[1]
 
 
+@SHARED
 def test_the_best_checkpoint_by_eval_loss_is_marked_and_kept(finished):
     run, evs, out, _ = finished
     checkpoints = [e for e in evs if e["type"] == "checkpoint"]
@@ -92,6 +96,7 @@ def test_the_best_checkpoint_by_eval_loss_is_marked_and_kept(finished):
     assert "(best: checkpoint-6," in out
 
 
+@SHARED
 def test_samples_before_step_one_at_each_checkpoint_and_at_the_end(finished):
     _run, evs, out, _ = finished
     samples = [e for e in evs if e["type"] == "sample"]
@@ -116,6 +121,7 @@ def test_samples_before_step_one_at_each_checkpoint_and_at_the_end(finished):
     assert "sample 1/2 (base," in out and "sample 2/2 (final," in out
 
 
+@SHARED
 def test_cockpit_samples_json_and_text(finished):
     run, evs, _, env = finished
     proc = cockpit(["samples", str(run), "--json"], env)
@@ -131,6 +137,7 @@ def test_cockpit_samples_json_and_text(finished):
     assert text.returncode == 0 and "[1] " in text.stdout and "checkpoint-6:" in text.stdout
 
 
+@SHARED
 def test_cockpit_chat_one_shot_streams_the_answer_and_says_how_it_ended(finished):
     run, _, _, env = finished
     proc = cockpit(
@@ -148,6 +155,7 @@ def test_cockpit_chat_one_shot_streams_the_answer_and_says_how_it_ended(finished
     assert (run / "chat.log").is_file()  # the backend's library output, not the terminal
 
 
+@SHARED
 def test_cockpit_chat_refuses_a_checkpoint_that_does_not_exist(finished):
     run, _, _, env = finished
     proc = cockpit(["chat", str(run), "--checkpoint", "4", "--prompt", "hi"], env)
