@@ -86,6 +86,23 @@ def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cockpit-cache")
 
 
+def offline_env(work: Path, cache: str) -> dict:
+    """This environment, offline, with a private home and datasets cache under `work` and the model
+    cache `cache`: for subprocesses that load a real model (SmolLM2) from the shared cache."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COCKPIT_TEST_MODULES_DIR", "HF_TOKEN")}
+    env.update(
+        COCKPIT_HOME=str(work / "home"),
+        COCKPIT_CACHE=cache,
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_CACHE=str(work / "datasets"),
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
 @pytest.fixture
 def env(tmp_path, cache_dir, monkeypatch) -> dict:
     """Environment for subprocesses (and this process): private home, shared model cache."""

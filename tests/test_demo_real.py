@@ -10,10 +10,9 @@ skipped, with the reason, when it is absent."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
-from conftest import ROOT, cockpit, events, only_run
+from conftest import ROOT, cockpit, events, offline_env, only_run
 
 from cockpit.models import packaged
 
@@ -32,18 +31,7 @@ FEW_STEPS = [
 
 
 def _env(tmp_path, cache: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("COCKPIT_TEST_MODULES_DIR", "HF_TOKEN")}
-    env.update(
-        COCKPIT_HOME=str(tmp_path / "home"),
-        COCKPIT_CACHE=cache,
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        HF_DATASETS_CACHE=str(tmp_path / "datasets"),
-        PYTHONPATH=str(ROOT),
-        PYTHONUNBUFFERED="1",
-    )
-    return env
+    return offline_env(tmp_path, cache)
 
 
 def test_demo_real_without_the_model_says_how_to_fetch_it(tmp_path):

@@ -11,7 +11,6 @@ the reason, when it is absent."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -19,7 +18,7 @@ import pytest
 
 from cockpit.finish.check import ROUND_TRIP_TOLERANCE
 from cockpit.models import packaged
-from tests.conftest import ROOT, cockpit, only_run, write_config
+from tests.conftest import ROOT, cockpit, offline_env, only_run, write_config
 
 pytestmark = [
     pytest.mark.slow,
@@ -39,17 +38,7 @@ CHAT_DATA = str(ROOT / "cockpit" / "data" / "demo" / "chat.jsonl")
 def smol_run(tmp_path_factory):
     """One SmolLM2 run: two steps of LoRA on the demo's chat data (rendered with the chat template)."""
     tmp_path = tmp_path_factory.mktemp("smol")
-    env = {k: v for k, v in os.environ.items() if k not in ("COCKPIT_TEST_MODULES_DIR", "HF_TOKEN")}
-    env.update(
-        COCKPIT_HOME=str(tmp_path / "home"),
-        COCKPIT_CACHE=REAL_CACHE,
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        HF_DATASETS_CACHE=str(tmp_path / "datasets"),
-        PYTHONPATH=str(ROOT),
-        PYTHONUNBUFFERED="1",
-    )
+    env = offline_env(tmp_path, REAL_CACHE)
     cfg = write_config(
         tmp_path / "smol.yaml",
         {
