@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fit_estimator import point_workload  # noqa: E402
+from fit_estimator import held_out_line, point_workload  # noqa: E402
 
 from cockpit.models import speed  # noqa: E402
 from cockpit.plan.catalog import load_catalog  # noqa: E402
@@ -139,11 +139,7 @@ def main() -> None:
         predicted = predict(w, card, left_out)
         errors.append((predicted - measured) / measured)
         print(f"{name:34s} measured {measured:7.0f}  left out {predicted:7.0f} ({errors[-1]:+6.1%})")
-    worst = max(errors, key=abs)
-    print(
-        f"left-one-out over {len(data)} configurations: median {statistics.median(map(abs, errors)):.1%}, "
-        f"worst {worst:+.1%}"
-    )
+    print(held_out_line(errors, "configurations"))
 
 
 if __name__ == "__main__":
