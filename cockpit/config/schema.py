@@ -352,7 +352,9 @@ class TrainConfig:
     emulate_vram_gib: float | None = _f(
         None,
         "rehearse a smaller card: cap PyTorch's allocator so the run behaves as on a GPU of this many GiB "
-        "(as nvidia-smi counts it; the CUDA context measured at start is taken out of it, docs/oom.md). "
+        "(as nvidia-smi counts it: the CUDA context, a library warm-up, 256 MiB for kernels loaded "
+        "later and a paged optimizer's states are taken out of it, and NVML checks the whole process "
+        "after every micro-batch; docs/oom.md). "
         "CUDA only",
         min=0,
         exclusive_min=True,
