@@ -12,8 +12,15 @@ Tokens/s are the steady steps' real tokens over their median step time (the trai
 is kept too); the ratio attached/detached is of the means. Target: >= 0.99. An attached run also
 gives the TUI's own CPU: `tui_core_share` over the whole run (imports and first screen included),
 `tui_core_share_drawn` from the first screen drawn to the end (`tui_start_cpu_s` before it).
+Target: `tui_core_share` <= 0.03.
 
-  python bench/attach_overhead.py --out DIR [--steps 26] [--smoke]
+The product's and the TUI's libraries are byte-compiled before the timed runs, as `pip install`
+does (an install with --no-compile, or PYTHONDONTWRITEBYTECODE, makes every start compile
+textual's sources again: ~1 s of CPU). `--profile` adds a fifth run, attached, not counted in the
+figures above, with py-spy (if installed) sampling the TUI from outside: where its CPU goes
+before the first screen and after (bench/pyspy_profile.py).
+
+  python bench/attach_overhead.py --out DIR [--steps 26] [--profile] [--smoke]
 
 `--smoke` runs the shipped tiny model on the CPU, once each way (the tests run it). Writes
 DIR/attach_overhead.json; exits 1 when a run did not finish.
@@ -22,6 +29,8 @@ DIR/attach_overhead.json; exits 1 when a run did not finish.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +41,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_runs import (
     FULL,
+    ROOT,
     SMOKE,
     PtyTui,
     bench_env,
@@ -48,21 +58,31 @@ from gpu_runs import (
     write_json,
     write_tokens,
 )
+from pyspy_profile import Spy, py_spy, summary
 
 EXIT_DETACHED = 4
 TARGET_RATIO = 0.99
+TARGET_TUI_SHARE = 0.03
 
 
-def one_run(kind: str, config: Path, env: dict, shape, timeout_s: float) -> dict:
-    """One run, detached or attached, through the TUI in a pseudo-terminal."""
+def one_run(
+    kind: str, config: Path, env: dict, shape, timeout_s: float, profile_dir: Path | None = None
+) -> dict:
+    """One run, detached or attached (or "profiled": attached, with py-spy on the TUI), through
+    the TUI in a pseudo-terminal."""
     home = Path(env["COCKPIT_HOME"])
     before = run_ids(home)
     started = time.monotonic()
+    profile: dict = {}
     with PtyTui(["train", str(config), "--skip-preflight"], env) as tui:  # killed however this ends
+        spy = Spy(tui.proc.pid, profile_dir / "tui-start.txt") if profile_dir else None
         drawn = tui.wait_for_output()
         run = newest_run(home, before)
         tui_cpu_s = None
         drawn_cpu_s, drawn_at = tui_cpu(tui), time.monotonic()  # imports and the first screen: once
+        if spy is not None:
+            profile["start"] = spy.stop() or summary(spy.path)
+            spy = Spy(tui.proc.pid, profile_dir / "tui-drawn.txt")
         if kind == "detached":
             tui.press("d")  # training goes on without any client
             code = tui.finish()
@@ -72,6 +92,8 @@ def one_run(kind: str, config: Path, env: dict, shape, timeout_s: float) -> dict
             time.sleep(1.5)  # the view draws the run's end
             tui_cpu_s = tui_cpu(tui)
             ended_at = time.monotonic()
+            if spy is not None:
+                profile["drawn"] = spy.stop() or summary(spy.path)
             tui.press("q")
             code = tui.finish()
     events = events_of(run)
@@ -91,6 +113,8 @@ def one_run(kind: str, config: Path, env: dict, shape, timeout_s: float) -> dict
         if drawn_cpu_s is not None:  # the same once the first screen is drawn: the live view's own
             result["tui_start_cpu_s"] = round(drawn_cpu_s, 2)
             result["tui_core_share_drawn"] = round((tui_cpu_s - drawn_cpu_s) / (ended_at - drawn_at), 4)
+    if profile:
+        result["profile"] = profile
     print(f"{kind}: {result}", file=sys.stderr, flush=True)
     return result
 
@@ -104,6 +128,18 @@ def tui_cpu(tui: PtyTui) -> float | None:
     return times.user + times.system
 
 
+def compile_bytecode() -> str:
+    """Byte-compile this checkout and the TUI's libraries, as `pip install` does (untimed)."""
+    dirs = [str(ROOT / name) for name in ("cockpit", "screens", "widgets")]
+    for name in ("textual", "rich", "psutil", "yaml", "pynvml"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            origin = Path(spec.origin)
+            dirs.append(str(origin.parent if origin.name == "__init__.py" else origin))
+    done = subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", *dirs], check=False)
+    return "compiled before the timed runs" if done.returncode == 0 else "compileall failed"
+
+
 def mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -115,11 +151,18 @@ def main() -> int:
         "--steps", type=int, help="optimizer steps per run (default 26, ~40 s on an H200; smoke 24)"
     )
     ap.add_argument("--smoke", action="store_true", help="the tiny model on the CPU, one run each way")
+    ap.add_argument(
+        "--profile", action="store_true", help="one more attached run with py-spy on the TUI (not counted)"
+    )
     ap.add_argument("--timeout-s", type=float, default=600, help="per run")
     a = ap.parse_args()
     shape = SMOKE if a.smoke else FULL
     steps = a.steps or (24 if a.smoke else 26)
     order = ["detached", "attached"] if a.smoke else ["detached", "attached", "attached", "detached"]
+    if a.profile and py_spy() is None:
+        print("--profile: py-spy is not installed; no profiled run", file=sys.stderr)
+    elif a.profile:
+        order.append("profiled")
     work = Path(tempfile.mkdtemp(prefix="attach-overhead-"))
     env = bench_env(work / "home")
     data = write_tokens(
@@ -128,10 +171,15 @@ def main() -> int:
     config = write_config(work / "run.yaml", shape, data, steps)
     t0 = time.monotonic()
     prebuild(shape, env)  # untimed, like a download
-    runs = [one_run(kind, config, env, shape, a.timeout_s) for kind in order]
+    bytecode = compile_bytecode()
+    runs = [
+        one_run(kind, config, env, shape, a.timeout_s, a.out if kind == "profiled" else None)
+        for kind in order
+    ]
     detached = mean([r["tokens_per_s"] for r in runs if r["kind"] == "detached" and "tokens_per_s" in r])
     attached = mean([r["tokens_per_s"] for r in runs if r["kind"] == "attached" and "tokens_per_s" in r])
     ratio = round(attached / detached, 4) if attached and detached else None
+    shares = [r["tui_core_share"] for r in runs if r["kind"] == "attached" and "tui_core_share" in r]
     result = {
         "bench": "attach_overhead",
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
@@ -141,6 +189,7 @@ def main() -> int:
         "tokens_per_step": shape.tokens_per_step,
         "machine": machine(),
         "versions": versions(events_of(work / "home" / "runs" / runs[0]["run"])),
+        "bytecode": bytecode,
         "order": order,
         "runs": runs,
         "tokens_per_s_detached_mean": detached,
@@ -148,6 +197,9 @@ def main() -> int:
         "ratio_attached_over_detached": ratio,
         "target": f">= {TARGET_RATIO}",
         "target_met": None if ratio is None else ratio >= TARGET_RATIO,
+        "tui_core_share_max": max(shares) if shares else None,
+        "tui_target": f"tui_core_share <= {TARGET_TUI_SHARE} in every attached run",
+        "tui_target_met": bool(shares) and max(shares) <= TARGET_TUI_SHARE,
         "bench_s": round(time.monotonic() - t0, 1),
     }
     path = write_json(a.out, "attach_overhead.json", result)

@@ -43,6 +43,29 @@ def test_attach_overhead_runs_detached_then_attached(tmp_path, env):
     assert result["ratio_attached_over_detached"] == pytest.approx(
         result["tokens_per_s_attached_mean"] / result["tokens_per_s_detached_mean"], abs=1e-3
     )
+    assert result["bytecode"] == "compiled before the timed runs"
+    assert result["tui_core_share_max"] == attached["tui_core_share"]
+    assert result["tui_target_met"] == (attached["tui_core_share"] <= 0.03)
+
+
+def test_a_py_spy_profile_is_summed_by_function_and_by_package(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    from pyspy_profile import summary
+
+    raw = tmp_path / "raw.txt"
+    raw.write_text(
+        "<module> (cockpit/__main__.py:3);App.run (textual/app.py:10);"
+        "Compositor.render (textual/_compositor.py:5) 6\n"
+        "<module> (cockpit/__main__.py:3);App.run (textual/app.py:12);show (screens/run/view.py:20) 3\n"
+        "<module> (cockpit/__main__.py:3);_find_and_load (<frozen importlib._bootstrap>:1) 1\n"
+    )
+    got = summary(raw)
+    assert got["samples"] == 10
+    top = dict((name, share) for share, name in got["top"])
+    assert top["<module> (cockpit/__main__.py)"] == 1.0
+    assert top["App.run (textual/app.py)"] == 0.9  # two line numbers, one function
+    assert top["show (screens/run/view.py)"] == 0.3
+    assert got["by_package"] == {"textual": 0.6, "screens": 0.3, "<frozen importlib>": 0.1}
 
 
 def test_input_bound_burns_the_collate_time_in_every_step(tmp_path, env):
