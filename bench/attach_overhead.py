@@ -29,7 +29,6 @@ DIR/attach_overhead.json; exits 1 when a run did not finish.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import subprocess
 import sys
 import tempfile
@@ -128,16 +127,27 @@ def tui_cpu(tui: PtyTui) -> float | None:
     return times.user + times.system
 
 
-def compile_bytecode() -> str:
-    """Byte-compile this checkout and the TUI's libraries, as `pip install` does (untimed)."""
-    dirs = [str(ROOT / name) for name in ("cockpit", "screens", "widgets")]
-    for name in ("textual", "rich", "psutil", "yaml", "pynvml"):
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin:
-            origin = Path(spec.origin)
-            dirs.append(str(origin.parent if origin.name == "__init__.py" else origin))
-    done = subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", *dirs], check=False)
-    return "compiled before the timed runs" if done.returncode == 0 else "compileall failed"
+def compile_bytecode(env: dict) -> str:
+    """Byte-compile every module the TUI imports outside the standard library (this checkout,
+    textual and its dependencies), as `pip install` does; untimed."""
+    listing = (
+        "import sys, sysconfig, cockpit.cli.main, screens.run.app\n"
+        "std = sysconfig.get_paths()['stdlib']\n"
+        "for m in list(sys.modules.values()):\n"
+        "    f = getattr(m, '__file__', None) or ''\n"
+        "    if f.endswith('.py') and not f.startswith(std):\n"
+        "        print(f)\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", listing], env=env, cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    files = found.stdout.split()
+    if found.returncode != 0 or not files:
+        return f"compileall skipped: the TUI's modules could not be listed ({found.stderr.strip()[-200:]})"
+    done = subprocess.run([sys.executable, "-m", "compileall", "-q", *files], check=False)
+    if done.returncode != 0:
+        return "compileall failed"
+    return "compiled before the timed runs"
 
 
 def mean(values: list[float]) -> float | None:
@@ -171,7 +181,7 @@ def main() -> int:
     config = write_config(work / "run.yaml", shape, data, steps)
     t0 = time.monotonic()
     prebuild(shape, env)  # untimed, like a download
-    bytecode = compile_bytecode()
+    bytecode = compile_bytecode(env)
     runs = [
         one_run(kind, config, env, shape, a.timeout_s, a.out if kind == "profiled" else None)
         for kind in order
