@@ -102,7 +102,7 @@ def test_the_doctor_fixes_are_the_benchs():
 
 
 def test_the_attached_views_cpu_on_the_gpu_box_is_the_benchs():
-    data = _json(RESULTS / "2026-12-02-attach-overhead-h200.json")
+    data = _json(RESULTS / "2026-12-02-attach-overhead-profiled-h200" / "attach_overhead.json")
     attached = [r for r in data["runs"] if r["kind"] == "attached"]
     whole = " and ".join(f"{r['tui_core_share']:.1%}" for r in attached)
     drawn = " and ".join(f"{r['tui_core_share_drawn']:.1%}" for r in attached)
