@@ -218,3 +218,35 @@ def test_the_model_load_before_the_first_step_is_no_evidence(tmp_path):
     the load as training would call it input-bound."""
     run = Run(steps=3, wait_s=0.01, compute_s=1.0, compute_util=95.0, tokens=8192.0)
     assert live(run) == {} and replayed(run, tmp_path) == {}
+
+
+def test_the_bench_reads_each_rule_off_the_live_doctor_s_lines():
+    """bench/doctor_fixes.py tells which rule a `--no-ui` line names by its title: every finding the
+    GPU bench looks for, made by the product's rules, is read back as its own rule."""
+    import sys
+
+    from test_doctor import TRAINER_PID, gpu, run_state
+    from test_doctor import feed as feed_doctor
+    from test_doctor_steps import LAUNCH_BOUND, state_with
+    from test_flops import _state as mfu_state
+
+    from cockpit.live.watch import finding_line
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from doctor_fixes import live_rules
+
+    other = {"pid": 77, "used_bytes": GIB, "name": "burner"}
+    found = [
+        *feed_doctor(Doctor(), 0, 60, state=state_with(0.03, 2048.0), **LAUNCH_BOUND),  # gpu_underfed
+        *feed_doctor(Doctor(), 0, 60, state=state_with(0.5, 2048.0), **LAUNCH_BOUND),  # input_bound
+        *feed_doctor(
+            Doctor(), 0, 60, state=state_with(0.05, 8192.0, step_s=4.0), **LAUNCH_BOUND
+        ),  # cpu_bound
+        *feed_doctor(Doctor(), 0, 60, state=run_state(precision="fp32")),
+        *feed_doctor(Doctor(), 0, 60, gpus=[gpu(processes=[{"pid": TRAINER_PID, "used_bytes": GIB}, other])]),
+        *feed_doctor(Doctor(), 0, 60, state=mfu_state(3000.0), gpu={"util_pct": 95.0}),  # low_mfu
+    ]
+    wanted = {"gpu_underfed", "input_bound", "cpu_bound", "fp32_on_bf16_card", "foreign_process", "low_mfu"}
+    assert wanted <= {f.rule for f in found}
+    for finding in found:
+        assert live_rules([f"2026-12-02T08:00:00 {finding_line(finding)}"]) == [finding.rule]
