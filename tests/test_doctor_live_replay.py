@@ -250,3 +250,15 @@ def test_the_bench_reads_each_rule_off_the_live_doctor_s_lines():
     assert wanted <= {f.rule for f in found}
     for finding in found:
         assert live_rules([f"2026-12-02T08:00:00 {finding_line(finding)}"]) == [finding.rule]
+
+
+def test_a_recorded_bin_is_judged_as_itself_and_live_samples_as_their_last_5_s():
+    from cockpit.doctor.window import _trailing_mean
+
+    # bins whose ends jitter a little under 5 s apart: the one before adds a hundredth of a second
+    assert _trailing_mean([34.29, 29.3, 24.3], [100.0, 0.0, 0.0]) == pytest.approx(100.0, abs=0.3)
+    # live: 0.5-s samples, the loader's 2 s at 0% then the kernels' 3 s at 90%
+    times = [10.0 - 0.5 * i for i in range(12)]
+    utils = [90.0] * 6 + [0.0] * 4 + [90.0] * 2
+    assert _trailing_mean(times, utils) == pytest.approx(54.0)
+    assert _trailing_mean([7.0], [40.0]) == 40.0  # the first sample alone

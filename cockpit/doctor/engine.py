@@ -91,11 +91,11 @@ class Doctor:
             pids.add(field(attempts[-1], "pid"))
         pids.update(doctor_multi.rank_pids(state))  # several GPUs: every rank is the trainer
         pids.discard(None)
-        recent = []
-        for o in reversed(self._history):  # those the smoothed readings average over
+        recent = []  # newest first: those the smoothed readings average over, and the one before them
+        for o in reversed(self._history):
+            recent.append(o)
             if o.ts <= ts - SMOOTH_S:
                 break
-            recent.append(o)
         # a step logged: the time before it (CUDA warm-up, the first step) is no evidence of the steps
         logged = (
             bool(field(state, "input"))

@@ -76,8 +76,9 @@ class Observation:
         before: Iterable[Observation] = (),
         stepped_s: float = 0.0,
     ) -> Observation:
-        """`before`: the observations just before this one (those of the last SMOOTH_S seconds are
-        averaged into its smoothed readings)."""
+        """`before`: the observations just before this one, newest first, back to the first that is
+        SMOOTH_S or more older (their readings over the last SMOOTH_S seconds are averaged into its
+        smoothed ones)."""
         gpus: tuple[Any, ...] = ()
         if field(sample, "nvml") == "ok":
             gpus = tuple(g for g in field(sample, "gpus") or [] if field(g, "state") in (None, "ok"))
@@ -86,7 +87,8 @@ class Observation:
         utils = [u for g in ours if (u := field(g, "util_pct")) is not None]
         util = max(utils) if utils else None
         cpu = field(field(sample, "host"), "trainer_cpu_pct")
-        recent = [o for o in before if sample.ts - SMOOTH_S < o.ts < sample.ts]
+        earlier = [o for o in before if o.ts < sample.ts]
+        times = [sample.ts, *(o.ts for o in earlier)]
         return cls(
             sample.ts,
             sample,
@@ -96,8 +98,10 @@ class Observation:
             ours,
             util,
             logged,
-            mean_of([util, *(o.trainer_util for o in recent)]) if util is not None else None,
-            mean_of([cpu, *(field(o.host, "trainer_cpu_pct") for o in recent)]) if cpu is not None else None,
+            _trailing_mean(times, [util, *(o.trainer_util for o in earlier)]) if util is not None else None,
+            _trailing_mean(times, [cpu, *(field(o.host, "trainer_cpu_pct") for o in earlier)])
+            if cpu is not None
+            else None,
             stepped_s,
         )
 
@@ -213,6 +217,27 @@ class Window:
 
 
 RuleFn = Callable[[Window, Any], "Finding | None"]
+
+
+def _trailing_mean(times: list[float], values: list[float | None]) -> float | None:
+    """The time-weighted mean over the SMOOTH_S seconds up to `times[0]` of readings taken at
+    `times` (newest first), each standing for the time since the one before it: a live sample for
+    its ~0.45 s, a recorded bin for its 5 s (so a bin is judged as itself, whatever the jitter of
+    the bins' ends). The oldest reading, with none before it, stands for the mean gap."""
+    start = times[0] - SMOOTH_S
+    gaps = [a - b for a, b in pairwise(times)]
+    typical = fmean(gaps) if gaps else 1.0
+    total = weight_sum = 0.0
+    for i, (ts, value) in enumerate(zip(times, values, strict=True)):
+        if ts <= start:
+            break
+        covers_from = times[i + 1] if i + 1 < len(times) else ts - typical
+        weight = ts - max(covers_from, start)
+        if value is not None and weight > 0:
+            total += value * weight
+            weight_sum += weight
+    return total / weight_sum if weight_sum > 0 else values[0]
+
 
 # ---------------------------------------------------------------- reading samples
 
