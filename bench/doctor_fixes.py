@@ -84,8 +84,9 @@ TITLE_RULES = (
     ("Training without a GPU", "no_gpu"),
 )
 
-# seconds on one H200 each case takes (its runs, not the model builds), from the 2026-12-02 runs of
-# these shapes: what --budget-s plans with
+# seconds on one H200 each case takes (its runs, not the model builds): what --budget-s plans with.
+# The 7B runs from the 2026-12-02 run (~25 s of loading and ~5 s of ending around the steps); the
+# 1B runs estimated (~15 s around the steps, the speed model's step times): not yet measured
 CASE_S = {"demo-packed": 130, "slow-loader": 55, "cpu-bound": 55, "fp32": 25, "foreign": 30}
 BUILD_S = {
     "synthetic:llama-2-7b/bf16": 35,
