@@ -79,6 +79,21 @@ FULL = Shape(
         "training": {"optimizer": "paged_adamw_32bit", "gradient_checkpointing": True, "max_grad_norm": 0.3},
     },
 )
+# a 1B LoRA in bf16 for the cases that need no 7B: it loads in seconds, not QLoRA's ~25 s
+SMALL = Shape(
+    "llama-3.2-1b lora 512",
+    "synthetic:llama-3.2-1b",
+    "lora",
+    512,
+    4,
+    4,
+    "bf16",
+    128256,
+    {
+        "lora": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
+        "training": {"optimizer": "adamw_torch", "gradient_checkpointing": False},
+    },
+)
 SMOKE = Shape(
     "tiny lora 64 (CPU)",
     "synthetic:tiny",

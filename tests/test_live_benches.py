@@ -91,18 +91,9 @@ def test_record_example_copies_a_small_run_that_replays(tmp_path, env):
     assert any("finished" in line for line in result["replay"]["last_lines"])
 
 
-def test_doctor_fixes_runs_each_case_before_and_after(tmp_path, env):
-    result = run_bench(
-        "doctor_fixes.py", tmp_path, env, "--steps", "4", "--only", "demo-packed", "slow-loader"
-    )
+def check_doctor_cases(result: dict) -> dict:
     cases = {c["case"]: c for c in result["cases"]}
-    assert list(cases) == ["demo-packed", "slow-loader"]
-    demo = cases["demo-packed"]
-    assert [r["label"] for r in demo["runs"]] == ["before", "after", "wrong fix (more loader workers)"]
-    # no speed model on the CPU: the finding's fallback, a micro-batch twice as large
-    assert demo["fix"]["training.micro_batch_size"] == 8 and demo["runs"][1]["micro_batch"] == 8
-    slow = cases["slow-loader"]
-    assert slow["fix"] == {"training.dataloader_num_workers": 4}
+    assert result["skipped"] == [] and result["budget_s"] is None  # no budget unless asked, on the CPU
     for case in cases.values():
         for run in case["runs"]:
             assert run["status"] == "finished" and run["real_tokens_per_s"] > 0
@@ -110,5 +101,49 @@ def test_doctor_fixes_runs_each_case_before_and_after(tmp_path, env):
         assert case["gain"] == pytest.approx(
             case["runs"][1]["real_tokens_per_s"] / case["runs"][0]["real_tokens_per_s"], abs=1e-3
         )
+        # no GPU here: nothing named (the GPU rules need NVML), so live and replay agree
+        assert all(not v["named_live"] and v["gone_after_fix"] is not False for v in case["rules"].values())
+        assert result["live_and_replay_agree"][case["case"]]
+    return cases
+
+
+def test_doctor_fixes_runs_each_case_before_and_after(tmp_path, env):
+    result = run_bench(
+        "doctor_fixes.py", tmp_path, env, "--steps", "4", "--only", "demo-packed", "slow-loader"
+    )
+    cases = check_doctor_cases(result)
+    assert list(cases) == ["demo-packed", "slow-loader"]
+    demo = cases["demo-packed"]
+    assert [r["label"] for r in demo["runs"]] == ["before", "after", "wrong fix (more loader workers)"]
+    # no speed model on the CPU: the finding's fallback, a micro-batch twice as large
+    assert demo["fix"]["training.micro_batch_size"] == 8 and demo["runs"][1]["micro_batch"] == 8
+    slow = cases["slow-loader"]
+    assert slow["fix"] == {"training.dataloader_num_workers": 4}  # no finding to name them on the CPU: 4
     # the collator's burn is measured as data wait in the run that has no loader workers
     assert slow["runs"][0]["data_wait_share"] > slow["runs"][1]["data_wait_share"]
+
+
+def test_doctor_fixes_cpu_bound_fp32_and_foreign_cases(tmp_path, env):
+    result = run_bench(
+        "doctor_fixes.py", tmp_path, env, "--steps", "4", "--only", "cpu-bound", "fp32", "foreign"
+    )
+    cases = check_doctor_cases(result)
+    assert list(cases) == ["cpu-bound", "fp32", "foreign"]
+    cpu = cases["cpu-bound"]
+    assert cpu["fix"] == {"training.logging_steps": 2}
+    # the slow logging callback runs at every log: logging half as often spends less of each step there
+    assert cpu["runs"][0]["logs_measured"] > cpu["runs"][1]["logs_measured"]
+    # fp32 and foreign share their after: one run of the plain LoRA, alone
+    assert cases["fp32"]["runs"][1] == cases["foreign"]["runs"][1]
+    assert cases["fp32"]["runs"][0]["versions"]["precision"] == "fp32"
+    assert cases["foreign"]["rules"]["foreign_process"]["named_replayed"] is None  # no process lists recorded
+
+
+def test_doctor_fixes_plans_its_budget(tmp_path, env):
+    """--budget-s skips (and names) the cases that would not end in time, before any run."""
+    result = run_bench(
+        "doctor_fixes.py", tmp_path, env, "--budget-s", "1", "--only", "demo-packed", "foreign"
+    )
+    assert result["cases"] == []
+    assert [s["case"] for s in result["skipped"]] == ["demo-packed", "foreign"]
+    assert "--budget-s 1: needs ~" in result["skipped"][0]["why"]

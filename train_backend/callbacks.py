@@ -14,6 +14,7 @@ from cockpit.finish.budget import Budget
 from cockpit.protocol.wire import Fault
 from train_backend import oom_watch
 from train_backend.channel import Emitter
+from train_backend.data import burn_cpu
 from train_backend.oom_watch import injected_oom_message
 from train_backend.step_meter import StepMeter
 
@@ -229,5 +230,7 @@ def make_callback(
             )
             self.window_start = (now, tokens, state.global_step)
             self.step_ends = self.step_ends[-1:]
+            if cfg.debug.log_cpu_ms:  # test aid: a slow logging callback, in the loop's own thread
+                burn_cpu(cfg.debug.log_cpu_ms)
 
     return CockpitCallback()

@@ -293,10 +293,15 @@ class CpuBurningCollator:
         self.cpu_ms = cpu_ms
 
     def __call__(self, features):
-        end = time.thread_time() + self.cpu_ms / 1000.0
-        while time.thread_time() < end:
-            pass
+        burn_cpu(self.cpu_ms)
         return self.collate(features)
+
+
+def burn_cpu(cpu_ms: float) -> None:
+    """Spin until this thread has used `cpu_ms` of CPU time (test aids: debug.collate_cpu_ms, log_cpu_ms)."""
+    end = time.thread_time() + cpu_ms / 1000.0
+    while time.thread_time() < end:
+        pass
 
 
 def burn_cpu_in_collator(trainer, cpu_ms: float) -> None:

@@ -285,6 +285,14 @@ class DebugSection:
         min=0,
         max=60000,
     )
+    log_cpu_ms: float = _f(
+        0.0,
+        "test aid: burn this much CPU in the trainer's main thread each time it logs, an expensive "
+        "logging callback (a slow tracker) that makes a run CPU-bound outside the loader "
+        "(bench/doctor_fixes.py)",
+        min=0,
+        max=60000,
+    )
     free_bytes: int | None = _f(
         None,
         "test aid: the checkpoint disk-space guard sees this many bytes free, less what checkpoints/ "

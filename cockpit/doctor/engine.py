@@ -28,7 +28,15 @@ from cockpit.doctor.rules import (
     throttling,
 )
 from cockpit.doctor.step_rules import cpu_bound, gpu_underfed
-from cockpit.doctor.window import DEFAULT_MIN_SAMPLES, Finding, Observation, RuleFn, Window, field
+from cockpit.doctor.window import (
+    DEFAULT_MIN_SAMPLES,
+    SMOOTH_S,
+    Finding,
+    Observation,
+    RuleFn,
+    Window,
+    field,
+)
 
 SEVERITY_ORDER = {"alarm": 0, "warn": 1, "info": 2}
 MAX_OBSERVATIONS = 20_000  # a guard for a runaway sampler; the window is bounded by time first
@@ -83,7 +91,24 @@ class Doctor:
             pids.add(field(attempts[-1], "pid"))
         pids.update(doctor_multi.rank_pids(state))  # several GPUs: every rank is the trainer
         pids.discard(None)
-        self._history.append(Observation.of(sample, field(state, "status"), frozenset(pids)))
+        recent = []  # newest first: those the smoothed readings average over, and the one before them
+        for o in reversed(self._history):
+            recent.append(o)
+            if o.ts <= ts - SMOOTH_S:
+                break
+        # a step logged: the time before it (CUDA warm-up, the first step) is no evidence of the steps
+        logged = (
+            bool(field(state, "input"))
+            or field(state, "tokens_per_s") is not None
+            or bool(field(state, "step"))
+        )
+        first_log = field(state, "first_log_ts")
+        stepped_s = (ts - first_log if first_log is not None else float("inf")) if logged else 0.0
+        self._history.append(
+            Observation.of(
+                sample, field(state, "status"), frozenset(pids), logged, recent, max(0.0, stepped_s)
+            )
+        )
         self._state = state
         while self._history and self._history[0].ts <= ts - self._history_s:
             self._history.popleft()

@@ -34,6 +34,10 @@ def _training(o: Observation) -> bool:
     return o.training
 
 
+def _stepping(o: Observation) -> bool:
+    return o.stepping
+
+
 def _advice(state: Any, mfu: float) -> str:
     sp = field(state, "speed_plan") or {}
     measured = field(state, "input") or {}
@@ -81,7 +85,10 @@ def _advice(state: Any, mfu: float) -> str:
 
 def low_mfu(window: Window, state: Any) -> Finding | None:
     """MFU < 20% of the card's dense bf16 peak while training, for most of the window."""
-    if not window.held(_training):
+    # steps measured for most of the time it trained (>= MIN_HELD_S), and training now
+    if not window.observations or not window.observations[-1].training:
+        return None
+    if not window.stepped_enough() or not window.held(_stepping, during=_training):
         return None
     mfu = run_mfu(state)
     if mfu is None or mfu >= LOW_MFU:
@@ -102,5 +109,5 @@ def low_mfu(window: Window, state: Any) -> Finding | None:
             ]
         ),
         fix=_advice(state, mfu),
-        since_ts=window.first_ts(_training),
+        since_ts=window.first_ts(_stepping),
     )

@@ -42,6 +42,10 @@ def _behind(o: Observation, index: Any) -> float | None:
     return others - utils[index]
 
 
+def _training(o: Observation) -> bool:
+    return o.training
+
+
 def straggler(window: Window, state: Any) -> Finding | None:
     """One trainer GPU's util >= 15 points below the median of the others (themselves >= 50%)
     for most of the window while training, with at least two trainer GPUs reporting util."""
@@ -52,7 +56,7 @@ def straggler(window: Window, state: Any) -> Finding | None:
             gap = _behind(o, index)
             return o.training and gap is not None and gap >= STRAGGLER_GAP_PCT
 
-        if not window.held(lagging):
+        if not window.held(lagging, during=_training):
             continue
         training = [o for o in window if o.training and len(_utils(o)) >= 2]
         means = {
@@ -107,7 +111,7 @@ def slow_allreduce(window: Window, state: Any) -> Finding | None:
     """Every trainer GPU (two or more) below 70% util while each moves >= 30% of its PCIe link's
     practical rate (>= 5 GB/s where the link is unknown), for most of the window: the GPUs wait
     for the gradient exchange over the bus."""
-    if not window.held(_waiting_on_the_bus):
+    if not window.held(_waiting_on_the_bus, during=_training):
         return None
     training = [o for o in window if _waiting_on_the_bus(o)]
     indexes = sorted({field(g, "index") for o in training for g in o.trainer_gpus}, key=str)

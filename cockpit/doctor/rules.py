@@ -47,15 +47,24 @@ NOT_TRAINING = ("paused", "finished", "stopped", "failed")  # or no run at all (
 
 
 def _cpu_saturated(o: Observation) -> bool:
-    trainer = field(o.host, "trainer_cpu_pct")
+    trainer = o.trainer_cpu_smooth
     host = field(o.host, "cpu_pct")
     return (trainer is not None and trainer >= CPU_SATURATED_PCT) or (
         host is not None and host >= CPU_SATURATED_PCT
     )
 
 
+def _training(o: Observation) -> bool:
+    return o.training
+
+
+def _stepping(o: Observation) -> bool:
+    return o.stepping
+
+
 def _gpu_waits(o: Observation) -> bool:
-    util = o.trainer_util
+    """Training, the GPU below 70% (its mean over one recorded bin, cockpit.doctor.window)."""
+    util = o.util_smooth
     return o.training and util is not None and util < LOW_UTIL_PCT
 
 
@@ -70,9 +79,9 @@ def input_bound(window: Window, state: Any) -> Finding | None:
     def starved(o: Observation) -> bool:
         return _gpu_waits(o) and _cpu_saturated(o)
 
-    if not window.held(starved):
+    if not window.stepped_enough() or not window.held(starved, during=_stepping):  # not the warm-up
         return None
-    training = [o for o in window if o.training]
+    training = [o for o in window if o.stepping]
     util = mean_of(o.trainer_util for o in training)
     if util is None or util >= LOW_UTIL_PCT:
         return None
@@ -82,7 +91,7 @@ def input_bound(window: Window, state: Any) -> Finding | None:
     workers = (field(state, "plan") or {}).get("dataloader_num_workers")
     evidence = phrase(
         [
-            f"GPU util {util:.0f}% (mean of {window.span_text()})",
+            f"GPU util {util:.0f}% (mean of {window.span_text(_stepping)} of steps)",
             f"trainer CPU {trainer_cpu:.0f}% of one core" if trainer_cpu is not None else None,
             f"host CPU {host_cpu:.0f}%" + (f" ({cores} cores usable)" if cores else "")
             if host_cpu is not None
@@ -109,7 +118,7 @@ def slow_disk(window: Window, state: Any) -> Finding | None:
         rate = field(o.host, "disk_read_bytes_s")
         return _gpu_waits(o) and rate is not None and rate >= DISK_READ_HIGH_BYTES_S
 
-    if not window.held(reading):
+    if not window.held(reading, during=_training):
         return None
     training = [o for o in window if o.training]
     rate = mean_of(field(o.host, "disk_read_bytes_s") for o in training) or 0.0
@@ -118,7 +127,8 @@ def slow_disk(window: Window, state: Any) -> Finding | None:
         rule="slow_disk",
         severity="warn",
         title="Disk-bound: the GPU waits for reads from disk",
-        evidence=f"disk reads {rate / 1e6:.0f} MB/s, GPU util {util:.0f}% (means of {window.span_text()})",
+        evidence=f"disk reads {rate / 1e6:.0f} MB/s, GPU util {util:.0f}% "
+        f"(means of {window.span_text(_training)} of training)",
         fix="Copy the dataset and model to a local NVMe disk (a SATA disk reads ~500 MB/s at best), "
         "or raise training.dataloader_num_workers.",
         since_ts=window.first_ts(reading),
@@ -177,7 +187,7 @@ def memory_pressure(window: Window, state: Any) -> Finding | None:
             share = _mem_share(gpu_at(o, index))
             return o.training and share is not None and share > MEM_FULL_SHARE
 
-        if not window.held(full):
+        if not window.held(full, during=_training):
             continue
         utils = [u for o in window if o.training and (u := field(gpu_at(o, index), "util_pct")) is not None]
         if len(utils) < window.min_samples:
@@ -351,7 +361,7 @@ def idle_billed(window: Window, state: Any) -> Finding | None:
     """Every GPU below 5% util for the whole (5-minute) window while no run trains (paused,
     finished, stopped, failed, or none; a vanished trainer is marked failed by its exit
     event). The alarm stays until the GPU works again for a fifth of the window."""
-    if not window.held(_idle, IDLE_APPEAR_SHARE, IDLE_KEEP_SHARE):
+    if not window.held(_idle, IDLE_APPEAR_SHARE, IDLE_KEEP_SHARE, whole=True):
         return None
     since = window.active_since if window.keeping else window.first_ts(_idle)
     since = window.now_ts if since is None else since
@@ -380,7 +390,7 @@ def no_gpu(window: Window, state: Any) -> Finding | None:
     def blind(o: Observation) -> bool:
         return o.training and field(o.sample, "nvml") in ("no_driver", "no_gpu")
 
-    if not window.held(blind):
+    if not window.held(blind, during=_training):
         return None
     device = field(state, "device") or {}
     kind, name = device.get("kind"), device.get("name")

@@ -36,25 +36,36 @@ def measured(state: Any) -> dict | None:
     return got if got.get("data_wait_share") is not None else None
 
 
+def _stepping(o: Observation) -> bool:
+    return o.stepping
+
+
 def _waiting(o: Observation) -> bool:
-    util = o.trainer_util
-    return o.training and util is not None and util < LOW_UTIL_PCT
+    """Training with its steps measured, the GPU below 70% (its mean over one recorded bin)."""
+    util = o.util_smooth
+    return o.stepping and util is not None and util < LOW_UTIL_PCT
 
 
 def _cpu_saturated(o: Observation) -> bool:
-    trainer = field(o.host, "trainer_cpu_pct")
+    trainer = o.trainer_cpu_smooth
     return trainer is not None and trainer >= CPU_SATURATED_PCT
 
 
 def _common(window: Window, state: Any) -> tuple[dict, float, float | None] | None:
+    """The step measurements, the mean util and trainer CPU of the time the run trained with its
+    steps measured, when the GPU waited for most of that time (and >= MIN_HELD_S)."""
     m = measured(state)
-    if m is None or not window.held(_waiting):
+    if m is None or not window.stepped_enough() or not window.held(_waiting, during=_stepping):
         return None
-    training = [o for o in window if o.training]
-    util = mean_of(o.trainer_util for o in training)
+    stepping = [o for o in window if o.stepping]
+    util = mean_of(o.trainer_util for o in stepping)
     if util is None or util >= LOW_UTIL_PCT:
         return None
-    return m, util, mean_of(field(o.host, "trainer_cpu_pct") for o in training)
+    return m, util, mean_of(field(o.host, "trainer_cpu_pct") for o in stepping)
+
+
+def _util_text(window: Window, util: float) -> str:
+    return f"GPU util {util:.0f}% (mean of {window.span_text(_stepping)} of steps)"
 
 
 def _step_text(m: dict) -> str:
@@ -105,7 +116,7 @@ def input_bound_measured(window: Window, state: Any) -> Finding | None:
         title="Input-bound: each step waits for its data",
         evidence=phrase(
             [
-                f"GPU util {util:.0f}% (mean of {window.span_text()})",
+                _util_text(window, util),
                 _step_text(m) + " (measured by the trainer)",
                 f"trainer CPU {cpu:.0f}% of one core" if cpu is not None else None,
                 f"dataloader_num_workers {workers}" if workers is not None else None,
@@ -132,7 +143,7 @@ def gpu_underfed(window: Window, state: Any) -> Finding | None:
     device = (field(state, "device") or {}).get("name") or "the card"
     evidence = phrase(
         [
-            f"GPU util {util:.0f}% (mean of {window.span_text()})",
+            _util_text(window, util),
             f"{tokens:.0f} tokens per micro-batch, ~{busy} needed to keep {device} busy (speed model)",
             _step_text(m) + ": the loader is not what it waits for",
             f"trainer CPU {cpu:.0f}% of one core (launching kernels)" if cpu is not None else None,
@@ -185,7 +196,7 @@ def cpu_bound(window: Window, state: Any) -> Finding | None:
     tokens, busy = m.get("tokens_per_micro_batch"), _busy(state)
     if m["data_wait_share"] >= INPUT_WAIT_SHARE or (busy and tokens and tokens < busy):
         return None
-    if not window.held(lambda o: _waiting(o) and _cpu_saturated(o)) or cpu is None:
+    if not window.held(lambda o: _waiting(o) and _cpu_saturated(o), during=_stepping) or cpu is None:
         return None
     predicted = (field(state, "speed_plan") or {}).get("predicted_tokens_per_s") or (
         (field(state, "speed_plan") or {}).get("auto_split") or {}
@@ -203,7 +214,7 @@ def cpu_bound(window: Window, state: Any) -> Finding | None:
         title="CPU-bound outside the data loader",
         evidence=phrase(
             [
-                f"GPU util {util:.0f}% (mean of {window.span_text()})",
+                _util_text(window, util),
                 f"trainer CPU {cpu:.0f}% of one core",
                 _step_text(m),
                 f"{tokens:.0f} tokens per micro-batch" + (f" (>= the ~{busy} the card needs)" if busy else "")

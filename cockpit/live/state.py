@@ -128,6 +128,7 @@ class RunState:
     samples: list[dict] = field(default_factory=list)  # the sample events, in order
     attempts: list[Attempt] = field(default_factory=list)
     train_started_ts: float | None = None
+    first_log_ts: float | None = None  # this attempt's first log event: its steps are measured from then
     error: dict | None = None
     outcome: dict | None = None  # the done or exit message
     notices: list[str] = field(default_factory=list)
@@ -179,6 +180,7 @@ class RunState:
         self.status = "starting"
         self.error = None
         self.outcome = None
+        self.first_log_ts = None
 
     def _on_phase(self, m: PhaseEvent) -> None:
         self.phase = m.get("phase", self.phase)
@@ -209,6 +211,8 @@ class RunState:
             if self._last_log_ts is not None and self.status == "running":  # not across a pause
                 self.log_gap_s = max(0.0, ts - self._last_log_ts)
             self._last_log_ts = ts
+            if self.first_log_ts is None:
+                self.first_log_ts = ts
         self.step = int(m.get("step") or self.step)
         self.total_steps = m.get("total_steps") or self.total_steps
         self.epoch = number(m.get("epoch"))
