@@ -90,15 +90,21 @@ def test_the_oom_scenarios_are_told_as_they_ran():
 
 
 def test_the_doctor_fixes_are_the_benchs():
-    cases = {c["case"]: c for c in _json(RESULTS / "2026-12-02-doctor-fixes-h200.json")["cases"]}
-    demo, slow = cases["demo-packed"], cases["slow-loader"]
+    bench = _json(RESULTS / "2026-12-02-doctor-fixes-2-h200.json")
+    cases = {c["case"]: c for c in bench["cases"]}
+    demo, slow, cpu, foreign = (cases[n] for n in ("demo-packed", "slow-loader", "cpu-bound", "foreign"))
     assert any("GPU underfed" in line for line in demo["runs"][0]["doctor_live_lines"])
+    for case, rule in ((demo, "gpu_underfed"), (slow, "input_bound"), (cpu, "cpu_bound")):
+        assert case["rules"][rule]["named_live"] and case["rules"][rule]["named_replayed"]
     assert (
         f"x{demo['gain']:.2f} real tokens/s" in FLAT and f"(predicted x{demo['predicted_gain']:.2f})" in FLAT
     )
     assert f"x{demo['wrong_fix_gain']:.2f} for the old advice" in FLAT
-    assert "input_bound" in slow["runs"][0]["doctor_fired"]
     assert f"x{slow['gain']:.2f} with loader workers (predicted x{slow['predicted_gain']:.2f})" in FLAT
+    assert f"x{cpu['gain']:.2f} with fewer logs" in FLAT
+    assert not foreign["rules"]["foreign_process"]["named_live"] and "was not named" in FLAT
+    assert f"stopping it gave x{foreign['gain']:.2f}" in FLAT
+    assert [s["case"] for s in bench["skipped"]] == ["fp32"] and "fp32 case did not fit" in FLAT
 
 
 def test_the_attached_views_cpu_on_the_gpu_box_is_the_benchs():
