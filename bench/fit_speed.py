@@ -2,12 +2,15 @@
 """Fit the speed model's coefficients to measured throughput, and test it left-one-out.
 
 The points are runs of the product on an H200 (bench/speed_sweep.py, bench/memory_points.py):
-real `cockpit train --no-ui`, full-length sequences, one micro-batch per optimizer step, the
-median step time of the steady steps. The model (cockpit/models/speed.py) is not linear in its
-coefficients, so they are fitted by Nelder-Mead on the squared log error (a relative error:
-a 10% miss on a 2k tokens/s run weighs as much as on a 40k one).
+real `cockpit train --no-ui`, full-length sequences, one micro-batch per optimizer step (one run
+with 4, ACCUMULATED), the median step time of the steady steps. The model
+(cockpit/models/speed.py) is not linear in its coefficients, so they are fitted by
+Levenberg-Marquardt on the squared log error (a relative error: a 10% miss on a 2k tokens/s run
+weighs as much as on a 40k one), the best of STARTS starts: its max() terms leave several local
+optima, and a fit from one start point (Nelder-Mead from the shipped coefficients, before) gave
+held-out figures that depended on that point. Every left-out refit runs the same way.
 
-  python bench/fit_speed.py [POINTS.jsonl ...]      (default: bench/results/*speed-sweep*.jsonl)
+  python bench/fit_speed.py [POINTS.jsonl ...]      (default: default_files())
 
 Prints the coefficients fitted on all points, then each point's error when it is left out of
 the fit, and their median and worst: held-out figures only (in-sample errors are not what to

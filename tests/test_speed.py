@@ -167,7 +167,8 @@ def test_trls_fused_lm_head_recomputes_its_logits_in_the_backward():
     # + 32,000 x 4,096) + 2 x 33,554,432 adapters; backward the layers once, the head twice, the
     # adapters twice (input and weight gradients)
     layers, head, adapters = 32 * 202_375_168, 32_000 * 4_096, 33_554_432
-    assert L2_7B.layer_linear_params == 202_375_168 and L2_7B.lora_params(64, ["q_proj", "v_proj"]) == adapters
+    assert L2_7B.layer_linear_params == 202_375_168
+    assert L2_7B.lora_params(64, ["q_proj", "v_proj"]) == adapters
     forward, backward = speed.matmul_flops_per_token(lora)
     assert forward == 2 * (layers + head) + 2 * adapters
     assert backward == 2 * (layers + 2 * head) + 2 * 2 * adapters
@@ -185,7 +186,8 @@ def test_the_trainer_waits_for_the_forward_and_for_the_backward():
 def test_bitsandbytes_optimizers_pay_their_host_time_per_tensor(catalog):
     """Optimizer8bit.step synchronises the device after each tensor: each tensor's host time adds."""
     full_7b = workload(method="full", optimizer="adamw_8bit")
-    assert speed.trainable_tensors(full_7b) == 32 * 9 + 3  # 7 linears, 2 norms a layer; embeddings, head, norm
+    # 7 linears and 2 norms a layer; embeddings, head, final norm
+    assert speed.trainable_tensors(full_7b) == 32 * 9 + 3
     l32_1b = load_shape("llama-3.2-1b")  # tied embeddings: one tensor
     assert speed.trainable_tensors(workload(shape=l32_1b, method="full")) == 16 * 9 + 2
     q25 = load_shape("qwen2.5-1.5b")  # q, k, v biases, tied embeddings
