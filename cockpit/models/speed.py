@@ -7,11 +7,11 @@ compute_loss) and HF Trainer checks the loss for nan/inf after the backward
 (`logging_nan_inf_filter`, on by default). So a micro-batch takes, for its forward and then for
 its backward, the longer of two times:
 
-- host: Python and kernel launches, per decoder layer and pass (forward, backward, and the
-  recomputation under gradient checkpointing), more for each 4-bit linear (bitsandbytes'
-  autograd function) and each LoRA-adapted layer (peft's wrapper, dropout); the same on
-  every card. It is why a 7B QLoRA step takes ~0.25 s on an H200 whether it carries 512 or
-  2048 tokens;
+- host: Python and kernel launches, per decoder layer and forward pass (the recomputation under
+  gradient checkpointing is one more), more for each 4-bit linear (bitsandbytes' autograd
+  function) and each LoRA-adapted layer (peft's wrapper, dropout); the backward, run by autograd's
+  C++ engine, takes a share of that (BACKWARD_HOST_SHARE); the same on every card. It is why
+  a 7B QLoRA step takes ~0.25 s on an H200 whether it carries 512 or 2048 tokens;
 - device: the matmul FLOPs (2 per weight per token per pass: forward, the input gradient, the
   weight gradient only where the weight trains, one more forward under checkpointing; TRL's fused
   LM head recomputes its logits in the backward, never under checkpointing) at the card's dense
@@ -36,15 +36,18 @@ from dataclasses import dataclass
 
 from cockpit.models.memory import Workload, check
 
-EFF_MAX = 0.6792  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
-T_HALF = 479.3  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
+EFF_MAX = 0.6587  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
+T_HALF = 178.6  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
 REFERENCE_BF16_TFLOPS = 989.0  # the H200's dense bf16 rate, the card T_HALF was fitted on
-ADAPTER_BYTES = 197.1  # bytes moved per token per adapted input feature, forward + backward (fitted)
-HOST_LAYER_S = 0.001963  # host time per decoder layer per pass (fitted)
-HOST_KBIT_LINEAR_S = 0.0001351  # more host time per quantised linear per pass (fitted)
-HOST_ADAPTER_S = 0.0003059  # more host time per LoRA-adapted linear per pass (fitted)
-STEP_OVERHEAD_S = 0.01993  # host time per optimizer step, GPU idle: logging, callbacks, next batch (fitted)
-HOST_OPTIMIZER_TENSOR_S = 0.0002186  # host time per tensor of bitsandbytes' synchronised step (fitted)
+ADAPTER_BYTES = 203.2  # bytes moved per token per adapted input feature, forward + backward (fitted)
+HOST_LAYER_S = 0.002514  # host time per decoder layer per forward pass (fitted)
+HOST_KBIT_LINEAR_S = 0.0001584  # more host time per quantised linear per pass (fitted)
+HOST_ADAPTER_S = 0.0003491  # more host time per LoRA-adapted linear per pass (fitted)
+STEP_OVERHEAD_S = 0.01721  # host time per optimizer step, GPU idle: logging, callbacks, next batch (fitted)
+HOST_OPTIMIZER_TENSOR_S = 0.0002043  # host time per tensor of bitsandbytes' synchronised step (fitted)
+# the backward's host time per layer, as a share of the forward's: autograd's engine runs it in C++,
+# with Python only in custom autograd functions (bitsandbytes' MatMul4Bit) (fitted)
+BACKWARD_HOST_SHARE = 0.5473
 ELEMENTWISE_BACKWARD = 2  # an elementwise op's backward reads its saved input(s) and the output's
 # gradient and writes the input's gradient: about twice its forward's traffic (a counted approximation)
 DEQUANT_BYTES = {4: 4.5, 8: 5.0}  # per weight per pass: read packed, write 16-bit, read back
@@ -279,7 +282,7 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
         + kbit_linears * HOST_KBIT_LINEAR_S
         + adapted_linears(w) * HOST_ADAPTER_S
     )
-    host_f, host_b = host_pass, host_pass * (1 + recompute)
+    host_f, host_b = host_pass, host_pass * (BACKWARD_HOST_SHARE + recompute)
     device_f = arithmetic_f + logits_f + elementwise_f + dequant_pass + adapters_s / 3
     device_b = arithmetic_b + logits_b + elementwise_b + dequant_pass * (1 + recompute) + adapters_s * 2 / 3
     micro_s = micro_batch_s(w, (host_f, device_f), (host_b, device_b))
