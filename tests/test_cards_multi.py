@@ -70,9 +70,9 @@ def test_fsdp_full_fine_tune_on_8_a100_sxm_by_hand(catalog, llama7b):
     exposed = (4 * 0.0982686 + 0.0491343) / 33
     assert comm.exposed_s == pytest.approx(exposed, rel=1e-5) == pytest.approx(0.0134003, rel=1e-4)
     # each GPU steps foreach AdamW (84 B/param of traffic with clipping, speed.OPTIMIZER_BYTES) for its
-    # eighth, at 2039 GB/s, plus the step's host time
+    # eighth, at 2039 GB/s, then the step's host time (the trainer's logging waits for the optimizer)
     assert speed.OPTIMIZER_BYTES["adamw_torch"] == 84
-    optimizer_s = max(6_738_415_616 * 84 / 8 / 2039e9, speed.STEP_OVERHEAD_S)  # host and GPU overlap
+    optimizer_s = 6_738_415_616 * 84 / 8 / 2039e9 + speed.STEP_OVERHEAD_S
     assert multi.speed.optimizer_step_s == pytest.approx(optimizer_s)
     step_s = 4 * one.micro_batch_s + optimizer_s + exposed
     assert multi.speed.step_s == pytest.approx(step_s, rel=1e-5)
@@ -110,7 +110,10 @@ def test_a_slow_link_makes_fsdp_communication_bound(catalog, llama7b):
     exposed = 4 * (gather_s - compute_s + gather_s / 33) + reduce_s / 33
     assert multi.comm.exposed_s == pytest.approx(exposed)
     assert multi.speed.micro_batch_s == pytest.approx(compute_s + exposed / 4)
-    assert multi.speed.bound == "communication" and multi.scaling < 0.95  # the gathers cost a tenth
+    assert multi.speed.bound == "communication"
+    # the exposed gathers cost a twentieth of the step (each GPU's optimizer step, an eighth of the
+    # one-GPU one, still makes 8 GPUs more than 8x one here)
+    assert 0.04 < multi.comm.exposed_s / multi.speed.step_s < 0.1
 
 
 @pytest.mark.parametrize(

@@ -84,7 +84,9 @@ def test_the_oom_scenarios_are_told_as_they_ran():
     assert {s["name"] for s in held} == fixed - {"vocab152k-lora-8x2048-24gib"}  # re-run just before
     for s in held:
         assert s["emulated_vram"]["whole_process"] and s["held_to_emulated_size"]
-        assert s["nvml_max_gib"] <= s["card_gib"] and f"{s['nvml_max_gib']:.2f} of {s['card_gib']} GiB" in FLAT
+        assert (
+            s["nvml_max_gib"] <= s["card_gib"] and f"{s['nvml_max_gib']:.2f} of {s['card_gib']} GiB" in FLAT
+        )
     (vocab,) = _json(RESULTS / "2026-12-02-oom-vocab152k-recheck-h200.json")["scenarios"]
     assert f"{vocab['nvml_max_gib']:.2f} of {vocab['card_gib']} GiB" in FLAT
 
@@ -162,7 +164,7 @@ def test_the_estimators_figures_are_docs_estimator():
     estimator = _flat((ROOT / "docs" / "estimator.md").read_text())
     # held-out (left-one-out) figures only, in the README as in the fit's output in docs/estimator.md
     # the speed model's: the last line of bench/fit_speed.py's recorded output
-    fit = (RESULTS / "2026-12-02-fit-speed-loo-remeasured.txt").read_text().strip().splitlines()[-1]
+    fit = (RESULTS / "2026-12-02-fit-speed-loo-mechanisms-2.txt").read_text().strip().splitlines()[-1]
     pattern = r"left-one-out over (\d+) configurations: median ([\d.]+%), worst \+?(-?[\d.]+)%"
     count, median, worst = re.fullmatch(pattern, fit).groups()
     assert fit in estimator

@@ -144,7 +144,92 @@ def test_a_slower_rate_needs_fewer_tokens_to_be_efficient():
     assert 1 < fp32 / bf16 < 989 / 67
 
 
-def test_the_optimizer_step_overlaps_the_trainers_host_time():
-    """The host queues the optimizer's kernels and goes on: the step is the longer of the two."""
+def test_the_optimizer_step_and_the_trainers_host_time_add_up():
+    """HF Trainer's logging waits for the optimizer's kernels, then the host's per-step work runs with
+    the GPU idle; bitsandbytes' optimizers add their host time per tensor (a synchronise after each)."""
     assert speed.optimizer_step_s(0, 1e12) == speed.STEP_OVERHEAD_S
-    assert speed.optimizer_step_s(1e12, 1e12) == 1.0
+    assert speed.optimizer_step_s(1e12, 1e12) == pytest.approx(1.0 + speed.STEP_OVERHEAD_S)
+    assert speed.optimizer_step_s(0, 1e12, 100) == pytest.approx(
+        speed.STEP_OVERHEAD_S + 100 * speed.HOST_OPTIMIZER_TENSOR_S
+    )
+
+
+def test_trls_fused_lm_head_recomputes_its_logits_in_the_backward():
+    """trl/kernels/chunked_logprob.py: the backward recomputes each logits tile, then the input
+    gradient (and the weight gradient of a trained head); checkpointing never wraps the head. A
+    plain HF Trainer keeps the logits: no recompute."""
+    lora = workload(method="lora")
+    assert speed.lm_head_passes(lora) == (1, 2)
+    assert speed.lm_head_passes(dataclasses.replace(lora, gradient_checkpointing=True)) == (1, 2)
+    assert speed.lm_head_passes(dataclasses.replace(lora, method="full", optimizer="adamw_torch")) == (1, 3)
+    assert speed.lm_head_passes(dataclasses.replace(lora, trainer="hf")) == (1, 1)
+    # Llama-2-7B, LoRA r 64 on q and v, no checkpointing: per token, forward 2 x (32 x 202,375,168
+    # + 32,000 x 4,096) + 2 x 33,554,432 adapters; backward the layers once, the head twice, the
+    # adapters twice (input and weight gradients)
+    layers, head, adapters = 32 * 202_375_168, 32_000 * 4_096, 33_554_432
+    assert L2_7B.layer_linear_params == 202_375_168
+    assert L2_7B.lora_params(64, ["q_proj", "v_proj"]) == adapters
+    forward, backward = speed.matmul_flops_per_token(lora)
+    assert forward == 2 * (layers + head) + 2 * adapters
+    assert backward == 2 * (layers + 2 * head) + 2 * 2 * adapters
+
+
+def test_the_trainer_waits_for_the_forward_and_for_the_backward():
+    """TRL's compute_loss reads its metrics after the forward (`.item()`), HF Trainer checks the loss
+    after the backward: host and device overlap within each, not across them. A plain HF Trainer has
+    no wait after the forward."""
+    forward, backward = (0.3, 0.1), (0.3, 0.5)  # (host, device): host-bound forward, device-bound backward
+    assert speed.micro_batch_s(workload(), forward, backward) == pytest.approx(0.3 + 0.5)
+    assert speed.micro_batch_s(workload(trainer="hf"), forward, backward) == pytest.approx(max(0.6, 0.6))
+
+
+def test_bitsandbytes_optimizers_pay_their_host_time_per_tensor(catalog):
+    """Optimizer8bit.step synchronises the device after each tensor: each tensor's host time adds."""
+    full_7b = workload(method="full", optimizer="adamw_8bit")
+    # 7 linears and 2 norms a layer; embeddings, head, final norm
+    assert speed.trainable_tensors(full_7b) == 32 * 9 + 3
+    l32_1b = load_shape("llama-3.2-1b")  # tied embeddings: one tensor
+    assert speed.trainable_tensors(workload(shape=l32_1b, method="full")) == 16 * 9 + 2
+    q25 = load_shape("qwen2.5-1.5b")  # q, k, v biases, tied embeddings
+    assert speed.trainable_tensors(workload(shape=q25, method="full")) == 28 * 12 + 2
+    qlora = workload()  # q and v adapted in 32 layers: lora_A and lora_B each
+    assert speed.trainable_tensors(qlora) == 128
+    h200 = catalog.get("h200")
+    est = speed.estimate_speed(qlora, h200)
+    traffic = 33_554_432 * speed.OPTIMIZER_BYTES["paged_adamw_32bit"] / (h200.bandwidth_gbs * 1e9)
+    expected = speed.STEP_OVERHEAD_S + traffic + 128 * speed.HOST_OPTIMIZER_TENSOR_S
+    assert est.optimizer_step_s == pytest.approx(expected)
+    torch_adamw = speed.estimate_speed(dataclasses.replace(qlora, optimizer="adamw_torch"), h200)
+    assert torch_adamw.optimizer_step_s == pytest.approx(
+        speed.STEP_OVERHEAD_S + 33_554_432 * 84 / (h200.bandwidth_gbs * 1e9)
+    )
+
+
+def test_the_blocks_elementwise_traffic_is_counted_op_by_op():
+    """Llama-2-7B (h = q = kv = 4096, i = 11008), 16-bit activations: two RMSNorms 2 x 4096 x (26 +
+    4 + 4), two residual adds 6 x 4096 x 2, and 2 x (10 x (q + kv) + 4q + 2kv + 5i); a full fine-tune
+    through TRL has an fp32 residual stream and casts 5 normed inputs to 16 bits."""
+    lora = workload(method="lora")
+    assert speed.elementwise_bytes_per_token(lora) == 278_528 + 49_152 + 323_072
+    full = workload(method="full", optimizer="adamw_torch")
+    assert speed.elementwise_bytes_per_token(full) == 311_296 + 98_304 + 122_880 + 323_072
+    assert speed.elementwise_bytes_per_token(dataclasses.replace(full, trainer="hf")) == 650_752
+    # forward once, backward twice, recompute once more under checkpointing, at the card's bandwidth
+    card = speed.CardSpeed("H200-like", 989.0, 4800.0)
+    est = speed.estimate_speed(lora, card)
+    assert est.parts_s["elementwise"] == pytest.approx(2048 * 32 * 650_752 * 3 / 4800e9)
+    ckpt = speed.estimate_speed(dataclasses.replace(lora, gradient_checkpointing=True), card)
+    assert ckpt.parts_s["elementwise"] == pytest.approx(2048 * 32 * 650_752 * 4 / 4800e9)
+
+
+def test_the_backward_takes_a_share_of_the_forwards_host_time(catalog):
+    """Autograd's engine runs the backward in C++: its host time per layer is BACKWARD_HOST_SHARE of
+    the forward's; checkpointing recomputes a whole forward in the backward. Llama-2-7B QLoRA on q
+    and v: 32 layers, 224 4-bit linears and 64 adapted ones a pass."""
+    h200 = catalog.get("h200")
+    per_pass = 32 * speed.HOST_LAYER_S + 224 * speed.HOST_KBIT_LINEAR_S + 64 * speed.HOST_ADAPTER_S
+    plain = speed.estimate_speed(workload(), h200)
+    assert plain.parts_s["host"] == pytest.approx(per_pass * (1 + speed.BACKWARD_HOST_SHARE))
+    ckpt = speed.estimate_speed(workload(gradient_checkpointing=True), h200)
+    assert ckpt.parts_s["host"] == pytest.approx(per_pass * (2 + speed.BACKWARD_HOST_SHARE))
+    assert 0 < speed.BACKWARD_HOST_SHARE < 1

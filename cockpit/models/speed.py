@@ -1,27 +1,33 @@
 """The speed model: training tokens per second on a card, then time and cost of a run.
 
-Pure Python, no torch. The host queues a micro-batch's kernels while the GPU runs earlier
-ones, so a micro-batch takes the longer of two times:
+Pure Python, no torch. The host queues kernels while the GPU runs earlier ones, but the trainer
+makes it wait for the GPU twice a micro-batch: TRL's SFTTrainer reads its per-step metrics after
+the forward (`.item()` on the entropy and token accuracy, trl/trainer/sft_trainer.py
+compute_loss) and HF Trainer checks the loss for nan/inf after the backward
+(`logging_nan_inf_filter`, on by default). So a micro-batch takes, for its forward and then for
+its backward, the longer of two times:
 
-- host: Python and kernel launches, per decoder layer and pass (forward, backward, and the
-  recomputation under gradient checkpointing), more for each 4-bit linear (bitsandbytes'
-  autograd function) and each LoRA-adapted layer (peft's wrapper, dropout); the same on
-  every card. It is why a 7B QLoRA step takes ~0.25 s on an H200 whether it carries 512 or
-  2048 tokens;
-- device: the matmul FLOPs of forward and backward (2 FLOPs per weight per token per pass:
-  forward, the input gradient, the weight gradient only where the weight trains, one more
-  forward under checkpointing) at the card's dense bf16 peak (its FP32 rate for an fp32 run)
-  times an efficiency that grows with the tokens in the micro-batch (eff = EFF_MAX * T /
-  (T + T_HALF x rate / the H200's bf16 rate): a fixed time per kernel), plus causal
-  attention (quadratic in the sequence) at EFF_MAX; QLoRA's dequantisation (each pass
-  writes every 4-bit weight out in 16 bits and reads it back) and the adapters' memory
-  traffic, at the card's bandwidth.
+- host: Python and kernel launches, per decoder layer and forward pass (the recomputation under
+  gradient checkpointing is one more), more for each 4-bit linear (bitsandbytes' autograd
+  function) and each LoRA-adapted layer (peft's wrapper, dropout); the backward, run by autograd's
+  C++ engine, takes a share of that (BACKWARD_HOST_SHARE); the same on every card. It is why
+  a 7B QLoRA step takes ~0.25 s on an H200 whether it carries 512 or 2048 tokens;
+- device: the matmul FLOPs (2 per weight per token per pass: forward, the input gradient, the
+  weight gradient only where the weight trains, one more forward under checkpointing; TRL's fused
+  LM head recomputes its logits in the backward, never under checkpointing) at the card's dense
+  bf16 peak (its FP32 rate for an fp32 run) times an efficiency that grows with the tokens in the
+  micro-batch (eff = EFF_MAX * T / (T + T_HALF x rate / the H200's bf16 rate): a fixed time per
+  kernel), plus causal attention (quadratic in the sequence) at EFF_MAX; and at the card's
+  bandwidth, the blocks' elementwise kernels (counted op by op), the loss kernels' passes over the
+  logits, QLoRA's dequantisation (each pass writes every 4-bit weight out in 16 bits and reads it
+  back) and the adapters' traffic.
 
-An optimizer step takes the longer of its traffic (counted kernel by kernel, OPTIMIZER_BYTES) at
-the card's bandwidth and the trainer's own host time per step, which overlap. The
-coefficients are fitted on runs of the product on H200s (bench/fit_speed.py,
-docs/estimator.md). Other cards scale the device time by their dense bf16 TFLOPS and
-bandwidth and keep the host time: an extrapolation, labelled so.
+Then, once per optimizer step and one after the other: the optimizer's traffic (counted kernel by
+kernel, OPTIMIZER_BYTES) at the card's bandwidth, which the trainer's logging waits for; a
+bitsandbytes optimizer's host time per tensor (it synchronises the device after each); and the
+trainer's own per-step host time, with the GPU idle. The coefficients are fitted on runs of the
+product on H200s (bench/fit_speed.py, docs/estimator.md). Other cards scale the device time by
+their dense bf16 TFLOPS and bandwidth and keep the host time: an extrapolation, labelled so.
 """
 
 from __future__ import annotations
@@ -30,14 +36,20 @@ from dataclasses import dataclass
 
 from cockpit.models.memory import Workload, check
 
-EFF_MAX = 0.670  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
-T_HALF = 1747.0  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
+EFF_MAX = 0.6587  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
+T_HALF = 178.6  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
 REFERENCE_BF16_TFLOPS = 989.0  # the H200's dense bf16 rate, the card T_HALF was fitted on
-ADAPTER_BYTES = 186.5  # bytes moved per token per adapted input feature, forward + backward (fitted)
-HOST_LAYER_S = 0.000524  # host time per decoder layer per pass (fitted)
-HOST_KBIT_LINEAR_S = 0.000245  # more host time per quantised linear per pass (fitted)
-HOST_ADAPTER_S = 0.000501  # more host time per LoRA-adapted linear per pass (fitted)
-STEP_OVERHEAD_S = 0.0741  # host time per optimizer step: the trainer's loop, logging, clipping (fitted)
+ADAPTER_BYTES = 203.2  # bytes moved per token per adapted input feature, forward + backward (fitted)
+HOST_LAYER_S = 0.002514  # host time per decoder layer per forward pass (fitted)
+HOST_KBIT_LINEAR_S = 0.0001584  # more host time per quantised linear per pass (fitted)
+HOST_ADAPTER_S = 0.0003491  # more host time per LoRA-adapted linear per pass (fitted)
+STEP_OVERHEAD_S = 0.01721  # host time per optimizer step, GPU idle: logging, callbacks, next batch (fitted)
+HOST_OPTIMIZER_TENSOR_S = 0.0002043  # host time per tensor of bitsandbytes' synchronised step (fitted)
+# the backward's host time per layer, as a share of the forward's: autograd's engine runs it in C++,
+# with Python only in custom autograd functions (bitsandbytes' MatMul4Bit) (fitted)
+BACKWARD_HOST_SHARE = 0.5473
+ELEMENTWISE_BACKWARD = 2  # an elementwise op's backward reads its saved input(s) and the output's
+# gradient and writes the input's gradient: about twice its forward's traffic (a counted approximation)
 DEQUANT_BYTES = {4: 4.5, 8: 5.0}  # per weight per pass: read packed, write 16-bit, read back
 # bytes moved per trainable (fp32) parameter per optimizer step, counted kernel by kernel, each with
 # the gradient clipping HF Trainer runs first (max_grad_norm: foreach norm reads g, foreach mul reads
@@ -57,6 +69,8 @@ OPTIMIZER_BYTES = {
     "adafactor": 24,
     "sgd": 20,
 }
+# bitsandbytes' optimizers: one kernel per tensor, then torch.cuda.synchronize() (Optimizer8bit.step)
+SYNCED_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
 # NVIDIA H100 SXM / H200 datasheets: FP32 67 TFLOPS, BF16 tensor core 989 TFLOPS dense (1979 with
 # sparsity); the fp32 rate of a card whose own figure is not given
 FP32_SHARE_OF_BF16_DENSE = 67 / 989
@@ -89,7 +103,7 @@ class SpeedEstimate:
     tokens_per_s: float
     micro_batch_s: float
     optimizer_step_s: float
-    parts_s: dict[str, float]  # one micro-batch: host, and the device's arithmetic, dequantisation, adapters
+    parts_s: dict[str, float]  # one micro-batch: host; the device's arithmetic, logits, elementwise, ...
     step_s: float  # one optimizer step: every micro-batch of a gradient-accumulation cycle
     bound: str  # what sets a micro-batch's time: host (overhead), compute, memory
     card: str
@@ -103,21 +117,78 @@ class RunEstimate:
     cost_usd: float | None
 
 
-def matmul_flops_per_token(w: Workload) -> float:
-    """Matmul FLOPs of one token through the model's linears, forward and backward (and recompute)."""
+def lm_head_passes(w: Workload) -> tuple[int, int]:
+    """(forward, backward) matmul passes of the LM head. TRL 1.16's SFTTrainer (the product) patches a
+    fused LM head (trl/trainer/utils.py add_fused_lm_head, trl/kernels/chunked_logprob.py): its
+    backward recomputes every logits tile before the input gradient (and the weight gradient, when
+    the head trains), so 1 forward and 2 (3) backward passes; a plain HF Trainer keeps the logits:
+    1 and 1 (2). Gradient checkpointing wraps the decoder layers only, never the head."""
+    backward = 1 + (1 if w.method == "full" else 0) + (1 if w.trainer == "trl" else 0)
+    return 1, backward
+
+
+def layer_passes(w: Workload) -> tuple[int, int]:
+    """(forward, backward) matmul passes of a decoder layer's linears: the backward computes the input
+    gradient, the weight gradient where the weight trains, and first recomputes the forward under
+    gradient checkpointing."""
+    return 1, 1 + (1 if w.method == "full" else 0) + (1 if w.gradient_checkpointing else 0)
+
+
+def matmul_flops_per_token(w: Workload) -> tuple[float, float]:
+    """Matmul FLOPs of one token through the model's linears and the LM head, (forward, backward)."""
     s = w.shape
-    linear = s.num_layers * s.layer_linear_params + s.vocab_size * s.hidden_size  # lm_head is a matmul
-    passes = 2 + (1 if w.method == "full" else 0) + (1 if w.gradient_checkpointing else 0)
-    flops = 2.0 * linear * passes
-    if w.method != "full":  # the adapters' own matmuls: forward, input and weight gradients
-        flops += 2.0 * 3 * w.shape.lora_params(w.lora_r, w.lora_targets)
-    return flops
+    layers = s.num_layers * s.layer_linear_params
+    head = s.vocab_size * s.hidden_size  # tied or not, the head is one vocab x hidden matmul
+    (layer_f, layer_b), (head_f, head_b) = layer_passes(w), lm_head_passes(w)
+    forward = 2.0 * (layers * layer_f + head * head_f)
+    backward = 2.0 * (layers * layer_b + head * head_b)
+    if w.method != "full":  # the adapters' own matmuls: forward; input and weight gradients (+ recompute)
+        adapters = 2.0 * w.shape.lora_params(w.lora_r, w.lora_targets)
+        forward += adapters
+        backward += adapters * (2 + (1 if w.gradient_checkpointing else 0))
+    return forward, backward
 
 
-def attention_flops_per_token(w: Workload) -> float:
-    """Causal attention (QK^T and AV over half the square): forward, backward (~2.5x), recompute."""
-    passes = 1 + 2.5 + (1 if w.gradient_checkpointing else 0)
-    return 2.0 * w.shape.num_layers * w.seq_len * w.shape.q_out * passes
+def attention_flops_per_token(w: Workload) -> tuple[float, float]:
+    """Causal attention (QK^T and AV over half the square), (forward, backward): the backward ~2.5x
+    the forward, plus the recomputed forward under checkpointing."""
+    one = 2.0 * w.shape.num_layers * w.seq_len * w.shape.q_out
+    return one, one * (2.5 + (1 if w.gradient_checkpointing else 0))
+
+
+def logits_bytes_per_entry(w: Workload) -> tuple[float, float]:
+    """Memory traffic of the loss outside the LM head's matmuls, per token per vocabulary entry,
+    (forward, backward). TRL's fused head: a Triton kernel folds each 16-bit logits tile into
+    running sums in the forward (reads it: 2 B) and turns the recomputed tile into its gradient in
+    place in the backward (reads and writes it: 4 B). A plain HF Trainer (transformers'
+    ForCausalLMLoss): the fp32 upcast (read 2, write 4), log-softmax (read 4, write 4) forward; its
+    gradient (read 4 + 4, write 4) and the cast back (read 4, write 2) backward."""
+    return (2.0, 4.0) if w.trainer == "trl" else (14.0, 18.0)
+
+
+def elementwise_bytes_per_token(w: Workload) -> float:
+    """Bytes a decoder block's memory-bound kernels move per token in the forward, counted op by op
+    from transformers' Llama/Qwen2 block (h hidden, q and kv the attention widths, i the MLP's, a the
+    activations' bytes):
+    - each RMSNorm (x2): upcast to fp32 (read a, write 4), square (4, 4), mean (4), scale (4, 4),
+      cast back and multiply by the weight (a, a; a, a): 26 + 4a bytes per hidden feature;
+    - the residual adds (x2): read two, write one: 3a each;
+    - rotary on q and k: x cos, rotate_half (slice and negate, concatenate), x sin, add: 10 accesses;
+    - attention's kernel reads q, k, v and writes its output, which is transposed back (read, write):
+      4q + 2kv accesses;
+    - SiLU on the gate (read, write) and its product with up (read two, write one): 5 accesses.
+    A full fine-tune in 16 bits through TRL keeps fp32 weights under autocast (the memory model's
+    master weights): the residual stream is fp32 (the embeddings' output), so the adds and the
+    norms' outputs are fp32, and each of the 5 linears that reads a normed input casts it to 16 bits
+    (read 4, write 2). `--trainer hf` loads the weights in the run's dtype: no fp32 stream."""
+    s = w.shape
+    h, q, kv, i = s.hidden_size, s.q_out, s.kv_out, s.intermediate_size
+    a = 4 if w.precision == "fp32" else 2
+    residual = 4 if w.method == "full" and w.trainer == "trl" else a
+    norms = 2 * h * (26 + 2 * residual + 2 * a)
+    adds = 2 * 3 * h * residual
+    casts = 5 * h * (4 + 2) if residual != a else 0
+    return norms + adds + casts + a * (10 * (q + kv) + 4 * q + 2 * kv + 5 * i)
 
 
 def adapted_input_features(w: Workload) -> int:
@@ -141,11 +212,36 @@ def trainable_params(w: Workload) -> int:
     return w.shape.params if w.method == "full" else w.shape.lora_params(w.lora_r, w.lora_targets)
 
 
-def optimizer_step_s(traffic_bytes: float, bandwidth_bytes_per_s: float) -> float:
-    """An optimizer step: the host queues the optimizer's kernels and goes on with the trainer's
-    per-step work (its loop, logging, clipping's bookkeeping) while the GPU runs them, so the step
-    takes the longer of the two, as a micro-batch does."""
-    return max(STEP_OVERHEAD_S, traffic_bytes / bandwidth_bytes_per_s)
+def trainable_tensors(w: Workload) -> int:
+    """Parameter tensors the optimizer steps: every weight, norm and bias of a full fine-tune (one
+    tensor for tied embeddings); lora_A and lora_B of each adapted linear."""
+    if w.method != "full":
+        return 2 * adapted_linears(w)
+    s = w.shape
+    per_layer = len(s.linear_shapes()) + 2 + (3 if s.attention_bias else 0) + (2 if s.qk_norm else 0)
+    return s.num_layers * per_layer + 1 + (0 if s.tie_embeddings else 1) + 1  # embeddings, head, final norm
+
+
+def optimizer_step_s(traffic_bytes: float, bandwidth_bytes_per_s: float, synced_tensors: int = 0) -> float:
+    """An optimizer step and the trainer's own per-step work, one after the other: HF Trainer's
+    logging (`.item()` on the loss, every step at logging_steps 1) waits for the optimizer's kernels,
+    and the host's per-step work (logging, callbacks, the next batch) then runs with the GPU idle
+    (STEP_OVERHEAD_S). bitsandbytes' optimizers step one tensor at a time and synchronise the device
+    after each (bitsandbytes/optim/optimizer.py Optimizer8bit.step: `sync_gpu(p)` in the loop), so each
+    of their `synced_tensors` adds its host time (HOST_OPTIMIZER_TENSOR_S), never overlapped."""
+    return STEP_OVERHEAD_S + traffic_bytes / bandwidth_bytes_per_s + synced_tensors * HOST_OPTIMIZER_TENSOR_S
+
+
+def micro_batch_s(w: Workload, forward: tuple[float, float], backward: tuple[float, float]) -> float:
+    """One micro-batch from the (host, device) times of its forward and its backward. HF Trainer
+    checks the loss for nan/inf after the backward (`logging_nan_inf_filter`, on by default: a
+    `bool()` of a GPU tensor), and TRL's compute_loss reads its per-step metrics after the forward
+    (`.item()` on the entropy and token accuracy): under TRL the host's launches overlap the device's
+    work within the forward and within the backward, never across them; a plain HF Trainer's forward
+    and backward overlap as one."""
+    if w.trainer == "trl":
+        return max(forward) + max(backward)
+    return max(forward[0] + backward[0], forward[1] + backward[1])
 
 
 def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
@@ -162,35 +258,50 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
     # the more tokens a micro-batch needs to hide it, so T_HALF, fitted on the H200 in bf16, scales
     # with the rate the matmuls run at
     efficiency = EFF_MAX * tokens / (tokens + T_HALF * peak_flops / (REFERENCE_BF16_TFLOPS * 1e12))
-    arithmetic_s = matmul_flops_per_token(w) * tokens / (peak_flops * efficiency)
-    arithmetic_s += attention_flops_per_token(w) * tokens / (peak_flops * EFF_MAX)
-    passes = 2 + (1 if w.gradient_checkpointing else 0)  # forward, backward, recompute
-    dequant_s = 0.0
+    matmul_f, matmul_b = matmul_flops_per_token(w)
+    attention_f, attention_b = attention_flops_per_token(w)
+    matmul_rate, attention_rate = peak_flops * efficiency, peak_flops * EFF_MAX
+    arithmetic_f = tokens * (matmul_f / matmul_rate + attention_f / attention_rate)
+    arithmetic_b = tokens * (matmul_b / matmul_rate + attention_b / attention_rate)
+    logits_f, logits_b = (tokens * w.shape.vocab_size * b / bandwidth for b in logits_bytes_per_entry(w))
+    recompute = 1 if w.gradient_checkpointing else 0
+    dequant_pass = 0.0
     kbit_linears = 0
-    if w.method == "qlora":
+    if w.method == "qlora":  # every pass writes each 4-bit weight out in 16 bits and reads it back
         quantised = w.shape.num_layers * w.shape.layer_linear_params
-        dequant_s = passes * quantised * DEQUANT_BYTES[w.quant_bits] / bandwidth
+        dequant_pass = quantised * DEQUANT_BYTES[w.quant_bits] / bandwidth
         kbit_linears = w.shape.num_layers * len(w.shape.linear_shapes())
-    adapters_s = tokens * adapted_input_features(w) * ADAPTER_BYTES / bandwidth
-    host_s = passes * (
+    adapters_s = tokens * adapted_input_features(w) * ADAPTER_BYTES / bandwidth  # a third forward
+    # the blocks' elementwise kernels (norms, rotary, residual adds, SiLU and the gated product,
+    # attention's inputs and output): memory-bound, counted per token (elementwise_bytes_per_token)
+    elementwise = tokens * w.shape.num_layers * elementwise_bytes_per_token(w) / bandwidth
+    elementwise_f = elementwise
+    elementwise_b = elementwise * (ELEMENTWISE_BACKWARD + recompute)
+    host_pass = (
         w.shape.num_layers * HOST_LAYER_S
         + kbit_linears * HOST_KBIT_LINEAR_S
         + adapted_linears(w) * HOST_ADAPTER_S
     )
+    host_f, host_b = host_pass, host_pass * (BACKWARD_HOST_SHARE + recompute)
+    device_f = arithmetic_f + logits_f + elementwise_f + dequant_pass + adapters_s / 3
+    device_b = arithmetic_b + logits_b + elementwise_b + dequant_pass * (1 + recompute) + adapters_s * 2 / 3
+    micro_s = micro_batch_s(w, (host_f, device_f), (host_b, device_b))
     parts = {
-        "host": host_s,
-        "arithmetic": arithmetic_s,
-        "dequantisation": dequant_s,
+        "host": host_f + host_b,
+        "arithmetic": arithmetic_f + arithmetic_b,
+        "logits": logits_f + logits_b,
+        "elementwise": elementwise_f + elementwise_b,
+        "dequantisation": dequant_pass * (2 + recompute),
         "adapters": adapters_s,
     }
-    device_s = arithmetic_s + dequant_s + adapters_s
-    micro_s = max(host_s, device_s)
-    optimizer_s = optimizer_step_s(trainable_params(w) * OPTIMIZER_BYTES[w.optimizer], bandwidth)
+    synced = trainable_tensors(w) if w.optimizer in SYNCED_OPTIMIZERS else 0
+    optimizer_s = optimizer_step_s(trainable_params(w) * OPTIMIZER_BYTES[w.optimizer], bandwidth, synced)
     step_s = micro_s * w.grad_accum + optimizer_s
-    if host_s >= device_s:
+    if host_f + host_b >= device_f + device_b:
         bound = "overhead"
     else:
-        bound = "compute" if arithmetic_s >= dequant_s + adapters_s else "memory"
+        memory = parts["logits"] + parts["elementwise"] + parts["dequantisation"] + adapters_s
+        bound = "compute" if parts["arithmetic"] >= memory else "memory"
     return SpeedEstimate(
         tokens_per_s=tokens * w.grad_accum / step_s,
         micro_batch_s=micro_s,

@@ -28,10 +28,12 @@ from dataclasses import dataclass, replace
 from cockpit.models.memory import Workload, estimate_memory
 from cockpit.models.speed import (
     OPTIMIZER_BYTES,
+    SYNCED_OPTIMIZERS,
     CardSpeed,
     SpeedEstimate,
     estimate_speed,
     optimizer_step_s,
+    trainable_tensors,
 )
 from cockpit.models.speed import trainable_params as count_trainable
 
@@ -189,7 +191,8 @@ def estimate_multi_speed(w: Workload, card: CardSpeed) -> MultiSpeed:
     optimizer_s = one.optimizer_step_s
     if w.sharding == "fsdp":  # each GPU steps its own shard
         shard_bytes = count_trainable(w) * OPTIMIZER_BYTES[w.optimizer] / w.gpus
-        optimizer_s = optimizer_step_s(shard_bytes, card.bandwidth_gbs * 1e9)
+        synced = trainable_tensors(w) if w.optimizer in SYNCED_OPTIMIZERS else 0  # one shard of each
+        optimizer_s = optimizer_step_s(shard_bytes, card.bandwidth_gbs * 1e9, synced)
     step_s = one.micro_batch_s * w.grad_accum + optimizer_s + comm.exposed_s
     exposed_per_micro = comm.exposed_s / w.grad_accum
     # communication sets the pace when FSDP's gathers outlast a micro-batch's compute, or what is
