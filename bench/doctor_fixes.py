@@ -40,6 +40,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -87,7 +88,7 @@ TITLE_RULES = (
 # seconds on one H200 each case takes (its runs, not the model builds): what --budget-s plans with.
 # The 7B runs from the 2026-12-02 run (~25 s of loading and ~5 s of ending around the steps); the
 # 1B runs estimated (~15 s around the steps, the speed model's step times): not yet measured
-CASE_S = {"demo-packed": 130, "slow-loader": 55, "cpu-bound": 55, "fp32": 25, "foreign": 30}
+CASE_S = {"demo-packed": 130, "slow-loader": 55, "cpu-bound": 55, "fp32": 25, "foreign": 40}
 BUILD_S = {
     "synthetic:llama-2-7b/bf16": 35,
     "synthetic:llama-3.2-1b/bf16": 20,
@@ -419,6 +420,7 @@ class Bench:
 
     def foreign(self) -> dict:
         shape, data, steps = self._plain()
+        seen = ProcessesSeen()
         self.build(shape)
         burner = subprocess.Popen(
             [sys.executable, "-c", BURNER],
@@ -429,12 +431,14 @@ class Bench:
         )
         try:
             burner.stdout.readline()  # "burning": its context and matrices are on the GPU
+            seen.start()
             before = run_once(
                 "before (a matmul burner on the GPU)",
-                self.config("foreign-before", shape, data, self.steps(30)),
+                self.config("foreign-before", shape, data, self.steps(60)),
                 self.env,
             )
         finally:
+            seen.stop()
             burner.kill()
             burner.wait(timeout=30)
         after = self._baseline(shape, data, steps)
@@ -446,9 +450,57 @@ class Bench:
             "runs": [before, after],
             "gain": ratio(after, before),
             "burner_pid": burner.pid,
+            # what the product's sampler read of the GPUs' process lists during the before run,
+            # beside the trainer's pid (its hello event): the evidence the rule judged
+            "gpu_processes_seen": seen.result(),
+            "trainer_pid": trainer_pid(before["run"], self.env),
         }
         case["rules"] = verdict(case, ("foreign_process",), live_only=("foreign_process",))
         return case
+
+
+class ProcessesSeen:
+    """The product's own sampler (cockpit.telemetry.sampler, as the live doctor reads NVML), run
+    beside a training run: every pid it saw on each GPU and the most memory it held."""
+
+    def __init__(self, every_s: float = 1.0) -> None:
+        self.every_s = every_s
+        self.seen: dict[str, dict[str, float]] = {}
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        from cockpit.telemetry.sampler import Sampler
+
+        sampler = Sampler(slow_every=1)  # the process lists are a slow field: read them every time
+        while not self._stop.is_set():
+            sample = sampler.sample()
+            if sample.nvml != "ok":
+                self.error = f"nvml {sample.nvml}: {sample.nvml_detail}"
+            for gpu in sample.gpus:
+                for p in gpu.processes or []:
+                    pids = self.seen.setdefault(str(gpu.index), {})
+                    gib = round((p.get("used_bytes") or 0) / 2**30, 2)
+                    pids[str(p.get("pid"))] = max(pids.get(str(p.get("pid")), 0.0), gib)
+            self._stop.wait(self.every_s)
+
+    def result(self) -> dict:
+        return {"by_gpu": self.seen, "error": self.error}
+
+
+def trainer_pid(run_name: str, env: dict) -> int | None:
+    """The trainer's pid as its hello event gives it (the pid the doctor counts as the run's)."""
+    home = Path(env["COCKPIT_HOME"])
+    events = events_of(home / "runs" / run_name)
+    return next((e.get("pid") for e in events if e.get("type") == "hello"), None)
 
 
 def main() -> int:

@@ -137,6 +137,10 @@ def test_doctor_fixes_cpu_bound_fp32_and_foreign_cases(tmp_path, env):
     assert cases["fp32"]["runs"][1] == cases["foreign"]["runs"][1]
     assert cases["fp32"]["runs"][0]["versions"]["precision"] == "fp32"
     assert cases["foreign"]["rules"]["foreign_process"]["named_replayed"] is None  # no process lists recorded
+    # the lists the live doctor judged by, read beside the run (none on a CPU), and the trainer's pid
+    seen = cases["foreign"]["gpu_processes_seen"]
+    assert seen["by_gpu"] == {} and seen["error"] is not None
+    assert isinstance(cases["foreign"]["trainer_pid"], int)
 
 
 def test_doctor_fixes_plans_its_budget(tmp_path, env):
