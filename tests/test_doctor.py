@@ -282,6 +282,28 @@ def test_sw_power_cap_counts_only_with_low_clocks_at_high_util(clock, util, fire
     assert ("throttling" in rules(feed(Doctor(), 0, 60, gpu=reading))) is fires
 
 
+@pytest.mark.parametrize(
+    ("power", "limit", "fires"),
+    [
+        (445.0, 450.0, False),  # at its rated power: every card of the model clocks down so
+        (380.0, 450.0, True),  # capped below its limit: the clocks are low for another reason
+        (295.0, 300.0, True),  # at a limit lowered below the default (450 W): the provider's cap
+    ],
+)
+def test_sw_power_cap_at_the_cards_rated_power_is_not_throttling(power, limit, fires):
+    """The 2026-12-02 H200 bench (a second process's matmuls beside the run) had sw_power_cap at
+    1504 of 1980 MHz: NVML sets it when the draw reaches the limit, the card's design power there,
+    not a card below its spec."""
+    reading = dict(
+        sm_clock_mhz=1900.0,
+        util_pct=98.0,
+        power_w=power,
+        power_limit_w=limit,
+        throttle_reasons=["sw_power_cap"],
+    )
+    assert ("throttling" in rules(feed(Doctor(), 0, 60, gpu=reading))) is fires
+
+
 @pytest.mark.parametrize(("limit", "fires"), [(300.0, True), (430.0, False)])
 def test_a_power_limit_below_the_default_is_throttling(limit, fires):
     findings = feed(Doctor(), 0, 60, gpu={"power_limit_w": limit})

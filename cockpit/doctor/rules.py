@@ -37,6 +37,11 @@ THROTTLE_KEEP_SHARE = 0.25
 POWER_CAP_CLOCK_SHARE = 0.8  # sw_power_cap counts when SM clock < 80% of max...
 POWER_CAP_MIN_UTIL_PCT = 80.0  # ...while the GPU is busy (a power cap at idle is normal)
 POWER_LIMIT_SHARE = 0.95  # power limit below 95% of the card's default: capped by the provider
+# ...but not while the card draws this share of an unlowered limit: sw_power_cap is then the card at
+# its rated power, clocking down as every card of its model does under that load (NVML sets it when
+# the draw reaches the limit; an H200 under two processes' bf16 matmuls ran 1504 of 1980 MHz in the
+# 2026-12-02 bench), nothing a provider can fix
+POWER_AT_LIMIT_SHARE = 0.9
 BUSY_UTIL_PCT = 20.0  # a GPU this busy while no run of ours trains is used by someone else
 IDLE_UTIL_PCT = 5.0
 IDLE_WINDOW_S = 300.0
@@ -224,9 +229,18 @@ def _throttled(gpu: Any) -> list[str]:
         and None not in (clock, clock_max, util)
         and clock < POWER_CAP_CLOCK_SHARE * clock_max
         and util >= POWER_CAP_MIN_UTIL_PCT
+        and not _at_rated_power(gpu)
     ):
         found.append("sw_power_cap")
     return found
+
+
+def _at_rated_power(gpu: Any) -> bool:
+    """Drawing (nearly) all of a power limit that is the card's default."""
+    power, limit = field(gpu, "power_w"), field(gpu, "power_limit_w")
+    if power is None or not limit:
+        return False
+    return power >= POWER_AT_LIMIT_SHARE * limit and not _power_capped(gpu)
 
 
 def _power_capped(gpu: Any) -> bool:
