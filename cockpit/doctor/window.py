@@ -190,13 +190,11 @@ class Window:
         judged = [o for o in self.observations if during is None or during(o)]
         if len(judged) < self.min_samples:
             return False
-        seen = sum(
-            w for o, w in zip(self.observations, self.weights, strict=True) if during is None or during(o)
-        )
+        seen = self.covered_s(during)
         held = self.held_s(condition, during)
         if seen <= 0 or (not self.keeping and held < min(MIN_HELD_S, appear * self.length_s)):
             return False
-        return held / min(seen, self.length_s) >= share
+        return held / seen >= share
 
     def stepped_enough(self) -> bool:
         """The run has logged steps for MIN_HELD_S by the newest observation (or the finding shows):
