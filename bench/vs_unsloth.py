@@ -44,7 +44,9 @@ with the reason, when unsloth does not import or cannot train there).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import os
 import platform
 import random
@@ -165,6 +167,7 @@ def unsloth_worker(spec_path: str) -> int:
         "marks": marks,
         "load_s": round(load_s, 1),
         "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 2) if cuda else None,
+        "alloc_retries": torch.cuda.memory_stats().get("num_alloc_retries", 0) if cuda else None,
         "versions": versions,
         "cap": cap,
         "count": counter.summary(),
@@ -429,10 +432,28 @@ def peak_sampler(smoke: bool):
     return DevicePeak()
 
 
-def run_cockpit(row: dict, a, work: Path, log) -> dict:
-    config = work / f"cockpit-{row['id']}.yaml"
+def matched_cap(runs: list[dict]) -> float | None:
+    """The cap for the cockpit run held to unsloth's memory: the highest nvidia-smi peak (above
+    idle) of the row's unsloth runs, rounded up to 0.05 GiB (none when unsloth did not run)."""
+    peaks = [r["device_used_gib"] for r in runs if r["side"] == "unsloth" and r.get("device_used_gib")]
+    return math.ceil(max(peaks) * 20 - 1e-9) / 20 if peaks else None
+
+
+def stalled_steps(marks: list[dict], warmup: int, factor: float = 2.0) -> list[int]:
+    """Timed steps whose interval from the previous step's end is over `factor` x the median."""
+    timed = [m for m in marks if m["step"] >= warmup]
+    gaps = [(b["step"], b["t"] - a["t"]) for a, b in itertools.pairwise(timed)]
+    if len(gaps) < 3:
+        return []
+    median = statistics.median(g for _, g in gaps)
+    return [step for step, g in gaps if g > factor * median]
+
+
+def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: str = "cockpit") -> dict:
+    cap = row["cap"] if cap is None else cap
+    config = work / f"{side}-{row['id']}.yaml"
     config.write_text(
-        cockpit_config(row["model"], row["data"], row["max_length"], a.warmup + a.steps, row["cap"], a.smoke)
+        cockpit_config(row["model"], row["data"], row["max_length"], a.warmup + a.steps, cap, a.smoke)
     )
     sys.path.insert(0, str(ROOT / "bench"))
     from common import cockpit_env
@@ -456,11 +477,12 @@ def run_cockpit(row: dict, a, work: Path, log) -> dict:
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=a.run_timeout_s)
     wall = time.time() - started
     used = round(peak.stop(), 2) if peak else None
-    log.write(f"\n==== cockpit {row['id']}\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}\n")
+    log.write(f"\n==== {side} {row['id']} (cap {cap} GiB)\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}\n")
     made = set(home.iterdir()) - before if home.is_dir() else set()
     if not made:
         return {
-            "side": "cockpit",
+            "side": side,
+            "cap_gib": cap,
             "failed": f"exit {proc.returncode}, no run directory",
             "wall_s": round(wall, 1),
         }
@@ -477,10 +499,13 @@ def run_cockpit(row: dict, a, work: Path, log) -> dict:
     ]
     rate, loss, timed = timed_rate(marks, a.warmup)
     out = {
-        "side": "cockpit",
+        "side": side,
+        "cap_gib": cap,
         "tokens_per_s": round(rate, 1) if rate is not None else None,
         "loss": loss,
         "timed_steps": timed,
+        "stalled_steps": stalled_steps(marks, a.warmup),
+        "alloc_retries": logs[-1].get("alloc_retries") if logs else None,
         "device_used_gib": used,
         "peak_allocated_gib": round(max((e.get("mem_peak_bytes") or 0) for e in logs) / GIB, 2)
         if logs
@@ -559,6 +584,8 @@ def run_unsloth(row: dict, a, work: Path, log) -> dict:
         "no_rate": None if rate is not None else no_rate_reason(result["marks"], a.warmup),
         "loss": loss,
         "timed_steps": timed,
+        "stalled_steps": stalled_steps(result["marks"], a.warmup),
+        "alloc_retries": result.get("alloc_retries"),
         "token_count": result.get("count"),
         "device_used_gib": used,
         "peak_reserved_gib": result.get("peak_reserved_gib"),
@@ -617,6 +644,16 @@ def summarize(runs: list[dict], flops_per_token: float, peak: float | None) -> d
         for side in ("cockpit", "unsloth")
     }
     out.update({f"max_used_gib_{side}": max(v) if v else None for side, v in used.items()})
+    matched = [r for r in runs if r["side"] == "cockpit@unsloth-memory" and r.get("tokens_per_s")]
+    if matched and got["unsloth"]:
+        m = matched[-1]
+        out.update(
+            matched_cap_gib=m.get("cap_gib"),
+            matched_used_gib=m.get("device_used_gib"),
+            matched_ratio=round(m["tokens_per_s"] / statistics.mean(got["unsloth"]), 3),
+            matched_ratio_min=round(m["tokens_per_s"] / max(got["unsloth"]), 3),
+            matched_ratio_max=round(m["tokens_per_s"] / min(got["unsloth"]), 3),
+        )
     return out
 
 
@@ -650,23 +687,35 @@ def table(result: dict) -> str:
                 )
             if count.get("padded_micro_batches"):
                 rate += f" ({count['padded_micro_batches']} of {count['micro_batches']} micro-batches padded)"
+            if r.get("stalled_steps"):
+                rate += f" (slow steps {r['stalled_steps']})"
             loss = f"{r['loss']:.4f}" if r.get("loss") is not None else "-"
+            side = r["side"] + (
+                f" (cap {r['cap_gib']:g} GiB)" if r["side"] != "unsloth" and r.get("cap_gib") else ""
+            )
             lines.append(
-                f"| {row['id']} | {r['side']} | {rate} | {mfu} | "
+                f"| {row['id']} | {side} | {rate} | {mfu} | "
                 f"{r.get('device_used_gib') or '-'} | {loss} | {plan_text} |"
             )
     lines += [
         "",
-        "| row | cockpit/unsloth tokens/s (means) | spread (pairs) | max GiB cockpit / unsloth |",
-        "|---|---|---|---|",
+        "| row | cockpit/unsloth tokens/s (means) | spread (pairs) | max GiB cockpit / unsloth "
+        "| cockpit held to unsloth's memory: /unsloth (spread), GiB used of cap |",
+        "|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         s = row["summary"]
         ratio = f"{s['ratio']:.2f}x" if "ratio" in s else "-"
         spread = f"{s['ratio_min']:.2f}-{s['ratio_max']:.2f}" if "ratio" in s else "-"
+        matched = (
+            f"{s['matched_ratio']:.2f}x ({s['matched_ratio_min']:.2f}-{s['matched_ratio_max']:.2f}), "
+            f"{s['matched_used_gib']} of {s['matched_cap_gib']}"
+            if "matched_ratio" in s
+            else "-"
+        )
         lines.append(
             f"| {row['id']} | {ratio} | {spread} | {s['max_used_gib_cockpit'] or '-'} / "
-            f"{s['max_used_gib_unsloth'] or '-'} |"
+            f"{s['max_used_gib_unsloth'] or '-'} | {matched} |"
         )
     return "\n".join(lines)
 
@@ -690,6 +739,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--unsloth-path", default="/tmp/unsloth-site:/tmp/site", help="PYTHONPATH of the unsloth side"
+    )
+    ap.add_argument(
+        "--matched",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="add a cockpit run capped at the memory unsloth used in the row (its nvidia-smi peak)",
     )
     ap.add_argument("--budget-s", type=float, default=510.0, help="start no run that would end after this")
     ap.add_argument("--run-timeout-s", type=int, default=400)
@@ -763,6 +818,8 @@ def main(argv: list[str] | None = None) -> int:
                         "data": data,
                     }
                     order = ["cockpit", "unsloth"] + (["unsloth", "cockpit"] if a.order == "mirrored" else [])
+                    if a.matched:
+                        order.append("cockpit@unsloth-memory")
                     runs = []
                     for side in order:
                         expected = took.get(side, 0.0)
@@ -770,7 +827,15 @@ def main(argv: list[str] | None = None) -> int:
                             print(f"skipping {side} {row['id']}: past --budget-s", file=sys.stderr)
                             continue
                         t0 = time.time()
-                        r = (run_cockpit if side == "cockpit" else run_unsloth)(row, a, a.workdir, log)
+                        if side == "unsloth":
+                            r = run_unsloth(row, a, a.workdir, log)
+                        elif side == "cockpit":
+                            r = run_cockpit(row, a, a.workdir, log)
+                        else:  # held to the memory unsloth used in this row
+                            cap_m = matched_cap(runs)
+                            if cap_m is None:
+                                continue
+                            r = run_cockpit(row, a, a.workdir, log, cap=cap_m, side=side)
                         took[side] = max(took.get(side, 0.0), time.time() - t0)
                         runs.append(r)
                         got = r.get("tokens_per_s") or r.get("no_rate") or r.get("failed") or r.get("skipped")

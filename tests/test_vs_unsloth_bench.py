@@ -216,3 +216,35 @@ def test_a_count_that_never_grows_is_no_rate_and_says_why(bench):
     text = bench.table({"rows": [{"id": "r", "runs": runs, "summary": bench.summarize(runs, 27e9, None)}]})
     assert "| no rate: the token count stayed at 0 from step 3 to 23 |" in text
     assert "| 2500 (count checks: 1 differences, 0 samples not the bench's; in the json) |" in text
+
+
+def test_the_cockpit_run_held_to_unsloths_memory_takes_its_peak_rounded_up(bench):
+    runs = [
+        {"side": "cockpit", "tokens_per_s": 5000.0, "device_used_gib": 20.24},
+        {"side": "unsloth", "tokens_per_s": 2000.0, "device_used_gib": 5.41},
+        {"side": "unsloth", "tokens_per_s": 2500.0, "device_used_gib": 5.45},
+    ]
+    assert bench.matched_cap(runs) == 5.45  # already on the 0.05 grid: not raised
+    assert bench.matched_cap(runs[:2]) == 5.45  # 5.41 up to the next 0.05
+    assert bench.matched_cap(runs[:1]) is None  # no unsloth run: no matched run
+    runs.append(
+        {"side": "cockpit@unsloth-memory", "cap_gib": 5.45, "tokens_per_s": 2700.0, "device_used_gib": 5.3}
+    )
+    s = bench.summarize(runs, flops_per_token=27e9, peak=989e12)
+    # 2700 over the unsloth mean 2250 = 1.2; against each unsloth run 2700/2500 = 1.08, 2700/2000 = 1.35
+    assert (s["matched_ratio"], s["matched_ratio_min"], s["matched_ratio_max"]) == (1.2, 1.08, 1.35)
+    assert s["ratio"] == 2.222  # the unmatched ratio counts only the "cockpit" side: 5000 / 2250
+    text = bench.table({"rows": [{"id": "r", "runs": runs, "summary": s}]})
+    assert "1.20x (1.08-1.35), 5.3 of 5.45" in text
+    assert "cockpit@unsloth-memory (cap 5.45 GiB)" in text
+
+
+def test_slow_steps_are_those_over_twice_the_median_interval_after_the_warm_up(bench):
+    t, marks = 0.0, []
+    for step, gap in enumerate([5.0, 0.5, 0.5, 0.5, 2.0, 0.5, 0.5, 1.1], start=1):
+        t += gap
+        marks.append({"step": step, "t": t, "tokens": step * 100, "loss": 1.0})
+    # warm-up 1: the first step's 5 s is not judged; median of the rest 0.5 s; step 5 (2.0 s) and
+    # step 8 (1.1 s) are over 1.0 s
+    assert bench.stalled_steps(marks, warmup=1) == [5, 8]
+    assert bench.stalled_steps(marks[:3], warmup=1) == []  # too few intervals to judge

@@ -88,6 +88,9 @@ def memory_fields() -> dict:
             "mem_allocated_bytes": torch.cuda.memory_allocated(),
             "mem_reserved_bytes": torch.cuda.memory_reserved(),
             "mem_peak_bytes": torch.cuda.max_memory_allocated(),
+            # cudaMalloc failed and the allocator freed its cache and tried again: each retry
+            # synchronises the device and returns memory to the driver (slow steps near a cap)
+            "alloc_retries": torch.cuda.memory_stats().get("num_alloc_retries", 0),
         }
     import psutil
 

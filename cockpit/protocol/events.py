@@ -132,6 +132,8 @@ class ModelEvent(TypedDict, total=False):
     rss_bytes: Annotated[int | None, Meaning("host memory after the load")]
     mem_allocated_bytes: Annotated[int | None, Meaning("torch's allocated bytes after the load (CUDA)")]
     mem_reserved_bytes: Annotated[int | None, Meaning("torch's reserved bytes after the load (CUDA)")]
+    mem_peak_bytes: Annotated[int | None, Meaning("torch's peak allocated bytes during the load (CUDA)")]
+    alloc_retries: Annotated[int | None, Meaning("allocator retries during the load (CUDA)")]
     distributed: Annotated[dict | None, Meaning("several GPUs: the strategy chosen")]
 
 
@@ -169,6 +171,10 @@ class LogEvent(TypedDict, total=False):
     mem_allocated_bytes: Annotated[int | None, Meaning("torch's allocated bytes (CUDA)")]
     mem_reserved_bytes: Annotated[int | None, Meaning("torch's reserved bytes (CUDA)")]
     mem_peak_bytes: Annotated[int | None, Meaning("torch's peak allocated bytes (CUDA)")]
+    alloc_retries: Annotated[
+        int | None,
+        Meaning("times the CUDA allocator ran out, freed its cache and retried, since the start (CUDA)"),
+    ]
     data_wait_s: Annotated[
         float | None,
         Meaning("mean time per optimizer step spent taking its micro-batches from the data loader"),
