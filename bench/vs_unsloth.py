@@ -845,6 +845,10 @@ def main(argv: list[str] | None = None) -> int:
                         )
                         print(said, file=sys.stderr, flush=True)
                         log.flush()
+                        partial = {"id": row["id"], "runs": runs, "in_progress": True}
+                        (a.out / "vs_unsloth.partial.json").write_text(  # kept if the call times out
+                            json.dumps({"rows": [*rows, partial]}, indent=1, default=str) + "\n"
+                        )
                     rows.append(
                         {
                             "id": row["id"],

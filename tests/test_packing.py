@@ -146,3 +146,17 @@ def test_the_trainer_runs_packed_rows_and_counts_real_tokens(tmp_path, env):
     per_step = logs[-1]["tokens_seen"] / logs[-1]["step"]
     assert 4 * data["tokens_mean"] * 1.3 < per_step <= 4 * 64, (per_step, data["tokens_mean"])
     assert logs[-1]["loss"] < logs[0]["loss"]
+
+
+def test_packed_rows_are_padded_to_the_multiple_asked_for_and_the_padding_is_no_target():
+    rows = [[[5, 6, 7], [8, 9]], [[10, 11, 12, 13, 14, 15, 16]]]  # rows of 5 and 7 tokens
+    examples = [{"input_ids": [t for s in r for t in s], "seq_lengths": [len(s) for s in r]} for r in rows]
+    plain = PackedRowsCollator(PAD)(examples)
+    wide = PackedRowsCollator(PAD, multiple_of=16)(examples)
+    assert plain["input_ids"].shape == (2, 7) and wide["input_ids"].shape == (2, 16)
+    assert torch.equal(wide["input_ids"][:, :7], plain["input_ids"])
+    assert torch.equal(wide["labels"][:, :7], plain["labels"])
+    assert (wide["labels"][:, 7:] == -100).all() and (wide["position_ids"][:, 7:] == 0).all()
+    assert wide[REAL_TOKENS_KEY] == plain[REAL_TOKENS_KEY] == 12  # padding is never a real token
+    exact = [{"input_ids": list(range(1, 17)), "seq_lengths": [16]}]
+    assert PackedRowsCollator(PAD, multiple_of=16)(exact)["input_ids"].shape == (1, 16)  # no extra row

@@ -242,3 +242,19 @@ def test_the_benchmark_smoke_run_writes_its_table(tmp_path, env):
     assert all(r["tokens_per_s"] > 0 and r["final_loss"] > 0 for r in result["runs"])
     assert result["runs"][1]["plan"]["mode"] == "auto" and "mixed" in result["summary"]
     assert (out / "fast_vs_seed.md").read_text().startswith("| run (in order) |")
+
+
+def test_rows_are_padded_to_a_multiple_of_16_on_a_gpu_only():
+    from train_backend.speed_setup import sft_kwargs
+
+    plan = speed_auto.plan(qlora(), gpu(22), RAGGED, LLAMA7)
+    assert plan.pad_multiple == speed_auto.PAD_MULTIPLE == 16
+    assert "multiple of 16" in choice(plan, "row width").value
+    assert plan.to_event()["pad_multiple"] == 16
+    assert sft_kwargs(plan, None)["pad_to_multiple_of"] == 16  # TRL's collator too (unpacked rows)
+    cpu = speed_auto.Facts("cpu", "fp32", host_available_bytes=8 * GIB, cpu_count=2)
+    on_cpu = speed_auto.plan(
+        qlora(**{"model.name": "synthetic:tiny"}), cpu, RAGGED, load_shape("synthetic:tiny")
+    )
+    assert on_cpu.pad_multiple == 1 and "pad_to_multiple_of" not in sft_kwargs(on_cpu, None)
+    assert all(c.name != "row width" for c in on_cpu.choices)

@@ -30,15 +30,18 @@ class PackedRowsCollator:
     """Rows of packed samples -> input_ids, labels and position_ids of shape (rows, longest row).
 
     Padding at the end of a row gets position 0 and label -100: each pad is a sequence of one
-    token of its own, so no real token attends to it.
+    token of its own, so no real token attends to it. The width is the longest row rounded up to
+    `multiple_of`.
     """
 
     pad_token_id: int
+    multiple_of: int = 1  # the width rounded up to a multiple of this (speed_auto.PAD_MULTIPLE)
 
     def __call__(self, examples: list[dict]) -> dict:
         import torch
 
-        width = max(len(e["input_ids"]) for e in examples)
+        longest = max(len(e["input_ids"]) for e in examples)
+        width = -(-longest // self.multiple_of) * self.multiple_of
         input_ids = torch.full((len(examples), width), self.pad_token_id, dtype=torch.long)
         labels = torch.full((len(examples), width), -100, dtype=torch.long)
         position_ids = torch.zeros((len(examples), width), dtype=torch.long)

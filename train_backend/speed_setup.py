@@ -115,6 +115,8 @@ def apply_fused_kernels(plan, model) -> None:
 def sft_kwargs(plan, dataset_kwargs: dict | None) -> dict:
     """SFTConfig arguments beyond the config's own keys."""
     kwargs: dict = {"packing": plan.sft_packing}
+    if plan.pad_multiple > 1:  # TRL's collator (plain and flattened rows); packed rows: ours
+        kwargs["pad_to_multiple_of"] = plan.pad_multiple
     if plan.sft_packing:
         kwargs["packing_strategy"] = "bfd"  # with flash-attention: padding-free, one flattened row
     if plan.checkpoint_layers and plan.checkpoint_every > 1:
@@ -165,4 +167,4 @@ def finish_trainer(plan, trainer, tokenizer, cache_folder: Path | None) -> None:
             shutil.rmtree(staging, ignore_errors=True)
     if plan.packing == "rows":
         trainer.train_dataset = packing.pack_rows(trainer.train_dataset, plan.config.training.max_length)
-        trainer.data_collator = packing.PackedRowsCollator(tokenizer.pad_token_id)
+        trainer.data_collator = packing.PackedRowsCollator(tokenizer.pad_token_id, plan.pad_multiple)

@@ -39,6 +39,12 @@ __all__ = ["Choice", "Facts", "SpeedPlan", "bfd_rows", "card_for", "plan", "samp
 PACK_MIN_SAMPLES_PER_ROW = 1.1  # below this, packing gains less than 10% real tokens per row
 BFD_SAMPLE = 20000  # lengths looked at to predict the packing (an even subsample beyond this)
 MAX_LOADER_WORKERS = 4
+# rows are padded to a multiple of this many tokens on a GPU: every length (and every count of
+# tokens derived from it) then falls in the same class for the Triton kernels' specialisation
+# (integers by divisibility by 16, pointers by 16-byte alignment), so a new row length never
+# compiles a kernel variant again. On one H200 (bench/results/2026-12-02-vs-unsloth-7b-h200.log)
+# rows of 511, 510, 500 and 488 tokens each stalled their step by 2-3 s with the GPU idle.
+PAD_MULTIPLE = 16
 # how each attention kernel keeps packed samples apart: rows (a block-diagonal mask per row,
 # from position_ids) or flat (one flattened sequence per micro-batch, varlen kernel)
 PACKING_BY_ATTENTION = {
@@ -60,6 +66,7 @@ class SpeedPlan:
     checkpoint_layers: int = 0
     num_layers: int | None = None
     liger: bool = False
+    pad_multiple: int = 1  # rows padded to a multiple of this many tokens
     cache_tokens: bool = False
     samples_per_row: float | None = None
     budget_bytes: int | None = None
@@ -85,6 +92,7 @@ class SpeedPlan:
             "samples_per_row": self.samples_per_row,
             "attn_implementation": self.config.model.attn_implementation,
             "liger": self.liger,
+            "pad_multiple": self.pad_multiple,
             "dataloader_num_workers": t.dataloader_num_workers,
             "cache_tokens": self.cache_tokens,
             "budget_bytes": self.budget_bytes,
@@ -249,6 +257,17 @@ def plan(
             )
         )
     choices.append(_cross_entropy())
+    pad_multiple = PAD_MULTIPLE if gpu else 1
+    if gpu:
+        choices.append(
+            Choice(
+                "row width",
+                f"padded to a multiple of {PAD_MULTIPLE} tokens",
+                "a new row length would otherwise compile new variants of the Triton kernels "
+                "(seconds each, the GPU idle); padding is never counted as a real token",
+                "auto",
+            )
+        )
 
     # data loading
     if "training.dataloader_num_workers" in keep:
@@ -301,6 +320,7 @@ def plan(
         checkpoint_layers=fit.layers,
         num_layers=shape.num_layers if shape else None,
         liger=liger,
+        pad_multiple=pad_multiple,
         cache_tokens=cache,
         samples_per_row=round(per_row, 3) if packing != "none" else None,
         budget_bytes=fit.budget,

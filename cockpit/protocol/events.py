@@ -92,6 +92,7 @@ class SpeedPlanEvent(TypedDict, total=False):
     samples_per_row: Annotated[float | None, Meaning("samples packed per row (predicted)")]
     attn_implementation: Annotated[str, Meaning("the attention kernel")]
     liger: Annotated[bool, Meaning("Liger's fused kernels applied")]
+    pad_multiple: Annotated[int, Meaning("rows padded to a multiple of this many tokens (1: to the longest)")]
     dataloader_num_workers: Annotated[int, Meaning("loader worker processes")]
     cache_tokens: Annotated[bool, Meaning("the token cache in the run directory")]
     budget_bytes: Annotated[int | None, Meaning("device memory the plan fits in")]
