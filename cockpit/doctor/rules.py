@@ -300,12 +300,20 @@ def throttling(window: Window, state: Any) -> Finding | None:
     return None
 
 
+def _lists_trusted(o: Observation) -> bool:
+    """The GPU process lists can tell ours from another's: they show the trainer itself, or no
+    run is live (in a container NVML may report host pids; a loading trainer is not on them yet)."""
+    return (
+        o.status is None
+        or o.status in ("finished", "stopped", "failed")
+        or any(pids_on(g) & o.trainer_pids for g in o.gpus)
+    )
+
+
 def _foreign(o: Observation) -> list[tuple[Any, dict]]:
-    """(GPU index, process) for GPU processes not the trainer's. Trusted only when the lists
-    show the trainer itself or no run is live: in a container NVML may report host pids."""
+    """(GPU index, process) for GPU processes not the trainer's, where the lists are trusted."""
     gpus = o.gpus
-    sees_trainer = any(pids_on(g) & o.trainer_pids for g in gpus)
-    if not (sees_trainer or o.status is None or o.status in ("finished", "stopped", "failed")):
+    if not _lists_trusted(o):
         return []
     return [
         (field(g, "index"), p)
@@ -332,7 +340,8 @@ def foreign_process(window: Window, state: Any) -> Finding | None:
     def has_foreign(o: Observation) -> bool:
         return bool(_foreign(o))
 
-    holds_memory = window.held(has_foreign)
+    # judged over the time the lists could tell (not the model load before the trainer shows)
+    holds_memory = window.held(has_foreign, during=_lists_trusted)
     busy = window.held(_busy_without_us)
     if not (holds_memory or busy):
         return None
