@@ -39,11 +39,12 @@ __all__ = ["Choice", "Facts", "SpeedPlan", "bfd_rows", "card_for", "plan", "samp
 PACK_MIN_SAMPLES_PER_ROW = 1.1  # below this, packing gains less than 10% real tokens per row
 BFD_SAMPLE = 20000  # lengths looked at to predict the packing (an even subsample beyond this)
 MAX_LOADER_WORKERS = 4
-# rows are padded to a multiple of this many tokens on a GPU: every length (and every count of
-# tokens derived from it) then falls in the same class for the Triton kernels' specialisation
-# (integers by divisibility by 16, pointers by 16-byte alignment), so a new row length never
-# compiles a kernel variant again. On one H200 (bench/results/2026-12-02-vs-unsloth-7b-h200.log)
-# rows of 511, 510, 500 and 488 tokens each stalled their step by 2-3 s with the GPU idle.
+# rows are padded to a multiple of this many tokens on a GPU, so that fewer distinct row widths
+# reach the kernels. On one H200 (7B QLoRA, packed rows of <= 512, bench/vs_unsloth.py), steps
+# stalled 2-3 s each with the GPU idle, no allocator retry and no data wait, each at a row width
+# not seen before (not at every new width): 4 of 23 steps unpadded (widths 511, 510, 500, 488;
+# 507, 505, 483 did not), 1 padded (the first 496); 5.0k -> 8.0k real tokens/s
+# (bench/results/2026-12-02-vs-unsloth-7b-*). What stalls was not profiled.
 PAD_MULTIPLE = 16
 # how each attention kernel keeps packed samples apart: rows (a block-diagonal mask per row,
 # from position_ids) or flat (one flattened sequence per micro-batch, varlen kernel)
@@ -263,8 +264,8 @@ def plan(
             Choice(
                 "row width",
                 f"padded to a multiple of {PAD_MULTIPLE} tokens",
-                "a new row length would otherwise compile new variants of the Triton kernels "
-                "(seconds each, the GPU idle); padding is never counted as a real token",
+                "fewer distinct row widths: on an H200, steps at some widths not seen before stalled "
+                "2-3 s with the GPU idle (4 of 23 unpadded, 1 padded); padding is never a real token",
                 "auto",
             )
         )
