@@ -104,9 +104,26 @@ def test_the_doctor_fixes_are_the_benchs():
     assert f"x{demo['wrong_fix_gain']:.2f} for the old advice" in FLAT
     assert f"x{slow['gain']:.2f} with loader workers (predicted x{slow['predicted_gain']:.2f})" in FLAT
     assert f"x{cpu['gain']:.2f} with fewer logs" in FLAT
-    assert not foreign["rules"]["foreign_process"]["named_live"] and "was not named" in FLAT
-    assert f"stopping it gave x{foreign['gain']:.2f}" in FLAT
-    assert [s["case"] for s in bench["skipped"]] == ["fp32"] and "fp32 case did not fit" in FLAT
+    assert not foreign["rules"]["foreign_process"]["named_live"] and "was not named in two calls" in FLAT
+    rest = {
+        c["case"]: c for c in _json(RESULTS / "2026-12-02-doctor-rest-h200" / "doctor_fixes.json")["cases"]
+    }
+    assert not rest["foreign"]["rules"]["foreign_process"]["named_live"]
+    assert f"stopping it gave x{foreign['gain']:.2f}, then x{rest['foreign']['gain']:.2f}" in FLAT
+    fp32 = rest["fp32"]["rules"]["fp32_on_bf16_card"]
+    assert (
+        fp32["named_live"]
+        and fp32["named_replayed"]
+        and f"named, x{rest['fp32']['gain']:.2f} in bf16" in FLAT
+    )
+
+
+def test_the_unsloth_figures_are_the_benchs():
+    (row,) = _json(RESULTS / "2026-12-02-vs-unsloth-7b-padded-h200.json")["rows"]
+    s = row["summary"]
+    assert f"{s['ratio']:.2f}x unsloth's real tokens/s ({s['ratio_min']:.2f}-{s['ratio_max']:.2f})" in FLAT
+    assert f"at {s['max_used_gib_cockpit']:.2f} GiB against unsloth's {s['max_used_gib_unsloth']:.2f}" in FLAT
+    assert f"held to unsloth's {s['matched_cap_gib']:.2f} GiB it runs at {s['matched_ratio']:.2f}x" in FLAT
 
 
 def test_the_attached_views_cpu_on_the_gpu_box_is_the_benchs():
