@@ -8,6 +8,7 @@ import pytest
 from test_doctor import feed, only, rules, run_state
 
 from cockpit.doctor.engine import Doctor
+from cockpit.fmt import GIB
 
 STEP_RULES = {"input_bound", "gpu_underfed", "cpu_bound"}
 # the packed demo-data QLoRA 7B run at micro-batch 4: ~37% util, the trainer at ~114% of a core
@@ -129,3 +130,37 @@ def test_the_log_event_fills_the_state_the_rules_read():
     assert state.speed_plan["busy_tokens_per_micro_batch"] == 3072
     assert state.input == {"data_wait_s": 0.01, "compute_s": 0.3, "data_wait_share": 0.03,
                            "tokens_per_micro_batch": 2048.0}  # fmt: skip
+
+
+def test_gpu_underfed_when_speed_auto_already_fills_the_memory_says_so():
+    # as on the H200 held to 5.45 GiB (bench/results/2026-12-02-vs-unsloth-7b-padded-h200.log): speed:
+    # auto chose 1 x 9 as the fastest split that fits; "raise the micro-batch" would run out
+    plan = {
+        **SPEED_PLAN,
+        "mode": "auto",
+        "micro_batch_size": 1,
+        "gradient_accumulation_steps": 9,
+        "budget_bytes": int(5.18 * GIB),
+        "predicted_peak_bytes": int(5.08 * GIB),
+        "choices": [
+            {"name": "micro-batch", "value": "1 x 9 (9 rows per step)", "reason": "", "source": "auto"}
+        ],
+        "auto_split": {
+            **SPEED_PLAN["auto_split"],
+            "micro_batch_size": 1,
+            "gradient_accumulation_steps": 9,
+            "tokens_per_s": 1011.0,
+            "as_run_tokens_per_s": 1011.0,
+        },
+    }
+    finding = only(feed(Doctor(), 0, 60, state=state_with(0.01, 512.0, plan), **LAUNCH_BOUND), "gpu_underfed")
+    assert (
+        "speed: auto already runs the fastest split that fits: 1 x 9, ~5.08 GiB predicted of the 5.18"
+        in finding.fix
+    )
+    assert "Raise training.micro_batch_size" not in finding.fix
+    yours = {**plan, "choices": [{**plan["choices"][0], "source": "yours"}]}  # the user's split: raise it
+    finding = only(
+        feed(Doctor(), 0, 60, state=state_with(0.01, 512.0, yours), **LAUNCH_BOUND), "gpu_underfed"
+    )
+    assert "Raise training.micro_batch_size" in finding.fix

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from cockpit.doctor.window import Finding, Observation, Window, field, mean_of, phrase
+from cockpit.fmt import GIB
 
 LOW_UTIL_PCT = 70.0
 CPU_SATURATED_PCT = 90.0
@@ -167,6 +168,15 @@ def gpu_underfed(window: Window, state: Any) -> Finding | None:
             "training.micro_batch_size, gradient_accumulation_steps and gradient_checkpointing from the "
             "config (and from speed.keep), or set them so. More loader workers would not help."
         )
+    elif _auto_fitted(sp):
+        mb, accum = sp.get("micro_batch_size"), sp.get("gradient_accumulation_steps")
+        fix = (
+            f"speed: auto already runs the fastest split that fits: {mb} x {accum}, "
+            f"~{sp['predicted_peak_bytes'] / GIB:.2f} GiB predicted of the {sp['budget_bytes'] / GIB:.2f} "
+            "GiB it may use; a larger micro-batch does not fit by the memory model. More speed needs more "
+            "device memory (a card with more, or a higher emulate_vram_gib) or less of it per token "
+            "(a shorter training.max_length). More loader workers would not help."
+        )
     else:
         need = max(1, -(-busy // max(1, int(tokens)))) * int(
             (field(state, "plan") or {}).get("micro_batch_size") or sp.get("micro_batch_size") or 1
@@ -183,6 +193,18 @@ def gpu_underfed(window: Window, state: Any) -> Finding | None:
         evidence=evidence,
         fix=fix,
         since_ts=_since(window),
+    )
+
+
+def _auto_fitted(sp: dict) -> bool:
+    """speed: auto chose the micro-batch itself, as the fastest split its memory budget holds."""
+    chosen = next((c for c in sp.get("choices") or [] if c.get("name") == "micro-batch"), None)
+    return (
+        sp.get("mode") == "auto"
+        and chosen is not None
+        and chosen.get("source") == "auto"
+        and bool(sp.get("budget_bytes"))
+        and bool(sp.get("predicted_peak_bytes"))
     )
 
 
