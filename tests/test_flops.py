@@ -173,3 +173,25 @@ def test_the_doctor_names_a_run_far_below_its_card():
     assert "81 of 989 TFLOPS a card" in finding.evidence
     assert "32 layers are recomputed (48% more FLOPs" in finding.fix
     assert "low_mfu" not in rules(feed(Doctor(), 0, 60, state=_state(9410.0), gpu={"util_pct": 95.0}))
+
+
+def test_low_mfu_on_a_split_speed_auto_fitted_to_the_memory_does_not_say_raise_it():
+    def plan(source: str) -> dict:
+        return {
+            "mode": "auto",
+            "busy_tokens_per_micro_batch": 4096,
+            "budget_bytes": 5_560_000_000,
+            "predicted_peak_bytes": 5_450_000_000,
+            "choices": [{"name": "micro-batch", "value": "1 x 9", "reason": "", "source": source}],
+            "flops": {"model_per_token": 26_940_000_000, "peak_flops": 989e12, "peak_source": "catalog"},
+        }
+
+    fixes = {}
+    for source in ("auto", "yours"):
+        state = _state(817.0, plan(source))
+        state.input = {"tokens_per_micro_batch": 512.0, "data_wait_share": 0.0}
+        fixes[source] = only(feed(Doctor(), 0, 60, state=state, gpu={"util_pct": 16.0}), "low_mfu").fix
+    assert "512 tokens per micro-batch, ~4096 needed" in fixes["auto"]
+    assert "speed: auto already runs the fastest split that fits" in fixes["auto"]
+    assert "raise training.micro_batch_size" not in fixes["auto"]
+    assert "raise training.micro_batch_size or pack rows" in fixes["yours"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from cockpit import fmt
+from cockpit.doctor.step_rules import auto_fitted
 from cockpit.doctor.window import Finding, Observation, Window, field, phrase
 from cockpit.models import flops
 
@@ -62,7 +63,12 @@ def _advice(state: Any, mfu: float) -> str:
     if tokens and busy and tokens < busy and not tips:
         tips.append(
             f"{tokens:.0f} tokens per micro-batch, ~{busy} needed to keep the card busy (speed model): "
-            "raise training.micro_batch_size or pack rows"
+            + (
+                "speed: auto already runs the fastest split that fits the memory it may use, so only more "
+                "device memory (or less of it per token) would raise it"
+                if auto_fitted(sp)
+                else "raise training.micro_batch_size or pack rows"
+            )
         )
     if (field(state, "precision") or "") == "fp32":
         tips.append("training.precision: bf16 (fp32 runs off the tensor cores' bf16 path)")

@@ -168,7 +168,7 @@ def gpu_underfed(window: Window, state: Any) -> Finding | None:
             "training.micro_batch_size, gradient_accumulation_steps and gradient_checkpointing from the "
             "config (and from speed.keep), or set them so. More loader workers would not help."
         )
-    elif _auto_fitted(sp):
+    elif auto_fitted(sp):
         mb, accum = sp.get("micro_batch_size"), sp.get("gradient_accumulation_steps")
         fix = (
             f"speed: auto already runs the fastest split that fits: {mb} x {accum}, "
@@ -196,7 +196,7 @@ def gpu_underfed(window: Window, state: Any) -> Finding | None:
     )
 
 
-def _auto_fitted(sp: dict) -> bool:
+def auto_fitted(sp: dict) -> bool:
     """speed: auto chose the micro-batch itself, as the fastest split its memory budget holds."""
     chosen = next((c for c in sp.get("choices") or [] if c.get("name") == "micro-batch"), None)
     return (
