@@ -108,6 +108,7 @@ def unsloth_worker(spec_path: str) -> int:
     rows = [json.loads(line) for line in Path(spec["data"]).read_text().splitlines() if line.strip()]
     dataset = Dataset.from_list([{"input_ids": r["input_ids"]} for r in rows])
     steps = spec["warmup"] + spec["steps"]
+    profile_steps = spec.get("profile_steps") or 0
     marks: list[dict] = []
     counter = TokenCounter(
         {sample_key(r["input_ids"]): len(r["input_ids"]) for r in rows},
@@ -126,7 +127,7 @@ def unsloth_worker(spec_path: str) -> int:
         output_dir=spec["workdir"],
         per_device_train_batch_size=spec["micro"],
         gradient_accumulation_steps=spec["accum"],
-        max_steps=steps,
+        max_steps=steps + profile_steps,
         learning_rate=2e-4,
         lr_scheduler_type="constant",
         warmup_steps=0,
@@ -143,8 +144,16 @@ def unsloth_worker(spec_path: str) -> int:
         dataloader_num_workers=0,  # collated in this process, where TokenCounter sees each batch
         seed=0,
     )
+    callbacks = [timer]
+    if profile_steps:  # after the timed steps: the profiler slows the steps it records
+        sys.path.append(spec["repo"])  # last: unsloth's own packages stay first
+        from train_backend.profiling import make_profile_callback
+
+        Path(spec["workdir"]).mkdir(parents=True, exist_ok=True)
+
+        callbacks.append(make_profile_callback(Path(spec["workdir"]), steps + 1, profile_steps))
     trainer = SFTTrainer(
-        model=model, processing_class=tokenizer, train_dataset=dataset, args=args, callbacks=[timer]
+        model=model, processing_class=tokenizer, train_dataset=dataset, args=args, callbacks=callbacks
     )
     counter.attach(trainer)
     trainer.train()
@@ -172,6 +181,9 @@ def unsloth_worker(spec_path: str) -> int:
         "cap": cap,
         "count": counter.summary(),
     }
+    profile = Path(spec["workdir"]) / "profile.json"
+    if profile_steps and profile.is_file():
+        result["profile"] = json.loads(profile.read_text())
     out.write_text(json.dumps(result))
     return 0
 
@@ -363,8 +375,15 @@ def write_sequences(path: Path, bounds: tuple[int, int], count: int, vocab: int,
 
 
 def cockpit_config(
-    model: str, data: Path, max_length: int, steps: int, cap: float | None, smoke: bool
+    model: str,
+    data: Path,
+    max_length: int,
+    steps: int,
+    cap: float | None,
+    smoke: bool,
+    profile_steps: int = 0,
 ) -> str:
+    """`steps` timed and warm-up steps; `profile_steps` more after them, profiled (debug.profile_steps)."""
     method = (
         "method: lora"
         if smoke
@@ -377,7 +396,7 @@ def cockpit_config(
         f"lora: {{r: {RANK}, alpha: {RANK}, dropout: 0.0, target_modules: [{', '.join(TARGETS)}]}}",
         "training:",
         f"  max_length: {max_length}",
-        f"  max_steps: {steps}",
+        f"  max_steps: {steps + profile_steps}",
         "  learning_rate: 2.0e-4",
         "  lr_scheduler: constant",
         "  warmup: 0",
@@ -388,6 +407,8 @@ def cockpit_config(
     ]
     if cap:
         lines.append(f"emulate_vram_gib: {cap:g}")
+    if profile_steps:
+        lines.append(f"debug: {{profile_steps: {profile_steps}, profile_from_step: {steps + 1}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -453,7 +474,9 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
     cap = row["cap"] if cap is None else cap
     config = work / f"{side}-{row['id']}.yaml"
     config.write_text(
-        cockpit_config(row["model"], row["data"], row["max_length"], a.warmup + a.steps, cap, a.smoke)
+        cockpit_config(
+            row["model"], row["data"], row["max_length"], a.warmup + a.steps, cap, a.smoke, a.profile_steps
+        )
     )
     sys.path.insert(0, str(ROOT / "bench"))
     from common import cockpit_env
@@ -495,7 +518,9 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
     plan = next((e for e in events if e["type"] == "speed_plan"), {})
     logs = [e for e in events if e["type"] == "log" and e.get("loss") is not None]
     marks = [
-        {"step": e["step"], "t": e["ts"], "tokens": e.get("tokens_seen"), "loss": e["loss"]} for e in logs
+        {"step": e["step"], "t": e["ts"], "tokens": e.get("tokens_seen"), "loss": e["loss"]}
+        for e in logs
+        if e["step"] <= a.warmup + a.steps  # the profiled steps after them are slower
     ]
     rate, loss, timed = timed_rate(marks, a.warmup)
     out = {
@@ -525,6 +550,9 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
             )
         },
     }
+    profile = next(iter(made)) / "profile.json"
+    if profile.is_file():
+        out["profile"] = json.loads(profile.read_text())
     if proc.returncode != 0:
         error = next((e for e in reversed(events) if e["type"] == "error"), {})
         out["failed"] = f"{error.get('kind', f'exit {proc.returncode}')}: {error.get('message', '')}"[:300]
@@ -544,6 +572,8 @@ def run_unsloth(row: dict, a, work: Path, log) -> dict:
         "accum": max(1, SAMPLES_PER_STEP // micro),
         "warmup": a.warmup,
         "steps": a.steps,
+        "profile_steps": a.profile_steps,
+        "repo": str(ROOT),
         "workdir": str(work / f"unsloth-out-{row['id']}"),
         "result": str(work / f"unsloth-{row['id']}-{time.time_ns()}.json"),
     }
@@ -577,6 +607,7 @@ def run_unsloth(row: dict, a, work: Path, log) -> dict:
     result = json.loads(result_path.read_text())
     if "skipped" in result:
         return {"side": "unsloth", "skipped": result["skipped"][:300], "wall_s": round(wall, 1)}
+    result["marks"] = [m for m in result["marks"] if m["step"] <= a.warmup + a.steps]
     rate, loss, timed = timed_rate(result["marks"], a.warmup)
     return {
         "side": "unsloth",
@@ -598,6 +629,7 @@ def run_unsloth(row: dict, a, work: Path, log) -> dict:
             "gradient_checkpointing": "unsloth",
         },
         "versions": result.get("versions"),
+        "profile": result.get("profile"),
     }
 
 
@@ -717,6 +749,29 @@ def table(result: dict) -> str:
             f"| {row['id']} | {ratio} | {spread} | {s['max_used_gib_cockpit'] or '-'} / "
             f"{s['max_used_gib_unsloth'] or '-'} | {matched} |"
         )
+    profiled = [(row, r) for row in result["rows"] for r in row["runs"] if r.get("profile")]
+    if profiled:
+        kinds = ("matmul", "attention", "dequantisation", "triton", "elementwise", "copy", "memset", "other")
+        lines += [
+            "",
+            "Profiled steps (after the timed ones; ms a step of device kernel time by kind; the host's "
+            "operator time on the CPU):",
+            "",
+            "| row | side | wall ms/step | busy share | "
+            + " | ".join(kinds)
+            + " | kernels/step | launches/step |",
+            "|---|---|---|---|" + "---|" * len(kinds) + "---|---|",
+        ]
+        for row, r in profiled:
+            p = r["profile"]
+            by = p["s_per_step_by_kind"]
+            cells = " | ".join(f"{1000 * by[k]:.1f}" if k in by else "-" for k in kinds)
+            kernels = sum(p["count_per_step_by_kind"].values())
+            busy = f"{p['busy_share']:.0%}" if p.get("busy_share") is not None else "-"
+            lines.append(
+                f"| {row['id']} | {r['side']} | {1000 * p['wall_s_per_step']:.0f} | {busy} | {cells} | "
+                f"{kernels:.0f} | {p['launches_per_step']:.0f} |"
+            )
     return "\n".join(lines)
 
 
@@ -728,6 +783,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--caps", default="22,80", help="memory caps in GiB, comma-separated")
     ap.add_argument("--warmup", type=int, default=3, help="steps before the timed ones")
     ap.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
+    ap.add_argument(
+        "--profile-steps",
+        type=int,
+        default=0,
+        help="profile this many steps after the timed ones on both sides (torch.profiler): device time "
+        "by kind of kernel, launches per step",
+    )
     ap.add_argument(
         "--unsloth-micro", type=int, default=4, help="unsloth's micro-batch (accumulation fills the step)"
     )

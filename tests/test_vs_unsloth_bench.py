@@ -248,3 +248,26 @@ def test_slow_steps_are_those_over_twice_the_median_interval_after_the_warm_up(b
     # step 8 (1.1 s) are over 1.0 s
     assert bench.stalled_steps(marks, warmup=1) == [5, 8]
     assert bench.stalled_steps(marks[:3], warmup=1) == []  # too few intervals to judge
+
+
+def test_the_profiled_steps_come_after_the_timed_ones_and_make_their_own_table(bench, tmp_path):
+    bench.write_sequences(tmp_path / "d.jsonl", (32, 512), 4, 32000)
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        bench.cockpit_config(
+            "synthetic:llama-2-7b", tmp_path / "d.jsonl", 512, 23, 22.0, False, profile_steps=3
+        )
+    )
+    cfg = config_load.load_config(path)
+    assert cfg.training.max_steps == 26  # 23 timed and warm-up steps, then 3 profiled
+    assert (cfg.debug.profile_steps, cfg.debug.profile_from_step) == (3, 24)
+    profile = {
+        "wall_s_per_step": 0.5,
+        "busy_share": 0.8,
+        "s_per_step_by_kind": {"matmul": 0.3, "attention": 0.05, "other": 0.05},
+        "count_per_step_by_kind": {"matmul": 900, "attention": 64, "other": 36},
+        "launches_per_step": 1010,
+    }
+    runs = [{"side": "cockpit", "tokens_per_s": 8000.0, "device_used_gib": 20.0, "profile": profile}]
+    table = bench.table({"rows": [{"id": "r", "runs": runs, "summary": bench.summarize(runs, 27e9, 989e12)}]})
+    assert "| r | cockpit | 500 | 80% | 300.0 | 50.0 | - | - | - | - | - | 50.0 | 1000 | 1010 |" in table

@@ -216,6 +216,12 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         callbacks = [make_callback(emitter, controls, cfg, budget=budget, meter=meter)]
         if held_out is not None or prompts:
             callbacks.append(eval_mod.make_eval_callback(evaluator, controls))
+        if cfg.debug.profile_steps and (world is None or world.rank == 0):
+            from train_backend.profiling import make_profile_callback
+
+            callbacks.append(
+                make_profile_callback(run.path, cfg.debug.profile_from_step, cfg.debug.profile_steps, emitter)
+            )
         trainer_cls = step_meter.metered(
             fast.trainer_class(plan, make_trainer_class(emitter, run, cfg, eval_tracker)), meter
         )

@@ -299,6 +299,14 @@ class DebugSection:
         "holds (a disk that fills as checkpoints are written)",
         min=0,
     )
+    profile_steps: int = _f(
+        0,
+        "profile this many optimizer steps (torch.profiler) into profile.json in the run directory: "
+        "device time by kind of kernel, kernels launched, per step (those steps run slower)",
+        min=0,
+        max=50,
+    )
+    profile_from_step: int = _f(4, "the first optimizer step debug.profile_steps profiles", min=1)
 
 
 @dataclass
