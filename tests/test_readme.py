@@ -124,6 +124,12 @@ def test_the_unsloth_figures_are_the_benchs():
     assert f"{s['ratio']:.2f}x unsloth's real tokens/s ({s['ratio_min']:.2f}-{s['ratio_max']:.2f})" in FLAT
     assert f"at {s['max_used_gib_cockpit']:.2f} GiB against unsloth's {s['max_used_gib_unsloth']:.2f}" in FLAT
     assert f"held to unsloth's {s['matched_cap_gib']:.2f} GiB it runs at {s['matched_ratio']:.2f}x" in FLAT
+    assert (
+        f"memory ({s['matched_cap_gib']:.2f} GiB for a 7B QLoRA) it is {s['matched_ratio']:.2f}x as fast"
+        in FLAT
+    )
+    (first,) = [r for r in row["runs"] if r["side"] == "cockpit"][:1]
+    assert f"MFU on that row: {first['mfu']:.1%}" in FLAT
 
 
 def test_the_attached_views_cpu_on_the_gpu_box_is_the_benchs():
