@@ -258,3 +258,10 @@ def test_rows_are_padded_to_a_multiple_of_16_on_a_gpu_only():
     )
     assert on_cpu.pad_multiple == 1 and "pad_to_multiple_of" not in sft_kwargs(on_cpu, None)
     assert all(c.name != "row width" for c in on_cpu.choices)
+    # flash-attention's flattened rows: TRL would count their padding as real tokens
+    flat = speed_auto.plan(qlora(), gpu(22, flash_attention="flash_attention_2"), RAGGED, LLAMA7)
+    assert (
+        flat.packing == "flat"
+        and flat.pad_multiple == 1
+        and "pad_to_multiple_of" not in sft_kwargs(flat, None)
+    )

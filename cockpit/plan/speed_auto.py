@@ -258,8 +258,9 @@ def plan(
             )
         )
     choices.append(_cross_entropy())
-    pad_multiple = PAD_MULTIPLE if gpu else 1
-    if gpu:
+    # not the flattened rows of flash-attention's padding-free path: TRL counts their width as real tokens
+    pad_multiple = PAD_MULTIPLE if gpu and packing != "flat" else 1
+    if pad_multiple > 1:
         choices.append(
             Choice(
                 "row width",
