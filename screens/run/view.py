@@ -35,7 +35,6 @@ from cockpit.live.sources import RunSource
 from cockpit.live.stall import Stall, StallNotices, find_stall
 from cockpit.run import process
 from cockpit.run.control import NotRunning
-from screens.confirm import Confirm
 from screens.run.figures import (  # noqa: F401 - the tests and other screens import them from here
     EventLines,
     checkpoint_rows,
@@ -551,6 +550,8 @@ class RunView(Screen):
         if refusal:
             self.notify(refusal, severity="warning")
             return
+        from screens.confirm import Confirm  # its buttons are imported on the first stop, not at start
+
         self.app.push_screen(Confirm(STOP_QUESTION), self._stop_confirmed)
 
     def _stop_confirmed(self, confirmed: bool | None) -> None:
