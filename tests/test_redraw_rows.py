@@ -1,7 +1,8 @@
 """The live view's own CPU (issue 16, item 17). What it repaints per tick: the GPU and host panels
 repaint the rows whose text changed and nothing when none did; a new learning rate in the loss
-plot's subtitle repaints its bottom border row, not the whole plot. What it imports at start: not
-the OOM wizard and its remedies until a run runs out of memory."""
+plot's subtitle repaints its bottom border row, not the whole plot; a tick with nothing new
+repaints, restyles and lays out nothing. What it imports at start: not the OOM wizard and its
+remedies until a run runs out of memory, nor the preflight checks with --skip-preflight."""
 
 from __future__ import annotations
 
@@ -9,12 +10,26 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.pilot import (
+    LAST_TS,
+    ScriptedWatch,
+    events_until_step,
+    fake_samples,
+    gpu_events,
+    running,
+    scripted,
+    shown,
+    wait_for,
+)
 from textual.app import App, ComposeResult
+from textual.dom import DOMNode
 from textual.geometry import Region
+from textual.widget import Widget
 
 from cockpit.fmt import GIB
 from cockpit.telemetry.gpu import GpuSample
 from cockpit.telemetry.sampler import HostSample, Sample
+from screens.run.app import CockpitApp
 from screens.run.telemetry_feed import SeriesBook
 from widgets.gpu_panel import GpuPanel, GpuView
 from widgets.host_panel import HostPanel
@@ -110,3 +125,58 @@ def test_the_run_screen_imports_the_oom_wizard_only_when_a_run_runs_out_of_memor
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['cockpit.oom', 'cockpit.oom.messages']"  # the event text's parser
+
+
+def test_a_start_with_skip_preflight_imports_no_check_no_urllib_and_no_dialog():
+    """What `cockpit train --skip-preflight` imports before the first screen: the machine check
+    reads NVML through quick.NVML_SOURCE, which must not pull every preflight check (and urllib
+    behind the network one); the stop question and the preflight notice come when shown."""
+    code = (
+        "import sys, cockpit.cli.main, screens.run.app, cockpit.live.watch\n"
+        "from cockpit.preflight import machine_fit, quick\n"
+        "names = ('cockpit.preflight.runner', 'cockpit.preflight.checks.gpu', 'urllib.request',\n"
+        "         'screens.confirm', 'screens.preflight.notice')\n"
+        "print(sorted(n for n in names if n in sys.modules))"
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+async def test_a_tick_with_nothing_new_repaints_restyles_and_lays_out_nothing(tmp_path, monkeypatch):
+    """The 2 Hz tick of a run whose state, clock and sample did not move: no widget refreshed (no
+    repaint, no layout pass), no class set (each restyles the node and its children), no footer
+    rebuilt. Counted, not timed: a redundant update that comes back fails here."""
+    session = scripted(tmp_path, gpu_events(events_until_step(30)))
+    watch = ScriptedWatch(fake_samples(4))
+    app = CockpitApp(session, watch=watch, poll_interval_s=0.02, clock=lambda: LAST_TS + 5.0)
+    async with running(app) as pilot:
+        await shown(pilot, app)
+        view = app.run_view
+        await wait_for(pilot, lambda: view.telemetry_shown > 0)
+        await pilot.pause(0.3)
+        view.show([])  # whatever the follow thread had not drawn yet
+        view.show_telemetry(view.sample, watch.findings, [])
+        await pilot.pause()
+        counted: list[str] = []
+
+        def counting(name, real):
+            def wrapper(self, *args, **kwargs):
+                counted.append(f"{name} {type(self).__name__}#{self.id}")
+                return real(self, *args, **kwargs)
+
+            return wrapper
+
+        monkeypatch.setattr(Widget, "refresh", counting("refresh", Widget.refresh))
+        monkeypatch.setattr(DOMNode, "update_node_styles", counting("restyle", DOMNode.update_node_styles))
+        monkeypatch.setattr(type(view), "refresh_bindings", counting("bindings", type(view).refresh_bindings))
+        for _tick in range(3):  # what on_run_updated does when nothing is new
+            view.show([])
+            view.show_telemetry(view.sample, watch.findings, [])
+            view.show_watch_late(None)
+        assert counted == []
+        before = len(view.query_one("#events").lines)
+        view.show(["0:00:31 a new line"])  # and a tick that has news still draws it
+        assert any(name.startswith("refresh EventLog") for name in counted)
+        await pilot.pause()
+        assert len(view.query_one("#events").lines) > before
