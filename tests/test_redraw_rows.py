@@ -11,12 +11,15 @@ import sys
 from pathlib import Path
 
 from support.pilot import (
+    EVENTS,
     LAST_TS,
     ScriptedWatch,
+    event,
     events_until_step,
     fake_samples,
     gpu_events,
     running,
+    screen_text,
     scripted,
     shown,
     wait_for,
@@ -180,3 +183,32 @@ async def test_a_tick_with_nothing_new_repaints_restyles_and_lays_out_nothing(tm
         assert any(name.startswith("refresh EventLog") for name in counted)
         await pilot.pause()
         assert len(view.query_one("#events").lines) > before
+
+
+async def test_a_status_that_offers_the_same_keys_leaves_the_footer_as_it_is(tmp_path, monkeypatch):
+    """starting -> running offers the same keys: the footer is not rebuilt (each rebuild makes
+    and restyles a widget per key). paused offers Resume instead of Pause: then it is."""
+    training = next(i for i, e in enumerate(EVENTS) if e.get("phase") == "training")
+    session = scripted(tmp_path, EVENTS[:training])
+    app = CockpitApp(session, poll_interval_s=0.02, clock=lambda: LAST_TS + 5.0)
+    async with running(app) as pilot:
+        await shown(pilot, app)
+        view = app.run_view
+        await wait_for(pilot, lambda: "p Pause" in screen_text(app))
+        assert view.status == "starting"
+        rebuilt: list[str] = []
+        real = type(view).refresh_bindings
+
+        def refresh_bindings(self):
+            rebuilt.append(self.status)
+            return real(self)
+
+        monkeypatch.setattr(type(view), "refresh_bindings", refresh_bindings)
+        session.feed(events_until_step(3)[training:])
+        await wait_for(pilot, lambda: view.status == "running")
+        await pilot.pause()
+        assert rebuilt == [] and "p Pause" in screen_text(app)
+        ts = EVENTS[40]["ts"]
+        session.feed([event("paused", ts, step=3)])
+        await wait_for(pilot, lambda: "p Resume" in screen_text(app))
+        assert rebuilt == ["paused"]
