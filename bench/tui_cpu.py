@@ -28,6 +28,13 @@ Figures (user + system CPU seconds of the TUI's process, all its threads, not it
 this checkout's player and fake NVML; bytecode of both is compiled first, as `pip install` does.
 
   python bench/tui_cpu.py [--rounds 2] [--window-s 30] [--compare DIR] [--out FILE.json]
+
+What this leaves out is NVML's own cost: the fake answers at once. `--nvml-fields` measures it on
+a GPU box: the CPU (thread time) and wall time of each field the live sampler reads, per read of
+GPU 0 through the real `PynvmlSource`; ctypes releases the GIL in those calls, so a py-spy
+`--gil` profile does not see them.
+
+  python bench/tui_cpu.py --nvml-fields [--reads 50]
 """
 
 from __future__ import annotations
@@ -137,6 +144,41 @@ def tui(checkout: Path, step_s: float, argv: list[str]) -> int:
     return cockpit_main(argv)
 
 
+# ------------------------------------------------------------------ NVML's own cost, on a GPU box
+
+
+def nvml_fields(reads: int) -> dict:
+    """Per field the sampler reads: thread CPU and wall ms per read of GPU 0, median of `reads`."""
+    from cockpit.telemetry.nvml import NVML_FAST_FIELDS, NVML_FIELDS, PynvmlSource
+
+    source = PynvmlSource()
+    try:
+        source.init()
+    except Exception as exc:  # no driver here: say so
+        return {"nvml": f"{type(exc).__name__}: {exc}"}
+    handle = source.handle(0)
+    fields = {}
+    for name in NVML_FIELDS:
+        cpu_ms, wall_ms, error = [], [], None
+        for _ in range(reads):
+            cpu0, wall0 = time.thread_time(), time.perf_counter()
+            try:
+                source.read(handle, name)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            cpu_ms.append((time.thread_time() - cpu0) * 1000)
+            wall_ms.append((time.perf_counter() - wall0) * 1000)
+        fields[name] = {
+            "every_sample": name in NVML_FAST_FIELDS,
+            "cpu_ms": round(statistics.median(cpu_ms), 3),
+            "wall_ms": round(statistics.median(wall_ms), 3),
+            **({"error": error} if error else {}),
+        }
+    source.shutdown()
+    fast_cpu = sum(f["cpu_ms"] for f in fields.values() if f["every_sample"])
+    return {"reads": reads, "fields": fields, "cpu_ms_per_sample_fast_fields": round(fast_cpu, 3)}
+
+
 # ------------------------------------------------------------------ measuring
 
 
@@ -238,6 +280,8 @@ def main() -> int:
     ap.add_argument(
         "--profile", type=Path, help="py-spy stacks of each steady window into this folder (not counted)"
     )
+    ap.add_argument("--nvml-fields", action="store_true", help="NVML's CPU per field read (a GPU box)")
+    ap.add_argument("--reads", type=int, default=50, help="with --nvml-fields: reads of each field")
     ap.add_argument("--play", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--tui", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
@@ -247,6 +291,10 @@ def main() -> int:
         return 0
     if a.tui:
         return tui(a.tui, a.step_s, a.rest)
+    if a.nvml_fields:
+        sys.path.insert(0, str(ROOT))
+        print(json.dumps(nvml_fields(a.reads), indent=1))
+        return 0
 
     sys.path.insert(0, str(ROOT / "bench"))
     from gpu_runs import FULL, bench_env, write_config, write_tokens
