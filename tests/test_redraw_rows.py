@@ -6,6 +6,8 @@ remedies until a run runs out of memory, nor the preflight checks with --skip-pr
 
 from __future__ import annotations
 
+import itertools
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +38,7 @@ from screens.run.app import CockpitApp
 from screens.run.telemetry_feed import SeriesBook
 from widgets.gpu_panel import GpuPanel, GpuView
 from widgets.host_panel import HostPanel
-from widgets.loss_plot import LossPlot
+from widgets.loss_plot import DOT_BITS, LossPlot, braille_cells
 
 
 class Panels(App):
@@ -212,3 +214,54 @@ async def test_a_status_that_offers_the_same_keys_leaves_the_footer_as_it_is(tmp
         session.feed([event("paused", ts, step=3)])
         await wait_for(pilot, lambda: "p Resume" in screen_text(app))
         assert rebuilt == ["paused"]
+
+
+def reference_cells(points, columns, rows, steps=None, values=None):
+    """braille_cells point by point, as it was before the in-order path: every point scaled."""
+    dots_w, dots_h = columns * 2, rows * 4
+    steps_of, values_of = [s for s, _ in points], [v for _, v in points]
+    first, last = steps or (min(steps_of), max(steps_of))
+    low, high = values or (min(values_of), max(values_of))
+    clamp_x = min(steps_of) < first or max(steps_of) > last
+    xs = [round((s - first) * (dots_w - 1) / (last - first)) if last != first else 0 for s in steps_of]
+    xs = [min(dots_w - 1, max(0, x)) for x in xs] if clamp_x and last != first else xs
+    ys = [round((high - v) * (dots_h - 1) / (high - low)) if high != low else dots_h // 2 for v in values_of]
+    ys = [min(dots_h - 1, max(0, y)) for y in ys] if values is not None and high != low else ys
+    cells = [[0] * columns for _ in range(rows)]
+
+    def fill(x, y_from, y_to):
+        for y in range(round(min(y_from, y_to)), round(max(y_from, y_to)) + 1):
+            cells[y // 4][x // 2] |= DOT_BITS[y % 4][x % 2]
+
+    previous = None
+    for x, group in itertools.groupby(zip(xs, ys), key=lambda p: p[0]):
+        run = [y for _, y in group]
+        if previous is not None:
+            x0, y0 = previous
+            for column in range(min(x0, x), max(x0, x) + 1):
+                t_a = min(1.0, max(0.0, (column - 0.5 - x0) / (x - x0)))
+                t_b = min(1.0, max(0.0, (column + 0.5 - x0) / (x - x0)))
+                fill(column, y0 + (run[0] - y0) * t_a, y0 + (run[0] - y0) * t_b)
+        fill(x, min(run), max(run))
+        previous = (x, run[-1])
+    return cells
+
+
+def test_a_long_run_in_step_order_plots_the_same_dots_as_point_by_point():
+    """The loss plot takes a run's points in step order column by column (bisection), not point
+    by point: the same dots, on shared axes and clamped ranges too."""
+    rng = random.Random(7)
+    for n in (1, 2, 7, 300, 5000):
+        steps = sorted(rng.sample(range(3 * n + 10), n))
+        points = [(s, rng.random() * 4 + (1.0 if rng.random() < 0.1 else 0.0)) for s in steps]
+        for columns, rows in ((48, 7), (9, 2), (95, 11)):
+            assert braille_cells(points, columns, rows) == reference_cells(points, columns, rows)
+            axis, scale = (steps[0] + 2, steps[-1] - 2), (1.0, 3.0)  # narrower than the points
+            if axis[0] < axis[1]:
+                assert braille_cells(points, columns, rows, axis, scale) == reference_cells(
+                    points, columns, rows, axis, scale
+                )
+    flat = [(s, 2.0) for s in range(50)]
+    assert braille_cells(flat, 10, 3) == reference_cells(flat, 10, 3)
+    out_of_order = [(s % 17, float(s % 5)) for s in range(60)]  # a restart from a checkpoint
+    assert braille_cells(out_of_order, 12, 3) == reference_cells(out_of_order, 12, 3)
