@@ -35,6 +35,12 @@ GPU 0 through the real `PynvmlSource`; ctypes releases the GIL in those calls, s
 `--gil` profile does not see them.
 
   python bench/tui_cpu.py --nvml-fields [--reads 50]
+
+`--micro` times three pieces in isolation instead (process CPU, this checkout and --compare's):
+a telemetry sample from the fake H100 (the sampler thread and its NVML worker), loading a run's
+config.yaml, and the loss plot's rows for runs of 1k, 10k and 50k logged steps (loss and lr).
+
+  python bench/tui_cpu.py --micro [--compare DIR]
 """
 
 from __future__ import annotations
@@ -179,6 +185,45 @@ def nvml_fields(reads: int) -> dict:
     return {"reads": reads, "fields": fields, "cpu_ms_per_sample_fast_fields": round(fast_cpu, 3)}
 
 
+# ------------------------------------------------------------------ pieces in isolation
+
+
+def micro(checkout: Path, config: Path) -> dict:
+    """CPU ms of one telemetry sample, one config load and one loss plot, from `checkout`."""
+    sys.path[:] = [str(checkout), str(ROOT / "tests"), *(p for p in sys.path if Path(p) != ROOT / "bench")]
+    import math
+    import random
+    from functools import partial
+
+    from support.nvml_fake import FakeGpu, FakeNvml
+
+    from cockpit.config.load import load_config
+    from cockpit.telemetry.sampler import Sampler
+    from widgets.loss_plot import plot_lines
+
+    def cpu_ms(fn, times: int) -> float:
+        fn()  # warm
+        started = time.process_time()
+        for _ in range(times):
+            fn()
+        return round((time.process_time() - started) / times * 1000, 3)
+
+    sampler = Sampler(FakeNvml([FakeGpu()]), host_every=2)
+    import cockpit
+
+    out = {
+        "cockpit": cockpit.__file__,
+        "sample_ms": cpu_ms(sampler.sample, 500),
+        "load_config_ms": cpu_ms(lambda: load_config(config), 50),
+    }
+    rng = random.Random(0)
+    for n in (1000, 10_000, 50_000):
+        loss = [(i, 3 * math.exp(-i / 2000) + rng.random() * 0.1) for i in range(1, n + 1)]
+        lr = [(i, 2e-4 * min(1.0, i / 100)) for i in range(1, n + 1)]
+        out[f"plot_{n}_points_ms"] = cpu_ms(partial(plot_lines, loss, 48, 7, lr, []), 5)
+    return out
+
+
 # ------------------------------------------------------------------ measuring
 
 
@@ -282,6 +327,8 @@ def main() -> int:
     )
     ap.add_argument("--nvml-fields", action="store_true", help="NVML's CPU per field read (a GPU box)")
     ap.add_argument("--reads", type=int, default=50, help="with --nvml-fields: reads of each field")
+    ap.add_argument("--micro", action="store_true", help="three pieces timed in isolation")
+    ap.add_argument("--micro-of", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--play", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--tui", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
@@ -291,6 +338,9 @@ def main() -> int:
         return 0
     if a.tui:
         return tui(a.tui, a.step_s, a.rest)
+    if a.micro_of:
+        print(json.dumps(micro(a.micro_of, Path(a.rest[0]))))
+        return 0
     if a.nvml_fields:
         sys.path.insert(0, str(ROOT))
         print(json.dumps(nvml_fields(a.reads), indent=1))
@@ -304,6 +354,14 @@ def main() -> int:
     config = write_config(work / "run.yaml", FULL, write_tokens(work / "tokens.jsonl", FULL, 8), 100)
     checkouts = [ROOT] if a.compare is None else [a.compare.resolve(), ROOT]
     compile_bytecode(checkouts, env)
+    if a.micro:
+        pieces = {}
+        for checkout in checkouts:
+            command = [sys.executable, __file__, "--micro-of", str(checkout), "--", str(config)]
+            done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+            pieces[str(checkout)] = json.loads(done.stdout)
+        print(json.dumps({"bench": "tui_cpu --micro", "load_avg": os.getloadavg(), **pieces}, indent=1))
+        return 0
     order = []
     for i in range(a.rounds):  # A B B A ...: a drift of the machine weighs on both alike
         order += checkouts if i % 2 == 0 else checkouts[::-1]
