@@ -49,6 +49,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -360,49 +361,54 @@ def main() -> int:
     from gpu_runs import FULL, bench_env, write_config, write_tokens
 
     work = Path(tempfile.mkdtemp(prefix="tui-cpu-"))
-    env = bench_env(work / "home")
-    config = write_config(work / "run.yaml", FULL, write_tokens(work / "tokens.jsonl", FULL, 8), 100)
-    checkouts = [ROOT] if a.compare is None else [a.compare.resolve(), ROOT]
-    compile_bytecode(checkouts, env)
-    if a.micro:
-        pieces = {}
-        for checkout in checkouts:
-            command = [sys.executable, __file__, "--micro-of", str(checkout), "--", str(config)]
-            done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-            pieces[str(checkout)] = json.loads(done.stdout)
-        print(json.dumps({"bench": "tui_cpu --micro", "load_avg": os.getloadavg(), **pieces}, indent=1))
+    try:
+        env = bench_env(work / "home")
+        config = write_config(work / "run.yaml", FULL, write_tokens(work / "tokens.jsonl", FULL, 8), 100)
+        checkouts = [ROOT] if a.compare is None else [a.compare.resolve(), ROOT]
+        compile_bytecode(checkouts, env)
+        if a.micro:
+            pieces = {}
+            for checkout in checkouts:
+                command = [sys.executable, __file__, "--micro-of", str(checkout), "--", str(config)]
+                done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+                pieces[str(checkout)] = json.loads(done.stdout)
+            print(json.dumps({"bench": "tui_cpu --micro", "load_avg": os.getloadavg(), **pieces}, indent=1))
+            return 0
+        order = []
+        for i in range(a.rounds):  # A B B A ...: a drift of the machine weighs on both alike
+            order += checkouts if i % 2 == 0 else checkouts[::-1]
+        rounds = [one_round(checkout, config, env, a, a.profile) for checkout in order]
+        result = {
+            "bench": "tui_cpu",
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.gmtime()),
+            "machine": {
+                "host": platform.node(),
+                "cpus": os.cpu_count(),
+                "cpu": platform.processor() or platform.machine(),
+                "python": platform.python_version(),
+                "load_avg": os.getloadavg(),
+            },
+            "versions": {name: metadata.version(name) for name in ("textual", "rich", "psutil")},
+            "settings": {
+                "window_s": a.window_s,
+                "settle_s": a.settle_s,
+                "step_s": a.step_s,
+                "first_screen_bytes": FIRST_SCREEN_BYTES,
+            },
+            "order": [str(c) for c in order],
+            "runs": rounds,
+            "by_checkout": {
+                str(c): summary([r for r in rounds if r["checkout"] == str(c)]) for c in checkouts
+            },
+        }
+        text = json.dumps(result, indent=1)
+        print(text)
+        if a.out:
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(text + "\n")
         return 0
-    order = []
-    for i in range(a.rounds):  # A B B A ...: a drift of the machine weighs on both alike
-        order += checkouts if i % 2 == 0 else checkouts[::-1]
-    rounds = [one_round(checkout, config, env, a, a.profile) for checkout in order]
-    result = {
-        "bench": "tui_cpu",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.gmtime()),
-        "machine": {
-            "host": platform.node(),
-            "cpus": os.cpu_count(),
-            "cpu": platform.processor() or platform.machine(),
-            "python": platform.python_version(),
-            "load_avg": os.getloadavg(),
-        },
-        "versions": {name: metadata.version(name) for name in ("textual", "rich", "psutil")},
-        "settings": {
-            "window_s": a.window_s,
-            "settle_s": a.settle_s,
-            "step_s": a.step_s,
-            "first_screen_bytes": FIRST_SCREEN_BYTES,
-        },
-        "order": [str(c) for c in order],
-        "runs": rounds,
-        "by_checkout": {str(c): summary([r for r in rounds if r["checkout"] == str(c)]) for c in checkouts},
-    }
-    text = json.dumps(result, indent=1)
-    print(text)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text + "\n")
-    return 0
+    finally:  # the players were stopped: their run directories go
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
