@@ -278,13 +278,14 @@ class PtyTui:
 
     _open: ClassVar[set[PtyTui]] = set()  # closed at exit too, should a caller forget
 
-    def __init__(self, args: list[str], env: dict) -> None:
+    def __init__(self, args: list[str], env: dict, command: list[str] | None = None) -> None:
+        """`python -m cockpit ARGS`, or `command` (a whole command line) in its place."""
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", TUI_SIZE[1], TUI_SIZE[0], 0, 0))
         self.master: int | None = master
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cockpit", *args],
+                command or [sys.executable, "-m", "cockpit", *args],
                 stdin=slave,
                 stdout=slave,
                 stderr=slave,

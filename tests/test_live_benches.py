@@ -151,3 +151,29 @@ def test_doctor_fixes_plans_its_budget(tmp_path, env):
     assert result["cases"] == []
     assert [s["case"] for s in result["skipped"]] == ["demo-packed", "foreign"]
     assert "--budget-s 1: needs ~" in result["skipped"][0]["why"]
+
+
+def test_tui_cpu_measures_the_start_and_the_steady_share_of_a_played_run(tmp_path, env):
+    """bench/tui_cpu.py, shortened: the TUI of `cockpit train` with a played trainer and a fake
+    H100, its start-up CPU and its share over a window; then the pieces alone (--micro)."""
+    out = tmp_path / "tui_cpu.json"
+    bench = [sys.executable, str(ROOT / "bench" / "tui_cpu.py")]
+    done = subprocess.run(
+        [*bench, "--rounds", "1", "--window-s", "3", "--settle-s", "1", "--out", str(out)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["tui_exit"] == 4 and run["steps_played"] >= 1  # detached (`d`); the player played
+    assert run["start_cpu_s"] > 0 and 0 < run["steady_share"] < 1 and run["out_bytes_per_s"] > 0
+    micro = subprocess.run(
+        [*bench, "--micro"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert micro.returncode == 0, micro.stderr[-3000:]
+    pieces = json.loads(micro.stdout)[str(ROOT)]
+    assert pieces["cockpit"].startswith(str(ROOT)) and pieces["sample_ms"] > 0
+    assert pieces["plot_50000_points_ms"] > pieces["plot_1000_points_ms"] > 0

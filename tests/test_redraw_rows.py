@@ -1,24 +1,44 @@
 """The live view's own CPU (issue 16, item 17). What it repaints per tick: the GPU and host panels
 repaint the rows whose text changed and nothing when none did; a new learning rate in the loss
-plot's subtitle repaints its bottom border row, not the whole plot. What it imports at start: not
-the OOM wizard and its remedies until a run runs out of memory."""
+plot's subtitle repaints its bottom border row, not the whole plot; a tick with nothing new
+repaints, restyles and lays out nothing. What it imports at start: not the OOM wizard and its
+remedies until a run runs out of memory, nor the preflight checks with --skip-preflight."""
 
 from __future__ import annotations
 
+import itertools
+import random
 import subprocess
 import sys
 from pathlib import Path
 
+from support.pilot import (
+    EVENTS,
+    LAST_TS,
+    ScriptedWatch,
+    event,
+    events_until_step,
+    fake_samples,
+    gpu_events,
+    running,
+    screen_text,
+    scripted,
+    shown,
+    wait_for,
+)
 from textual.app import App, ComposeResult
+from textual.dom import DOMNode
 from textual.geometry import Region
+from textual.widget import Widget
 
 from cockpit.fmt import GIB
 from cockpit.telemetry.gpu import GpuSample
 from cockpit.telemetry.sampler import HostSample, Sample
+from screens.run.app import CockpitApp
 from screens.run.telemetry_feed import SeriesBook
 from widgets.gpu_panel import GpuPanel, GpuView
 from widgets.host_panel import HostPanel
-from widgets.loss_plot import LossPlot
+from widgets.loss_plot import DOT_BITS, LossPlot, braille_cells
 
 
 class Panels(App):
@@ -110,3 +130,138 @@ def test_the_run_screen_imports_the_oom_wizard_only_when_a_run_runs_out_of_memor
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['cockpit.oom', 'cockpit.oom.messages']"  # the event text's parser
+
+
+def test_a_start_with_skip_preflight_imports_no_check_no_urllib_and_no_dialog():
+    """What `cockpit train --skip-preflight` imports before the first screen: the machine check
+    reads NVML through quick.NVML_SOURCE, which must not pull every preflight check (and urllib
+    behind the network one); the stop question and the preflight notice come when shown."""
+    code = (
+        "import sys, cockpit.cli.main, screens.run.app, cockpit.live.watch\n"
+        "from cockpit.preflight import machine_fit, quick\n"
+        "names = ('cockpit.preflight.runner', 'cockpit.preflight.checks.gpu', 'urllib.request',\n"
+        "         'screens.confirm', 'screens.preflight.notice')\n"
+        "print(sorted(n for n in names if n in sys.modules))"
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+async def test_a_tick_with_nothing_new_repaints_restyles_and_lays_out_nothing(tmp_path, monkeypatch):
+    """The 2 Hz tick of a run whose state, clock and sample did not move: no widget refreshed (no
+    repaint, no layout pass), no class set (each restyles the node and its children), no footer
+    rebuilt. Counted, not timed: a redundant update that comes back fails here."""
+    session = scripted(tmp_path, gpu_events(events_until_step(30)))
+    watch = ScriptedWatch(fake_samples(4))
+    app = CockpitApp(session, watch=watch, poll_interval_s=0.02, clock=lambda: LAST_TS + 5.0)
+    async with running(app) as pilot:
+        await shown(pilot, app)
+        view = app.run_view
+        await wait_for(pilot, lambda: view.telemetry_shown > 0)
+        await pilot.pause(0.3)
+        view.show([])  # whatever the follow thread had not drawn yet
+        view.show_telemetry(view.sample, watch.findings, [])
+        await pilot.pause()
+        counted: list[str] = []
+
+        def counting(name, real):
+            def wrapper(self, *args, **kwargs):
+                counted.append(f"{name} {type(self).__name__}#{self.id}")
+                return real(self, *args, **kwargs)
+
+            return wrapper
+
+        monkeypatch.setattr(Widget, "refresh", counting("refresh", Widget.refresh))
+        monkeypatch.setattr(DOMNode, "update_node_styles", counting("restyle", DOMNode.update_node_styles))
+        monkeypatch.setattr(type(view), "refresh_bindings", counting("bindings", type(view).refresh_bindings))
+        for _tick in range(3):  # what on_run_updated does when nothing is new
+            view.show([])
+            view.show_telemetry(view.sample, watch.findings, [])
+            view.show_watch_late(None)
+        assert counted == []
+        before = len(view.query_one("#events").lines)
+        view.show(["0:00:31 a new line"])  # and a tick that has news still draws it
+        assert any(name.startswith("refresh EventLog") for name in counted)
+        await pilot.pause()
+        assert len(view.query_one("#events").lines) > before
+
+
+async def test_a_status_that_offers_the_same_keys_leaves_the_footer_as_it_is(tmp_path, monkeypatch):
+    """starting -> running offers the same keys: the footer is not rebuilt (each rebuild makes
+    and restyles a widget per key). paused offers Resume instead of Pause: then it is."""
+    training = next(i for i, e in enumerate(EVENTS) if e.get("phase") == "training")
+    session = scripted(tmp_path, EVENTS[:training])
+    app = CockpitApp(session, poll_interval_s=0.02, clock=lambda: LAST_TS + 5.0)
+    async with running(app) as pilot:
+        await shown(pilot, app)
+        view = app.run_view
+        await wait_for(pilot, lambda: "p Pause" in screen_text(app))
+        assert view.status == "starting"
+        rebuilt: list[str] = []
+        real = type(view).refresh_bindings
+
+        def refresh_bindings(self):
+            rebuilt.append(self.status)
+            return real(self)
+
+        monkeypatch.setattr(type(view), "refresh_bindings", refresh_bindings)
+        session.feed(events_until_step(3)[training:])
+        await wait_for(pilot, lambda: view.status == "running")
+        await pilot.pause()
+        assert rebuilt == [] and "p Pause" in screen_text(app)
+        ts = EVENTS[40]["ts"]
+        session.feed([event("paused", ts, step=3)])
+        await wait_for(pilot, lambda: "p Resume" in screen_text(app))
+        assert rebuilt == ["paused"]
+
+
+def reference_cells(points, columns, rows, steps=None, values=None):
+    """braille_cells point by point, as it was before the in-order path: every point scaled."""
+    dots_w, dots_h = columns * 2, rows * 4
+    steps_of, values_of = [s for s, _ in points], [v for _, v in points]
+    first, last = steps or (min(steps_of), max(steps_of))
+    low, high = values or (min(values_of), max(values_of))
+    clamp_x = min(steps_of) < first or max(steps_of) > last
+    xs = [round((s - first) * (dots_w - 1) / (last - first)) if last != first else 0 for s in steps_of]
+    xs = [min(dots_w - 1, max(0, x)) for x in xs] if clamp_x and last != first else xs
+    ys = [round((high - v) * (dots_h - 1) / (high - low)) if high != low else dots_h // 2 for v in values_of]
+    ys = [min(dots_h - 1, max(0, y)) for y in ys] if values is not None and high != low else ys
+    cells = [[0] * columns for _ in range(rows)]
+
+    def fill(x, y_from, y_to):
+        for y in range(round(min(y_from, y_to)), round(max(y_from, y_to)) + 1):
+            cells[y // 4][x // 2] |= DOT_BITS[y % 4][x % 2]
+
+    previous = None
+    for x, group in itertools.groupby(zip(xs, ys), key=lambda p: p[0]):
+        run = [y for _, y in group]
+        if previous is not None:
+            x0, y0 = previous
+            for column in range(min(x0, x), max(x0, x) + 1):
+                t_a = min(1.0, max(0.0, (column - 0.5 - x0) / (x - x0)))
+                t_b = min(1.0, max(0.0, (column + 0.5 - x0) / (x - x0)))
+                fill(column, y0 + (run[0] - y0) * t_a, y0 + (run[0] - y0) * t_b)
+        fill(x, min(run), max(run))
+        previous = (x, run[-1])
+    return cells
+
+
+def test_a_long_run_in_step_order_plots_the_same_dots_as_point_by_point():
+    """The loss plot takes a run's points in step order column by column (bisection), not point
+    by point: the same dots, on shared axes and clamped ranges too."""
+    rng = random.Random(7)
+    for n in (1, 2, 7, 300, 5000):
+        steps = sorted(rng.sample(range(3 * n + 10), n))
+        points = [(s, rng.random() * 4 + (1.0 if rng.random() < 0.1 else 0.0)) for s in steps]
+        for columns, rows in ((48, 7), (9, 2), (95, 11)):
+            assert braille_cells(points, columns, rows) == reference_cells(points, columns, rows)
+            axis, scale = (steps[0] + 2, steps[-1] - 2), (1.0, 3.0)  # narrower than the points
+            if axis[0] < axis[1]:
+                assert braille_cells(points, columns, rows, axis, scale) == reference_cells(
+                    points, columns, rows, axis, scale
+                )
+    flat = [(s, 2.0) for s in range(50)]
+    assert braille_cells(flat, 10, 3) == reference_cells(flat, 10, 3)
+    out_of_order = [(s % 17, float(s % 5)) for s in range(60)]  # a restart from a checkpoint
+    assert braille_cells(out_of_order, 12, 3) == reference_cells(out_of_order, 12, 3)

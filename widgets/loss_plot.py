@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import groupby, repeat
-from operator import itemgetter, mul, sub, truediv
+from bisect import bisect_right
+from collections.abc import Sequence
+from itertools import groupby, islice
+from operator import itemgetter, le
 from typing import ClassVar, NamedTuple
 
 from rich.segment import Segment
@@ -42,7 +43,7 @@ def braille_cells(
     the (low, high) of the y axis, when another line shares it too (train and eval loss).
     """
     dots_w, dots_h = columns * 2, rows * 4
-    steps_of, values_of = zip(*points)
+    steps_of, values_of = _split(points)
     first_step, last_step = steps or (min(steps_of), max(steps_of))
     low, high = values or (min(values_of), max(values_of))
     cells = [[0] * columns for _ in range(rows)]
@@ -51,23 +52,42 @@ def braille_cells(
         for y in range(round(min(y_from, y_to)), round(max(y_from, y_to)) + 1):
             cells[y // 4][x // 2] |= DOT_BITS[y % 4][x % 2]
 
+    # the dot column of a step and the dot row of a value; both monotonic (a larger step is never
+    # further left, a larger value never lower), which the in-order path below relies on
+    x_span, y_span = last_step - first_step, high - low
+    x_clamped = min(steps_of) < first_step or max(steps_of) > last_step  # an axis shared with another line
+    y_clamped = values is not None  # a shared range: a value outside it stays on the plot
+
+    def x_of(step: int) -> int:
+        if not x_span:
+            return 0
+        x = round((step - first_step) * (dots_w - 1) / x_span)
+        return min(dots_w - 1, max(0, x)) if x_clamped else x
+
+    def y_of(value: float) -> int:
+        if not y_span:
+            return dots_h // 2  # a flat line is drawn mid-height
+        y = round((high - value) * (dots_h - 1) / y_span)
+        return min(dots_h - 1, max(0, y)) if y_clamped else y
+
     # consecutive points in one dot column are drawn as one stroke from their highest to their
-    # lowest: a long run has many points per column, so positions are computed by C-level maps
-    # and the Python work is per column
-    if last_step != first_step:
-        xs = _scaled(steps_of, repeat(first_step), dots_w - 1, last_step - first_step)
-        if min(steps_of) < first_step or max(steps_of) > last_step:  # an axis shared with another line
-            xs = map(min, repeat(dots_w - 1), map(max, repeat(0), xs))
-    else:
-        xs = repeat(0, len(points))
-    flat = repeat(dots_h // 2, len(points))  # a flat line is drawn mid-height
-    ys = _scaled(repeat(high), values_of, dots_h - 1, high - low) if high != low else flat
-    if values is not None and high != low:  # a shared range: a value outside it stays on the plot
-        ys = map(min, repeat(dots_h - 1), map(max, repeat(0), ys))
+    # lowest. A run of days logs tens of thousands of steps and the plot is drawn again at each:
+    # with the steps in order, each column's points are one slice, found by bisection, and only
+    # C-level passes (min, max) touch every point
     runs = []  # (x, first y, last y, top y, bottom y)
-    for x, group in groupby(zip(xs, ys), key=itemgetter(0)):
-        run_ys = list(map(itemgetter(1), group))
-        runs.append((x, run_ys[0], run_ys[-1], min(run_ys), max(run_ys)))
+    if all(map(le, steps_of, islice(steps_of, 1, None))):
+        start, count = 0, len(steps_of)
+        while start < count:
+            x = x_of(steps_of[start])
+            end = bisect_right(steps_of, x, start, key=x_of)
+            column = values_of[start:end]
+            runs.append((x, y_of(column[0]), y_of(column[-1]), y_of(max(column)), y_of(min(column))))
+            start = end
+    else:  # out of order (a restart from a checkpoint, a test): point by point
+        xs = map(x_of, steps_of)
+        for x, group in groupby(zip(xs, map(y_of, values_of)), key=itemgetter(0)):
+            run_ys = list(map(itemgetter(1), group))
+            runs.append((x, run_ys[0], run_ys[-1], min(run_ys), max(run_ys)))
     previous: tuple[int, int] | None = None
     for x, first_y, last_y, top_y, bottom_y in runs:
         if previous is not None:
@@ -82,9 +102,10 @@ def braille_cells(
     return cells
 
 
-def _scaled(a: Iterable[float], b: Iterable[float], scale: int, span: float) -> Iterator[int]:
-    """round((a - b) * scale / span) for each pair (in this order of operations: the same roundings)."""
-    return map(round, map(truediv, map(mul, map(sub, a, b), repeat(scale)), repeat(span)))
+def _split(points: Sequence[tuple[int, float]]) -> tuple[list[int], list[float]]:
+    """The steps and the values of the points, as two lists (C-level passes: zip(*points) takes a
+    run's tens of thousands of points as as many arguments, several times slower)."""
+    return list(map(itemgetter(0), points)), list(map(itemgetter(1), points))
 
 
 def braille_rows(points: Sequence[tuple[int, float]], columns: int, rows: int) -> list[str]:
@@ -125,7 +146,7 @@ def plot_lines(
     """
     if not points and not eval_points:
         return [PlotRow("", "no loss logged yet", False)]
-    steps_of, values = zip(*(list(points) + list(eval_points)))  # C-level passes: runs of days are long
+    steps_of, values = _split([*points, *eval_points])
     value_range = (min(values), max(values))
     low, high = fmt.loss(value_range[0]), fmt.loss(value_range[1])
     first_step, last_step = min(steps_of), max(steps_of)
@@ -144,7 +165,7 @@ def plot_lines(
     )
     lr_in_range = lr_points
     if lr_points:
-        lr_steps, _ = zip(*lr_points)
+        lr_steps, _ = _split(lr_points)
         if min(lr_steps) < first_step or max(lr_steps) > last_step:
             lr_in_range = [(s, v) for s, v in lr_points if first_step <= s <= last_step]
     lr_cells = braille_cells(lr_in_range, columns, rows, (first_step, last_step)) if lr_in_range else None
@@ -173,7 +194,7 @@ def lr_range_text(lr_points: Sequence[tuple[int, float]], width: int = 0) -> str
     and the value now, or where `width` (columns, 0: any) is too narrow, less of it, never cut."""
     if not lr_points:
         return ""
-    _, values = zip(*lr_points)
+    _, values = _split(lr_points)
     low, high, now = fmt.sci(min(values)), fmt.sci(max(values)), fmt.sci(values[-1])
     texts = (f"lr {low}…{high}, now {now}", f"lr now {now}, max {high}", f"lr now {now}", f"lr {now}")
     return next((text for text in texts if not width or len(text) <= width), "")

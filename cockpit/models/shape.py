@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,6 +184,9 @@ def fetch_hub_config(repo: str, revision: str = "main", timeout_s: float = HUB_T
             return json.loads(cached.read_text())
         except (OSError, ValueError):
             pass  # a copy cut short (a disk that filled up): fetched again below
+    import urllib.error  # here: urllib.request costs every start of the TUI ~10 ms of CPU
+    import urllib.request
+
     url = f"{hub_endpoint()}/{repo}/resolve/{revision}/config.json"
     request = urllib.request.Request(url, headers={"User-Agent": "lora-cockpit"})
     token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")

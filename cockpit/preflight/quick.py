@@ -22,25 +22,29 @@ from pathlib import Path
 from cockpit import paths
 from cockpit.config.schema import TrainConfig
 from cockpit.models import shipped as shapes
-from cockpit.preflight import runner as preflight
-from cockpit.preflight.checks import gpu as checks_gpu
 from cockpit.preflight.checks.base import STATUSES, CheckResult
-from cockpit.preflight.full import result_line
 from cockpit.telemetry import nvml_state
 from cockpit.telemetry.nvml import PynvmlSource
 
 BUDGET_S = 2.5  # the whole start preflight, with margin under the 3 s a start may wait
 FACTS_WAIT_S = 0.8  # NVML's answer and the model's shape
 NVML_SOURCE: Callable[[], object] = PynvmlSource  # tests put a FakeNvml here
-# the GPU checks NVML answers alone, without the probe's load (idle figures say so themselves)
-NVML_CHECKS = (
-    checks_gpu.check_memory_health,
-    checks_gpu.check_throttle,
-    checks_gpu.check_power_limit,
-    checks_gpu.check_pcie_link,
-    checks_gpu.check_processes,
-    checks_gpu.check_persistence,
-)
+# The checks (and the network's urllib behind them) are imported when the preflight runs, not with
+# this module: `cockpit train --skip-preflight` reads NVML_SOURCE only, and its TUI starts sooner.
+
+
+def nvml_checks() -> tuple[Callable, ...]:
+    """The GPU checks NVML answers alone, without the probe's load (idle figures say so themselves)."""
+    from cockpit.preflight.checks import gpu as checks_gpu
+
+    return (
+        checks_gpu.check_memory_health,
+        checks_gpu.check_throttle,
+        checks_gpu.check_power_limit,
+        checks_gpu.check_pcie_link,
+        checks_gpu.check_processes,
+        checks_gpu.check_persistence,
+    )
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,8 @@ class StartPreflight:
 
     def lines(self) -> list[str]:
         """The summary, then one entry (with its fix) per failure or warning."""
+        from cockpit.preflight.full import result_line
+
         out = [self.summary()]
         for result in self.problems:
             out += result_line(result).splitlines()
@@ -90,7 +96,9 @@ def hub_unneeded(cfg: TrainConfig) -> str | None:
     return None
 
 
-def _skipped(check_id: str, group: str, title: str, why: str) -> preflight.Check:
+def _skipped(check_id: str, group: str, title: str, why: str):
+    from cockpit.preflight import runner as preflight
+
     return preflight.Check(check_id, lambda: CheckResult(check_id, group, title, "skip", why), group, title)
 
 
@@ -128,12 +136,16 @@ def start_plan(
     dirs: dict[str, Path] | None = None,
     endpoint: str | None = None,
     hub_timeout_s: float = 2.0,
-) -> list[preflight.Check]:
-    """The checks: NVML's GPU checks, then the quick plan for this run's model and directories."""
+) -> list:
+    """The checks (`runner.Check`): NVML's GPU checks, then the quick plan for this run's model and
+    directories."""
+    from cockpit.preflight import runner as preflight
+    from cockpit.preflight.checks import gpu as checks_gpu
+
     visible = checks_gpu.check_visible(state)
     out = [preflight.Check("gpu.visible", lambda: visible, "gpu", visible.title)]
     if visible.status != "fail":
-        out += [preflight.Check(fn.__name__, partial(fn, state), "gpu") for fn in NVML_CHECKS]
+        out += [preflight.Check(fn.__name__, partial(fn, state), "gpu") for fn in nvml_checks()]
     if dirs is None:
         synthetic = shapes.is_synthetic(cfg.model.name)  # built into cockpit's cache, not the hub's
         cache = paths.cache_root() if synthetic else preflight.default_paths()["cache"]
@@ -185,5 +197,7 @@ def run_start_preflight(
             fix="run `cockpit preflight --no-ui` to see each check; report this error if it repeats",
         )
         return StartPreflight([problem], time.monotonic() - started)
+    from cockpit.preflight import runner as preflight
+
     results = preflight.run_checks(checks, concurrency=len(checks), timeout_s=left_s)
     return StartPreflight(results, time.monotonic() - started)

@@ -41,7 +41,6 @@ from cockpit.finish import summary
 from cockpit.live.sources import RunSource, Watch
 from cockpit.telemetry.history import TELEMETRY_NAME, read_history
 from screens.hangup import TerminalWatch, leave_when_terminal_goes
-from screens.preflight.notice import PreflightNotice
 from screens.run.telemetry_feed import LogTailReader, WatchNews, WatchSlot
 from screens.run.view import EventLines, RunView
 
@@ -141,7 +140,9 @@ class CockpitApp(App[int]):
             last_words=self.watch.stop if self.watch is not None else None,
         )
         await self.push_screen(self.run_view)
-        if self.preflight_problems:
+        if self.preflight_problems:  # imported only then: its check list costs every start otherwise
+            from screens.preflight.notice import PreflightNotice
+
             await self.push_screen(PreflightNotice(self.preflight_problems))
 
     def on_run_view_ready(self, _message: RunView.Ready) -> None:

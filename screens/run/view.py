@@ -35,7 +35,6 @@ from cockpit.live.sources import RunSource
 from cockpit.live.stall import Stall, StallNotices, find_stall
 from cockpit.run import process
 from cockpit.run.control import NotRunning
-from screens.confirm import Confirm
 from screens.run.figures import (  # noqa: F401 - the tests and other screens import them from here
     EventLines,
     checkpoint_rows,
@@ -187,6 +186,21 @@ class RunView(Screen):
         super().refresh_bindings()
         self._fit_footer(self.size.width)
 
+    def _refresh_keys(self) -> None:
+        """refresh_bindings() unless the footer already shows these keys: each call rebuilds the
+        footer, every key a new widget restyled (e.g. starting -> running offers the same keys)."""
+        footer = self.query(Footer)
+        if footer:
+            wanted = {
+                (active.binding.action, active.enabled)
+                for active in self.active_bindings.values()
+                if active.binding.show
+            }
+            keys = footer.first().query("FooterKey")  # textual's footer keys (they carry .action)
+            if keys and wanted == {(key.action, not key.has_class("-disabled")) for key in keys}:
+                return
+        self.refresh_bindings()
+
     def _fit_footer(self, width: int) -> None:
         """Every key in view: the footer's keys closer together when, spaced out, they would not
         fit (a narrow terminal, or a replay's seek and speed keys beside the others)."""
@@ -213,7 +227,7 @@ class RunView(Screen):
         if self.status != status or self.run_ended != self._export_offered:
             self.status = status
             self._export_offered = self.run_ended  # the Export key shows once the run has ended
-            self.refresh_bindings()
+            self._refresh_keys()
         now_ts = state.last_ts if ended or session.trainer_gone else self.clock()
         self.stall = find_stall(state, now_ts) if self.live else None
         said = self._stall_notices.update(self.stall)
@@ -239,7 +253,7 @@ class RunView(Screen):
             self._show_telemetry_panels()  # the torch memory counters came with the step
         if len(state.samples) != self._samples_shown:
             if not self._samples_shown:
-                self.refresh_bindings()  # the Samples key shows once there are samples
+                self._refresh_keys()  # the Samples key shows once there are samples
             self._samples_shown = len(state.samples)
             for screen in self.app.screen_stack:
                 if isinstance(screen, SamplesView):
@@ -551,6 +565,8 @@ class RunView(Screen):
         if refusal:
             self.notify(refusal, severity="warning")
             return
+        from screens.confirm import Confirm  # its buttons are imported on the first stop, not at start
+
         self.app.push_screen(Confirm(STOP_QUESTION), self._stop_confirmed)
 
     def _stop_confirmed(self, confirmed: bool | None) -> None:
