@@ -23,8 +23,6 @@ NVML_FAST_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "temp_c": ("nvmlDeviceGetTemperature", ("NVML_TEMPERATURE_GPU",)),
     "sm_clock_mhz": ("nvmlDeviceGetClockInfo", ("NVML_CLOCK_SM",)),
     "mem_clock_mhz": ("nvmlDeviceGetClockInfo", ("NVML_CLOCK_MEM",)),
-    "pcie_tx_kb_s": ("nvmlDeviceGetPcieThroughput", ("NVML_PCIE_UTIL_TX_BYTES",)),
-    "pcie_rx_kb_s": ("nvmlDeviceGetPcieThroughput", ("NVML_PCIE_UTIL_RX_BYTES",)),
     "clock_event_reasons": ("nvmlDeviceGetCurrentClocksEventReasons", ()),
 }
 # read every `slow_every`-th sample only
@@ -40,6 +38,9 @@ NVML_SLOW_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "pcie_gen_max": ("nvmlDeviceGetMaxPcieLinkGeneration", ()),
     "pcie_width_max": ("nvmlDeviceGetMaxPcieLinkWidth", ()),
     "processes": ("nvmlDeviceGetComputeRunningProcesses", ()),
+    # PCIe traffic, for the several-GPU doctor only: each call counts bytes over a 20-ms window
+    "pcie_tx_kb_s": ("nvmlDeviceGetPcieThroughput", ("NVML_PCIE_UTIL_TX_BYTES",)),
+    "pcie_rx_kb_s": ("nvmlDeviceGetPcieThroughput", ("NVML_PCIE_UTIL_RX_BYTES",)),
     # what joins the GPUs: active NVLink links (each link asked in turn; a card without NVLink, a
     # consumer card say, answers NotSupported and is not asked again) and their common speed
     "nvlink_active": ("nvmlDeviceGetNvLinkState", ("NVML_NVLINK_MAX_LINKS",)),
