@@ -453,6 +453,23 @@ def peak_sampler(smoke: bool):
     return DevicePeak()
 
 
+def parse_rows(text: str) -> list[tuple[str, str, str]]:
+    """`arch:lengths:cap,...` -> [(arch, lengths, cap)]: the rows to run, none other."""
+    rows = []
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        if len(parts) != 3 or parts[1] not in LENGTHS:
+            raise SystemExit(
+                f"--rows: {item!r} is not arch:lengths:cap with lengths one of {', '.join(LENGTHS)}"
+            )
+        try:
+            float(parts[2])
+        except ValueError:
+            raise SystemExit(f"--rows: {item!r}: the cap {parts[2]!r} is not a number of GiB") from None
+        rows.append((parts[0], parts[1], parts[2]))
+    return rows
+
+
 def matched_cap(runs: list[dict]) -> float | None:
     """The cap for the cockpit run held to unsloth's memory: the highest nvidia-smi peak (above
     idle) of the row's unsloth runs, rounded up to 0.05 GiB (none when unsloth did not run)."""
@@ -781,6 +798,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--archs", default="llama-2-7b,llama-3.1-8b")
     ap.add_argument("--lengths", default="ragged,full", help="comma-separated: ragged (32..512), full (2048)")
     ap.add_argument("--caps", default="22,80", help="memory caps in GiB, comma-separated")
+    ap.add_argument(
+        "--rows",
+        default=None,
+        help="only these rows, arch:lengths:cap comma-separated (e.g. llama-3.1-8b:ragged:22,"
+        "llama-2-7b:full:22); instead of --archs x --lengths x --caps",
+    )
     ap.add_argument("--warmup", type=int, default=3, help="steps before the timed ones")
     ap.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
     ap.add_argument(
@@ -818,6 +841,9 @@ def main(argv: list[str] | None = None) -> int:
         help="build the synthetic weights and the token files of the rows asked for, and stop (untimed)",
     )
     a = ap.parse_args(argv)
+    wanted = parse_rows(a.rows) if a.rows else None
+    if wanted:  # the loops below cover these, and skip the other combinations
+        a.archs, a.lengths, a.caps = (",".join(dict.fromkeys(r[i] for r in wanted)) for i in range(3))
     if a.smoke:
         a.archs, a.lengths, a.caps, a.warmup, a.steps, a.order = "tiny", "ragged", "0", 1, 2, "once"
     began = time.time()
@@ -859,6 +885,8 @@ def main(argv: list[str] | None = None) -> int:
                 model_dir = build_synthetic(arch, a.workdir / "cache", env)  # untimed, like a download
             vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
             for lengths in a.lengths.split(","):
+                if wanted and not any(r[:2] == (arch, lengths) for r in wanted):
+                    continue
                 max_length = 128 if a.smoke else LENGTHS[lengths][1]
                 count = SAMPLES_PER_STEP * (a.warmup + a.steps) * 2
                 data = a.workdir / f"data-{arch}-{lengths}.jsonl"
@@ -868,6 +896,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"prepared {model_dir} and {data}", file=sys.stderr)
                     continue
                 for cap_text in a.caps.split(","):
+                    if wanted and (arch, lengths, cap_text) not in wanted:
+                        continue
                     cap = float(cap_text) or None
                     row = {
                         "id": f"{arch} {lengths} {cap_text} GiB" if cap else f"{arch} {lengths}",

@@ -271,3 +271,14 @@ def test_the_profiled_steps_come_after_the_timed_ones_and_make_their_own_table(b
     runs = [{"side": "cockpit", "tokens_per_s": 8000.0, "device_used_gib": 20.0, "profile": profile}]
     table = bench.table({"rows": [{"id": "r", "runs": runs, "summary": bench.summarize(runs, 27e9, 989e12)}]})
     assert "| r | cockpit | 500 | 80% | 300.0 | 50.0 | - | - | - | - | - | 50.0 | 1000 | 1010 |" in table
+
+
+def test_rows_name_exactly_the_combinations_to_run(bench):
+    assert bench.parse_rows("llama-3.1-8b:ragged:22, llama-2-7b:full:22") == [
+        ("llama-3.1-8b", "ragged", "22"),
+        ("llama-2-7b", "full", "22"),
+    ]
+    with pytest.raises(SystemExit, match="lengths one of ragged, full"):
+        bench.parse_rows("llama-2-7b:long:22")
+    with pytest.raises(SystemExit, match="not a number of GiB"):
+        bench.parse_rows("llama-2-7b:full:big")
