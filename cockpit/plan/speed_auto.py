@@ -43,7 +43,7 @@ MAX_LOADER_WORKERS = 4
 # reach the kernels. On one H200 (7B QLoRA, packed rows of <= 512, bench/vs_unsloth.py), steps
 # stalled 2-3 s each with the GPU idle, no allocator retry and no data wait, each at a row width
 # not seen before (not at every new width): 4 of 23 steps unpadded (widths 511, 510, 500, 488;
-# 507, 505, 483 did not), 1 padded (the first 496); 5.0k -> 8.0k real tokens/s
+# 507, 505, 483 did not), 1 padded (step 11: unpadded a row of 483, so 496); 5.0k -> 8.0k real tokens/s
 # (bench/results/2026-12-02-vs-unsloth-7b-*). What stalls was not profiled.
 PAD_MULTIPLE = 16
 # how each attention kernel keeps packed samples apart: rows (a block-diagonal mask per row,
