@@ -20,8 +20,11 @@ PROFILE_FILE = "profile.json"
 KINDS = (
     ("attention", ("flash", "fmha", "attention", "attn")),
     ("dequantisation", ("dequant", "kquantize", "bnb")),
-    ("matmul", ("gemm", "matmul", "cutlass", "xmma", "cublas", "aten::mm", "aten::addmm", "aten::bmm")),
-    ("triton", ("triton", "liger", "_kernel_")),
+    (
+        "matmul",
+        ("gemm", "nvjet", "matmul", "cutlass", "xmma", "cublas", "aten::mm", "aten::addmm", "aten::bmm"),
+    ),
+    ("triton", ("triton", "liger")),
     ("copy", ("memcpy", "copy_", "aten::to", "aten::_to_copy")),
     ("memset", ("memset", "fill_", "zero_")),
     ("optimizer", ("adam", "optimizer", "foreach")),
@@ -31,12 +34,18 @@ LAUNCH_CALLS = ("cudalaunchkernel", "culaunchkernel", "cudalaunchkernelexc", "cu
 TOP = 15
 
 
+BY_NAME_FIRST = ("attention", "dequantisation", "matmul")  # told by name before the Triton test
+
+
 def kind_of(name: str) -> str:
+    """The kind of a kernel (or of a CPU operator, `aten::...`) by its name. A Triton kernel is named
+    after its Python function alone (`_rms_norm_forward_kernel`), where a CUDA C++ kernel comes with
+    its signature (`void at::native::...<...>(...)`), and cuBLAS's own are told by name first."""
     lower = name.lower()
-    for kind, patterns in KINDS:
-        if any(p in lower for p in patterns):
-            return kind
-    return "other"
+    kind = next((k for k, patterns in KINDS if any(p in lower for p in patterns)), "other")
+    if kind not in BY_NAME_FIRST and name.isidentifier() and "kernel" in lower:
+        return "triton"
+    return kind
 
 
 def summarize(
