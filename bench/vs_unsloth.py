@@ -560,6 +560,7 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
                 "micro_batch_size",
                 "gradient_accumulation_steps",
                 "checkpoint_layers",
+                "checkpoint_offload",
                 "packing",
                 "attn_implementation",
                 "liger",
@@ -831,6 +832,11 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="add a cockpit run capped at the memory unsloth used in the row (its nvidia-smi peak)",
     )
+    ap.add_argument(
+        "--cockpit-caps",
+        default="",
+        help="comma-separated GiB: one more cockpit run per row at each of these caps (side cockpit@<cap>)",
+    )
     ap.add_argument("--budget-s", type=float, default=510.0, help="start no run that would end after this")
     ap.add_argument("--run-timeout-s", type=int, default=400)
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "vs-unsloth")
@@ -912,6 +918,7 @@ def main(argv: list[str] | None = None) -> int:
                     order = ["cockpit", "unsloth"] + (["unsloth", "cockpit"] if a.order == "mirrored" else [])
                     if a.matched:
                         order.append("cockpit@unsloth-memory")
+                    order += [f"cockpit@{c.strip()}" for c in a.cockpit_caps.split(",") if c.strip()]
                     runs = []
                     for side in order:
                         expected = took.get(side, 0.0)
@@ -923,6 +930,8 @@ def main(argv: list[str] | None = None) -> int:
                             r = run_unsloth(row, a, a.workdir, log)
                         elif side == "cockpit":
                             r = run_cockpit(row, a, a.workdir, log)
+                        elif side != "cockpit@unsloth-memory":  # at a cap of --cockpit-caps
+                            r = run_cockpit(row, a, a.workdir, log, cap=float(side[8:]), side=side)
                         else:  # held to the memory unsloth used in this row
                             cap_m = matched_cap(runs)
                             if cap_m is None:

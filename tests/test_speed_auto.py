@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -11,7 +12,7 @@ from cockpit.config import load as config_load
 from cockpit.config import schema as config
 from cockpit.fmt import GIB
 from cockpit.live.event_text import describe
-from cockpit.models.memory import SAFETY_MARGIN, Workload, estimate_memory
+from cockpit.models.memory import SAFETY_MARGIN, Workload, estimate_memory, workload_from_config
 from cockpit.models.shape import load_shape
 from cockpit.plan import speed_auto
 
@@ -265,3 +266,43 @@ def test_rows_are_padded_to_a_multiple_of_16_on_a_gpu_only():
         and flat.pad_multiple == 1
         and "pad_to_multiple_of" not in sft_kwargs(flat, None)
     )
+
+
+def test_layer_inputs_go_to_host_memory_only_where_nothing_fits_without_them():
+    cfg = qlora(**{"training.max_length": 512})
+    roomy = gpu(8, host_available_bytes=64 * GIB)
+    plan = speed_auto.plan(cfg, roomy, RAGGED, LLAMA7)
+    t = plan.config.training
+    assert plan.checkpoint_offload and t.checkpoint_offload and t.gradient_checkpointing
+    assert plan.checkpoint_layers == 32 and plan.to_event()["checkpoint_offload"] is True
+    why = choice(plan, "gradient checkpointing")
+    assert why.value == "all 32 layers, inputs in host memory" and "pinned host memory" in why.reason
+    assert plan.predicted_peak_bytes <= 8 * GIB * (1 - SAFETY_MARGIN)
+    # its peak by hand, as with every layer recomputed (the memory model's two extremes mixed) less
+    # every layer input but two: one copied back, one recomputed
+    w = replace(workload_from_config(plan.config, LLAMA7), precision="bf16")
+    on, off = estimate_memory(w), estimate_memory(replace(w, gradient_checkpointing=False))
+    all_layers = off.peak_bytes - off.part("activations").bytes + on.part("activations").bytes
+    all_layers += on.part("checkpoints").bytes
+    assert plan.predicted_peak_bytes == int(all_layers - 30 * on.part("checkpoints").bytes / 32)
+    # without host memory to spare: the largest split that fits with the inputs on the GPU
+    no_host = speed_auto.plan(cfg, gpu(8, host_available_bytes=GIB // 4), RAGGED, LLAMA7)
+    assert not no_host.checkpoint_offload
+    assert no_host.config.training.micro_batch_size < t.micro_batch_size
+    # a card with room never offloads
+    assert not speed_auto.plan(cfg, gpu(22, host_available_bytes=64 * GIB), RAGGED, LLAMA7).checkpoint_offload
+
+
+def test_checkpoint_offload_in_the_config_is_kept_either_way():
+    on = qlora(**{"training.max_length": 512, "training.checkpoint_offload": True})
+    assert "training.checkpoint_offload" in on.speed.keep
+    plan = speed_auto.plan(on, gpu(22, host_available_bytes=64 * GIB), RAGGED, LLAMA7)
+    assert plan.checkpoint_offload and plan.checkpoint_layers == 32
+    assert choice(plan, "gradient checkpointing").reason == "training.checkpoint_offload is set in your config"
+    off = qlora(**{"training.max_length": 512, "training.checkpoint_offload": False})
+    plan = speed_auto.plan(off, gpu(8, host_available_bytes=64 * GIB), RAGGED, LLAMA7)
+    assert not plan.checkpoint_offload
+    speed_off = qlora(**{"speed.mode": "off", "training.checkpoint_offload": True})
+    assert speed_auto.plan(speed_off, gpu(22), RAGGED, LLAMA7).checkpoint_offload
+    cpu = speed_auto.Facts("cpu", "fp32", host_available_bytes=8 * GIB, cpu_count=2)
+    assert not speed_auto.plan(on, cpu, RAGGED, LLAMA7).checkpoint_offload

@@ -126,6 +126,15 @@ def sft_kwargs(plan, dataset_kwargs: dict | None) -> dict:
     return kwargs
 
 
+def extra_callbacks(plan, emitter) -> list:
+    """Trainer callbacks the plan needs: the host-memory checkpointing of its layers' inputs."""
+    if not plan.checkpoint_offload:
+        return []
+    from train_backend import host_checkpoint
+
+    return [host_checkpoint.make_callback(emitter)]
+
+
 def trainer_class(plan, trainer_cls):
     return packing.with_real_token_count(trainer_cls) if plan.packing == "rows" else trainer_cls
 

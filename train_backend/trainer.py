@@ -216,6 +216,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         callbacks = [make_callback(emitter, controls, cfg, budget=budget, meter=meter)]
         if held_out is not None or prompts:
             callbacks.append(eval_mod.make_eval_callback(evaluator, controls))
+        callbacks.extend(fast.extra_callbacks(plan, emitter))
         if cfg.debug.profile_steps and (world is None or world.rank == 0):
             from train_backend.profiling import make_profile_callback
 

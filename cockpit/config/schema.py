@@ -33,6 +33,7 @@ SPEED_AUTO_KEYS = (
     "training.micro_batch_size",
     "training.gradient_accumulation_steps",
     "training.gradient_checkpointing",
+    "training.checkpoint_offload",
     "training.packing",
     "training.dataloader_num_workers",
 )
@@ -145,6 +146,12 @@ class TrainingSection:
         True,
         "recompute activations in backward: far less memory, ~20-40% slower. Stated explicitly because "
         "TRL's SFTConfig defaults it on and HF Trainer off",
+    )
+    checkpoint_offload: bool = _f(
+        False,
+        "with gradient_checkpointing: every layer is recomputed and its input waits in pinned host "
+        "memory between the passes (the GPU holds none of them; each is copied back before its "
+        "recompute). speed: auto turns it on only where nothing fits without it",
     )
     precision: str = _f(
         "auto",

@@ -5,7 +5,9 @@ fewest checkpointed decoder layers (transformers' every_n_layers: every n-th lay
 ceil(layers / n) of them) whose peak, by the memory model, stays inside the card's memory
 less SAFETY_MARGIN. A partly checkpointed model holds the full activations of its other
 layers, the inputs of its checkpointed ones and one recomputed block: the memory model's two
-extremes, mixed per layer. The speed model rates each fitting split the same way (the
+extremes, mixed per layer. A split that does not fit with every layer recomputed may still fit
+with their inputs in pinned host memory (HOST_SHARE of the host's available memory at most),
+at the cost of copying them back before each recompute. The speed model rates each fitting split the same way (the
 recompute of its share of the layers) and the fastest wins. Pure Python, no torch.
 """
 
@@ -62,6 +64,15 @@ class Fit:
     budget: int | None = None
     peak: int | None = None
     tokens_per_s: float | None = None
+    offload: bool = False  # the checkpointed layers' inputs wait in pinned host memory
+    host_bytes: int = 0  # what they take there
+
+
+# the copy of the layer inputs back to the GPU before their recompute, one way: PCIe 4.0 x16's
+# ~25 GB/s for pinned memory (a stated figure; PCIe 5.0 cards copy faster). The copy out runs on a
+# side stream under the next layers' compute and is not counted.
+HOST_LINK_BYTES_PER_S = 25e9
+HOST_SHARE = 0.5  # the most of the host's available memory the pinned layer inputs may take
 
 
 def fit_batch(
@@ -71,12 +82,14 @@ def fit_batch(
     unit = "rows" if packed else "samples"
     pinned_batch = bool({"training.micro_batch_size", "training.gradient_accumulation_steps"} & keep)
     pinned_ckpt = "training.gradient_checkpointing" in keep
+    pinned_offload = "training.checkpoint_offload" in keep
     layers_total = shape.num_layers if shape else 1
     written = Fit(
         t.micro_batch_size,
         t.gradient_accumulation_steps,
         layers_total if t.gradient_checkpointing else 0,
         1 if t.gradient_checkpointing else 0,
+        offload=t.gradient_checkpointing and t.checkpoint_offload and facts.device_kind == "cuda",
     )
     if facts.device_kind != "cuda":
         fit, ckpt = written, _yours_or(pinned_ckpt, "gradient checkpointing", written, "")
@@ -111,6 +124,12 @@ def fit_batch(
         layer_options = [layers_total if t.gradient_checkpointing else 0]
     else:
         layer_options = sorted({0} | {math.ceil(layers_total / n) for n in range(1, layers_total + 1)})
+    host_free = facts.host_available_bytes
+    forced = pinned_offload and t.checkpoint_offload and t.gradient_checkpointing
+    if forced:  # as written: every layer recomputed, its input in host memory
+        may_offload, layer_options = True, []
+    else:  # speed: auto's last resort, where the host has room
+        may_offload = not pinned_offload and not pinned_ckpt and bool(host_free)
     scored = []
     for mb, accum in splits:
         try:
@@ -129,18 +148,26 @@ def fit_batch(
             peak = _partial_peak(off, on, k, layers_total)
             if peak <= budget:
                 rate = _tokens_per_s(base, mb, accum, k, layers_total, facts.card)
-                scored.append((rate, -k, -accum, mb, accum, k, peak))
+                scored.append((rate, -k, -accum, mb, accum, k, peak, 0))
                 break
+        else:  # not even with every layer recomputed: their inputs to the host, if it has room
+            host = on.part("checkpoints").bytes if on.part("checkpoints") else 0
+            peak = _offload_peak(off, on, layers_total)
+            room = forced or host <= HOST_SHARE * (host_free or 0)
+            if may_offload and host and peak <= budget and room:
+                rate = _tokens_per_s(base, mb, accum, layers_total, layers_total, facts.card, host)
+                scored.append((rate, -layers_total, -accum, mb, accum, layers_total, peak, host))
     if not scored:
         why = f"nothing fits {where} by the memory model: as configured; expect an out-of-memory error"
         return written, _as_written(written, why, pinned_batch, pinned_ckpt)
     scored.sort(reverse=True)
-    rate, _, _, mb, accum, k, peak = scored[0]
+    rate, _, _, mb, accum, k, peak, host = scored[0]
     every = 0 if k == 0 else min(n for n in range(1, layers_total + 1) if math.ceil(layers_total / n) == k)
     rate_note = f", ~{rate / 1000:.1f}k tokens/s by the speed model{facts.card_note}" if rate else ""
     if len(scored) > 1 and rate:
-        r2, _, _, mb2, accum2, k2, _ = scored[1]
-        rate_note += f"; next best {mb2} x {accum2} with {k2} layers checkpointed, ~{r2 / 1000:.1f}k"
+        r2, _, _, mb2, accum2, k2, _, host2 = scored[1]
+        where2 = ", inputs in host memory" if host2 else ""
+        rate_note += f"; next best {mb2} x {accum2} with {k2} layers checkpointed{where2}, ~{r2 / 1000:.1f}k"
     written_step = (
         f"{t.micro_batch_size} x {t.gradient_accumulation_steps}{' samples, packed' if packed else ''}"
     )
@@ -166,14 +193,26 @@ def fit_batch(
         if k == 0
         else f"the fewest recomputed layers with which {mb} x {accum} fits"
     )
-    return Fit(mb, accum, k, every, budget, peak, round(rate, 1) if rate else None), [
+    if host and forced:
+        value += ", inputs in host memory"
+        ckpt_why = "training.checkpoint_offload is set in your config"
+    elif host:
+        value += ", inputs in host memory"
+        ckpt_why = (
+            f"{mb} x {accum} fits only with the layer inputs ({_gib(host)} GiB) in pinned host memory "
+            f"(of {_gib(host_free)} GiB available, {HOST_SHARE:.0%} at most): copied out under the next layers' compute, back before "
+            f"each recompute, ~{host / HOST_LINK_BYTES_PER_S * accum:.2f} s a step at "
+            f"{HOST_LINK_BYTES_PER_S / 1e9:.0f} GB/s (PCIe 4.0 x16, stated)"
+        )
+    fit = Fit(mb, accum, k, every, budget, peak, round(rate, 1) if rate else None, bool(host), host)
+    return fit, [
         Choice(
             "micro-batch",
             f"{mb} x {accum} ({mb * accum} {unit} per step)",
             batch_why,
             "yours" if pinned_batch else "auto",
         ),
-        Choice("gradient checkpointing", value, ckpt_why, "yours" if pinned_ckpt else "auto"),
+        Choice("gradient checkpointing", value, ckpt_why, "yours" if pinned_ckpt or forced else "auto"),
     ]
 
 
@@ -181,6 +220,7 @@ BATCH_KEYS = {
     "training.micro_batch_size",
     "training.gradient_accumulation_steps",
     "training.gradient_checkpointing",
+    "training.checkpoint_offload",
 }
 MAX_BUSY_MICRO_BATCH = 1024
 
@@ -215,6 +255,7 @@ def batch_advice(cfg, run, facts: Facts, shape, shape_note, keep, rows_per_step,
             "micro_batch_size": free.micro_batch,
             "gradient_accumulation_steps": free.accum,
             "checkpoint_layers": free.layers,
+            "checkpoint_offload": free.offload,
             "tokens_per_s": free.tokens_per_s,
             "as_run_tokens_per_s": as_run.tokens_per_s,
         }
@@ -268,15 +309,26 @@ def _partial_peak(off, on, k: int, layers: int) -> int:
     return int(static + (layers - k) * per_layer + k * saved + on.part("activations").bytes)
 
 
-def _tokens_per_s(base: Workload, mb: int, accum: int, k: int, layers: int, card) -> float:
-    """The speed model's tokens/s; a partly checkpointed model pays the recompute of its share."""
+def _offload_peak(off, on, layers: int) -> int:
+    """Peak with every block checkpointed and their inputs in host memory: the GPU holds one
+    recomputed block and two inputs (one copied back, one being recomputed)."""
+    saved = on.part("checkpoints").bytes / layers if on.part("checkpoints") else 0
+    static = off.peak_bytes - off.part("activations").bytes
+    return int(static + 2 * saved + on.part("activations").bytes)
+
+
+def _tokens_per_s(
+    base: Workload, mb: int, accum: int, k: int, layers: int, card, host_bytes: int = 0
+) -> float:
+    """The speed model's tokens/s; a partly checkpointed model pays the recompute of its share,
+    and inputs held in host memory their copy back (HOST_LINK_BYTES_PER_S)."""
     if card is None:
         return 0.0
     w = replace(base, micro_batch=mb, grad_accum=accum)
     off = speed_model.estimate_speed(replace(w, gradient_checkpointing=False), card)
     on = speed_model.estimate_speed(replace(w, gradient_checkpointing=True), card)
     share = k / layers
-    micro_s = (1 - share) * off.micro_batch_s + share * on.micro_batch_s
+    micro_s = (1 - share) * off.micro_batch_s + share * on.micro_batch_s + host_bytes / HOST_LINK_BYTES_PER_S
     return w.tokens_per_micro_batch * accum / (micro_s * accum + off.optimizer_step_s)
 
 

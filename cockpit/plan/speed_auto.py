@@ -14,7 +14,9 @@ import, the samples' token lengths) and `plan` decides, giving a reason for ever
 - micro-batch, accumulation and gradient checkpointing: every split of the effective batch
   into micro-batch x accumulation, each with the fewest checkpointed decoder layers
   (transformers' every_n_layers) whose peak, by the memory model, stays inside the card's
-  memory less SAFETY_MARGIN; the one the speed model (cockpit/models/speed.py) rates fastest wins;
+  memory less SAFETY_MARGIN; the one the speed model (cockpit/models/speed.py) rates fastest wins.
+  A split that does not fit even with every layer recomputed may keep the layers' inputs in
+  pinned host memory (train_backend/host_checkpoint.py), when the host has room;
 - fused kernels (Liger: RMSNorm, RoPE, SwiGLU), loader workers, the token cache, and what
   is fixed: TRL's fused LM head (the loss in tiles), the precision.
 
@@ -65,6 +67,7 @@ class SpeedPlan:
     sft_packing: bool = False  # what SFTConfig.packing gets
     checkpoint_every: int = 0  # transformers' every_n_layers; 0: no checkpointing
     checkpoint_layers: int = 0
+    checkpoint_offload: bool = False  # the checkpointed layers' inputs wait in pinned host memory
     num_layers: int | None = None
     liger: bool = False
     pad_multiple: int = 1  # rows padded to a multiple of this many tokens
@@ -88,6 +91,7 @@ class SpeedPlan:
             "micro_batch_size": t.micro_batch_size,
             "gradient_accumulation_steps": t.gradient_accumulation_steps,
             "checkpoint_layers": self.checkpoint_layers,
+            "checkpoint_offload": self.checkpoint_offload,
             "num_layers": self.num_layers,
             "packing": self.packing,
             "samples_per_row": self.samples_per_row,
@@ -149,6 +153,9 @@ def plan(
             cfg,
             (off, _cross_entropy()),
             sft_packing=cfg.training.packing,
+            checkpoint_offload=bool(
+                t.gradient_checkpointing and t.checkpoint_offload and facts.device_kind == "cuda"
+            ),
             busy_tokens_per_micro_batch=advice.get("busy_tokens_per_micro_batch"),
             auto_split=advice.get("auto_split"),
             flops=flops_info(
@@ -235,6 +242,7 @@ def plan(
     choices.extend(fit_choices)
     t.micro_batch_size, t.gradient_accumulation_steps = fit.micro_batch, fit.accum
     t.gradient_checkpointing = fit.layers > 0
+    t.checkpoint_offload = fit.offload
     advice = batch_advice(cfg, run, facts, shape, shape_note, keep, rows_per_step, packing != "none")
 
     # fused kernels
@@ -320,6 +328,7 @@ def plan(
         sft_packing=packing == "flat",
         checkpoint_every=fit.every,
         checkpoint_layers=fit.layers,
+        checkpoint_offload=fit.offload,
         num_layers=shape.num_layers if shape else None,
         liger=liger,
         pad_multiple=pad_multiple,

@@ -87,6 +87,9 @@ class SpeedPlanEvent(TypedDict, total=False):
     micro_batch_size: Annotated[int, Meaning("rows per micro-batch")]
     gradient_accumulation_steps: Annotated[int, Meaning("micro-batches per optimizer step")]
     checkpoint_layers: Annotated[int | None, Meaning("layers recomputed in the backward pass")]
+    checkpoint_offload: Annotated[
+        bool, Meaning("the recomputed layers' inputs wait in pinned host memory between the passes")
+    ]
     num_layers: Annotated[int | None, Meaning("decoder layers of the model")]
     packing: Annotated[str, Meaning("none, rows or flat")]
     samples_per_row: Annotated[float | None, Meaning("samples packed per row (predicted)")]

@@ -1,0 +1,151 @@
+"""Checkpointed decoder layers whose inputs wait in host memory (`speed: auto`'s last memory tier).
+
+Plain checkpointing keeps every layer's input on the GPU until the backward pass recomputes
+the layer: layers x tokens x hidden values (fp32 for a QLoRA model's residual stream), which
+at 5 GiB is most of what is left for activations. Here each checkpointed layer's input is copied to
+pinned host memory on a side stream while the next layers compute, and copied back just
+before its recompute in the backward pass, so the GPU holds no layer inputs between the passes.
+
+transformers calls a checkpointed layer as `layer._gradient_checkpointing_func(run, *args)`;
+`install` replaces that function on every layer transformers checkpoints (after the trainer
+has enabled checkpointing, from the callback's on_train_begin). The recompute runs under the
+forward's RNG state and autocast, like torch.utils.checkpoint, so dropout draws the same mask.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class _Offloader:
+    """The side stream the copies to the host run on (one per device)."""
+
+    def __init__(self) -> None:
+        self.streams: dict[int, torch.cuda.Stream] = {}
+        self.copied_bytes = 0
+
+    def to_host(self, t: torch.Tensor):
+        """(host copy, event the copy is done at); the copy overlaps the next layers' compute."""
+        self.copied_bytes += t.numel() * t.element_size()
+        if t.device.type != "cuda":  # nothing to free on the CPU: a copy, so the path is the same
+            return t.detach().clone(), None
+        stream = self.streams.get(t.device.index)
+        if stream is None:
+            stream = self.streams[t.device.index] = torch.cuda.Stream(t.device)
+        host = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=True)
+        stream.wait_stream(torch.cuda.current_stream(t.device))
+        with torch.cuda.stream(stream):
+            host.copy_(t.detach(), non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(stream)
+        t.record_stream(stream)  # the allocator keeps t's memory until the copy has read it
+        return host, done
+
+
+class _HostCheckpoint(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, run, offloader, *args):
+        ctx.run = run
+        ctx.kinds = []  # per arg: "host" (a tensor kept in host memory) or "as_is"
+        ctx.kept = []
+        ctx.grads_for = []
+        device = None
+        for a in args:
+            if torch.is_tensor(a) and a.is_floating_point():
+                host, done = offloader.to_host(a)
+                ctx.kinds.append("host")
+                ctx.kept.append((host, done, a.device, a.requires_grad))
+                device = device or a.device
+            else:
+                ctx.kinds.append("as_is")
+                ctx.kept.append(a)
+        ctx.device_type = device.type if device is not None else "cpu"
+        ctx.autocast = (
+            torch.is_autocast_enabled(ctx.device_type),
+            torch.get_autocast_dtype(ctx.device_type),
+        )
+        ctx.cpu_rng = torch.get_rng_state()
+        ctx.cuda_rng = None
+        if device is not None and device.type == "cuda":
+            ctx.cuda_device = device
+            ctx.cuda_rng = torch.cuda.get_rng_state(device)
+        with torch.no_grad():
+            return run(*args)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        inputs = []
+        for kind, kept in zip(ctx.kinds, ctx.kept):
+            if kind == "as_is":
+                inputs.append(kept)
+                continue
+            host, done, device, needs_grad = kept
+            if done is not None:
+                torch.cuda.current_stream(device).wait_event(done)
+            x = host.to(device, non_blocking=True) if device.type == "cuda" else host
+            inputs.append(x.detach().requires_grad_(needs_grad))
+        devices = [ctx.cuda_device] if ctx.cuda_rng is not None else []
+        with torch.random.fork_rng(devices=devices, device_type="cuda" if devices else "cpu"):
+            torch.set_rng_state(ctx.cpu_rng)
+            if devices:
+                torch.cuda.set_rng_state(ctx.cuda_rng, ctx.cuda_device)
+            enabled, dtype = ctx.autocast
+            with torch.enable_grad(), torch.autocast(ctx.device_type, dtype=dtype, enabled=enabled):
+                outputs = ctx.run(*inputs)
+        if not isinstance(outputs, tuple):
+            outputs = (outputs,)
+        pairs = [
+            (o, g)
+            for o, g in zip(outputs, grads)
+            if torch.is_tensor(o) and o.requires_grad and g is not None
+        ]
+        if pairs:
+            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        ctx.kept = None
+        return (None, None, *(x.grad if torch.is_tensor(x) and x.requires_grad else None for x in inputs))
+
+
+def make_checkpoint_function(offloader: _Offloader | None = None):
+    """A `_gradient_checkpointing_func` for transformers' layers: `fn(run, *args)`."""
+    offloader = offloader or _Offloader()
+
+    def host_checkpoint(run, *args, **kwargs):
+        if kwargs:  # transformers binds keyword arguments into `run` (functools.partial)
+            raise TypeError(f"host checkpointing takes positional tensors only, got {sorted(kwargs)}")
+        return _HostCheckpoint.apply(run, offloader, *args)
+
+    host_checkpoint.offloader = offloader
+    return host_checkpoint
+
+
+def install(model) -> int:
+    """Swap the checkpoint function of every layer transformers checkpoints; the count swapped."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    fn = make_checkpoint_function()
+    n = 0
+    for module in model.modules():
+        if isinstance(module, GradientCheckpointingLayer) and module.gradient_checkpointing:
+            module._gradient_checkpointing_func = fn
+            n += 1
+    return n
+
+
+def make_callback(emitter):
+    """On train begin (after the trainer enabled checkpointing): install, and say how many layers."""
+    from transformers import TrainerCallback
+
+    class HostCheckpointing(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            n = install(model) if model is not None else 0
+            if n == 0:
+                emitter.emit(
+                    "warning",
+                    message="the speed plan keeps checkpointed layer inputs in host memory, but no layer "
+                    "of this model is checkpointed by transformers: they stay on the GPU",
+                    hint="expect the memory of plain checkpointing; set training.gradient_checkpointing "
+                    "in your config to choose it yourself",
+                )
+            return control
+
+    return HostCheckpointing()
