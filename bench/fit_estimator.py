@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Fit the memory model's two coefficients to measured points, and test it left-one-out.
+"""Fit the memory model's coefficients to measured points, and test it left-one-out.
 
-Two coefficients, ACTIVATION_SCALE and HF_LOGITS_BYTES (the hf QLoRA path's fp32 tensors, LoRA
+Three coefficients, ACTIVATION_SCALE, HF_LOGITS_BYTES and LIGER_ACTIVATION_SCALE (on the points
+whose speed plan applied Liger's kernels only) (the hf QLoRA path's fp32 tensors, LoRA
 dropout and the optimizer step are counted from the library sources, not fitted), read through
 `cockpit.models.memory` itself and fitted by least squares (Gauss-Newton: the estimate is linear
 in them but for the max of the backward's and the optimizer step's peak) to the NVML-measured
@@ -35,7 +36,7 @@ from cockpit.models import memory as est  # noqa: E402
 from cockpit.models.shape import load_shape  # noqa: E402
 
 QV = ["q_proj", "v_proj"]
-COEFFICIENTS = ("ACTIVATION_SCALE", "HF_LOGITS_BYTES")
+COEFFICIENTS = ("ACTIVATION_SCALE", "HF_LOGITS_BYTES", "LIGER_ACTIVATION_SCALE")
 REFERENCE = [  # (name, workload settings, measured NVML GiB)
     (
         "seed_recipe (ckpt)",
@@ -69,11 +70,14 @@ def points(files: list[Path]) -> list[tuple[str, est.Workload, float]]:
                 method=p["method"],
                 lora_r=o.get("lora.r", 8),
                 lora_targets=o.get("lora.target_modules", "all-linear"),
+                lora_dropout=o.get("lora.dropout", 0.1),  # bench/memory_points.py's config_yaml
                 seq_len=o["training.max_length"],
                 micro_batch=o["training.micro_batch_size"],
                 gradient_checkpointing=o["training.gradient_checkpointing"],
                 optimizer=o["training.optimizer"],
                 precision=o.get("training.precision", "bf16"),
+                liger=bool(p.get("liger")),  # what the run's speed plan applied
+                checkpoint_offload=bool(p.get("checkpoint_offload")),
             )
             out.append((p["name"], w, p["device_used_gib"]))
     s7 = load_shape("synthetic:llama-2-7b")

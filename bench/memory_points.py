@@ -10,7 +10,8 @@ peak. Results are appended as JSON lines: they calibrate and test the estimator
 
   python bench/memory_points.py [--only NAME ...] [--new] [--budget-s 430] [--out points.jsonl]
 
-`--new` measures the points issue 15 added (NEW_POINTS) only.
+`--new` measures the points issue 15 added (NEW_POINTS) only; `--liger` the points with speed: auto's
+Liger kernels and the layer inputs in host memory (LIGER_POINTS), which fit LIGER_ACTIVATION_SCALE.
 """
 
 from __future__ import annotations
@@ -269,6 +270,33 @@ CONFIGS: dict[str, tuple[str, str, dict]] = {
 
 
 NEW_POINTS = [name for name in CONFIGS if "vocab1" in name or name in ISSUE_15_MORE]
+# speed: auto with the batch keys as written: Liger's kernels (on a GPU where they import), the
+# bench's 7B QLoRA of bench/vs_unsloth.py (r16 on all seven linears, 8-bit AdamW, no dropout)
+_VS = {
+    "lora.r": 16,
+    "lora.dropout": 0.0,
+    "lora.target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    "training.max_length": 512,
+    "training.optimizer": "adamw_8bit",
+    "speed.mode": "auto",
+}
+LIGER_POINTS = {
+    "l2-7b-qlora-liger-8x512": {"training.micro_batch_size": 8, "training.gradient_checkpointing": False},
+    "l2-7b-qlora-liger-8x512-ckpt": {"training.micro_batch_size": 8, "training.gradient_checkpointing": True},
+    "l2-7b-qlora-liger-2x512-ckpt": {"training.micro_batch_size": 2, "training.gradient_checkpointing": True},
+    "l2-7b-qlora-liger-8x512-host": {
+        "training.micro_batch_size": 8,
+        "training.gradient_checkpointing": True,
+        "training.checkpoint_offload": True,
+    },
+    "l2-7b-qlora-liger-16x512-host": {
+        "training.micro_batch_size": 16,
+        "training.gradient_checkpointing": True,
+        "training.checkpoint_offload": True,
+    },
+}
+for _name, _keys in LIGER_POINTS.items():
+    CONFIGS[_name] = ("llama-2-7b", "qlora", {**_VS, **_keys})
 
 
 def config_yaml(arch: str, method: str, overrides: dict, data: Path) -> dict:
@@ -328,6 +356,9 @@ def measure(name: str, workdir: Path, env: dict) -> dict:
         "returncode": proc.returncode,
         "wall_s": round(time.time() - started, 1),
     }
+    plan = next((e for e in events if e["type"] == "speed_plan"), {})
+    result["liger"] = bool(plan.get("liger"))
+    result["checkpoint_offload"] = bool(plan.get("checkpoint_offload"))
     errors = [e for e in events if e["type"] == "error"]
     if errors:
         result["error"] = {k: errors[0].get(k) for k in ("kind", "message", "oom")}
@@ -358,6 +389,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--new", action="store_true", help="only the points issue 15 added")
+    ap.add_argument("--liger", action="store_true", help="only the Liger and host-memory points")
     ap.add_argument(
         "--budget-s", type=float, default=430, help="start no configuration after this many seconds"
     )
@@ -380,7 +412,7 @@ def main() -> None:
     }
     with open(a.out, "a") as f:
         f.write(json.dumps(header) + "\n")
-    names = a.only or (NEW_POINTS if a.new else list(CONFIGS))
+    names = a.only or (NEW_POINTS if a.new else list(LIGER_POINTS) if a.liger else list(CONFIGS))
     # build each synthetic model once, untimed (like a download), so no build shows in a peak
     for arch in dict.fromkeys(CONFIGS[n][0] for n in names):
         build_synthetic(arch, a.workdir / "cache", env)

@@ -280,7 +280,8 @@ def test_layer_inputs_go_to_host_memory_only_where_nothing_fits_without_them():
     assert plan.predicted_peak_bytes <= 8 * GIB * (1 - SAFETY_MARGIN)
     # its peak by hand, as with every layer recomputed (the memory model's two extremes mixed) less
     # every layer input but two: one copied back, one recomputed
-    w = replace(workload_from_config(plan.config, LLAMA7), precision="bf16")
+    w = replace(workload_from_config(plan.config, LLAMA7), precision="bf16", liger=True)
+    w = replace(w, checkpoint_offload=False)
     on, off = estimate_memory(w), estimate_memory(replace(w, gradient_checkpointing=False))
     all_layers = off.peak_bytes - off.part("activations").bytes + on.part("activations").bytes
     all_layers += on.part("checkpoints").bytes

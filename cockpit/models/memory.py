@@ -4,7 +4,9 @@ Pure Python, no torch. Every part is computed from the model's shape and the run
 settings; two coefficients are calibrated on measured runs (docs/estimator.md):
 
 - ACTIVATION_SCALE scales the tensors a llama-style block saves for backward, counted
-  from the architecture (`block_saved_bytes_per_token`);
+  from the architecture (`block_saved_bytes_per_token`); LIGER_ACTIVATION_SCALE scales them
+  again where Liger's RMSNorm, RoPE and SwiGLU replace transformers' (speed: auto on a GPU),
+  fitted on the product's runs with them;
 - HF_LOGITS_BYTES: plain HF Trainer materialises the logits (transformers' ForCausalLMLoss:
   the 16-bit logits, their fp32 upcast, fp32 log-softmax and gradient). TRL 1.16's SFTTrainer,
   which the product runs, patches a fused LM head (trl/trainer/utils.py add_fused_lm_head,
@@ -45,6 +47,7 @@ from cockpit.fmt import GIB
 from cockpit.models.shape import ModelShape
 
 ACTIVATION_SCALE = 0.762
+LIGER_ACTIVATION_SCALE = 1.0
 HF_LOGITS_BYTES = 22.2  # per token per vocabulary entry
 CUDA_CONTEXT_BYTES = int(0.75 * GIB)  # CUDA context, cuBLAS workspace (H200, CUDA 13; ~0.5-1 GiB on others)
 BNB_WORKSPACE_BYTES = int(0.15 * GIB)  # bitsandbytes kernels and their workspaces
@@ -97,6 +100,8 @@ class Workload:
     trainer: str = "trl"  # trl: the product (TRL SFTTrainer); hf: plain HF Trainer + peft
     gpus: int = 1  # processes of the job (GPUs over all machines); the estimate is per GPU
     sharding: str = "ddp"  # with gpus > 1: ddp (replicated) or fsdp (sharded, each layer gathered in turn)
+    liger: bool = False  # Liger's fused RMSNorm, RoPE and SwiGLU (speed: auto on a GPU where it imports)
+    checkpoint_offload: bool = False  # checkpointed block inputs in host memory (two on the GPU at a time)
 
     @property
     def tokens_per_micro_batch(self) -> int:
@@ -324,6 +329,8 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
 
     tokens = w.tokens_per_micro_batch
     per_block = block_saved_bytes_per_token(s, w.method == "full") * act_bytes / 2 * ACTIVATION_SCALE
+    if w.liger:
+        per_block *= LIGER_ACTIVATION_SCALE
     if hf_kbit:
         per_block += hf_kbit_fp32_extra_bytes_per_token(s)
     per_block += lora_dropout_bytes_per_token(w, act_bytes)
@@ -338,12 +345,13 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
                 f"{tokens} tokens x {per_block / 1024:.0f} KiB, checkpointing on",
             )
         )
+        on_gpu = min(2, s.num_layers) if w.checkpoint_offload else s.num_layers
         parts.append(
             Part(
                 "checkpoints",
-                "checkpointed block inputs",
-                tokens * s.num_layers * s.hidden_size * residual_bytes,
-                f"{s.num_layers} blocks x {tokens} tokens x hidden {s.hidden_size}, {8 * residual_bytes}-bit",
+                "checkpointed block inputs" + (" (on the GPU; the rest in host memory)" if w.checkpoint_offload else ""),
+                tokens * on_gpu * s.hidden_size * residual_bytes,
+                f"{on_gpu} blocks x {tokens} tokens x hidden {s.hidden_size}, {8 * residual_bytes}-bit",
             )
         )
     else:
@@ -505,6 +513,7 @@ def workload_from_config(cfg, shape: ModelShape, trainer: str = "trl") -> Worklo
         optimizer=t.optimizer,
         precision="bf16" if t.precision == "auto" else t.precision,
         trainer=trainer,
+        checkpoint_offload=t.gradient_checkpointing and t.checkpoint_offload,
         gpus=cfg.gpus * cfg.distributed.nnodes,
         sharding=_config_sharding(cfg),
     )

@@ -111,7 +111,12 @@ def fit_batch(
 
     budget = int(facts.memory_bytes * (1 - SAFETY_MARGIN))
     where = f"{_gib(budget)} GiB ({facts.memory_note} less the {SAFETY_MARGIN:.0%} margin)"
-    base = replace(workload_from_config(run, shape), precision=facts.precision)
+    base = replace(
+        workload_from_config(run, shape),
+        precision=facts.precision,
+        liger=uses_liger(cfg, facts),
+        checkpoint_offload=False,
+    )
     if pinned_batch:
         splits = [(t.micro_batch_size, t.gradient_accumulation_steps)]
     else:  # every micro-batch size that splits the step, with the fewest accumulation steps
@@ -151,8 +156,11 @@ def fit_batch(
                 scored.append((rate, -k, -accum, mb, accum, k, peak, 0))
                 break
         else:  # not even with every layer recomputed: their inputs to the host, if it has room
-            host = on.part("checkpoints").bytes if on.part("checkpoints") else 0
-            peak = _offload_peak(off, on, layers_total)
+            host = on.part("checkpoints").bytes
+            on_host = estimate_memory(
+                replace(base, micro_batch=mb, grad_accum=accum, checkpoint_offload=True)
+            )
+            peak = _offload_peak(off, on_host)
             room = forced or host <= HOST_SHARE * (host_free or 0)
             if may_offload and host and peak <= budget and room:
                 rate = _tokens_per_s(base, mb, accum, layers_total, layers_total, facts.card, host)
@@ -309,12 +317,23 @@ def _partial_peak(off, on, k: int, layers: int) -> int:
     return int(static + (layers - k) * per_layer + k * saved + on.part("activations").bytes)
 
 
-def _offload_peak(off, on, layers: int) -> int:
-    """Peak with every block checkpointed and their inputs in host memory: the GPU holds one
+def _offload_peak(off, on_host) -> int:
+    """Peak with every block checkpointed and their inputs in host memory (`on_host`: the memory
+    model's estimate so): as `_partial_peak` with every layer recomputed, the GPU holding one
     recomputed block and two inputs (one copied back, one being recomputed)."""
-    saved = on.part("checkpoints").bytes / layers if on.part("checkpoints") else 0
     static = off.peak_bytes - off.part("activations").bytes
-    return int(static + 2 * saved + on.part("activations").bytes)
+    return int(static + on_host.part("checkpoints").bytes + on_host.part("activations").bytes)
+
+
+def uses_liger(cfg, facts: Facts) -> bool:
+    """Whether speed: auto applies Liger's kernels (its activations are then smaller)."""
+    return (
+        facts.device_kind == "cuda"
+        and cfg.speed.mode == "auto"
+        and cfg.speed.fused_kernels != "off"
+        and bool(facts.liger)
+        and facts.liger_model
+    )
 
 
 def _tokens_per_s(
