@@ -47,7 +47,7 @@ from cockpit.fmt import GIB
 from cockpit.models.shape import ModelShape
 
 ACTIVATION_SCALE = 0.762
-LIGER_ACTIVATION_SCALE = 1.0
+LIGER_ACTIVATION_SCALE = 1.028
 HF_LOGITS_BYTES = 22.2  # per token per vocabulary entry
 CUDA_CONTEXT_BYTES = int(0.75 * GIB)  # CUDA context, cuBLAS workspace (H200, CUDA 13; ~0.5-1 GiB on others)
 BNB_WORKSPACE_BYTES = int(0.15 * GIB)  # bitsandbytes kernels and their workspaces
