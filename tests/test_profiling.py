@@ -57,3 +57,30 @@ def test_a_run_writes_its_profile_of_the_steps_asked_for(tmp_path, env):
     assert set(profile["s_per_step_by_kind"]) <= {k for k, _ in KINDS} | {"other"}
     said = [e["message"] for e in events(run) if e["type"] == "warning"]
     assert any("steps 2-3 profiled" in m for m in said)
+
+
+def test_user_annotations_are_not_counted_as_device_time():
+    """A record_function range (the optimizer's `Optimizer.step#AdamW.step`) shows on the device as
+    the span of the kernels under it: the H200 profile counted its 36 ms on top of those kernels."""
+    from types import SimpleNamespace
+
+    from train_backend.profiling import from_profiler
+
+    def avg(key, device_us, annotation=False, count=1):
+        return SimpleNamespace(
+            key=key,
+            count=count,
+            self_cpu_time_total=0,
+            self_device_time_total=device_us,
+            device_type="DeviceType.CUDA",
+            is_user_annotation=annotation,
+        )
+
+    events = [
+        avg("Optimizer.step#AdamW.step", 36_000, annotation=True),
+        avg("kOptimizerStatic8bit2StateBlockwise", 2_000, count=448),
+        avg("nvjet_sm90_tst_192x192", 100_000, count=192),
+    ]
+    prof = SimpleNamespace(key_averages=lambda: events)
+    s = from_profiler(prof, steps=1, wall_s=0.5, device="cuda")
+    assert s["busy_s_per_step"] == 0.102 and s["s_per_step_by_kind"]["optimizer"] == 0.002
