@@ -194,10 +194,11 @@ def test_the_estimators_figures_are_docs_estimator():
     claim = f"left-one-out over {count} configurations on the same H200: median {median}, worst {worst}%"
     assert claim in FLAT
     # the memory model's: the last line of the fit's recorded output, in the docs and the README
-    fit = (RESULTS / "2026-12-02-fit-estimator-loo-mechanisms.txt").read_text().strip().splitlines()[-1]
-    pattern = r"left-one-out over 23 points: median ([\d.]+%), worst \+?(-?[\d.]+%)"
-    median, worst = re.fullmatch(pattern, fit).groups()
-    assert fit in estimator and f"median error {median}, worst {worst}" in FLAT
+    fit = (RESULTS / "2026-12-02-fit-estimator-loo-liger.txt").read_text().strip().splitlines()[-1]
+    pattern = r"left-one-out over (\d+) points: median ([\d.]+%), worst \+?(-?[\d.]+%)"
+    count, median, worst = re.fullmatch(pattern, fit).groups()
+    assert fit in estimator and f"{count} configurations measured on an H200" in FLAT
+    assert f"median error {median}, worst {worst}" in FLAT
     assert "median error 3.0%, worst 9.9%" not in FLAT
     assert "median 11.9%" not in FLAT
 
