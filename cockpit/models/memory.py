@@ -1,7 +1,7 @@
 """The memory model: peak device memory of a fine-tune, as nvidia-smi shows it, in parts.
 
 Pure Python, no torch. Every part is computed from the model's shape and the run's
-settings; two coefficients are calibrated on measured runs (docs/estimator.md):
+settings; three coefficients are calibrated on measured runs (docs/estimator.md):
 
 - ACTIVATION_SCALE scales the tensors a llama-style block saves for backward, counted
   from the architecture (`block_saved_bytes_per_token`); LIGER_ACTIVATION_SCALE scales them
