@@ -354,7 +354,11 @@ def main() -> int:
         return 0
     if a.nvml_fields:
         sys.path.insert(0, str(ROOT))
-        print(json.dumps(nvml_fields(a.reads), indent=1))
+        text = json.dumps(nvml_fields(a.reads), indent=1)
+        print(text)
+        if a.out:  # the one GPU run of this mode (2026-12-02) lost all but its tail without it
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(text + "\n")
         return 0
 
     sys.path.insert(0, str(ROOT / "bench"))
