@@ -33,9 +33,9 @@ async def test_at_80x24_the_effect_of_the_highlighted_remedy_is_shown(tmp_path):
     app = make_app(session)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: wizard_ready(app))
-        await pilot.press("down", "down")
+        await pilot.press("down", "down", "down")
         await pilot.pause()
-        assert app.screen.analysis.options[2].title == "max length 512 -> 256"
+        assert app.screen.analysis.options[3].title == "max length 512 -> 256"
         assert "effect: cuts 61.0% of the samples (610 of 1000) to 256 tokens" in screen_text(app)
         await pilot.press("space", "up", "space")  # picked together: both effects
         await pilot.pause()

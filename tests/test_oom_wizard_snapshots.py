@@ -44,7 +44,7 @@ async def analysed(pilot) -> None:
 
 async def two_picked(pilot) -> None:
     await analysed(pilot)
-    await pilot.press("space", "down", "space")
+    await pilot.press("space", "down", "down", "space")  # checkpointing + a smaller micro-batch
     await pilot.pause()
 
 

@@ -233,3 +233,16 @@ def test_the_backward_takes_a_share_of_the_forwards_host_time(catalog):
     ckpt = speed.estimate_speed(workload(gradient_checkpointing=True), h200)
     assert ckpt.parts_s["host"] == pytest.approx(per_pass * (2 + speed.BACKWARD_HOST_SHARE))
     assert 0 < speed.BACKWARD_HOST_SHARE < 1
+
+
+def test_layer_inputs_in_host_memory_pay_their_copy_back_at_the_stated_link_rate(catalog):
+    h200 = catalog.get("h200")
+    on_gpu = speed.estimate_speed(workload(gradient_checkpointing=True), h200)
+    on_host = speed.estimate_speed(workload(gradient_checkpointing=True, checkpoint_offload=True), h200)
+    # 4 x 512 tokens x 32 layers x hidden 4096 x 2 bytes (bf16), back from the host at 25 GB/s
+    copy_s = 4 * 512 * 32 * 4096 * 2 / 25e9
+    assert on_host.parts_s["host_copy"] == pytest.approx(copy_s)
+    assert on_host.micro_batch_s - on_gpu.micro_batch_s == pytest.approx(copy_s)
+    # without checkpointing there is nothing in host memory to copy back
+    plain = speed.estimate_speed(workload(checkpoint_offload=True), h200)
+    assert plain.parts_s["host_copy"] == 0

@@ -36,6 +36,10 @@ from dataclasses import dataclass
 
 from cockpit.models.memory import Workload, check
 
+# the copy of the checkpointed layers' inputs back to the GPU from pinned host memory, one way:
+# PCIe 4.0 x16's ~25 GB/s (a stated figure, not fitted; PCIe 5.0 cards copy faster). The copy out
+# runs on a side stream under the next layers' compute and is not counted.
+HOST_LINK_BYTES_PER_S = 25e9
 EFF_MAX = 0.6587  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
 T_HALF = 178.6  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
 REFERENCE_BF16_TFLOPS = 989.0  # the H200's dense bf16 rate, the card T_HALF was fitted on
@@ -286,6 +290,11 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
     device_f = arithmetic_f + logits_f + elementwise_f + dequant_pass + adapters_s / 3
     device_b = arithmetic_b + logits_b + elementwise_b + dequant_pass * (1 + recompute) + adapters_s * 2 / 3
     micro_s = micro_batch_s(w, (host_f, device_f), (host_b, device_b))
+    host_copy = 0.0
+    if w.gradient_checkpointing and w.checkpoint_offload:  # each block's input back before its recompute
+        residual = 4 if w.precision == "fp32" else 2
+        host_copy = tokens * w.shape.num_layers * w.shape.hidden_size * residual / HOST_LINK_BYTES_PER_S
+        micro_s += host_copy
     parts = {
         "host": host_f + host_b,
         "arithmetic": arithmetic_f + arithmetic_b,
@@ -293,6 +302,7 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
         "elementwise": elementwise_f + elementwise_b,
         "dequantisation": dequant_pass * (2 + recompute),
         "adapters": adapters_s,
+        "host_copy": host_copy,
     }
     synced = trainable_tensors(w) if w.optimizer in SYNCED_OPTIMIZERS else 0
     optimizer_s = optimizer_step_s(trainable_params(w) * OPTIMIZER_BYTES[w.optimizer], bandwidth, synced)

@@ -68,10 +68,6 @@ class Fit:
     host_bytes: int = 0  # what they take there
 
 
-# the copy of the layer inputs back to the GPU before their recompute, one way: PCIe 4.0 x16's
-# ~25 GB/s for pinned memory (a stated figure; PCIe 5.0 cards copy faster). The copy out runs on a
-# side stream under the next layers' compute and is not counted.
-HOST_LINK_BYTES_PER_S = 25e9
 HOST_SHARE = 0.5  # the most of the host's available memory the pinned layer inputs may take
 
 
@@ -163,7 +159,7 @@ def fit_batch(
             peak = _offload_peak(off, on_host)
             room = forced or host <= HOST_SHARE * (host_free or 0)
             if may_offload and host and peak <= budget and room:
-                rate = _tokens_per_s(base, mb, accum, layers_total, layers_total, facts.card, host)
+                rate = _tokens_per_s(base, mb, accum, layers_total, layers_total, facts.card, True)
                 scored.append((rate, -layers_total, -accum, mb, accum, layers_total, peak, host))
     if not scored:
         why = f"nothing fits {where} by the memory model: as configured; expect an out-of-memory error"
@@ -209,8 +205,8 @@ def fit_batch(
         ckpt_why = (
             f"{mb} x {accum} fits only with the layer inputs ({_gib(host)} GiB) in pinned host memory "
             f"(of {_gib(host_free)} GiB available, {HOST_SHARE:.0%} at most): copied out under the next layers' compute, back before "
-            f"each recompute, ~{host / HOST_LINK_BYTES_PER_S * accum:.2f} s a step at "
-            f"{HOST_LINK_BYTES_PER_S / 1e9:.0f} GB/s (PCIe 4.0 x16, stated)"
+            f"each recompute, ~{host / speed_model.HOST_LINK_BYTES_PER_S * accum:.2f} s a step at "
+            f"{speed_model.HOST_LINK_BYTES_PER_S / 1e9:.0f} GB/s (PCIe 4.0 x16, stated)"
         )
     fit = Fit(mb, accum, k, every, budget, peak, round(rate, 1) if rate else None, bool(host), host)
     return fit, [
@@ -338,17 +334,17 @@ def uses_liger(cfg, facts: Facts) -> bool:
 
 
 def _tokens_per_s(
-    base: Workload, mb: int, accum: int, k: int, layers: int, card, host_bytes: int = 0
+    base: Workload, mb: int, accum: int, k: int, layers: int, card, offload: bool = False
 ) -> float:
     """The speed model's tokens/s; a partly checkpointed model pays the recompute of its share,
-    and inputs held in host memory their copy back (HOST_LINK_BYTES_PER_S)."""
+    and inputs held in host memory their copy back (speed.HOST_LINK_BYTES_PER_S)."""
     if card is None:
         return 0.0
     w = replace(base, micro_batch=mb, grad_accum=accum)
     off = speed_model.estimate_speed(replace(w, gradient_checkpointing=False), card)
-    on = speed_model.estimate_speed(replace(w, gradient_checkpointing=True), card)
+    on = speed_model.estimate_speed(replace(w, gradient_checkpointing=True, checkpoint_offload=offload), card)
     share = k / layers
-    micro_s = (1 - share) * off.micro_batch_s + share * on.micro_batch_s + host_bytes / HOST_LINK_BYTES_PER_S
+    micro_s = (1 - share) * off.micro_batch_s + share * on.micro_batch_s
     return w.tokens_per_micro_batch * accum / (micro_s * accum + off.optimizer_step_s)
 
 
