@@ -577,6 +577,15 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
     return out
 
 
+# a profiled unsloth step took ~46 s on an H200 (2 steps in 93 s, 2026-12-02): the run's timeout
+# grows by this much a profiled step, so that the profile does not cost the run its result
+UNSLOTH_PROFILED_STEP_S = 75
+
+
+def unsloth_timeout(run_timeout_s: int, profile_steps: int) -> int:
+    return run_timeout_s + UNSLOTH_PROFILED_STEP_S * (profile_steps or 0)
+
+
 def run_unsloth(row: dict, a, work: Path, log) -> dict:
     micro = a.unsloth_micro
     spec = {
@@ -600,6 +609,7 @@ def run_unsloth(row: dict, a, work: Path, log) -> dict:
     env = dict(os.environ, PYTHONPATH=a.unsloth_path, UNSLOTH_DISABLE_STATISTICS="1", HF_HUB_OFFLINE="1")
     peak = peak_sampler(a.smoke)
     started = time.time()
+    timeout = unsloth_timeout(a.run_timeout_s, a.profile_steps)
     try:
         proc = subprocess.run(
             [sys.executable, str(Path(__file__).resolve()), WORKER_FLAG, str(spec_path)],
@@ -607,13 +617,13 @@ def run_unsloth(row: dict, a, work: Path, log) -> dict:
             cwd=work,
             capture_output=True,
             text=True,
-            timeout=a.run_timeout_s,
+            timeout=timeout,
         )
         code, text = proc.returncode, proc.stdout[-6000:] + "\n" + proc.stderr[-6000:]
     except subprocess.TimeoutExpired as exc:
         said = (exc.stdout or b"")[-3000:], (exc.stderr or b"")[-6000:]
         said = [x.decode(errors="replace") if isinstance(x, bytes) else x for x in said]
-        code, text = None, f"{said[0]}\n{said[1]}\ntimed out after {a.run_timeout_s} s"
+        code, text = None, f"{said[0]}\n{said[1]}\ntimed out after {timeout} s"
     wall = time.time() - started
     used = round(peak.stop(), 2) if peak else None
     log.write(f"\n==== unsloth {row['id']}\n{text}\n")
