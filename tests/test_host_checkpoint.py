@@ -12,7 +12,7 @@ peft = pytest.importorskip("peft")
 from train_backend import host_checkpoint  # noqa: E402
 
 
-def _loss_and_grads(install: bool, dropout: float):
+def _loss_and_grads(install: bool, dropout: float, input_grads: bool = True):
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
         vocab_size=64,
@@ -29,17 +29,23 @@ def _loss_and_grads(install: bool, dropout: float):
     )
     model.train()
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.enable_input_require_grads()
+    if input_grads:
+        model.enable_input_require_grads()
+    else:  # transformers marks them when checkpointing is enabled: undone here
+        model.disable_input_require_grads()
     swapped = host_checkpoint.install(model) if install else 0
     ids = torch.randint(0, 64, (2, 10))
     torch.manual_seed(1)  # the same dropout draws on both paths
     out = model(input_ids=ids, labels=ids)
     out.loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
-    copied = 0
+    copied = fallbacks = 0
     if install:
         layer = model.base_model.model.model.layers[0]
         copied = layer._gradient_checkpointing_func.offloader.copied_bytes
+        fallbacks = layer._gradient_checkpointing_func.offloader.fallbacks
+    # without marked inputs only the first layer falls back: its output needs a gradient (the adapters')
+    assert fallbacks == (0 if input_grads else int(install))
     return out.loss.item(), grads, swapped, copied
 
 
@@ -65,3 +71,14 @@ def test_keyword_tensors_are_refused_not_kept_on_the_device():
 def test_a_model_without_checkpointed_layers_swaps_none():
     model = torch.nn.Sequential(torch.nn.Linear(2, 2))
     assert host_checkpoint.install(model) == 0
+
+
+def test_without_input_gradients_the_adapters_still_learn():
+    """With no input that needs a gradient an autograd Function's backward never runs: the layers
+    fall back to torch's own checkpoint, and the adapters get the same gradients."""
+    loss, grads, _, _ = _loss_and_grads(False, 0.0, input_grads=False)
+    loss2, grads2, _, copied = _loss_and_grads(True, 0.0, input_grads=False)
+    assert copied == 2 * 2 * 10 * 32 * 4 and loss2 == loss  # the second and third layers' inputs
+    assert any(g.abs().sum() > 0 for g in grads2.values())
+    for name in grads:
+        assert torch.equal(grads[name], grads2[name]), name

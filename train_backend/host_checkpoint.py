@@ -23,6 +23,7 @@ class _Offloader:
     def __init__(self) -> None:
         self.streams: dict[int, torch.cuda.Stream] = {}
         self.copied_bytes = 0
+        self.fallbacks = 0  # layer calls checkpointed on the device (no input needed a gradient)
 
     def to_host(self, t: torch.Tensor):
         """(host copy, event the copy is done at); the copy overlaps the next layers' compute."""
@@ -112,6 +113,14 @@ def make_checkpoint_function(offloader: _Offloader | None = None):
     def host_checkpoint(run, *args, **kwargs):
         if kwargs:  # transformers binds keyword arguments into `run` (functools.partial)
             raise TypeError(f"host checkpointing takes positional tensors only, got {sorted(kwargs)}")
+        if not any(torch.is_tensor(a) and a.requires_grad for a in args):
+            # an autograd Function's backward runs only for inputs that need a gradient: with none
+            # (the embeddings' output not marked, e.g. without enable_input_require_grads) the
+            # adapters inside would get none either. torch's own checkpoint keeps them right.
+            from torch.utils.checkpoint import checkpoint
+
+            offloader.fallbacks += 1
+            return checkpoint(run, *args, use_reentrant=False)
         return _HostCheckpoint.apply(run, offloader, *args)
 
     host_checkpoint.offloader = offloader
