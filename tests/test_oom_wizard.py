@@ -146,7 +146,11 @@ async def test_the_oom_event_opens_the_wizard_and_the_relaunch_applies_the_picks
         assert "24.00 GiB (emulated 24 GiB card)" in text and "needed at least 24.11 GiB" in text
         wizard = app.screen
         titles = [o.title for o in wizard.analysis.options]
-        assert titles[:3] == ["gradient checkpointing", "layer inputs in host memory", "micro-batch 4 -> 2, accum 4 -> 8"]
+        assert titles[:3] == [
+            "gradient checkpointing",
+            "layer inputs in host memory",
+            "micro-batch 4 -> 2, accum 4 -> 8",
+        ]
         # the host-memory remedy is the slower of the two (its copies back), and both fit
         assert wizard.analysis.options[1].speed < wizard.analysis.options[0].speed
         # pick checkpointing and a smaller micro-batch together

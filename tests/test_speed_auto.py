@@ -298,7 +298,8 @@ def test_checkpoint_offload_in_the_config_is_kept_either_way():
     assert "training.checkpoint_offload" in on.speed.keep
     plan = speed_auto.plan(on, gpu(22, host_available_bytes=64 * GIB), RAGGED, LLAMA7)
     assert plan.checkpoint_offload and plan.checkpoint_layers == 32
-    assert choice(plan, "gradient checkpointing").reason == "training.checkpoint_offload is set in your config"
+    why = choice(plan, "gradient checkpointing").reason
+    assert why == "training.checkpoint_offload is set in your config"
     off = qlora(**{"training.max_length": 512, "training.checkpoint_offload": False})
     plan = speed_auto.plan(off, gpu(7, host_available_bytes=64 * GIB), RAGGED, LLAMA7)
     assert not plan.checkpoint_offload

@@ -96,9 +96,7 @@ class _HostCheckpoint(torch.autograd.Function):
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
         pairs = [
-            (o, g)
-            for o, g in zip(outputs, grads)
-            if torch.is_tensor(o) and o.requires_grad and g is not None
+            (o, g) for o, g in zip(outputs, grads) if torch.is_tensor(o) and o.requires_grad and g is not None
         ]
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])

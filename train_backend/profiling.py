@@ -101,8 +101,10 @@ def from_profiler(prof, steps: int, wall_s: float, device: str) -> dict:
             launches += e.count
             launch_s += e.self_cpu_time_total / 1e6
             continue
-        if getattr(e, "is_user_annotation", False):  # a record_function range (Optimizer.step#AdamW.step)
-            continue  # shown on the device as the span of the kernels under it: counting it would count them twice
+        # a record_function range (Optimizer.step#AdamW.step) shows on the device as the span of
+        # the kernels under it: counting it would count them twice
+        if getattr(e, "is_user_annotation", False):
+            continue
         if device == "cuda":
             device_us = getattr(e, "self_device_time_total", None)
             if device_us is None:

@@ -349,7 +349,8 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
         parts.append(
             Part(
                 "checkpoints",
-                "checkpointed block inputs" + (" (on the GPU; the rest in host memory)" if w.checkpoint_offload else ""),
+                "checkpointed block inputs"
+                + (" (on the GPU; the rest in host memory)" if w.checkpoint_offload else ""),
                 tokens * on_gpu * s.hidden_size * residual_bytes,
                 f"{on_gpu} blocks x {tokens} tokens x hidden {s.hidden_size}, {8 * residual_bytes}-bit",
             )

@@ -7,8 +7,9 @@ less SAFETY_MARGIN. A partly checkpointed model holds the full activations of it
 layers, the inputs of its checkpointed ones and one recomputed block: the memory model's two
 extremes, mixed per layer. A split that does not fit with every layer recomputed may still fit
 with their inputs in pinned host memory (HOST_SHARE of the host's available memory at most),
-at the cost of copying them back before each recompute. The speed model rates each fitting split the same way (the
-recompute of its share of the layers) and the fastest wins. Pure Python, no torch.
+at the cost of copying them back before each recompute. The speed model rates each fitting
+split the same way (the recompute of its share of the layers) and the fastest wins. Pure
+Python, no torch.
 """
 
 from __future__ import annotations
@@ -153,10 +154,10 @@ def fit_batch(
                 break
         else:  # not even with every layer recomputed: their inputs to the host, if it has room
             host = on.part("checkpoints").bytes
-            on_host = estimate_memory(
-                replace(base, micro_batch=mb, grad_accum=accum, checkpoint_offload=True)
-            )
-            peak = _offload_peak(off, on_host)
+            # the GPU holds one recomputed block and two inputs (one copied back, one recomputed):
+            # the memory model's own estimate, as its left-one-out check measured it
+            on_host = replace(base, micro_batch=mb, grad_accum=accum, checkpoint_offload=True)
+            peak = estimate_memory(on_host).peak_bytes
             room = forced or host <= HOST_SHARE * (host_free or 0)
             if may_offload and host and peak <= budget and room:
                 rate = _tokens_per_s(base, mb, accum, layers_total, layers_total, facts.card, True)
@@ -204,8 +205,9 @@ def fit_batch(
         value += ", inputs in host memory"
         ckpt_why = (
             f"{mb} x {accum} fits only with the layer inputs ({_gib(host)} GiB) in pinned host memory "
-            f"(of {_gib(host_free)} GiB available, {HOST_SHARE:.0%} at most): copied out under the next layers' compute, back before "
-            f"each recompute, ~{host / speed_model.HOST_LINK_BYTES_PER_S * accum:.2f} s a step at "
+            f"(of {_gib(host_free)} GiB available, {HOST_SHARE:.0%} at most): copied out under the "
+            f"next layers' compute, back before each recompute, "
+            f"~{host / speed_model.HOST_LINK_BYTES_PER_S * accum:.2f} s a step at "
             f"{speed_model.HOST_LINK_BYTES_PER_S / 1e9:.0f} GB/s (PCIe 4.0 x16, stated)"
         )
     fit = Fit(mb, accum, k, every, budget, peak, round(rate, 1) if rate else None, bool(host), host)
@@ -313,13 +315,6 @@ def _partial_peak(off, on, k: int, layers: int) -> int:
     saved = on.part("checkpoints").bytes / layers if on.part("checkpoints") else 0
     static = off.peak_bytes - off.part("activations").bytes
     return int(static + (layers - k) * per_layer + k * saved + on.part("activations").bytes)
-
-
-def _offload_peak(off, on_host) -> int:
-    """Peak with every block checkpointed and their inputs in host memory: the memory model's own
-    estimate so (`on_host`; the GPU holds one recomputed block and two inputs, one copied back, one
-    being recomputed), as its left-one-out check on the host-memory points measured it."""
-    return on_host.peak_bytes
 
 
 def uses_liger(cfg, facts: Facts) -> bool:
