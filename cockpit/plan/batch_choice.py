@@ -66,7 +66,6 @@ class Fit:
     peak: int | None = None
     tokens_per_s: float | None = None
     offload: bool = False  # the checkpointed layers' inputs wait in pinned host memory
-    host_bytes: int = 0  # what they take there
 
 
 HOST_SHARE = 0.5  # the most of the host's available memory the pinned layer inputs may take
@@ -86,7 +85,7 @@ def fit_batch(
         t.gradient_accumulation_steps,
         layers_total if t.gradient_checkpointing else 0,
         1 if t.gradient_checkpointing else 0,
-        offload=t.gradient_checkpointing and t.checkpoint_offload and facts.device_kind == "cuda",
+        offload=offload_as_written(t, facts),
     )
     if facts.device_kind != "cuda":
         fit, ckpt = written, _yours_or(pinned_ckpt, "gradient checkpointing", written, "")
@@ -154,12 +153,13 @@ def fit_batch(
                 break
         else:  # not even with every layer recomputed: their inputs to the host, if it has room
             host = on.part("checkpoints").bytes
+            if not (may_offload and host and (forced or host <= HOST_SHARE * (host_free or 0))):
+                continue
             # the GPU holds one recomputed block and two inputs (one copied back, one recomputed):
             # the memory model's own estimate, as its left-one-out check measured it
             on_host = replace(base, micro_batch=mb, grad_accum=accum, checkpoint_offload=True)
             peak = estimate_memory(on_host).peak_bytes
-            room = forced or host <= HOST_SHARE * (host_free or 0)
-            if may_offload and host and peak <= budget and room:
+            if peak <= budget:
                 rate = _tokens_per_s(base, mb, accum, layers_total, layers_total, facts.card, True)
                 scored.append((rate, -layers_total, -accum, mb, accum, layers_total, peak, host))
     if not scored:
@@ -210,7 +210,7 @@ def fit_batch(
             f"~{host / speed_model.HOST_LINK_BYTES_PER_S * accum:.2f} s a step at "
             f"{speed_model.HOST_LINK_BYTES_PER_S / 1e9:.0f} GB/s (PCIe 4.0 x16, stated)"
         )
-    fit = Fit(mb, accum, k, every, budget, peak, round(rate, 1) if rate else None, bool(host), host)
+    fit = Fit(mb, accum, k, every, budget, peak, round(rate, 1) if rate else None, bool(host))
     return fit, [
         Choice(
             "micro-batch",
@@ -315,6 +315,11 @@ def _partial_peak(off, on, k: int, layers: int) -> int:
     saved = on.part("checkpoints").bytes / layers if on.part("checkpoints") else 0
     static = off.peak_bytes - off.part("activations").bytes
     return int(static + (layers - k) * per_layer + k * saved + on.part("activations").bytes)
+
+
+def offload_as_written(t, facts: Facts) -> bool:
+    """training.checkpoint_offload as the trainer carries it out: with checkpointing, on a GPU."""
+    return bool(t.gradient_checkpointing and t.checkpoint_offload and facts.device_kind == "cuda")
 
 
 def uses_liger(cfg, facts: Facts) -> bool:

@@ -34,7 +34,14 @@ from cockpit.fmt import GIB
 from cockpit.models import flops as flops_model
 from cockpit.models import speed as speed_model
 from cockpit.models.shape import ModelShape
-from cockpit.plan.batch_choice import Choice, Facts, batch_advice, fit_batch
+from cockpit.plan.batch_choice import (
+    Choice,
+    Facts,
+    batch_advice,
+    fit_batch,
+    offload_as_written,
+    uses_liger,
+)
 
 __all__ = ["Choice", "Facts", "SpeedPlan", "bfd_rows", "card_for", "plan", "samples_per_row"]
 
@@ -153,9 +160,7 @@ def plan(
             cfg,
             (off, _cross_entropy()),
             sft_packing=cfg.training.packing,
-            checkpoint_offload=bool(
-                t.gradient_checkpointing and t.checkpoint_offload and facts.device_kind == "cuda"
-            ),
+            checkpoint_offload=offload_as_written(t, facts),
             busy_tokens_per_micro_batch=advice.get("busy_tokens_per_micro_batch"),
             auto_split=advice.get("auto_split"),
             flops=flops_info(
@@ -245,8 +250,8 @@ def plan(
     t.checkpoint_offload = fit.offload
     advice = batch_advice(cfg, run, facts, shape, shape_note, keep, rows_per_step, packing != "none")
 
-    # fused kernels
-    liger = False
+    # fused kernels (the same decision the memory plan sized the split with)
+    liger = uses_liger(cfg, facts)
     if cfg.speed.fused_kernels == "off":
         choices.append(Choice("fused kernels", "off", "speed.fused_kernels: off", "yours"))
     elif not gpu:
@@ -256,7 +261,6 @@ def plan(
             Choice("fused kernels", "off", facts.liger_note or "liger-kernel is not usable", "auto")
         )
     else:
-        liger = True
         choices.append(
             Choice(
                 "fused kernels",
