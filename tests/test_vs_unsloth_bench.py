@@ -288,3 +288,42 @@ def test_a_profiled_unsloth_run_gets_the_time_its_profiled_steps_take(bench):
     # on the H200 two profiled unsloth steps took 93 s and the 200-s run timed out: its result lost
     assert bench.unsloth_timeout(200, 0) == 200
     assert bench.unsloth_timeout(200, 2) >= 200 + 93
+
+
+def test_the_speed_models_held_out_check_reads_each_runs_split_and_compares_step_times(monkeypatch):
+    """bench/speed_heldout.py on a made-up record: a 3 x 3 run at a rate whose step takes exactly the
+    predicted time has error 0; one at twice that rate, -50% (the model under-predicts it)."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import speed_heldout
+
+    plan = {
+        "micro_batch_size": 3,
+        "gradient_accumulation_steps": 3,
+        "checkpoint_layers": 32,
+        "checkpoint_offload": True,
+        "liger": True,
+    }
+    base = speed_heldout.workload("llama-2-7b", 512, True)
+    rate = speed_heldout._tokens_per_s(base, 3, 3, 32, 32, speed_heldout.REFERENCE_CARD, True)
+    mean = speed_heldout.mean_length("llama-2-7b", "ragged", 3, 20)
+    assert 32 <= mean <= 512
+    at_predicted = 16 * mean / (9 * 512 / rate)  # real tokens/s whose step takes the predicted time
+    record = {
+        "warmup_steps": 3,
+        "timed_steps": 20,
+        "rows": [
+            {
+                "id": "r",
+                "arch": "llama-2-7b",
+                "lengths": "ragged",
+                "runs": [
+                    {"side": "cockpit", "tokens_per_s": at_predicted, "plan": plan},
+                    {"side": "cockpit", "tokens_per_s": 2 * at_predicted, "plan": plan},
+                    {"side": "unsloth", "tokens_per_s": 1.0, "plan": {}},
+                ],
+            }
+        ],
+    }
+    rows = speed_heldout.rows(record)
+    assert [r["error"] for r in rows] == [pytest.approx(0, abs=1e-3), pytest.approx(-0.5, abs=1e-3)]
+    assert rows[0]["split"] == "3 x 3, 32 of 32 recomputed, inputs in host memory"

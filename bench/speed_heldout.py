@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The speed model against the cockpit runs of bench/vs_unsloth.py: points it was never fitted on.
+
+For each cockpit run of the records given (`speed: auto`'s own split, as its `plan` field says),
+the plan's prediction (`cockpit.plan.batch_choice._tokens_per_s`, the H200 SXM's catalog figures,
+as the plan computes it) against the measured rate. The model predicts processed tokens (whole
+rows of max_length: ragged samples are packed into rows); the bench measures real ones, so the
+comparison is by the time of a step:
+- predicted: micro-batch x accumulation x max_length processed tokens at the predicted rate;
+- measured: 16 samples of the drawn mean length (the lengths bench/vs_unsloth.py draws for that
+  model's vocabulary, seed 0; a step's own mix varies around it) at the measured real rate.
+The error is that of the rate: predicted step time over measured, less one, negated.
+
+  python bench/speed_heldout.py [RECORD.json ...]   (default: the 2026-12-02 20:38-22:00 records)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from vs_unsloth import LENGTHS, RANK, SAMPLES_PER_STEP, TARGETS, write_sequences  # noqa: E402
+
+from cockpit.config.load import config_from_dotted  # noqa: E402
+from cockpit.models import memory as est  # noqa: E402
+from cockpit.models.shape import load_shape  # noqa: E402
+from cockpit.oom.remedies import REFERENCE_CARD  # noqa: E402
+from cockpit.plan.batch_choice import _tokens_per_s  # noqa: E402
+
+DEFAULT = [
+    ROOT / "bench" / "results" / f"2026-12-02-vs-unsloth-{name}-h200.json"
+    for name in ("7b-matched3", "8b-matched", "7b-full")
+]
+
+
+def workload(arch: str, max_length: int, liger: bool) -> est.Workload:
+    """The estimate's inputs of bench/vs_unsloth.py's cockpit config (its keys)."""
+    cfg = config_from_dotted(
+        {
+            "model.name": f"synthetic:{arch}",
+            "method": "qlora",
+            "lora.r": RANK,
+            "lora.alpha": RANK,
+            "lora.dropout": 0.0,
+            "lora.target_modules": TARGETS,
+            "training.max_length": max_length,
+            "training.optimizer": "adamw_8bit",
+        }
+    )
+    shape = load_shape(cfg.model.name)
+    return dataclasses.replace(est.workload_from_config(cfg, shape), liger=liger)
+
+
+def mean_length(arch: str, lengths: str, warmup: int, steps: int) -> float:
+    """The mean of the lengths the bench drew for this model (its vocabulary moves the draw)."""
+    vocab = load_shape(f"synthetic:{arch}").vocab_size
+    count = SAMPLES_PER_STEP * (warmup + steps) * 2
+    with tempfile.TemporaryDirectory() as tmp:
+        drawn = write_sequences(Path(tmp) / "d.jsonl", LENGTHS[lengths], count, vocab)
+    return statistics.fmean(drawn)
+
+
+def rows(record: dict) -> list[dict]:
+    out = []
+    for row in record["rows"]:
+        max_length = LENGTHS[row["lengths"]][1]
+        mean = mean_length(row["arch"], row["lengths"], record["warmup_steps"], record["timed_steps"])
+        for run in row["runs"]:
+            plan = run.get("plan") or {}
+            if not run["side"].startswith("cockpit") or not run.get("tokens_per_s") or not plan:
+                continue
+            mb, accum = plan["micro_batch_size"], plan["gradient_accumulation_steps"]
+            base = workload(row["arch"], max_length, bool(plan.get("liger")))
+            layers = base.shape.num_layers
+            rate = _tokens_per_s(
+                base,
+                mb,
+                accum,
+                plan["checkpoint_layers"],
+                layers,
+                REFERENCE_CARD,
+                bool(plan.get("checkpoint_offload")),
+            )
+            predicted_step = mb * accum * max_length / rate
+            measured_step = SAMPLES_PER_STEP * mean / run["tokens_per_s"]
+            out.append(
+                {
+                    "row": row["id"],
+                    "side": run["side"],
+                    "split": f"{mb} x {accum}, {plan['checkpoint_layers']} of {layers} recomputed"
+                    + (", inputs in host memory" if plan.get("checkpoint_offload") else ""),
+                    "measured_tokens_per_s": run["tokens_per_s"],
+                    "measured_step_s": round(measured_step, 3),
+                    "predicted_step_s": round(predicted_step, 3),
+                    "error": round(measured_step / predicted_step - 1, 4),
+                }
+            )
+    return out
+
+
+def main(argv: list[str]) -> int:
+    files = [Path(f) for f in argv] or DEFAULT
+    found = []
+    for f in files:
+        found += rows(json.loads(f.read_text()))
+    print("| row | run | split | measured real tokens/s | step s measured | predicted | error |")
+    print("|---|---|---|---|---|---|---|")
+    for r in found:
+        print(
+            f"| {r['row']} | {r['side']} | {r['split']} | {r['measured_tokens_per_s']:,.0f} | "
+            f"{r['measured_step_s']:.3f} | {r['predicted_step_s']:.3f} | {r['error']:+.1%} |"
+        )
+    if found:
+        errors = [abs(r["error"]) for r in found]
+        print(f"\n{len(found)} runs: median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
