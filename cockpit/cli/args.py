@@ -9,6 +9,7 @@ import argparse
 import re
 
 from cockpit import __version__
+from cockpit.cli import finish_commands
 from cockpit.run import process
 
 
@@ -217,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("run", nargs="?")
-    add_finish_parsers(sub)
+    finish_commands.add_parsers(sub)
     return p
 
 
@@ -329,36 +330,3 @@ def dataset_text(args) -> str:
     if args.tokens is not None and args.samples is not None:
         raise CardsError("dataset", "give --tokens or --samples with --mean-tokens, not both")
     return f"{args.samples}x{args.mean_tokens}" if args.samples is not None else args.tokens or ""
-
-
-def add_finish_parsers(sub) -> None:
-    """`cockpit samples` and `cockpit chat` (cockpit.cli.finish_commands, imported when they run)."""
-    sp = sub.add_parser("samples", help="the answers to eval.prompts: base model, each checkpoint, the end")
-    sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
-    sp.add_argument("--json", action="store_true", help="every prompt with every answer, as JSON")
-
-    sp = sub.add_parser("chat", help="talk to a run's model: base + adapter, or a merged model folder")
-    sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
-    sp.add_argument("--checkpoint", metavar="N", help="a checkpoint's step, or 'best' (by eval loss)")
-    sp.add_argument("--model", metavar="DIR", help="a whole (merged) model folder instead of the adapter")
-    sp.add_argument("--prompt", help="one question: print the answer and exit")
-    sp.add_argument(
-        "--max-new-tokens",
-        type=new_tokens,
-        default=256,
-        metavar="N",
-        help="longest answer in tokens (default 256)",
-    )
-    sp.add_argument(
-        "--no-ui", action="store_true", help="a plain prompt on the terminal instead of the screen"
-    )
-
-
-def new_tokens(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 32768:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of tokens from 1 to 32768, e.g. 256")
-    return value

@@ -115,3 +115,40 @@ def repl(session: ChatSession, stdin=None) -> int:
             print("(new conversation)", file=sys.stderr)
             continue
         _answer(session, text)
+
+
+def add_parsers(sub) -> None:
+    sp = sub.add_parser("samples", help="the answers to eval.prompts: base model, each checkpoint, the end")
+    sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
+    sp.add_argument("--json", action="store_true", help="every prompt with every answer, as JSON")
+
+    sp = sub.add_parser("chat", help="talk to a run's model: base + adapter, or a merged model folder")
+    sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
+    sp.add_argument("--checkpoint", metavar="N", help="a checkpoint's step, or 'best' (by eval loss)")
+    sp.add_argument("--model", metavar="DIR", help="a whole (merged) model folder instead of the adapter")
+    sp.add_argument("--prompt", help="one question: print the answer and exit")
+    sp.add_argument(
+        "--max-new-tokens",
+        type=_tokens,
+        default=256,
+        metavar="N",
+        help="longest answer in tokens (default 256)",
+    )
+    sp.add_argument(
+        "--no-ui", action="store_true", help="a plain prompt on the terminal instead of the screen"
+    )
+
+
+def _tokens(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 32768:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of tokens from 1 to 32768, e.g. 256")
+    return value
+
+
+COMMANDS = {"samples": cmd_samples, "chat": cmd_chat}

@@ -14,8 +14,10 @@ from importlib import resources
 from pathlib import Path
 
 from cockpit import paths
+from cockpit.cli import finish_commands
 from cockpit.cli.args import build_parser
 from cockpit.cli.exit_codes import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
+from cockpit.cli.plan_commands import cmd_cards, cmd_estimate, cmd_pick, cmd_preflight
 from cockpit.config import load as config_load
 from cockpit.config import schema as config
 from cockpit.config.secrets import ScrubbedOutput, secret_values
@@ -488,28 +490,14 @@ def cmd_fetch(args) -> int:
     return 0
 
 
-def _lazy(module: str, name: str):
-    """A command whose module is imported when it runs: the other commands (`--no-ui`, runs, stop...)
-    do not pay for the planning and finish-line modules' imports (~0.03 s of a ~0.27 s start on a
-    2-core box; the run view imports the finish-line modules itself)."""
-
-    def run(args):
-        import importlib
-
-        return getattr(importlib.import_module(module), name)(args)
-
-    run.__name__ = name
-    return run
-
-
 COMMANDS = {
     "init": cmd_init,
     "train": cmd_train,
     "demo": cmd_demo,
-    "estimate": _lazy("cockpit.cli.plan_commands", "cmd_estimate"),
-    "cards": _lazy("cockpit.cli.plan_commands", "cmd_cards"),
-    "pick": _lazy("cockpit.cli.plan_commands", "cmd_pick"),
-    "preflight": _lazy("cockpit.cli.plan_commands", "cmd_preflight"),
+    "estimate": cmd_estimate,
+    "cards": cmd_cards,
+    "pick": cmd_pick,
+    "preflight": cmd_preflight,
     "runs": cmd_runs,
     "attach": cmd_attach,
     "replay": cmd_replay,
@@ -518,8 +506,7 @@ COMMANDS = {
     "save": cmd_save,
     "pause": cmd_pause,
     "resume": cmd_resume,
-    "samples": _lazy("cockpit.cli.finish_commands", "cmd_samples"),
-    "chat": _lazy("cockpit.cli.finish_commands", "cmd_chat"),
+    **finish_commands.COMMANDS,
     "export": cmd_export,
     "fetch": cmd_fetch,
 }
