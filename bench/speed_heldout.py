@@ -27,9 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vs_unsloth import LENGTHS, RANK, SAMPLES_PER_STEP, TARGETS, write_sequences  # noqa: E402
+import yaml  # noqa: E402
+from vs_unsloth import LENGTHS, SAMPLES_PER_STEP, cockpit_config, write_sequences  # noqa: E402
 
-from cockpit.config.load import config_from_dotted  # noqa: E402
+from cockpit.config.load import config_from_dict  # noqa: E402
 from cockpit.models import memory as est  # noqa: E402
 from cockpit.models.shape import load_shape  # noqa: E402
 from cockpit.oom.remedies import REFERENCE_CARD  # noqa: E402
@@ -42,21 +43,11 @@ DEFAULT = [
 
 
 def workload(arch: str, max_length: int, liger: bool) -> est.Workload:
-    """The estimate's inputs of bench/vs_unsloth.py's cockpit config (its keys)."""
-    cfg = config_from_dotted(
-        {
-            "model.name": f"synthetic:{arch}",
-            "method": "qlora",
-            "lora.r": RANK,
-            "lora.alpha": RANK,
-            "lora.dropout": 0.0,
-            "lora.target_modules": TARGETS,
-            "training.max_length": max_length,
-            "training.optimizer": "adamw_8bit",
-        }
-    )
-    shape = load_shape(cfg.model.name)
-    return dataclasses.replace(est.workload_from_config(cfg, shape), liger=liger)
+    """The estimate's inputs of the cockpit side's own config (bench/vs_unsloth.py cockpit_config)."""
+    model = f"synthetic:{arch}"
+    text = cockpit_config(model, Path("rows.jsonl"), max_length, steps=1, cap=None, smoke=False)
+    cfg = config_from_dict(yaml.safe_load(text))
+    return dataclasses.replace(est.workload_from_config(cfg, load_shape(model)), liger=liger)
 
 
 def mean_length(arch: str, lengths: str, warmup: int, steps: int) -> float:

@@ -137,6 +137,8 @@ def test_the_unsloth_figures_are_the_benchs():
     _, s8 = _unsloth_summary("8b-matched")
     assert f"{s8['ratio']:.2f}x on llama-3.1-8b ({s8['ratio_min']:.2f}-{s8['ratio_max']:.2f})" in FLAT
     assert f"and {s8['max_used_gib_unsloth']:.2f}. Held to" in FLAT
+    cockpit_gib = {f"{x['max_used_gib_cockpit']:.1f}" for x in (s, s8)}
+    assert len(cockpit_gib) == 1 and f"at {cockpit_gib.pop()} GiB against unsloth's" in FLAT
     assert f"and {s8['matched_ratio']:.2f}x on the 8B" in FLAT
     _, sf = _unsloth_summary("7b-full")
     assert (
