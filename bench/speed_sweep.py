@@ -8,13 +8,15 @@ figures can be carried to other cards. Each point runs like bench/memory_points.
 (real `cockpit train --no-ui`, synthetic weights, full-length sequences, NVML sampled
 from outside) with more steps for a steadier median.
 
-  python bench/speed_sweep.py [--points sweep|weak] [--only NAME ...] [--budget-s 300] [--out sweep.jsonl]
+  python bench/speed_sweep.py [--points sweep|weak|kernels] [--only NAME ...] [--budget-s 300]
+                              [--out sweep.jsonl]
 
 `--points weak` re-measures, with 12 steps (10 timed after the first two), the memory points whose
 speed the model missed most held out, timed over 3-5 steps only (docs/estimator.md): fp32 and
 8-bit/paged full fine-tunes, 8-bit optimizers with checkpointing, 8192-token rows, a 152k
 vocabulary. Same names and settings as bench/memory_points.py, so bench/fit_speed.py takes the
-12-step run of a configuration in place of its shorter ones.
+12-step run of a configuration in place of its shorter ones. `--points kernels` measures pairs
+that differ in one setting in one call: LoRA dropout 0.1 against 0, Liger's kernels on against off.
 """
 
 from __future__ import annotations
@@ -81,20 +83,56 @@ WEAK_NAMES = (
 )
 WEAK = {name: mp.CONFIGS[name] for name in WEAK_NAMES}
 
+# Pairs that differ in one setting, measured in one device call (machines drift by up to a third
+# between calls, a setting's effect is a few percent to a third): LoRA dropout 0.1 against 0 (peft puts
+# nn.Identity there, no kernel), and speed: auto with Liger's kernels against without, on the unsloth
+# comparison's 7B QLoRA (r 16 on all seven linears, 8-bit AdamW) and a 1B full fine-tune; and the
+# worst point held out (Qwen2.5 1.5B LoRA at 2 x 2048), again beside its Llama siblings.
+_ALL7 = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+_VS7 = {"lora.r": 16, "lora.target_modules": _ALL7, "training.optimizer": "adamw_8bit"}
+_AUTO = {"speed.mode": "auto"}  # the batch keys as written (speed.keep): auto adds Liger where it imports
+_NO_LIGER = {"speed.mode": "auto", "speed.fused_kernels": "off"}
+KERNELS = {
+    "k-l2-7b-qlora7-ckpt-mb8-d01": point("llama-2-7b", "qlora", 8, True, **_VS7),
+    "k-l2-7b-qlora7-ckpt-mb8-d0": point("llama-2-7b", "qlora", 8, True, **_VS7, **{"lora.dropout": 0.0}),
+    "k-l2-7b-qlora7-ckpt-mb8-d0-auto": point(
+        "llama-2-7b", "qlora", 8, True, **_VS7, **_NO_LIGER, **{"lora.dropout": 0.0}
+    ),
+    "k-l2-7b-qlora7-ckpt-mb8-d0-liger": point(
+        "llama-2-7b", "qlora", 8, True, **_VS7, **_AUTO, **{"lora.dropout": 0.0}
+    ),
+    "k-l2-7b-qlora7-ckpt-mb8-d01-liger": point("llama-2-7b", "qlora", 8, True, **_VS7, **_AUTO),
+    "k-l2-7b-qlora7-mb8-d01": point("llama-2-7b", "qlora", 8, False, **_VS7),
+    "k-l2-7b-qlora7-mb8-d0": point("llama-2-7b", "qlora", 8, False, **_VS7, **{"lora.dropout": 0.0}),
+    "k-l2-7b-qlora7-mb8-d0-liger": point(
+        "llama-2-7b", "qlora", 8, False, **_VS7, **_AUTO, **{"lora.dropout": 0.0}
+    ),
+    "sw-l32-1b-full-mb16": SWEEP["sw-l32-1b-full-mb16"],
+    "k-l32-1b-full-mb16-liger": point("llama-3.2-1b", "full", 16, False, **_AUTO),
+    "q25-1.5b-lora-long-ckpt": mp.CONFIGS["q25-1.5b-lora-long-ckpt"],
+    "l32-1b-lora-2x8192-ckpt": mp.CONFIGS["l32-1b-lora-2x8192-ckpt"],
+}
+
+
+POINT_SETS = {"sweep": SWEEP, "weak": WEAK, "kernels": KERNELS}
+
 
 def take_points_option(argv: list[str]) -> tuple[str, list[str]]:
-    """`--points sweep|weak` (default sweep), removed from argv for memory_points' own parser."""
+    """`--points sweep|weak|kernels` (default sweep), removed from argv for memory_points' own parser."""
     if "--points" not in argv:
         return "sweep", argv
     i = argv.index("--points")
-    if i + 1 >= len(argv) or argv[i + 1] not in ("sweep", "weak"):
-        raise SystemExit("--points takes sweep (the micro-batch sweep) or weak (the weak points, 12 steps)")
+    if i + 1 >= len(argv) or argv[i + 1] not in POINT_SETS:
+        raise SystemExit(
+            "--points takes sweep (the micro-batch sweep), weak (the weak points, 12 steps) or kernels "
+            "(pairs: LoRA dropout 0.1 / 0, Liger's kernels on / off)"
+        )
     return argv[i + 1], argv[:i] + argv[i + 2 :]
 
 
 if __name__ == "__main__":
     which, sys.argv = take_points_option(sys.argv)
-    chosen = WEAK if which == "weak" else SWEEP
+    chosen = POINT_SETS[which]
     mp.STEPS = 12
     mp.CONFIGS.clear()
     mp.CONFIGS.update(chosen)
