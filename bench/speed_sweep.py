@@ -88,7 +88,7 @@ WEAK = {name: mp.CONFIGS[name] for name in WEAK_NAMES}
 # nn.Identity there, no kernel), and speed: auto with Liger's kernels against without, on the unsloth
 # comparison's 7B QLoRA (r 16 on all seven linears, 8-bit AdamW) and a 1B full fine-tune; and the
 # worst point held out (Qwen2.5 1.5B LoRA at 2 x 2048), again beside its Llama siblings.
-_ALL7 = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+_ALL7 = mp._VS["lora.target_modules"]  # the unsloth comparison's seven linears
 _VS7 = {"lora.r": 16, "lora.target_modules": _ALL7, "training.optimizer": "adamw_8bit"}
 _AUTO = {"speed.mode": "auto"}  # the batch keys as written (speed.keep): auto adds Liger where it imports
 _NO_LIGER = {"speed.mode": "auto", "speed.fused_kernels": "off"}

@@ -1,0 +1,28 @@
+"""bench/speed_sweep.py's point sets: the kernels pairs differ in the one setting their names say."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import speed_sweep
+
+
+def test_points_option_takes_each_set_and_refuses_others():
+    assert speed_sweep.take_points_option(["x", "--points", "kernels", "--out", "o"]) == (
+        "kernels",
+        ["x", "--out", "o"],
+    )
+    assert speed_sweep.take_points_option(["x"]) == ("sweep", ["x"])
+    with pytest.raises(SystemExit, match="kernels"):
+        speed_sweep.take_points_option(["x", "--points", "fast"])
+
+
+def test_kernels_pairs_differ_in_one_setting():
+    k = speed_sweep.KERNELS
+    d01, d0 = k["k-l2-7b-qlora7-ckpt-mb8-d01"][2], k["k-l2-7b-qlora7-ckpt-mb8-d0"][2]
+    assert {key for key in d0 if d0.get(key) != d01.get(key)} == {"lora.dropout"}
+    liger, no_liger = k["k-l2-7b-qlora7-ckpt-mb8-d0-liger"][2], k["k-l2-7b-qlora7-ckpt-mb8-d0-auto"][2]
+    assert {key for key in no_liger if no_liger.get(key) != liger.get(key)} == {"speed.fused_kernels"}
+    assert len(k["k-l2-7b-qlora7-mb8-d0"][2]["lora.target_modules"]) == 7
