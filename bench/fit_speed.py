@@ -42,6 +42,7 @@ COEFFICIENTS = (
     "T_HALF",
     "ADAPTER_BYTES",
     "HOST_LAYER_S",
+    "HOST_LIGER_SHARE",
     "HOST_KBIT_LINEAR_S",
     "HOST_ADAPTER_S",
     "STEP_OVERHEAD_S",
@@ -58,10 +59,6 @@ def default_files() -> list[Path]:
     the one run with gradient accumulation (ACCUMULATED)."""
     results = ROOT / "bench" / "results"
     found = sorted(results.glob("*speed-sweep*.jsonl")) + sorted(results.glob("*memory-points*.jsonl"))
-    # the Liger points (speed: auto's kernels, which the speed model does not model) are new points it
-    # is checked on, never fitted to (docs/estimator.md)
-    # the kernels pairs (2026-12-03) hold Liger points too: new points until Liger is modelled
-    found = [f for f in found if "liger" not in f.name and "kernels" not in f.name]
     return found + [results / name for name in ACCUMULATED if (results / name).exists()]
 
 
@@ -87,7 +84,12 @@ def points(files: list[Path]) -> list[tuple[str, object, float]]:
             p = json.loads(line)
             if not p.get("tokens_per_s"):
                 continue
-            w = dataclasses.replace(point_workload(p), grad_accum=accum)
+            w = dataclasses.replace(
+                point_workload(p),
+                grad_accum=accum,
+                liger=bool(p.get("liger")),  # what the run's speed plan applied
+                checkpoint_offload=bool(p.get("checkpoint_offload")),
+            )
             rate = float(p["tokens_per_s"]) * accum  # the record counts one micro-batch per step
             runs.setdefault(repr(w), []).append((p["name"], w, rate, p.get("steps", 0)))
     out = []

@@ -99,7 +99,7 @@ def test_a_slow_link_makes_fsdp_communication_bound(catalog, llama7b):
     l40s = catalog.get("l40s")  # no NVLink: PCIe 4.0 x16, 31.5 GB/s one way
     link = interconnect(l40s, 8)
     assert (link.kind, link.one_way_gbs) == ("pcie", 31.5)
-    w = full_7b(llama7b, gpus=8, sharding="fsdp", micro_batch=5)
+    w = full_7b(llama7b, gpus=8, sharding="fsdp", micro_batch=4)
     multi = estimate_multi_speed(w, l40s)
     gather_s = 23_584_454_656 / (31.5e9 * 0.8)
     assert multi.comm.gather_s == pytest.approx(gather_s)
@@ -111,9 +111,9 @@ def test_a_slow_link_makes_fsdp_communication_bound(catalog, llama7b):
     assert multi.comm.exposed_s == pytest.approx(exposed)
     assert multi.speed.micro_batch_s == pytest.approx(compute_s + exposed / 4)
     assert multi.speed.bound == "communication"
-    # the exposed gathers cost a twentieth of the step (each GPU's optimizer step, an eighth of the
+    # the exposed gathers cost about a seventh of the step (each GPU's optimizer step, an eighth of the
     # one-GPU one, still makes 8 GPUs more than 8x one here)
-    assert 0.04 < multi.comm.exposed_s / multi.speed.step_s < 0.1
+    assert 0.1 < multi.comm.exposed_s / multi.speed.step_s < 0.2
 
 
 @pytest.mark.parametrize(

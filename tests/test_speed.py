@@ -222,6 +222,49 @@ def test_the_blocks_elementwise_traffic_is_counted_op_by_op():
     assert ckpt.parts_s["elementwise"] == pytest.approx(2048 * 32 * 650_752 * 4 / 4800e9)
 
 
+def test_ligers_fused_kernels_move_the_blocks_elementwise_traffic_once():
+    """Liger's RMSNorm reads its input and writes its output (2 x 4096 x (2 + 2)), rotary rewrites q
+    and k in place (2 accesses each), SiLU-and-multiply reads gate and up and writes their product
+    (3 x i); the residual adds and attention's inputs and output stay as they are."""
+    lora = workload(method="lora", liger=True)
+    norms, adds = 2 * 4096 * 4, 6 * 4096 * 2
+    rest = 2 * (2 * 8192 + 4 * 4096 + 2 * 4096 + 3 * 11008)
+    assert speed.elementwise_bytes_per_token(lora) == norms + adds + rest == 229_888
+    assert speed.elementwise_bytes_per_token(lora) < speed.elementwise_bytes_per_token(
+        workload(method="lora")
+    )
+    # a full fine-tune through TRL: the norms read the fp32 residual stream and write 16 bits
+    full = workload(method="full", optimizer="adamw_torch", liger=True)
+    assert speed.elementwise_bytes_per_token(full) == 2 * 4096 * 6 + 6 * 4096 * 4 + 5 * 4096 * 6 + rest
+
+
+def test_ligers_kernels_take_a_share_of_a_layers_host_time(catalog):
+    """Liger replaces HF's RMSNorm, rotary and gated activation (26 of the layer's ~53 aten ops) by
+    one Triton kernel each: the layer's host time is HOST_LIGER_SHARE of HOST_LAYER_S; the 4-bit
+    linears' and the adapters' own host time stays."""
+    h200 = catalog.get("h200")
+    per_pass = 32 * speed.HOST_LAYER_S * speed.HOST_LIGER_SHARE + 224 * speed.HOST_KBIT_LINEAR_S
+    per_pass += 64 * speed.HOST_ADAPTER_S
+    est = speed.estimate_speed(workload(liger=True), h200)
+    assert est.parts_s["host"] == pytest.approx(per_pass * (1 + speed.BACKWARD_HOST_SHARE))
+    assert 0 < speed.HOST_LIGER_SHARE < 1
+    assert est.tokens_per_s > speed.estimate_speed(workload(), h200).tokens_per_s
+
+
+def test_the_adapters_traffic_counts_their_input_and_output_features(catalog):
+    """peft's LoRA layer reads the input (dropout, lora_A) and adds lora_B's output into the base
+    layer's: Llama-2-7B's q and v are 4096 in and 4096 out each, 32 layers; all seven linears add
+    k, o (4096 + 4096), gate and up (4096 + 11008) and down (11008 + 4096)."""
+    assert speed.adapted_features(workload()) == 32 * 2 * 8192
+    every = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    assert speed.adapted_features(workload(lora_targets=every)) == 32 * (4 * 8192 + 3 * 15104)
+    assert speed.adapted_features(workload(method="full", optimizer="adamw_torch")) == 0
+    h200 = catalog.get("h200")
+    est = speed.estimate_speed(workload(), h200)
+    adapters = 2048 * 32 * 2 * 8192 * speed.ADAPTER_BYTES / (h200.bandwidth_gbs * 1e9)
+    assert est.parts_s["adapters"] == pytest.approx(adapters)
+
+
 def test_the_backward_takes_a_share_of_the_forwards_host_time(catalog):
     """Autograd's engine runs the backward in C++: its host time per layer is BACKWARD_HOST_SHARE of
     the forward's; checkpointing recomputes a whole forward in the backward. Llama-2-7B QLoRA on q

@@ -26,3 +26,28 @@ def test_kernels_pairs_differ_in_one_setting():
     liger, no_liger = k["k-l2-7b-qlora7-ckpt-mb8-d0-liger"][2], k["k-l2-7b-qlora7-ckpt-mb8-d0-auto"][2]
     assert {key for key in no_liger if no_liger.get(key) != liger.get(key)} == {"speed.fused_kernels"}
     assert len(k["k-l2-7b-qlora7-mb8-d0"][2]["lora.target_modules"]) == 7
+
+
+def test_heldout_points_are_new_configurations_and_the_rest_were_timed_over_five_steps():
+    """`--points heldout`: its n- points are configurations no earlier result holds (new to the speed
+    model), each running speed: auto (Liger where it imports); the others are memory points whose only
+    runs were timed over 5 steps."""
+    import json
+
+    results = Path(__file__).resolve().parent.parent / "bench" / "results"
+    seen, steps = set(), {}
+    for file in [*results.glob("*speed-sweep*.jsonl"), *results.glob("*memory-points*.jsonl")]:
+        if "heldout" in file.name:
+            continue
+        for line in file.read_text().splitlines():
+            p = json.loads(line)
+            if "name" in p:
+                seen.add(json.dumps([p["arch"], p["method"], p["overrides"]], sort_keys=True))
+                steps.setdefault(p["name"], set()).add(p.get("steps"))
+    for name, (arch, method, overrides) in speed_sweep.HELDOUT.items():
+        key = json.dumps([arch, method, overrides], sort_keys=True)
+        if name.startswith("n-"):
+            assert key not in seen, name
+            assert overrides.get("speed.mode") == "auto", name
+        else:
+            assert steps[name] == {5}, name

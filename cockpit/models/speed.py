@@ -40,18 +40,23 @@ from cockpit.models.memory import Workload, check
 # PCIe 4.0 x16's ~25 GB/s (a stated figure, not fitted; PCIe 5.0 cards copy faster). The copy out
 # runs on a side stream under the next layers' compute and is not counted.
 HOST_LINK_BYTES_PER_S = 25e9
-EFF_MAX = 0.6587  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
-T_HALF = 178.6  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
+EFF_MAX = 0.6013  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
+T_HALF = 771.1  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
 REFERENCE_BF16_TFLOPS = 989.0  # the H200's dense bf16 rate, the card T_HALF was fitted on
-ADAPTER_BYTES = 203.2  # bytes moved per token per adapted input feature, forward + backward (fitted)
-HOST_LAYER_S = 0.002514  # host time per decoder layer per forward pass (fitted)
-HOST_KBIT_LINEAR_S = 0.0001584  # more host time per quantised linear per pass (fitted)
-HOST_ADAPTER_S = 0.0003491  # more host time per LoRA-adapted linear per pass (fitted)
-STEP_OVERHEAD_S = 0.01721  # host time per optimizer step, GPU idle: logging, callbacks, next batch (fitted)
-HOST_OPTIMIZER_TENSOR_S = 0.0002043  # host time per tensor of bitsandbytes' synchronised step (fitted)
+ADAPTER_BYTES = 48.44  # bytes per token per adapted input and output feature, forward + backward (fitted)
+HOST_LAYER_S = 0.00283  # host time per decoder layer per forward pass (fitted)
+# a decoder layer's host time with Liger's fused RMSNorm, RoPE and SwiGLU, as a share of HOST_LAYER_S: in
+# HF's Llama block the two norms are 8 aten ops each, rotary 16 and the gated activation 2 of the layer's
+# ~53 (a CPU profile of LlamaDecoderLayer's forward), where Liger launches one Triton kernel each (23 of
+# 53 would be 0.43; fitted, since a Triton launch costs the host more than an aten op)
+HOST_LIGER_SHARE = 0.6381
+HOST_KBIT_LINEAR_S = 0.0001948  # more host time per quantised linear per pass (fitted)
+HOST_ADAPTER_S = 0.0002462  # more host time per LoRA-adapted linear per pass (fitted)
+STEP_OVERHEAD_S = 0.01158  # host time per optimizer step, GPU idle: logging, callbacks, next batch (fitted)
+HOST_OPTIMIZER_TENSOR_S = 4.503e-05  # host time per tensor of bitsandbytes' synchronised step (fitted)
 # the backward's host time per layer, as a share of the forward's: autograd's engine runs it in C++,
 # with Python only in custom autograd functions (bitsandbytes' MatMul4Bit) (fitted)
-BACKWARD_HOST_SHARE = 0.5473
+BACKWARD_HOST_SHARE = 0.5571
 ELEMENTWISE_BACKWARD = 2  # an elementwise op's backward reads its saved input(s) and the output's
 # gradient and writes the input's gradient: about twice its forward's traffic (a counted approximation)
 DEQUANT_BYTES = {4: 4.5, 8: 5.0}  # per weight per pass: read packed, write 16-bit, read back
@@ -78,7 +83,7 @@ SYNCED_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
 # NVIDIA H100 SXM / H200 datasheets: FP32 67 TFLOPS, BF16 tensor core 989 TFLOPS dense (1979 with
 # sparsity); the fp32 rate of a card whose own figure is not given
 FP32_SHARE_OF_BF16_DENSE = 67 / 989
-CALIBRATED_ON = "NVIDIA H200 (SXM, 141 GB), torch 2.11 + CUDA 13, TRL 1.16, 2026-11-30 and 2026-12-02"
+CALIBRATED_ON = "NVIDIA H200 (SXM, 141 GB), torch 2.11 + CUDA 13, TRL 1.16, 2026-11-30 to 2026-12-03"
 
 
 @dataclass(frozen=True)
@@ -184,23 +189,34 @@ def elementwise_bytes_per_token(w: Workload) -> float:
     A full fine-tune in 16 bits through TRL keeps fp32 weights under autocast (the memory model's
     master weights): the residual stream is fp32 (the embeddings' output), so the adds and the
     norms' outputs are fp32, and each of the 5 linears that reads a normed input casts it to 16 bits
-    (read 4, write 2). `--trainer hf` loads the weights in the run's dtype: no fp32 stream."""
+    (read 4, write 2). `--trainer hf` loads the weights in the run's dtype: no fp32 stream.
+    Liger's kernels (liger_kernel/ops: rms_norm.py, rope.py, swiglu.py) keep the intermediates in
+    registers: each norm reads its input and writes its output (the fp32 upcast inside the kernel),
+    rotary rewrites q and k in place (read, write: 2 accesses), and SiLU-and-multiply reads the gate
+    and up and writes their product (3 accesses)."""
     s = w.shape
     h, q, kv, i = s.hidden_size, s.q_out, s.kv_out, s.intermediate_size
     a = 4 if w.precision == "fp32" else 2
     residual = 4 if w.method == "full" and w.trainer == "trl" else a
-    norms = 2 * h * (26 + 2 * residual + 2 * a)
     adds = 2 * 3 * h * residual
     casts = 5 * h * (4 + 2) if residual != a else 0
-    return norms + adds + casts + a * (10 * (q + kv) + 4 * q + 2 * kv + 5 * i)
+    attention = 4 * q + 2 * kv
+    if w.liger:
+        norms = 2 * h * (residual + a)
+        return norms + adds + casts + a * (2 * (q + kv) + attention + 3 * i)
+    norms = 2 * h * (26 + 2 * residual + 2 * a)
+    return norms + adds + casts + a * (10 * (q + kv) + attention + 5 * i)
 
 
-def adapted_input_features(w: Workload) -> int:
+def adapted_features(w: Workload) -> int:
+    """Input plus output features of the adapted linears: peft's LoRA layer reads the input for the
+    dropout and writes the dropped copy that lora_A reads (in), and adds lora_B's output into the base
+    layer's (read both, write one: out), each with its backward."""
     if w.method == "full":
         return 0
     shapes_ = w.shape.linear_shapes()
     names = list(shapes_) if w.lora_targets == "all-linear" else [t for t in w.lora_targets if t in shapes_]
-    return w.shape.num_layers * sum(shapes_[n][0] for n in names)
+    return w.shape.num_layers * sum(shapes_[n][0] + shapes_[n][1] for n in names)
 
 
 def adapted_linears(w: Workload) -> int:
@@ -275,14 +291,15 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
         quantised = w.shape.num_layers * w.shape.layer_linear_params
         dequant_pass = quantised * DEQUANT_BYTES[w.quant_bits] / bandwidth
         kbit_linears = w.shape.num_layers * len(w.shape.linear_shapes())
-    adapters_s = tokens * adapted_input_features(w) * ADAPTER_BYTES / bandwidth  # a third forward
+    adapters_s = tokens * adapted_features(w) * ADAPTER_BYTES / bandwidth  # a third forward
     # the blocks' elementwise kernels (norms, rotary, residual adds, SiLU and the gated product,
     # attention's inputs and output): memory-bound, counted per token (elementwise_bytes_per_token)
     elementwise = tokens * w.shape.num_layers * elementwise_bytes_per_token(w) / bandwidth
     elementwise_f = elementwise
     elementwise_b = elementwise * (ELEMENTWISE_BACKWARD + recompute)
+    layer_host = HOST_LAYER_S * (HOST_LIGER_SHARE if w.liger else 1.0)
     host_pass = (
-        w.shape.num_layers * HOST_LAYER_S
+        w.shape.num_layers * layer_host
         + kbit_linears * HOST_KBIT_LINEAR_S
         + adapted_linears(w) * HOST_ADAPTER_S
     )
