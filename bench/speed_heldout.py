@@ -6,7 +6,8 @@ the plan's prediction (`cockpit.plan.batch_choice._tokens_per_s`, the H200 SXM's
 as the plan computes it) against the measured rate. The model predicts processed tokens (whole
 rows of max_length: ragged samples are packed into rows); the bench measures real ones, so the
 comparison is by the time of a step:
-- predicted: micro-batch x accumulation x max_length processed tokens at the predicted rate;
+- predicted: micro-batch x accumulation x max_length processed tokens at the predicted rate (rows
+  of one length: the step's 16 rows, where the split has room for more, e.g. 6 x 3);
 - measured: 16 samples of the drawn mean length (the lengths bench/vs_unsloth.py draws for that
   model's vocabulary, seed 0; a step's own mix varies around it) at the measured real rate.
 The error is that of the rate: predicted step time over measured, less one, negated.
@@ -80,7 +81,11 @@ def rows(record: dict) -> list[dict]:
                 REFERENCE_CARD,
                 bool(plan.get("checkpoint_offload")),
             )
-            predicted_step = mb * accum * max_length / rate
+            # rows of one length (2048): the step has 16 of them, however the plan splits it (6 x 3
+            # runs 6, 6 and 4); ragged rows are packed into the rows the plan sized the split for
+            shortest, longest = LENGTHS[row["lengths"]]
+            rows_run = min(mb * accum, SAMPLES_PER_STEP) if shortest == longest else mb * accum
+            predicted_step = rows_run * max_length / rate
             measured_step = SAMPLES_PER_STEP * mean / run["tokens_per_s"]
             out.append(
                 {

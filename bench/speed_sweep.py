@@ -8,7 +8,8 @@ figures can be carried to other cards. Each point runs like bench/memory_points.
 (real `cockpit train --no-ui`, synthetic weights, full-length sequences, NVML sampled
 from outside) with more steps for a steadier median.
 
-  python bench/speed_sweep.py [--points sweep|weak|kernels|heldout] [--only NAME ...] [--budget-s 300]
+  python bench/speed_sweep.py [--points sweep|weak|kernels|heldout|long] [--only NAME ...]
+                              [--budget-s 300]
                               [--out sweep.jsonl]
 
 `--points weak` re-measures, with 12 steps (10 timed after the first two), the memory points whose
@@ -19,6 +20,7 @@ vocabulary. Same names and settings as bench/memory_points.py, so bench/fit_spee
 that differ in one setting in one call: LoRA dropout 0.1 against 0, Liger's kernels on against off.
 `--points heldout`: configurations the committed speed model has never seen (Liger on four
 architectures, full fine-tune, LoRA and QLoRA), then the memory points still timed over 5 steps.
+`--points long`: rows of 4096 to 16384 tokens, where attention weighs most.
 """
 
 from __future__ import annotations
@@ -147,11 +149,21 @@ HELDOUT = {
 }
 
 
-POINT_SETS = {"sweep": SWEEP, "weak": WEAK, "kernels": KERNELS, "heldout": HELDOUT}
+# Long rows, where attention's kernels take a large share of the step: until these, one point
+# (l32-1b-lora-2x8192-ckpt) carried all that the fit knew of them (docs/estimator.md).
+_LONG = {"lora.r": 16, "lora.target_modules": "all-linear"}
+LONG = {
+    "long-l32-1b-lora-1x16384-ckpt": point("llama-3.2-1b", "lora", 1, True, seq=16384, **_LONG),
+    "long-q25-1.5b-lora-2x8192-ckpt": point("qwen2.5-1.5b", "lora", 2, True, seq=8192, **_LONG),
+    "long-l32-1b-lora-4x4096": point("llama-3.2-1b", "lora", 4, False, seq=4096, **_LONG),
+}
+
+
+POINT_SETS = {"sweep": SWEEP, "weak": WEAK, "kernels": KERNELS, "heldout": HELDOUT, "long": LONG}
 
 
 def take_points_option(argv: list[str]) -> tuple[str, list[str]]:
-    """`--points sweep|weak|kernels|heldout` (default sweep), removed from argv for memory_points'."""
+    """`--points sweep|weak|kernels|heldout|long` (default sweep), removed from memory_points' argv."""
     if "--points" not in argv:
         return "sweep", argv
     i = argv.index("--points")
@@ -159,7 +171,7 @@ def take_points_option(argv: list[str]) -> tuple[str, list[str]]:
         raise SystemExit(
             "--points takes sweep (the micro-batch sweep), weak (the weak points, 12 steps), kernels "
             "(pairs: LoRA dropout 0.1 / 0, Liger's kernels on / off) or heldout (new configurations, "
-            "then the 5-step memory points at 12 steps)"
+            "then the 5-step memory points at 12 steps) or long (rows of 4096-16384 tokens)"
         )
     return argv[i + 1], argv[:i] + argv[i + 2 :]
 

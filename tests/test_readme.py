@@ -11,6 +11,9 @@ from cockpit.config import schema as config
 README = (ROOT / "README.md").read_text()
 
 
+NUMBER_WORDS = {3: "three", 5: "five", 8: "eight"}
+
+
 def test_config_reference_lists_every_key_with_its_default_and_meaning():
     for key, default, doc in config.reference_rows():
         assert f"| `{key}` | `{default}` | {doc} |" in README, key  # the text `cockpit init` writes
@@ -202,12 +205,23 @@ def test_the_estimators_figures_are_docs_estimator():
     estimator = _flat((ROOT / "docs" / "estimator.md").read_text())
     # held-out (left-one-out) figures only, in the README as in the fit's output in docs/estimator.md
     # the speed model's: the last line of bench/fit_speed.py's recorded output
-    fit = (RESULTS / "2026-12-02-fit-speed-loo-mechanisms-2.txt").read_text().strip().splitlines()[-1]
+    fit = (RESULTS / "2026-12-03-fit-speed-loo-final.txt").read_text().strip().splitlines()[-1]
     pattern = r"left-one-out over (\d+) configurations: median ([\d.]+%), worst \+?(-?[\d.]+)%"
     count, median, worst = re.fullmatch(pattern, fit).groups()
     assert fit in estimator
     claim = f"left-one-out over {count} configurations on the same H200: median {median}, worst {worst}%"
     assert claim in FLAT
+    # the speed model on new points, predicted by the model as committed before they were measured
+    last = (RESULTS / "2026-12-03-speed-new-points-cfe35f0.txt").read_text().strip().splitlines()[-1]
+    count, median, worst = re.fullmatch(
+        r"model at cfe35f0, (\d+) new runs: median \|error\| ([\d.]+%), worst [+-]([\d.]+%)", last
+    ).groups()
+    assert f"on {NUMBER_WORDS[int(count)]} configurations" in FLAT
+    assert (
+        f"first measured after the model predicting them was committed: median {median}, worst {worst}"
+        in FLAT
+    )
+    assert f"median {median}, worst -{worst}" in estimator
     # the memory model's: the last line of the fit's recorded output, in the docs and the README
     fit = (RESULTS / "2026-12-02-fit-estimator-loo-liger.txt").read_text().strip().splitlines()[-1]
     pattern = r"left-one-out over (\d+) points: median ([\d.]+%), worst \+?(-?[\d.]+%)"

@@ -214,12 +214,29 @@ def test_the_blocks_elementwise_traffic_is_counted_op_by_op():
     full = workload(method="full", optimizer="adamw_torch")
     assert speed.elementwise_bytes_per_token(full) == 311_296 + 98_304 + 122_880 + 323_072
     assert speed.elementwise_bytes_per_token(dataclasses.replace(full, trainer="hf")) == 650_752
-    # forward once, backward twice, recompute once more under checkpointing, at the card's bandwidth
+    # forward once, backward twice, recompute once more under checkpointing, at the share of the
+    # card's bandwidth that small elementwise kernels reach (fitted)
     card = speed.CardSpeed("H200-like", 989.0, 4800.0)
+    rate = 4800e9 * speed.ELEMENTWISE_EFF
     est = speed.estimate_speed(lora, card)
-    assert est.parts_s["elementwise"] == pytest.approx(2048 * 32 * 650_752 * 3 / 4800e9)
+    assert est.parts_s["elementwise"] == pytest.approx(2048 * 32 * 650_752 * 3 / rate)
     ckpt = speed.estimate_speed(dataclasses.replace(lora, gradient_checkpointing=True), card)
-    assert ckpt.parts_s["elementwise"] == pytest.approx(2048 * 32 * 650_752 * 4 / 4800e9)
+    assert ckpt.parts_s["elementwise"] == pytest.approx(2048 * 32 * 650_752 * 4 / rate)
+    assert 0 < speed.ELEMENTWISE_EFF <= 1
+
+
+def test_attention_runs_at_its_own_share_of_the_peak():
+    """Causal attention's FLOPs (QK^T and AV over half the square: 2 x layers x seq x q_out a token
+    forward, 2.5x that backward) at ATTENTION_EFF of the dense bf16 peak, whatever the micro-batch:
+    Llama-2-7B at 1 x 4096 against 8 x 512 tokens, the same 4096 tokens through the linears."""
+    card = speed.CardSpeed("H200-like", 989.0, 4800.0)
+    long, short = workload(seq_len=4096, micro_batch=1), workload(seq_len=512, micro_batch=8)
+    per_token = 2.0 * 32 * 4096 * (1 + 2.5)  # x seq
+    assert sum(speed.attention_flops_per_token(long)) == per_token * 4096
+    extra = 4096 * per_token * (4096 - 512) / (989e12 * speed.ATTENTION_EFF)
+    arithmetic = [speed.estimate_speed(w, card).parts_s["arithmetic"] for w in (long, short)]
+    assert arithmetic[0] - arithmetic[1] == pytest.approx(extra)
+    assert 0 < speed.ATTENTION_EFF < speed.EFF_MAX
 
 
 def test_ligers_fused_kernels_move_the_blocks_elementwise_traffic_once():

@@ -51,3 +51,25 @@ def test_heldout_points_are_new_configurations_and_the_rest_were_timed_over_five
             assert overrides.get("speed.mode") == "auto", name
         else:
             assert steps[name] == {5}, name
+
+
+def test_new_points_are_predicted_by_the_model_as_committed(tmp_path, capsys):
+    """bench/speed_new_points.py reads the speed model from git (HEAD here), not the working tree."""
+    import json
+
+    import speed_new_points
+
+    module = speed_new_points.model_at("HEAD")
+    assert hasattr(module, "estimate_speed") and module.__name__ == "speed_HEAD"
+    record = tmp_path / "r.jsonl"
+    point = {
+        "name": "n-x",
+        "arch": "llama-2-7b",
+        "method": "qlora",
+        "overrides": {"training.max_length": 512, "training.micro_batch_size": 4},
+        "tokens_per_s": 5000,
+    }
+    record.write_text(json.dumps({"bench": "x"}) + "\n" + json.dumps(point) + "\n")
+    assert speed_new_points.main([str(record), "--model-commit", "HEAD", "--only-prefix", "n-"]) == 0
+    out = capsys.readouterr().out
+    assert "n-x" in out and "1 new runs: median |error|" in out

@@ -327,3 +327,29 @@ def test_the_speed_models_held_out_check_reads_each_runs_split_and_compares_step
     rows = speed_heldout.rows(record)
     assert [r["error"] for r in rows] == [pytest.approx(0, abs=1e-3), pytest.approx(-0.5, abs=1e-3)]
     assert rows[0]["split"] == "3 x 3, 32 of 32 recomputed, inputs in host memory"
+
+
+def test_the_held_out_check_times_the_steps_sixteen_rows_where_the_split_has_room_for_more(monkeypatch):
+    """Rows of 2048 tokens: a step is 16 of them, so 6 x 3 (room for 18) is predicted for 16 rows:
+    a run whose 16 rows take the predicted time of 16 has error 0."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import speed_heldout
+
+    plan = {"micro_batch_size": 6, "gradient_accumulation_steps": 3, "checkpoint_layers": 0, "liger": True}
+    base = speed_heldout.workload("llama-3.1-8b", 2048, True)
+    rate = speed_heldout._tokens_per_s(base, 6, 3, 0, 32, speed_heldout.REFERENCE_CARD)
+    record = {
+        "warmup_steps": 3,
+        "timed_steps": 20,
+        "rows": [
+            {
+                "id": "f",
+                "arch": "llama-3.1-8b",
+                "lengths": "full",
+                "runs": [{"side": "cockpit", "tokens_per_s": rate, "plan": plan}],
+            }
+        ],
+    }
+    (row,) = speed_heldout.rows(record)
+    assert row["error"] == pytest.approx(0, abs=1e-3)
+    assert row["predicted_step_s"] == pytest.approx(16 * 2048 / rate, abs=1e-3)

@@ -17,10 +17,12 @@ its backward, the longer of two times:
   LM head recomputes its logits in the backward, never under checkpointing) at the card's dense
   bf16 peak (its FP32 rate for an fp32 run) times an efficiency that grows with the tokens in the
   micro-batch (eff = EFF_MAX * T / (T + T_HALF x rate / the H200's bf16 rate): a fixed time per
-  kernel), plus causal attention (quadratic in the sequence) at EFF_MAX; and at the card's
-  bandwidth, the blocks' elementwise kernels (counted op by op), the loss kernels' passes over the
-  logits, QLoRA's dequantisation (each pass writes every 4-bit weight out in 16 bits and reads it
-  back) and the adapters' traffic.
+  kernel), plus causal attention (quadratic in the sequence) at its own share of the peak
+  (ATTENTION_EFF); and at the card's bandwidth, the blocks' elementwise kernels (counted op by op,
+  fewer bytes with Liger's fused kernels, at the share ELEMENTWISE_EFF of the bandwidth that small
+  kernels reach), the loss kernels' passes over the logits, QLoRA's dequantisation (each pass
+  writes every 4-bit weight out in 16 bits and reads it back) and the adapters' traffic (per input
+  and output feature). Liger's kernels also take a share of a layer's host time (HOST_LIGER_SHARE).
 
 Then, once per optimizer step and one after the other: the optimizer's traffic (counted kernel by
 kernel, OPTIMIZER_BYTES) at the card's bandwidth, which the trainer's logging waits for; a
@@ -40,23 +42,27 @@ from cockpit.models.memory import Workload, check
 # PCIe 4.0 x16's ~25 GB/s (a stated figure, not fitted; PCIe 5.0 cards copy faster). The copy out
 # runs on a side stream under the next layers' compute and is not counted.
 HOST_LINK_BYTES_PER_S = 25e9
-EFF_MAX = 0.6013  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
-T_HALF = 771.1  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
+EFF_MAX = 0.8047  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
+T_HALF = 1479  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
 REFERENCE_BF16_TFLOPS = 989.0  # the H200's dense bf16 rate, the card T_HALF was fitted on
-ADAPTER_BYTES = 48.44  # bytes per token per adapted input and output feature, forward + backward (fitted)
-HOST_LAYER_S = 0.00283  # host time per decoder layer per forward pass (fitted)
+ADAPTER_BYTES = 36.41  # bytes per token per adapted input and output feature, forward + backward (fitted)
+HOST_LAYER_S = 0.002701  # host time per decoder layer per forward pass (fitted)
 # a decoder layer's host time with Liger's fused RMSNorm, RoPE and SwiGLU, as a share of HOST_LAYER_S: in
 # HF's Llama block the two norms are 8 aten ops each, rotary 16 and the gated activation 2 of the layer's
 # ~53 (a CPU profile of LlamaDecoderLayer's forward), where Liger launches one Triton kernel each (23 of
 # 53 would be 0.43; fitted, since a Triton launch costs the host more than an aten op)
-HOST_LIGER_SHARE = 0.6381
-HOST_KBIT_LINEAR_S = 0.0001948  # more host time per quantised linear per pass (fitted)
-HOST_ADAPTER_S = 0.0002462  # more host time per LoRA-adapted linear per pass (fitted)
-STEP_OVERHEAD_S = 0.01158  # host time per optimizer step, GPU idle: logging, callbacks, next batch (fitted)
-HOST_OPTIMIZER_TENSOR_S = 4.503e-05  # host time per tensor of bitsandbytes' synchronised step (fitted)
+HOST_LIGER_SHARE = 0.7268
+HOST_KBIT_LINEAR_S = 0.0001225  # more host time per quantised linear per pass (fitted)
+HOST_ADAPTER_S = 0.0002183  # more host time per LoRA-adapted linear per pass (fitted)
+# host time per optimizer step, GPU idle: logging, callbacks, next batch (fitted: ~0, the per-micro-batch
+# host terms carry it since the 2026-12-03 points joined the fit)
+STEP_OVERHEAD_S = 2.578e-13
+HOST_OPTIMIZER_TENSOR_S = 8.474e-05  # host time per tensor of bitsandbytes' synchronised step (fitted)
 # the backward's host time per layer, as a share of the forward's: autograd's engine runs it in C++,
 # with Python only in custom autograd functions (bitsandbytes' MatMul4Bit) (fitted)
-BACKWARD_HOST_SHARE = 0.5571
+BACKWARD_HOST_SHARE = 0.8608
+ATTENTION_EFF = 0.2545  # share of the dense bf16 peak that the attention kernels reach (fitted)
+ELEMENTWISE_EFF = 0.5015  # share of the card's bandwidth the blocks' small elementwise kernels reach (fitted)
 ELEMENTWISE_BACKWARD = 2  # an elementwise op's backward reads its saved input(s) and the output's
 # gradient and writes the input's gradient: about twice its forward's traffic (a counted approximation)
 DEQUANT_BYTES = {4: 4.5, 8: 5.0}  # per weight per pass: read packed, write 16-bit, read back
@@ -280,7 +286,7 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
     efficiency = EFF_MAX * tokens / (tokens + T_HALF * peak_flops / (REFERENCE_BF16_TFLOPS * 1e12))
     matmul_f, matmul_b = matmul_flops_per_token(w)
     attention_f, attention_b = attention_flops_per_token(w)
-    matmul_rate, attention_rate = peak_flops * efficiency, peak_flops * EFF_MAX
+    matmul_rate, attention_rate = peak_flops * efficiency, peak_flops * ATTENTION_EFF
     arithmetic_f = tokens * (matmul_f / matmul_rate + attention_f / attention_rate)
     arithmetic_b = tokens * (matmul_b / matmul_rate + attention_b / attention_rate)
     logits_f, logits_b = (tokens * w.shape.vocab_size * b / bandwidth for b in logits_bytes_per_entry(w))
@@ -294,7 +300,7 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
     adapters_s = tokens * adapted_features(w) * ADAPTER_BYTES / bandwidth  # a third forward
     # the blocks' elementwise kernels (norms, rotary, residual adds, SiLU and the gated product,
     # attention's inputs and output): memory-bound, counted per token (elementwise_bytes_per_token)
-    elementwise = tokens * w.shape.num_layers * elementwise_bytes_per_token(w) / bandwidth
+    elementwise = tokens * w.shape.num_layers * elementwise_bytes_per_token(w) / (bandwidth * ELEMENTWISE_EFF)
     elementwise_f = elementwise
     elementwise_b = elementwise * (ELEMENTWISE_BACKWARD + recompute)
     layer_host = HOST_LAYER_S * (HOST_LIGER_SHARE if w.liger else 1.0)

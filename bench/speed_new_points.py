@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The speed model on new points: runs it was not fitted on, predicted by a model as committed.
+
+A held-out check by construction: the model (cockpit/models/speed.py) is taken as it stood at
+`--model-commit` (read with `git show`, so later refits cannot leak in), and each run of the
+records given (bench/speed_sweep.py or bench/memory_points.py lines) is predicted from its
+config, with Liger and host-memory checkpointing as the run's speed plan applied them.
+
+  python bench/speed_new_points.py --model-commit cfe35f0 \\
+      bench/results/2026-12-03-speed-sweep-heldout-h200.jsonl [--only-prefix n-]
+
+Prints one line per run and the median and worst of the errors (predicted / measured - 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fit_estimator import point_workload  # noqa: E402
+
+from cockpit.plan.catalog import load_catalog  # noqa: E402
+
+
+def model_at(commit: str):
+    """cockpit/models/speed.py as it stood at `commit`, imported as a module of its own."""
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{commit}:cockpit/models/speed.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    path = Path(tempfile.mkdtemp(prefix="speed-at-")) / f"speed_{commit}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("records", nargs="+", type=Path)
+    ap.add_argument("--model-commit", required=True, help="the commit whose speed model predicts")
+    ap.add_argument("--only-prefix", default="", help="only runs whose name starts with this")
+    a = ap.parse_args(argv)
+    speed = model_at(a.model_commit)
+    card = load_catalog().get("h200")
+    errors = []
+    for record in a.records:
+        for line in record.read_text().splitlines():
+            p = json.loads(line)
+            if not p.get("tokens_per_s") or not p["name"].startswith(a.only_prefix):
+                continue
+            w = dataclasses.replace(
+                point_workload(p),
+                liger=bool(p.get("liger")),
+                checkpoint_offload=bool(p.get("checkpoint_offload")),
+            )
+            predicted = speed.estimate_speed(w, card).tokens_per_s
+            errors.append(predicted / p["tokens_per_s"] - 1)
+            measured = p["tokens_per_s"]
+            print(
+                f"{p['name']:36s} measured {measured:7.0f}  predicted {predicted:7.0f} ({errors[-1]:+6.1%})"
+            )
+    if not errors:
+        print("no runs matched", file=sys.stderr)
+        return 1
+    worst = max(errors, key=abs)
+    print(
+        f"model at {a.model_commit}, {len(errors)} new runs: median |error| "
+        f"{statistics.median(abs(e) for e in errors):.1%}, worst {worst:+.1%}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
