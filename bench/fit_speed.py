@@ -3,7 +3,8 @@
 
 The points are runs of the product on an H200 (bench/speed_sweep.py, bench/memory_points.py):
 real `cockpit train --no-ui`, full-length sequences, one micro-batch per optimizer step (one run
-with 4, ACCUMULATED), the median step time of the steady steps. The model
+with 4, ACCUMULATED), the median step time of the steady steps, each with what its speed plan
+applied (Liger's kernels, the layer inputs in host memory). The model
 (cockpit/models/speed.py) is not linear in its coefficients, so they are fitted by
 Levenberg-Marquardt on the squared log error (a relative error: a 10% miss on a 2k tokens/s run
 weighs as much as on a 40k one), the best of STARTS starts: its max() terms leave several local
