@@ -72,6 +72,17 @@ def default_files() -> list[Path]:
 ACCUMULATED = {"2026-11-30-memory-point-S0-accum4-h200.json": 4}
 
 
+def record_workload(p: dict, accum: int = 1):
+    """The speed model's inputs for one recorded run: its config, with what its speed plan applied
+    (Liger's kernels, the layer inputs in host memory)."""
+    return dataclasses.replace(
+        point_workload(p),
+        grad_accum=accum,
+        liger=bool(p.get("liger")),
+        checkpoint_offload=bool(p.get("checkpoint_offload")),
+    )
+
+
 MIN_STEPS = 10  # runs of a configuration with at least this many steps replace its shorter ones
 
 
@@ -87,12 +98,7 @@ def points(files: list[Path]) -> list[tuple[str, object, float]]:
             p = json.loads(line)
             if not p.get("tokens_per_s"):
                 continue
-            w = dataclasses.replace(
-                point_workload(p),
-                grad_accum=accum,
-                liger=bool(p.get("liger")),  # what the run's speed plan applied
-                checkpoint_offload=bool(p.get("checkpoint_offload")),
-            )
+            w = record_workload(p, accum)
             rate = float(p["tokens_per_s"]) * accum  # the record counts one micro-batch per step
             runs.setdefault(repr(w), []).append((p["name"], w, rate, p.get("steps", 0)))
     out = []

@@ -15,7 +15,6 @@ Prints one line per run and the median and worst of the errors (predicted / meas
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import json
 import statistics
@@ -28,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fit_estimator import point_workload  # noqa: E402
+from fit_speed import record_workload  # noqa: E402
 
 from cockpit.plan.catalog import load_catalog  # noqa: E402
 
@@ -64,12 +63,7 @@ def main(argv: list[str]) -> int:
             p = json.loads(line)
             if not p.get("tokens_per_s") or not p["name"].startswith(a.only_prefix):
                 continue
-            w = dataclasses.replace(
-                point_workload(p),
-                liger=bool(p.get("liger")),
-                checkpoint_offload=bool(p.get("checkpoint_offload")),
-            )
-            predicted = speed.estimate_speed(w, card).tokens_per_s
+            predicted = speed.estimate_speed(record_workload(p), card).tokens_per_s
             errors.append(predicted / p["tokens_per_s"] - 1)
             measured = p["tokens_per_s"]
             print(

@@ -170,7 +170,7 @@ def take_points_option(argv: list[str]) -> tuple[str, list[str]]:
     if i + 1 >= len(argv) or argv[i + 1] not in POINT_SETS:
         raise SystemExit(
             "--points takes sweep (the micro-batch sweep), weak (the weak points, 12 steps), kernels "
-            "(pairs: LoRA dropout 0.1 / 0, Liger's kernels on / off) or heldout (new configurations, "
+            "(pairs: LoRA dropout 0.1 / 0, Liger's kernels on / off), heldout (new configurations, "
             "then the 5-step memory points at 12 steps) or long (rows of 4096-16384 tokens)"
         )
     return argv[i + 1], argv[:i] + argv[i + 2 :]
