@@ -15,12 +15,11 @@ Prints one line per run and the median and worst of the errors (predicted / meas
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import subprocess
 import sys
-import tempfile
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,19 +32,16 @@ from cockpit.plan.catalog import load_catalog  # noqa: E402
 
 
 def model_at(commit: str):
-    """cockpit/models/speed.py as it stood at `commit`, imported as a module of its own."""
+    """cockpit/models/speed.py as it stood at `commit`, as a module of its own (`speed_<commit>`)."""
     source = subprocess.run(
         ["git", "-C", str(ROOT), "show", f"{commit}:cockpit/models/speed.py"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    path = Path(tempfile.mkdtemp(prefix="speed-at-")) / f"speed_{commit}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
+    module = types.ModuleType(f"speed_{commit}")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    exec(compile(source, f"{commit}:cockpit/models/speed.py", "exec"), module.__dict__)
     return module
 
 
@@ -64,8 +60,8 @@ def main(argv: list[str]) -> int:
             if not p.get("tokens_per_s") or not p["name"].startswith(a.only_prefix):
                 continue
             predicted = speed.estimate_speed(record_workload(p), card).tokens_per_s
-            errors.append(predicted / p["tokens_per_s"] - 1)
             measured = p["tokens_per_s"]
+            errors.append(predicted / measured - 1)
             print(
                 f"{p['name']:36s} measured {measured:7.0f}  predicted {predicted:7.0f} ({errors[-1]:+6.1%})"
             )
