@@ -130,10 +130,14 @@ def tui_cpu(tui: PtyTui) -> float | None:
 def compile_bytecode(env: dict) -> str:
     """Byte-compile what the TUI imports outside the standard library, as `pip install` does;
     untimed: the whole top-level package of every module the TUI's imports load, and
-    typing_extensions and platformdirs, which it imports only once it runs (the H200 profile of
-    2026-12-02 showed both compiled from source at every start)."""
+    typing_extensions, platformdirs and pynvml, which it imports only once it runs (the H200
+    profiles of 2026-12-02 showed each compiled from source at every start)."""
     listing = (
         "import sys, sysconfig, cockpit.cli.main, screens.run.app, typing_extensions, platformdirs\n"
+        "try:\n"
+        "    import pynvml\n"
+        "except ImportError:\n"
+        "    pass\n"
         "std = sysconfig.get_paths()['stdlib']\n"
         "roots = sorted((p.rstrip('/') + '/' for p in sys.path if p), key=len, reverse=True)\n"
         "for m in list(sys.modules.values()):\n"

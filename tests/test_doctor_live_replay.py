@@ -193,8 +193,9 @@ def test_live_and_replay_name_the_same_bottleneck_within_the_run_s_training(run,
 def test_a_per_sample_threshold_would_have_split_them():
     """Why util is judged as its 5-s mean: live, most samples of the slow loader's steps land in
     its kernels (90%, above the 70% line) or its loader (0%), the bins hold both (~42%)."""
+    steps = round(6 * SLOW_LOADER.step_s / SAMPLE_INTERVAL_S)  # six whole steps of samples
     readings = [
-        SLOW_LOADER.sample(T0 + LOAD_S + 3 + i * SAMPLE_INTERVAL_S).gpus[0].util_pct for i in range(40)
+        SLOW_LOADER.sample(T0 + LOAD_S + 3 + i * SAMPLE_INTERVAL_S).gpus[0].util_pct for i in range(steps)
     ]
     below = sum(u < 70 for u in readings) / len(readings)
     assert below < 0.7  # a per-sample "held for 70%" could not fire live

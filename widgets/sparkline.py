@@ -19,7 +19,9 @@ class Series:
     """(start, end, value) intervals, oldest first, at most `max_points` of them.
 
     `how` says how merged intervals combine: "mean" (weighted by duration) or "max" (memory:
-    a peak must not average away).
+    a peak must not average away). Beside `points` it keeps their starts, ends and values apart,
+    and running sums of duration and of value x duration, so that `spark()` finds a column's
+    intervals by bisection and its mean by two subtractions instead of visiting every interval.
     """
 
     def __init__(self, max_points: int = MAX_POINTS, how: str = "mean") -> None:
@@ -30,6 +32,7 @@ class Series:
         self.max_points = max_points
         self.how = how
         self.points: list[tuple[float, float, float]] = []
+        self._index([])
 
     def __len__(self) -> int:
         return len(self.points)
@@ -50,14 +53,34 @@ class Series:
             start = self.points[-1][1]
         if end <= start:
             return
-        self.points.append((start, end, float(value)))
+        value = float(value)
+        self.points.append((start, end, value))
         if len(self.points) > self.max_points:
             self._compact()
+            return
+        self._append_index(start, end, value)
+
+    def _index(self, points: list[tuple[float, float, float]]) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.values: list[float] = []
+        self.durations: list[float] = [0.0]  # running sums: the first k intervals' duration
+        self.areas: list[float] = [0.0]  # and their value x duration
+        for start, end, value in points:
+            self._append_index(start, end, value)
+
+    def _append_index(self, start: float, end: float, value: float) -> None:
+        self.starts.append(start)
+        self.ends.append(end)
+        self.values.append(value)
+        self.durations.append(self.durations[-1] + (end - start))
+        self.areas.append(self.areas[-1] + (end - start) * value)
 
     def _compact(self) -> None:
         half = len(self.points) // 2
         older, newer = self.points[:half], self.points[half:]
         self.points = [self._merge(older[i : i + 2]) for i in range(0, half, 2)] + newer
+        self._index(self.points)
 
     def _merge(self, pair: list[tuple[float, float, float]]) -> tuple[float, float, float]:
         start, end = pair[0][0], pair[-1][1]
@@ -67,48 +90,54 @@ class Series:
         return start, end, sum((e - s) * v for s, e, v in pair) / weight
 
 
+SUMMED_FROM = 4  # a column over this many intervals or more takes its mean from the running sums
+
+
 def spark(series: Series, width: int, t0: float, t1: float, high: float, low: float = 0.0) -> str:
-    """`width` columns over [t0, t1]: each the mean (or max) of the intervals it overlaps."""
+    """`width` columns over [t0, t1]: each the mean (or max) of the intervals it overlaps, weighted
+    by the overlap.
+
+    A column's intervals are found by bisection on the starts and ends; a mean over many of them
+    comes from the running sums, less the parts of the first and last that lie outside the column
+    (rounded to 1e-6 so that the sums' float error cannot tip a value across a block's edge).
+    """
     if width <= 0:
         return ""
     if t1 <= t0 or not series.points:
         return " " * width
     slice_s = (t1 - t0) / width
-    sums, weights = [0.0] * width, [0.0] * width
-    maxes: list[float | None] = [None] * width
-    points = series.points
-    # the points are in time order: start at the first that ends after t0 (a recent span skips most)
-    begin = bisect.bisect_right(points, t0, key=lambda p: p[1]) if points[0][1] <= t0 else 0
-    for start, end, value in points[begin:]:
-        if start >= t1:
-            break
-        if end <= t0:
-            continue
-        first = int((max(start, t0) - t0) / slice_s)
-        last = min(width - 1, int((min(end, t1) - t0) / slice_s - 1e-9))
-        if last <= first:  # most points lie inside one column: no per-column loop
-            overlap = min(end, t1) - max(start, t0)
-            if overlap > 0 and first < width:
-                sums[first] += value * overlap
-                weights[first] += overlap
-                if maxes[first] is None or value > maxes[first]:
-                    maxes[first] = value
-            continue
-        for column in range(first, last + 1):
-            left, right = t0 + column * slice_s, t0 + (column + 1) * slice_s
-            overlap = min(end, right) - max(start, left)
-            if overlap <= 0:
-                continue
-            sums[column] += value * overlap
-            weights[column] += overlap
-            if maxes[column] is None or value > maxes[column]:
-                maxes[column] = value
+    starts, ends, values = series.starts, series.ends, series.values
+    durations, areas = series.durations, series.areas
+    peak = series.how == "max"
     cells = []
+    right = t0
     for column in range(width):
-        if not weights[column]:
+        left, right = right, (t0 + (column + 1) * slice_s if column < width - 1 else t1)
+        first = bisect.bisect_right(ends, left)  # the first interval that ends after the column starts
+        stop = bisect.bisect_left(starts, right, first)  # past the last that starts before it ends
+        if first >= stop:
             cells.append(" ")
             continue
-        value = maxes[column] if series.how == "max" else sums[column] / weights[column]
+        if peak:
+            cells.append(block(max(values[first:stop]), low, high))
+            continue
+        if stop - first < SUMMED_FROM:
+            area = weight = 0.0
+            for k in range(first, stop):
+                overlap = min(ends[k], right) - max(starts[k], left)
+                area += values[k] * overlap
+                weight += overlap
+            value = area / weight
+        else:
+            area, weight = areas[stop] - areas[first], durations[stop] - durations[first]
+            before, after = left - starts[first], ends[stop - 1] - right
+            if before > 0:
+                area -= before * values[first]
+                weight -= before
+            if after > 0:
+                area -= after * values[stop - 1]
+                weight -= after
+            value = round(area / weight, 6)
         cells.append(block(value, low, high))
     return "".join(cells)
 

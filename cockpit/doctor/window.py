@@ -220,7 +220,7 @@ RuleFn = Callable[[Window, Any], "Finding | None"]
 def _trailing_mean(times: list[float], values: list[float | None]) -> float | None:
     """The time-weighted mean over the SMOOTH_S seconds up to `times[0]` of readings taken at
     `times` (newest first), each standing for the time since the one before it: a live sample for
-    its ~0.45 s, a recorded bin for its 5 s (so a bin is judged as itself, whatever the jitter of
+    its ~0.5 s, a recorded bin for its 5 s (so a bin is judged as itself, whatever the jitter of
     the bins' ends). The oldest reading, with none before it, stands for the mean gap."""
     start = times[0] - SMOOTH_S
     gaps = [a - b for a, b in pairwise(times)]

@@ -19,9 +19,9 @@ from cockpit.live.state import RunState
 from cockpit.telemetry import spread as gpu_spread
 from cockpit.telemetry.sampler import BackgroundSampler, Sample, Sampler
 
-SAMPLE_INTERVAL_S = 0.45  # GPU figures at least twice a second, with margin for a late sample
+SAMPLE_INTERVAL_S = 0.5  # GPU figures twice a second: the view redraws once per sample (2 Hz)
 HOST_EVERY = 2  # host figures (CPU, RAM, disk, network, the trainer's CPU) about once a second
-JUDGE_EVERY_S = 1.0  # the doctor's rules look at windows of a minute: judged once a second
+JUDGE_EVERY_S = 2.0  # the doctor's rules look at windows of a minute: judged every other second
 
 # called with (sample, findings, None), or (None, [], why) when judging a sample failed
 OnNews = Callable[[Sample | None, list[Finding], str | None], None]
@@ -94,7 +94,7 @@ class LiveWatch:
             self._fresh = False
         if sample is None:
             return None, []
-        if fresh:  # every sample is evidence; the verdict is given once a second, not per question
+        if fresh:  # every sample is evidence; the verdict every JUDGE_EVERY_S, not per question
             self.doctor.observe(sample, state, [self.trainer_pid] if self.trainer_pid else [])
             if sample.ts - self._judged_ts >= JUDGE_EVERY_S or sample.ts < self._judged_ts:
                 self._findings, self._judged_ts = self.doctor.findings(sample.ts), sample.ts

@@ -19,7 +19,7 @@ message handlers touch the screen, and no thread but the follow thread touches t
 
 A redraw costs far more than everything else the view does, and on a busy box every thread that
 wakes up costs too, so there is one tick per new sample for events and telemetry together: a
-live watch's samples (~2.2 a second) pace the ticks and new events ride along, waiting at most
+live watch's samples (2 a second) pace the ticks and new events ride along, waiting at most
 EVENTS_WAIT_S; without a watch, events are drawn every REFRESH_S. Nothing is drawn while nothing
 changed but the clock (then once a second).
 """
@@ -48,7 +48,7 @@ CLOCK_TICK_S = 1.0  # redraw at least this often while a run is live: elapsed ti
 READ_RETRY_S = 2.0
 REFRESH_S = 0.5  # without a watch's samples to pace them, events are read and drawn twice a second
 EVENTS_WAIT_S = 1.0  # with them, events wait for the next sample's tick, at most this long
-NEWS_GAP_S = 0.3  # ticks for the watch's news at least this far apart (its samples come every 0.45 s)
+NEWS_GAP_S = 0.3  # ticks for the watch's news at least this far apart (its samples come every 0.5 s)
 WATCH_INTERVAL_S = 0.25  # how often a watch that does not push its samples is asked
 WATCH_SILENT_S = 1.5  # a pushing watch silent for this long (three samples) is late
 WATCH_RETRY_S = 2.0
