@@ -31,7 +31,7 @@ from cockpit.telemetry.spread import (
     window_mean,
 )
 from widgets.progress import bar_cells
-from widgets.sparkline import spark
+from widgets.sparkline import grid_span, spark
 from widgets.styled import LinePanel
 
 GAUGE_WIDTH = 10
@@ -57,6 +57,7 @@ class GpuView:
     trainer_pid: int | None = None
     compact: bool = False
     rank_pids: frozenset[int] = frozenset()  # several GPUs: the trainer's rank processes on this node
+    sliding: bool = False  # the span is the last N seconds of a longer history (sparkline.grid_span)
 
 
 def gib(value: float | None, unit: str = " GiB") -> str:
@@ -255,7 +256,7 @@ def _spark(view: GpuView, key: str, width: int, high: float | None) -> str:
     series = view.book.get(key) if view.book is not None else None
     if series is None or view.span is None or not high:
         return " " * width
-    return spark(series, width, view.span[0], view.span[1], high)
+    return spark(series, width, *grid_span(view.span[0], view.span[1], width, view.sliding), high)
 
 
 def _gpu_rows(view: GpuView, gpu: Any, torch_index: int | None, s: _Styles) -> list:

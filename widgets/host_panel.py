@@ -10,7 +10,7 @@ from rich.style import Style
 from rich.text import Text
 
 from cockpit.fmt import GIB
-from widgets.sparkline import levels, spark
+from widgets.sparkline import grid_span, levels, spark
 from widgets.styled import LinePanel
 
 CPU_SPARK_MAX = 30
@@ -41,11 +41,12 @@ def used_of(used: int | None, total: int | None, unit: str = " GiB") -> str:
 def host_lines(
     host: Any,
     width: int,
-    cpu_spark: tuple[Any, tuple[float, float]] | None = None,
+    cpu_spark: tuple[Any, tuple[float, float], bool] | None = None,
     compact: bool = False,
     styles: dict[str, Style] | None = None,
 ) -> list[Text]:
-    """`cpu_spark`: (the host CPU series, its time span), drawn when there is room."""
+    """`cpu_spark`: (the host CPU series, its time span, whether the span slides: the last N seconds
+    of a longer history), drawn when there is room."""
     get = (styles or {}).get
     label, dim, spark_style = get("label", Style()), get("dim", Style(dim=True)), get("spark", Style())
     if host is None:
@@ -90,8 +91,9 @@ def host_lines(
     else:
         per_core = ""
     if cpu_spark is not None and room >= CPU_SPARK_MIN + 1:
-        series, (t0, t1) = cpu_spark
-        first.append(spark(series, min(CPU_SPARK_MAX, room - 1), t0, t1, 100.0), spark_style)
+        series, (t0, t1), sliding = cpu_spark
+        columns = min(CPU_SPARK_MAX, room - 1)
+        first.append(spark(series, columns, *grid_span(t0, t1, columns, sliding), 100.0), spark_style)
     for name, value in ram:
         first.append(name, label)
         first.append(value)
@@ -117,10 +119,10 @@ class HostPanel(LinePanel):
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None):
         super().__init__(name=name, id=id, classes=classes)
         self.host: Any = None
-        self.cpu_spark: tuple[Any, tuple[float, float]] | None = None
+        self.cpu_spark: tuple[Any, tuple[float, float], bool] | None = None
         self.compact = False
 
-    def show(self, host: Any, cpu_spark: tuple[Any, tuple[float, float]] | None, compact: bool) -> None:
+    def show(self, host: Any, cpu_spark: tuple[Any, tuple[float, float], bool] | None, compact: bool) -> None:
         relayout = compact != self.compact or (host is None) != (self.host is None)
         self.host, self.cpu_spark, self.compact = host, cpu_spark, compact
         self.redraw(layout=relayout)

@@ -142,6 +142,31 @@ def spark(series: Series, width: int, t0: float, t1: float, high: float, low: fl
     return "".join(cells)
 
 
+GRID_STEPS_PER_DOUBLING = 8  # a growing span's column width moves in steps of 2**(1/8), ~9%
+
+
+def grid_span(t0: float, t1: float, width: int, sliding: bool = False) -> tuple[float, float]:
+    """The span a live sparkline of `width` columns is drawn over, on a grid that stays put between
+    samples, so that a new sample changes the last column and leaves the others as they were (a
+    panel repaints only the rows whose text changed).
+
+    The whole run (`sliding` False): columns from `t0` whose width is (t1 - t0) / width rounded up
+    to a step of 2**(1/8), so the line fills at least 92% of its columns, the rest being the
+    time to come, and its columns change only when the run's length passes the next step. The
+    last N seconds (`sliding`, the history longer than that): columns of (t1 - t0) / width on a
+    grid of whole multiples of that width, the span's end rounded up to the next; the line moves
+    left by one column each column width, not by a fraction of one at every sample.
+    """
+    if width <= 0 or t1 <= t0:
+        return t0, t1
+    column_s = (t1 - t0) / width
+    if sliding:
+        end = math.ceil(t1 / column_s) * column_s
+        return end - width * column_s, end
+    column_s = 2.0 ** (math.ceil(math.log2(column_s) * GRID_STEPS_PER_DOUBLING) / GRID_STEPS_PER_DOUBLING)
+    return t0, t0 + width * column_s
+
+
 def block(value: float, low: float, high: float) -> str:
     if high <= low:
         return BLOCKS[0]

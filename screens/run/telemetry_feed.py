@@ -69,6 +69,12 @@ class SeriesBook:
             return None
         return (max(first, last - window_s) if window_s else first), last
 
+    def sliding(self, window_s: float | None = None) -> bool:
+        """Whether `span(window_s)` is the last `window_s` of a longer history (it then moves with
+        every sample; the whole history's start stays put)."""
+        first, last = self.first_ts, self.last_ts
+        return bool(window_s) and first is not None and last is not None and last - window_s > first
+
     def add_sample(self, sample: Any) -> None:
         """A live sample (or one replayed from a bin): it stands for the time since the one before."""
         ts = sample.ts

@@ -385,10 +385,11 @@ class RunView(Screen):
         signature = (sample, span, pid, compact, ranks, torch_text(state.memory))
         if signature != self._panels_drawn:
             self._panels_drawn = signature
-            view = GpuView(sample, self.book, span, state.memory, pid, compact, ranks)
+            sliding = self.book.sliding(self.span_s)
+            view = GpuView(sample, self.book, span, state.memory, pid, compact, ranks, sliding)
             self.query_one(GpuPanel).show(view)
             cpu = self.book.get("host.cpu")
-            cpu_spark = (cpu, span) if cpu is not None and span is not None else None
+            cpu_spark = (cpu, span, sliding) if cpu is not None and span is not None else None
             self.query_one(HostPanel).show(sample.host if sample is not None else None, cpu_spark, self.short)
         subtitle = ""
         if span is not None:
