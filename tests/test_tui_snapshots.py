@@ -499,13 +499,30 @@ def budget_stopped(run: RunDir) -> list[dict]:
     ]
 
 
-def test_ended_summary_80x24(snap_compare):
-    shutil.rmtree(SUMMARY_RUN.parent, ignore_errors=True)
-    SUMMARY_RUN.mkdir(parents=True)
+def budget_stopped_snapshot(snap_compare, run_path: Path, run_before) -> bool:
+    shutil.rmtree(run_path.parent, ignore_errors=True)
+    run_path.mkdir(parents=True)
     try:
-        run = RunDir(SUMMARY_RUN)
+        run = RunDir(run_path)
         events = budget_stopped(run)
         app = app_for(ScriptedSession(run, events, alive=False), events)
-        assert snap_compare(app, terminal_size=(80, 24), run_before=drawn)
+        return snap_compare(app, terminal_size=(80, 24), run_before=run_before)
     finally:
-        shutil.rmtree(SUMMARY_RUN.parent, ignore_errors=True)
+        shutil.rmtree(run_path.parent, ignore_errors=True)
+
+
+def test_ended_summary_80x24(snap_compare, tmp_path):
+    """At 80x24 the summary in one line (no folder named): the run panel's cost, the checkpoints
+    and the events stay on screen."""
+    assert budget_stopped_snapshot(snap_compare, tmp_path / "runs" / RUN_ID, drawn)
+
+
+def test_ended_summary_whole_80x24(snap_compare):
+    """`f`: the whole summary (the restart with a budget, the end command), the panels under it."""
+
+    async def unfolded(pilot) -> None:
+        await drawn(pilot)
+        await pilot.press("f")
+        await pilot.pause()
+
+    assert budget_stopped_snapshot(snap_compare, SUMMARY_RUN, unfolded)

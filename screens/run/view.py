@@ -78,6 +78,7 @@ class RunView(Screen):
         Binding("l", "toggle_log", "Log"),
         Binding("h", "toggle_span", "Span"),
         Binding("m", "samples", "Samples"),
+        Binding("f", "toggle_summary", "Summary"),  # an ended run only: its summary whole or in a line
         Binding("e", "export", "Export"),  # an ended run only: merge, GGUF, the model card
         Binding("o", "oom_wizard", "OOM wizard", show=False),
         # a replay's own keys (its footer has these instead of s, p and x)
@@ -126,6 +127,8 @@ class RunView(Screen):
         self._texts: dict[str, str | Text] = {}  # what each Static shows
         self._status_css: str | None = None
         self._summary_of: tuple | None = None  # the ending the summary panel was drawn for
+        self._summary_texts: tuple[Text, Text] | None = None  # the summary whole, and in one line
+        self.summary_folded: bool | None = None  # `f`; None: folded on a short terminal
         self._export_offered = False
         self.idle_settings = idle.settings_of(session.run.config_path)
         self.idle_alarm = idle.IdleAlarm(
@@ -181,6 +184,7 @@ class RunView(Screen):
             self.query_one("#doctor-box").set_class(short, "-short")
             self.query_one(DoctorPanel).show(self.query_one(DoctorPanel).findings, brief=short)
             self._show_telemetry_panels()
+            self._fold_summary()
 
     def refresh_bindings(self) -> None:
         super().refresh_bindings()
@@ -279,7 +283,9 @@ class RunView(Screen):
 
     def _show_summary(self, shown: bool) -> None:
         """The ended run's summary: figures, where the adapter is, the next commands, the end command."""
-        self.set_class(shown, "-ended")
+        if self.has_class("-ended") != shown:
+            self.set_class(shown, "-ended")
+            self._refresh_keys()  # `f` folds the summary: offered while there is one
         if not shown:
             return
         state = self.session.state
@@ -288,18 +294,30 @@ class RunView(Screen):
             return
         self._summary_of = ending
         lines = summary.run_summary_lines(self.session.run, state)
-        text = Text()
-        text.append(lines[0] + "\n", style="bold")
+        whole = Text()
+        whole.append(lines[0] + "\n", style="bold")
         for line in lines[1:]:
             head, sep, rest = line.partition(": ")
             if sep and head in ("adapter", "adapter (newest checkpoint)", "next", "on_end", "error"):
-                text.append(head + sep, style="bold")
-                text.append(rest + "\n")
+                whole.append(head + sep, style="bold")
+                whole.append(rest + "\n")
             else:
-                text.append(line + "\n")
-        text.rstrip()
+                whole.append(line + "\n")
+        whole.rstrip()
+        folded = Text(lines[0], style="bold")
+        folded.append(" · f: the whole summary", style="dim")
+        self._summary_texts = (whole, folded)
         self._set_title(self.query_one("#summary"), f"the run has {state.status}")
-        self._set_text("#summary-text", text)
+        self._fold_summary()
+
+    def _fold_summary(self) -> None:
+        """The summary in one line on a short terminal (or after `f`), so that the run panel's cost,
+        the checkpoints and the last events stay on screen; whole otherwise."""
+        if self._summary_texts is None:
+            return
+        folded = self.short if self.summary_folded is None else self.summary_folded
+        self.query_one("#summary").set_class(folded, "-folded")
+        self._set_text("#summary-text", self._summary_texts[folded])
 
     def show_log(self, lines: Sequence[str]) -> None:
         """The last lines of backend.log."""
@@ -442,6 +460,8 @@ class RunView(Screen):
             return bool(self.session.state.samples)
         if action == "export":
             return self.run_ended
+        if action == "toggle_summary":
+            return self.has_class("-ended")
         return True
 
     @property
@@ -522,6 +542,12 @@ class RunView(Screen):
         log = self.query_one(LogTail)
         log.display = not log.display
         self.query_one(EventLog).display = not log.display
+
+    def action_toggle_summary(self) -> None:
+        """The ended run's summary whole, or folded to its first line."""
+        folded = self.query_one("#summary").has_class("-folded")
+        self.summary_folded = not folded
+        self._fold_summary()
 
     def action_toggle_span(self) -> None:
         if not self.has_telemetry:  # no sparklines whose span could change
