@@ -46,13 +46,33 @@ def params(count: float) -> str:
 
 
 def money(value: float | None) -> str:
-    """Dollars, the same everywhere: "$0.62"; under a cent, to a hundredth of a cent ("$0.0048", what
-    a minute of a CPU demo costs); from a thousand, whole dollars ("$1,234")."""
+    """Dollars, the same everywhere: below a dollar two significant digits ("$0.62", "$0.013",
+    "$0.0091": a minute of a CPU demo) down to a hundredth of a cent ("$0.0001"), so one column
+    reads alike; from a dollar, cents ("$1.20"); from a thousand, whole dollars ("$1,234")."""
     if value is None or not math.isfinite(value):
         return "-"
-    if abs(value) < 0.01:
-        return f"${value:.4f}"
-    return f"${value:,.0f}" if value >= 1000 else f"${value:.2f}"
+    if abs(value) >= 1000:
+        return f"${value:,.0f}"
+    rounded = float(f"{value:.2g}")  # 0.0996 is 0.10, two digits, not 0.100
+    if rounded == 0 or abs(rounded) >= 1:
+        return f"${value:.2f}"
+    decimals = min(4, max(2, 1 - math.floor(math.log10(abs(rounded)))))  # to a hundredth of a cent
+    return f"${value:.{decimals}f}"
+
+
+def gib_or_mib(value: float, width: int = 0) -> str:
+    """Bytes in a column of GiB with two decimals; below 0.1 GiB in MiB, below 0.1 MiB in KiB, so a
+    small part keeps its digits ("    37.6 MiB", not "    0.04 GiB"); only nothing is "0.00 GiB"."""
+    for unit, scale, digits in (("GiB", GIB, 2), ("MiB", MIB, 1), ("KiB", 2**10, 1)):
+        if abs(value) >= 0.1 * scale:
+            return f"{value / scale:{width}.{digits}f} {unit}"
+    return f"{value / 2**10:{width}.1f} KiB" if value else f"{0:{width}.2f} GiB"
+
+
+def billions(count: float) -> str:
+    """Parameters in billions, as a breakdown writes them ("6.48B", "0.26B"); below 0.01B in
+    millions ("3.28M"), so a tiny model is not 0.00B."""
+    return f"{count / 1e9:.2f}B" if count >= 1e7 else f"{count / 1e6:.2f}M"
 
 
 def loss(value: float | None) -> str:

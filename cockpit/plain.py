@@ -23,18 +23,28 @@ def output_width() -> int:
     return PLAIN_WIDTH
 
 
-def wrapped(lines: list[str], width: int) -> list[str]:
-    """Each line cut at word boundaries to `width`, its continuation indented two more than it."""
+def wrapped(lines: list[str], width: int, keep: tuple[str, ...] = ()) -> list[str]:
+    """Each line cut at word boundaries to `width`, its continuation indented two more than it.
+
+    A phrase in `keep` (a command to copy, `cockpit attach RUN_ID`) is not broken inside when it
+    fits on one line."""
     out = []
     for text in lines:
         if len(text) <= width:
             out.append(text)
             continue
         indent = " " * (len(text) - len(text.lstrip()) + 2)
+        for phrase in keep:
+            if len(indent) + len(phrase) <= width:
+                text = text.replace(phrase, phrase.replace(" ", _GLUE))
         out.extend(
-            textwrap.wrap(
+            line.replace(_GLUE, " ")
+            for line in textwrap.wrap(
                 text, width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False
             )
             or [""]
         )
     return out
+
+
+_GLUE = "\u00a0"  # a no-break space: textwrap breaks only at ASCII whitespace

@@ -129,7 +129,7 @@ def test_budget_limits_the_fastest(catalog):
 
     broke = card_table(thirteen_b(), catalog, size, 0.01, today=TODAY)
     assert broke.fastest is None and broke.cheapest is not None
-    assert any("no card that fits costs $0.01 or less" in w for w in broke.warnings)
+    assert any("no card that fits costs $0.010 or less" in w for w in broke.warnings)
     with pytest.raises(CardsError, match="budget needs the dataset size") as info:
         card_table(thirteen_b(), catalog, RunSize(), 5.0, today=TODAY)
     assert info.value.field == "budget"

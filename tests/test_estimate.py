@@ -234,3 +234,23 @@ def test_a_model_under_a_billion_params_is_counted_in_millions(capsys):
     assert main(["estimate", "--model", "synthetic:tiny"]) == 0
     head = capsys.readouterr().out.splitlines()[0]
     assert "M params" in head and "0.00B" not in head
+
+
+def test_a_tiny_model_s_parts_keep_their_digits(capsys):
+    """synthetic:tiny (3.43M params) under QLoRA: its weights are MiB and its params M, not 0.00."""
+    from cockpit import fmt
+    from cockpit.cli.main import main
+
+    assert main(["estimate", "--model", "synthetic:tiny", "--set", "method=qlora"]) == 0
+    out = capsys.readouterr().out
+    assert "0.00B" not in out and "M linear params in 4-bit, 0.53M (embeddings" in out
+    weights = next(line for line in out.splitlines() if line.lstrip().startswith("weights "))
+    assert weights.endswith(" MiB") and "0.0 MiB" not in weights
+    assert [fmt.gib_or_mib(v, 8) for v in (3 * GIB, 98 * 2**20, 45 * 2**10, 0)] == [
+        "    3.00 GiB",
+        "    98.0 MiB",
+        "    45.0 KiB",
+        "    0.00 GiB",
+    ]
+    # a 7B model's breakdown keeps its billions
+    assert fmt.billions(6.48e9) == "6.48B" and fmt.billions(0.26e9) == "0.26B"

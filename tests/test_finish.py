@@ -302,7 +302,7 @@ def test_the_idle_alarm_sounds_once_per_spell_and_runs_on_idle(tmp_path):
     said = feed(doctor, alarm, idle_samples(200, start=T0 + 100), ended)
     assert len(said) == 1 and started == ["sudo shutdown -h now"]  # once, not every second after
     assert said[0].startswith("IDLE ALARM: Idle GPU, still billed: GPU util below 5% for 2 min")
-    assert "while the run is finished; $0.08 burnt at $2.50/h" in said[0]  # 113 s idle so far
+    assert "while the run is finished; $0.078 burnt at $2.50/h" in said[0]  # 113 s idle so far
     assert said[0].endswith("Ran cost.on_idle (pid 4242, its output in backend.log): sudo shutdown -h now")
     assert feed(doctor, alarm, idle_samples(60, util_pct=97, start=T0 + 300), ended) == []  # busy: re-armed
     assert len(feed(doctor, alarm, idle_samples(200, start=T0 + 360), ended)) == 1

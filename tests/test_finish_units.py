@@ -102,6 +102,13 @@ def test_headless_lines_for_eval_and_sample_events():
     }
     line = headless.describe(later)
     assert "step 8: loss 2.5000" in line and "best: step 4, 2.0000; best checkpoint checkpoint-4" in line
+    # step 24's eval is the best so far: checkpoint-12, the best kept before it, is not the best now
+    # (checkpoint-24 is written after the eval, and the `done` line names it)
+    newest = {**later, "step": 24, "eval_loss": 0.8844, "best_step": 24, "best_eval_loss": 0.8844}
+    newest["best_checkpoint"] = "checkpoint-12"
+    assert headless.describe(newest) == "eval: step 24: loss 0.8844 on 34 samples (best so far)"
+    newest["best_checkpoint"] = "checkpoint-24"  # a restart's eval of a step already saved
+    assert headless.describe(newest).endswith("(best so far; best checkpoint checkpoint-24)")
     text = headless.describe(sample("checkpoint", 1, "a long answer " * 20, 4, "checkpoint-4"))
     assert text.startswith("sample 2/2 (checkpoint-4, eos): 'a long answer") and text.endswith("…'")
 

@@ -105,10 +105,29 @@ def test_check_reports_every_problem_naming_the_file(env, no_gpu, tmp_path, caps
     )
     assert cli.main(["train", str(path), "--check"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"{path}: cannot start on this machine") and "3 problem(s)" in err
+    flat = " ".join(err.split())  # as said, before it is wrapped to the terminal
+    assert flat.startswith(f"{path}: cannot start on this machine") and "3 problem(s)" in flat
     for key in ("method: qlora", "training.optimizer: paged_adamw_8bit", "training.precision: fp16"):
         assert f"  {key}" in err
     assert "config.yaml" not in err
+
+
+def test_the_refusal_is_wrapped_at_words_to_the_terminal(env, no_gpu, tmp_path, capsys, monkeypatch):
+    """Not one long line per problem that the terminal breaks at its edge (`vis`/`ible`)."""
+    path = write_config(
+        tmp_path / "my-run.yaml", {"method": "qlora", "training.optimizer": "paged_adamw_32bit"}
+    )
+    monkeypatch.chdir(path.parent)  # the name as the user gives it: `cockpit train my-run.yaml`
+    for width in (80, 60):
+        monkeypatch.setattr(cli, "output_width", lambda width=width: width)
+        assert cli.main(["train", path.name, "--no-ui"]) == 2
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) > 5 and all(len(line) <= width for line in lines), lines
+        assert any(line.startswith("  method: qlora needs a CUDA GPU") for line in lines)
+        # continuations indented under their problem; every word whole
+        words = set(" ".join(lines).split())
+        assert {"visible", "GPU", "optimizer"} <= words and not {"vis", "G", "PU"} & words
+    assert list(rundir.all_runs()) == []
 
 
 def test_a_config_that_cannot_start_makes_no_run_directory(env, no_gpu, tmp_path, capsys):
@@ -121,7 +140,8 @@ def test_a_config_that_cannot_start_makes_no_run_directory(env, no_gpu, tmp_path
 def test_a_config_that_can_start_says_so_and_its_run_names_the_file(env, no_gpu, tmp_path, capsys):
     path = write_config(tmp_path / "fine.yaml")
     assert cli.main(["train", str(path), "--check"]) == 0
-    assert capsys.readouterr().out.startswith(f"{path}: config OK for this machine (no CUDA GPU")
+    said = " ".join(capsys.readouterr().out.split())
+    assert said.startswith(f"{path}: config OK for this machine (no CUDA GPU")
     with pytest.raises(Launched) as started:
         cli.main(["train", str(path), "--no-ui", "--skip-preflight"])
     run = rundir.find(str(started.value))

@@ -137,3 +137,20 @@ def test_default_endpoint_comes_from_hf_endpoint(monkeypatch):
     result = n.check_hub_reach(probe=probe)
     assert seen["endpoint"] == "https://mirror.example"
     assert result.status == "fail" and "another mirror" in result.fix
+
+
+def test_the_hub_s_threshold_is_rounded_and_a_shorter_wait_says_why():
+    """The start's quick preflight gives the hub what its budget leaves (1.99433 s): said rounded,
+    beside why it is not `cockpit preflight`'s 5 s."""
+
+    def probe(endpoint, **kw):
+        return n.Reach(endpoint, "huggingface.co", 443, [], None, None, None, "gaierror: unknown host")
+
+    start = n.check_hub_reach(total_timeout_s=1.99433, connect_timeout_s=1.99433, probe=probe)
+    assert start.threshold == (
+        "answers within 2 s (all a run's start waits for; `cockpit preflight` waits 5 s), connect < 300 ms"
+    )
+    assert n.check_hub_reach(probe=probe).threshold == "answers within 5 s, connect < 300 ms"
+    assert n.check_hub_reach(total_timeout_s=0.25, probe=probe).threshold.startswith(
+        "answers within 0.25 s ("
+    )

@@ -139,10 +139,20 @@ def test_one_money_format_for_the_picker_and_the_run_view():
     assert [fmt.money(v) for v in (None, 0.004, 0.0, 0.62, 1234.5, float("nan"))] == [
         "-",
         "$0.0040",
-        "$0.0000",
+        "$0.00",
         "$0.62",
         "$1,234",
         "-",
+    ]
+    # below a dollar two significant digits, so a larger cost never shows fewer: a 39-s demo at
+    # $1.20/h beside a 27-s one (`cockpit runs`' column) was "$0.01" beside "$0.0091"
+    assert [fmt.money(s * 1.2 / 3600) for s in (39, 27)] == ["$0.013", "$0.0090"]
+    assert [fmt.money(v) for v in (0.0999, 0.05, 0.996, 1.234, 0.0000667)] == [
+        "$0.10",
+        "$0.050",
+        "$1.00",
+        "$1.23",
+        "$0.0001",
     ]
     assert fmt.rate(1_000_000) == "1.00M" and fmt.rate(12_345) == "12.3k" and fmt.rate(150) == "150"
     assert fmt.gib(3 * fmt.GIB, 1) == "3.0 GiB" and fmt.gib(1.5 * fmt.GIB, 2, "", sign=True) == "+1.50"

@@ -22,6 +22,7 @@ from cockpit.config import load as config_load
 from cockpit.config import schema as config
 from cockpit.config.secrets import ScrubbedOutput, secret_values
 from cockpit.models import packaged
+from cockpit.plain import output_width, wrapped
 from cockpit.run import process, rundir
 from cockpit.run.control import NotRunning, send_command
 from cockpit.run.status import run_status
@@ -140,6 +141,7 @@ def _machine_check(cfg: config.TrainConfig, source: str) -> tuple[bool, str]:
 
 def _start(cfg: config.TrainConfig, args, source: str) -> int:
     fits, said = _machine_check(cfg, source)
+    said = "\n".join(wrapped(said.splitlines(), output_width()))
     if not fits:
         print(said, file=sys.stderr)
         return EXIT_USAGE
@@ -235,8 +237,9 @@ def _show(run: rundir.RunDir, proc, args, recorded: bool = False, preflight_prob
     if app.relaunched is not None:  # the OOM wizard started a new trainer: follow it
         return _show(run, app.relaunched, args)
     if code == EXIT_DETACHED and not recorded:
-        run_id = run.run_id
-        print(f"detached; training goes on. Watch: cockpit attach {run_id}   Stop: cockpit stop {run_id}")
+        from cockpit.live.headless import detached_text
+
+        print(detached_text(run.run_id, session.state.status == "paused", output_width()))
     return code
 
 

@@ -60,12 +60,12 @@ def cmd_estimate(args) -> int:
     what = "inference" if args.inference else f"{cfg.method} training ({args.trainer} trainer)"
     lines = [f"{shape.name}: {fmt.params(shape.params)} params ({shape.source}), {what}; an estimate:"]
     lines += estimate_part_lines(result.parts, output_width())
-    lines.append(f"  {'peak device memory (as nvidia-smi)':<36} {result.peak_gib:8.2f} GiB")
+    lines.append(f"  {'peak device memory (as nvidia-smi)':<36} {_figure(result.peak_bytes)}")
     for band in getattr(result, "unsure", ()):
-        lines.append(f"  {'  band top: + ' + band.key:<36} {band.bytes / est.GIB:8.2f} GiB   {band.note}")
+        lines.append(f"  {'  band top: + ' + band.key:<36} {_figure(band.bytes)}   {band.note}")
     if getattr(result, "unsure", ()):
-        lines.append(f"  {'peak, top of the band':<36} {result.high_gib:8.2f} GiB   'fits' counts this")
-    lines.append(f"  {'peak while loading':<36} {result.load_peak_bytes / est.GIB:8.2f} GiB")
+        lines.append(f"  {'peak, top of the band':<36} {_figure(result.high_bytes)}   'fits' counts this")
+    lines.append(f"  {'peak while loading':<36} {_figure(result.load_peak_bytes)}")
     if fits is not None:
         words = {
             "fits": "fits",
@@ -77,16 +77,19 @@ def cmd_estimate(args) -> int:
     return 0
 
 
+def _figure(value: float) -> str:
+    """A figure of the estimate's column: GiB, or MiB for a small part (8 wide, then the unit)."""
+    return fmt.gib_or_mib(value, 8)
+
+
 def estimate_part_lines(parts, width: int) -> list[str]:
     """One line per part: label, GiB, and its note wrapped under itself (or below the figure
     when the terminal leaves it less than 40 columns)."""
     import textwrap
 
-    from cockpit.models.memory import GIB
-
     out = []
     for part in parts:
-        head = f"  {part.label:<36} {part.bytes / GIB:8.2f} GiB"
+        head = f"  {part.label:<36} {_figure(part.bytes)}"
         room = width - len(head) - 3
         if room < 40:
             out.append(head)

@@ -80,13 +80,17 @@ def eval_line(item: dict) -> str:
     """`eval: step 20: loss 1.2345 on 35 samples (best so far)`, or which step holds the best."""
     step, loss = item.get("step"), fmt.loss(item.get("eval_loss"))
     where = "base model, before step 1" if item.get("stage") == "base" else f"step {step}"
-    best = item.get("best_step")
+    best, best_checkpoint = item.get("best_step"), item.get("best_checkpoint")
     if best == step:
         verdict = "best so far"
+        # the checkpoint named is the best of those already kept, older than these weights: the
+        # step's own checkpoint, if one is written, comes after this eval
+        if best_checkpoint != f"checkpoint-{step}":
+            best_checkpoint = None
     else:
         verdict = f"best: step {best}, {fmt.loss(item.get('best_eval_loss'))}" if best is not None else ""
-    if item.get("best_checkpoint"):
-        verdict += f"; best checkpoint {item['best_checkpoint']}"
+    if best_checkpoint:
+        verdict += f"; best checkpoint {best_checkpoint}"
     return f"eval: {where}: loss {loss} on {item.get('eval_samples')} samples" + (
         f" ({verdict})" if verdict else ""
     )

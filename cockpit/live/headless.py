@@ -26,6 +26,7 @@ from cockpit.live.session import RunSession
 from cockpit.live.stall import StallNotices, find_stall
 from cockpit.live.state import RunState
 from cockpit.live.watch import LiveWatch, finding_line, gpu_status
+from cockpit.plain import wrapped
 
 POLL_S = 0.1
 REFRESH_PER_S = 2
@@ -56,6 +57,20 @@ def status_line(state: RunState, now_ts: float | None) -> str:
 def log_line(state: RunState, now_ts: float | None) -> str:
     total = state.total_steps or "?"
     return f"step {state.step}/{total} epoch {state.epoch or 0:.2f}  {status_line(state, now_ts)}"
+
+
+def detached_text(run_id: str, paused: bool, width: int) -> str:
+    """What goes on after a detach, and the commands for it, wrapped to `width` with each command
+    whole: a paused run stays paused until resumed."""
+    attach, stop, resume = (f"cockpit {verb} {run_id}" for verb in ("attach", "stop", "resume"))
+    steps = [f"Watch: {attach}", f"Stop: {stop}"]
+    if paused:
+        steps.insert(0, f"Resume: {resume}")
+        said = "detached; the run stays paused. " + "   ".join(steps)
+    else:
+        said = "detached; training goes on. " + "   ".join(steps)
+    # each step whole where it fits, else at least its command
+    return "\n".join(wrapped([said], width, keep=(*steps, attach, stop, resume)))
 
 
 class _Detach(Exception):
@@ -96,7 +111,7 @@ def follow(
         if session.mode != "live":  # a recording (or a run that no longer trains): nothing goes on
             said = f"\nleft the recording of {run}; it is not training (`cockpit runs` shows its status)"
         else:
-            said = f"\ndetached; training goes on. Watch: cockpit attach {run}   Stop: cockpit stop {run}"
+            said = "\n" + detached_text(run, session.state.status == "paused", console.width)
         print(said, file=out, flush=True)
         return EXIT_DETACHED
     finally:

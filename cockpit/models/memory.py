@@ -258,7 +258,7 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
                 "weights",
                 "weights",
                 int(linear * per_weight + other * other_bytes),
-                f"{linear / 1e9:.2f}B linear params in {w.quant_bits}-bit, {other / 1e9:.2f}B "
+                f"{fmt.billions(linear)} linear params in {w.quant_bits}-bit, {fmt.billions(other)} "
                 f"(embeddings, lm_head, norms) in {8 * other_bytes}-bit",
             )
         )

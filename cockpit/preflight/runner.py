@@ -273,7 +273,7 @@ def plan(
     download_path: str = checks_network.DEFAULT_PROBE_PATH,
     download_bytes: int = 64 << 20,
     download_time_s: float = 10.0,
-    hub_timeout_s: float = 5.0,
+    hub_timeout_s: float = checks_network.HUB_TIMEOUT_S,
     model_in_cache: bool = True,
 ) -> list[Check]:
     """Host, disk and network checks; quick leaves out the disk speed probe and the download.
