@@ -105,6 +105,8 @@ def test_the_hub_is_checked_only_when_the_run_needs_it(tmp_path, monkeypatch):
     local_model.mkdir()
     (local_model / "config.json").write_text("{}")
     assert "are local" in preflight_start.hub_unneeded(demo_config())
+    # `cockpit demo --real`'s model comes from `cockpit fetch` (the package index), not the hub
+    assert preflight_start.hub_unneeded(load_config(None, ["model.name=smollm2-135m"])) is not None
     assert preflight_start.hub_unneeded(load_config(None, [f"model.name={local_model}"])) is not None
     assert preflight_start.hub_unneeded(load_config(None, ["model.name=org/model"])) is None
     assert preflight_start.hub_unneeded(load_config(None, ["dataset.path=org/data"])) is None

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from cockpit import paths
 from cockpit.config.schema import TrainConfig
+from cockpit.models import packaged
 from cockpit.models import shipped as shapes
 from cockpit.preflight.checks.base import STATUSES, CheckResult
 from cockpit.telemetry import nvml_state
@@ -81,8 +82,9 @@ def _offline() -> bool:
 
 
 def _from_hub(name: str, demo_ok: bool = False) -> bool:
-    """A name the trainer fetches from the hub: not synthetic, not the shipped demo, not a local path."""
-    if shapes.is_synthetic(name) or (demo_ok and name == "demo"):
+    """A name the trainer fetches from the hub: not synthetic, not a packaged model (`cockpit fetch`
+    brings it from the package index into cockpit's cache), not the shipped demo, not a local path."""
+    if shapes.is_synthetic(name) or packaged.is_packaged(name) or (demo_ok and name == "demo"):
         return False
     return not Path(name).expanduser().exists()
 
