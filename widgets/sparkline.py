@@ -19,8 +19,8 @@ class Series:
     """(start, end, value) intervals, oldest first, at most `max_points` of them.
 
     `how` says how merged intervals combine: "mean" (weighted by duration) or "max" (memory:
-    a peak must not average away). Beside `points` it keeps their starts, ends and values apart,
-    and running sums of duration and of value x duration, so that `spark()` finds a column's
+    a peak must not average away). The intervals are kept as their starts, ends and values apart,
+    with running sums of duration and of value x duration, so that `spark()` finds a column's
     intervals by bisection and its mean by two subtractions instead of visiting every interval.
     """
 
@@ -31,34 +31,35 @@ class Series:
             raise ValueError(f"how must be 'mean' or 'max', got {how!r}")
         self.max_points = max_points
         self.how = how
-        self.points: list[tuple[float, float, float]] = []
         self._index([])
 
     def __len__(self) -> int:
-        return len(self.points)
+        return len(self.starts)
+
+    @property
+    def points(self) -> list[tuple[float, float, float]]:
+        """The intervals as (start, end, value), oldest first."""
+        return list(zip(self.starts, self.ends, self.values))
 
     @property
     def first_ts(self) -> float | None:
-        return self.points[0][0] if self.points else None
+        return self.starts[0] if self.starts else None
 
     @property
     def last_ts(self) -> float | None:
-        return self.points[-1][1] if self.points else None
+        return self.ends[-1] if self.ends else None
 
     def add(self, start: float, end: float, value: float | None) -> None:
         """One interval; a missing value leaves a gap, an interval older than the newest is trimmed."""
         if value is None or not math.isfinite(value):
             return
-        if self.points and start < self.points[-1][1]:
-            start = self.points[-1][1]
+        if self.ends and start < self.ends[-1]:
+            start = self.ends[-1]
         if end <= start:
             return
-        value = float(value)
-        self.points.append((start, end, value))
-        if len(self.points) > self.max_points:
+        self._append_index(start, end, float(value))
+        if len(self.starts) > self.max_points:
             self._compact()
-            return
-        self._append_index(start, end, value)
 
     def _index(self, points: list[tuple[float, float, float]]) -> None:
         self.starts: list[float] = []
@@ -77,10 +78,10 @@ class Series:
         self.areas.append(self.areas[-1] + (end - start) * value)
 
     def _compact(self) -> None:
-        half = len(self.points) // 2
-        older, newer = self.points[:half], self.points[half:]
-        self.points = [self._merge(older[i : i + 2]) for i in range(0, half, 2)] + newer
-        self._index(self.points)
+        points = self.points
+        half = len(points) // 2
+        older, newer = points[:half], points[half:]
+        self._index([self._merge(older[i : i + 2]) for i in range(0, half, 2)] + newer)
 
     def _merge(self, pair: list[tuple[float, float, float]]) -> tuple[float, float, float]:
         start, end = pair[0][0], pair[-1][1]
@@ -103,7 +104,7 @@ def spark(series: Series, width: int, t0: float, t1: float, high: float, low: fl
     """
     if width <= 0:
         return ""
-    if t1 <= t0 or not series.points:
+    if t1 <= t0 or not len(series):
         return " " * width
     slice_s = (t1 - t0) / width
     starts, ends, values = series.starts, series.ends, series.values
