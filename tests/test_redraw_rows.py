@@ -140,7 +140,8 @@ def test_a_start_with_skip_preflight_imports_no_check_no_urllib_and_no_dialog():
         "import sys, cockpit.cli.main, screens.run.app, cockpit.live.watch\n"
         "from cockpit.preflight import machine_fit, quick\n"
         "names = ('cockpit.preflight.runner', 'cockpit.preflight.checks.gpu', 'urllib.request',\n"
-        "         'screens.confirm', 'screens.preflight.notice')\n"
+        "         'screens.confirm', 'screens.preflight.notice', 'cockpit.cli.plan_commands',\n"
+        "         'cockpit.finish.chat_client', 'cockpit.finish.targets')\n"
         "print(sorted(n for n in names if n in sys.modules))"
     )
     root = Path(__file__).resolve().parent.parent
@@ -185,6 +186,40 @@ async def test_a_tick_with_nothing_new_repaints_restyles_and_lays_out_nothing(tm
         assert any(name.startswith("refresh EventLog") for name in counted)
         await pilot.pause()
         assert len(view.query_one("#events").lines) > before
+
+
+async def test_a_new_event_line_lays_out_nothing_and_the_log_stays_at_its_end(tmp_path, monkeypatch):
+    """A line written to the events panel grows its virtual size only: the panel's size comes from
+    the layout around it, so no layout pass of the screen (a RichLog asks for one at every line,
+    ~10 ms of CPU at 100x30), but its scrollbar follows (shown once the lines overflow, its thumb
+    at the end) and the newest line stays in view."""
+    session = scripted(tmp_path, gpu_events(events_until_step(30)))
+    watch = ScriptedWatch(fake_samples(4))
+    app = CockpitApp(session, watch=watch, poll_interval_s=0.02, clock=lambda: LAST_TS)
+    async with running(app) as pilot:
+        await shown(pilot, app)
+        view = app.run_view
+        log = view.query_one("#events")
+        for n in range(log.size.height + 4):  # more lines than the panel holds: a scrollbar
+            view.show([f"0:00:{n:02d} filler {n}"])
+        await pilot.pause(0.2)
+        assert log.show_vertical_scrollbar and log.scroll_y == log.max_scroll_y
+        layouts: list[str] = []
+        real_refresh = Widget.refresh
+
+        def refresh(self, *regions, layout=False, **kwargs):
+            if layout:
+                layouts.append(f"{type(self).__name__}#{self.id}")
+            return real_refresh(self, *regions, layout=layout, **kwargs)
+
+        monkeypatch.setattr(Widget, "refresh", refresh)
+        for n in range(3):
+            view.show([f"0:01:0{n} newest {n}"])
+            await pilot.pause(0.1)
+        assert layouts == []
+        assert log.scroll_y == log.max_scroll_y > 0
+        assert log.vertical_scrollbar.window_virtual_size == log.virtual_size.height == len(log.lines)
+        assert "newest 2" in screen_text(app)
 
 
 async def test_a_status_that_offers_the_same_keys_leaves_the_footer_as_it_is(tmp_path, monkeypatch):
@@ -265,3 +300,40 @@ def test_a_long_run_in_step_order_plots_the_same_dots_as_point_by_point():
     assert braille_cells(flat, 10, 3) == reference_cells(flat, 10, 3)
     out_of_order = [(s % 17, float(s % 5)) for s in range(60)]  # a restart from a checkpoint
     assert braille_cells(out_of_order, 12, 3) == reference_cells(out_of_order, 12, 3)
+
+
+def test_a_panel_row_draws_as_rich_renders_it():
+    """line_strip builds a row's segments straight from its spans (the panels' rows, twice a
+    second); on random rows, overlapping spans and cut rows included (those go through rich), it
+    draws every cell in the style rich's Text.render gives it."""
+    from rich.console import Console
+    from rich.style import Style
+    from rich.text import Text
+    from textual.strip import Strip
+
+    from widgets.styled import line_strip
+
+    def through_rich(text, width, base, console):
+        line = Text(style=base, no_wrap=True, end="")
+        line.append_text(text)
+        line.truncate(width, overflow="ellipsis")
+        return Strip(line.render(console), line.cell_len).extend_cell_length(width, base)
+
+    def cells(strip):
+        return [(ch, segment.style) for segment in strip for ch in segment.text]
+
+    console, rng = Console(), random.Random(0)
+    styles = [Style(color="red"), Style(bold=True), Style(color="#808080", dim=True), Style.null(), None]
+    base = Style(color="white", bgcolor="#101010")
+    for _ in range(2000):
+        text = Text()
+        for _ in range(rng.randint(0, 6)):
+            piece = "".join(rng.choice("ab █▁▃⣿ 12.3%") for _ in range(rng.randint(0, 12)))
+            text.append(piece, rng.choice(styles))
+        if rng.random() < 0.2:
+            text.stylize(Style(italic=True), 0, rng.randint(0, 10))
+        if rng.random() < 0.2:
+            text.style = rng.choice(styles[:4])
+        width = rng.randint(5, 60)
+        drawn = cells(line_strip(text, width, base, console))
+        assert drawn == cells(through_rich(text, width, base, console))

@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.geometry import Region
 from textual.strip import Strip
 
-from widgets.styled import StyledWidget
+from widgets.styled import StyledWidget, line_strip
 
 # a row is (label, value); a value may be Text to carry its own emphasis
 Row = tuple[str, "str | Text"]
@@ -61,8 +61,7 @@ class StatsPanel(StyledWidget):
             line.append_text(Text.assemble(value, style=value_style))
         else:
             line.append(value, value_style)
-        line.truncate(width, overflow="ellipsis")
-        return Strip(line.render(self.app.console), line.cell_len).extend_cell_length(width, base)
+        return line_strip(line, width, base, self.app.console)
 
 
 def _label_width(rows: Sequence[Row]) -> int:

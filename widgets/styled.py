@@ -8,11 +8,47 @@ only when the stylesheet is applied again (`notify_style_update`), which clears 
 
 from __future__ import annotations
 
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
+
+
+def line_strip(text: Text, width: int, base: Style, console) -> Strip:
+    """One row: `text` over `base`, cut to `width` with an ellipsis, padded to it.
+
+    A panel's rows are label/value/sparkline runs whose spans do not overlap: their segments are
+    built straight from the spans (each style added to the base once; `Style.__add__` is cached).
+    Rich's `Text.render`, which the rest goes through, combines a stack of styles at every span
+    edge: for a repainted row it was most of the cost of drawing it.
+    """
+    plain, spans, own = text.plain, text.spans, text.style
+    if text.cell_len <= width and (own == "" or isinstance(own, Style)):
+        if not spans and not own:  # as rich renders a line with no styles at all: unstyled
+            return Strip([Segment(plain)], text.cell_len).extend_cell_length(width, base)
+        segments: list[Segment] = []
+        row = base + own if own else base
+        at = 0
+        for span in spans:
+            start, end, style = span
+            if start < at or not isinstance(style, Style):
+                break  # overlapping spans or a style by name: rich's renderer below
+            if start >= end:
+                continue
+            if start > at:
+                segments.append(Segment(plain[at:start], row))
+            segments.append(Segment(plain[start:end], row + style))
+            at = end
+        else:
+            if at < len(plain):
+                segments.append(Segment(plain[at:], row))
+            return Strip(segments, text.cell_len).extend_cell_length(width, base)
+    line = Text(style=base, no_wrap=True, end="")
+    line.append_text(text)
+    line.truncate(width, overflow="ellipsis")
+    return Strip(line.render(console), line.cell_len).extend_cell_length(width, base)
 
 
 class StyledWidget(Widget):
@@ -82,10 +118,7 @@ class LinePanel(StyledWidget):
             self._lines, self._lines_width = self.build_lines(width), width
         if y >= len(self._lines):
             return Strip.blank(width, base)
-        line = Text(style=base, no_wrap=True, end="")
-        line.append_text(self._lines[y])
-        line.truncate(width, overflow="ellipsis")
-        return Strip(line.render(self.app.console), line.cell_len).extend_cell_length(width, base)
+        return line_strip(self._lines[y], width, base, self.app.console)
 
     def notify_style_update(self) -> None:
         self._lines_width = -1  # the lines carry the component styles: built again

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from cockpit.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
-from cockpit.finish import samples as samples_mod
-from cockpit.finish import targets
-from cockpit.finish.chat_client import ChatError, ChatSession, Done, Token, ready_line
 from cockpit.run import rundir
+
+if TYPE_CHECKING:  # the commands import what they use when they run: their parsers are built at
+    # every start of the CLI (`cockpit train` included, whose process draws the live view)
+    from cockpit.finish import targets
+    from cockpit.finish.chat_client import ChatSession, Done
 
 
 def cmd_samples(args) -> int:
+    from cockpit.finish import samples as samples_mod
+
     run = rundir.find(args.run)
     state = samples_mod.read_state(run)
     book = samples_mod.collect(state.samples)
@@ -35,6 +40,10 @@ def cmd_samples(args) -> int:
 
 
 def cmd_chat(args) -> int:
+    from cockpit.finish import samples as samples_mod
+    from cockpit.finish import targets
+    from cockpit.finish.chat_client import ChatError, ChatSession, ready_line
+
     run = rundir.find(args.run)
     state = samples_mod.read_state(run)
     try:
@@ -75,6 +84,8 @@ def _what(run: rundir.RunDir, target: targets.ChatTarget, state) -> str:
 
 
 def _answer(session: ChatSession, text: str) -> Done | None:
+    from cockpit.finish.chat_client import Token
+
     done = None
     for piece in session.ask(text):
         if isinstance(piece, Token):

@@ -16,6 +16,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
+from cockpit import yaml_text
 from cockpit.config.schema import (
     REPORTER_PACKAGES,
     REPORTERS,
@@ -117,7 +118,7 @@ def apply_override(raw: dict, item: str) -> None:
     if not sep or not key.strip():
         raise ConfigError(f"--set {_quote(item)}: expected key=value, e.g. --set training.max_steps=50")
     try:
-        value = yaml.safe_load(text) if text.strip() else None
+        value = yaml_text.safe_load(text) if text.strip() else None
     except yaml.YAMLError:
         value = text
     _check_size(value, f"--set {key.strip()}")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from cockpit import __version__, fmt
+from cockpit import __version__, fmt, yaml_text
 from cockpit.live.state import RunState
 from cockpit.run import journal, rundir
 
@@ -34,7 +34,7 @@ class RunFacts:
 
 
 def read_facts(run: rundir.RunDir) -> RunFacts:
-    config = yaml.safe_load(run.config_path.read_text(encoding="utf-8")) or {}
+    config = yaml_text.safe_load(run.config_path.read_text(encoding="utf-8")) or {}
     items = journal.read_all(run.events_path)
     state = RunState()
     eval_loss = eval_step = None

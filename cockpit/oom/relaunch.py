@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from cockpit import yaml_text
 from cockpit.config import load as config_load
 from cockpit.config import schema as config_mod
 from cockpit.fmt import GIB
@@ -57,7 +56,7 @@ def _next_attempt(run: RunDir) -> int:
 
 def apply_changes(run: RunDir, changes: dict[str, Any], reason: str, **record: Any) -> Applied:
     """Write `changes` (dotted keys) into the run's config, keeping the old one; ConfigError if invalid."""
-    raw = yaml.safe_load(run.config_path.read_text(encoding="utf-8")) or {}
+    raw = yaml_text.safe_load(run.config_path.read_text(encoding="utf-8")) or {}
     for dotted, value in changes.items():
         node = raw
         *parents, last = dotted.split(".")
@@ -174,7 +173,7 @@ def analyse_run(run: RunDir, state) -> Analysis:
     from cockpit.models import shape as modelshape
     from cockpit.plan import catalog as catalog_mod
 
-    raw = yaml.safe_load(run.config_path.read_text(encoding="utf-8")) or {}
+    raw = yaml_text.safe_load(run.config_path.read_text(encoding="utf-8")) or {}
     pinned, notes = as_run(state, last_speed_plan(run))
     partial = bool(notes)
     for dotted, value in pinned.items():

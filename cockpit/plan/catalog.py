@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from cockpit import yaml_text
 from cockpit.plan.card import (
     Card,
     CatalogError,
@@ -123,7 +124,7 @@ def load_catalog(user_file: Path | None = None, today: date | None = None) -> Ca
 
 def _parse_shipped(text: str) -> list[Card]:
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml_text.safe_load(text)
     except yaml.YAMLError as exc:
         raise CatalogError(f"{SHIPPED_NAME}: not valid YAML: {exc}. This is a bug in lora-cockpit.") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("cards"), list):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from cockpit import yaml_text
 from cockpit.plan.card import (
     Card,
     CatalogError,
@@ -57,7 +58,7 @@ def read_yaml(path: Path, where: str) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise CatalogError(f"{where}: cannot be read ({exc}). Make it a readable UTF-8 text file.") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml_text.safe_load(text)
     except yaml.YAMLError as exc:
         raise CatalogError(f"{where}: not valid YAML{_yaml_problem(exc)}. Fix the syntax there.") from None
     except ValueError as exc:  # YAML reads 2026-02-30 as a date and fails

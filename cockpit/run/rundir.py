@@ -99,8 +99,10 @@ class RunDir:
         client shows the cost from its first frame, before the trainer's hello is read."""
         import yaml  # only the clients that show a run need it
 
+        from cockpit import yaml_text
+
         try:
-            cost = (yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}).get("cost") or {}
+            cost = (yaml_text.safe_load(self.config_path.read_text(encoding="utf-8")) or {}).get("cost") or {}
             price = cost.get("price_per_hour")
         except (OSError, yaml.YAMLError, AttributeError, UnicodeDecodeError):
             return None
