@@ -337,3 +337,33 @@ def test_a_panel_row_draws_as_rich_renders_it():
         width = rng.randint(5, 60)
         drawn = cells(line_strip(text, width, base, console))
         assert drawn == cells(through_rich(text, width, base, console))
+
+
+async def test_a_new_phase_repaints_the_header_line_without_a_layout(tmp_path, monkeypatch):
+    """The phase line (1fr of the header's one row) and a status label of the same width do not
+    change the header's layout: a new text repaints them, no layout pass of the screen; a status
+    of another width lays the header out again."""
+    session = scripted(tmp_path, gpu_events(events_until_step(3)))
+    watch = ScriptedWatch(fake_samples(4))
+    app = CockpitApp(session, watch=watch, poll_interval_s=0.02, clock=lambda: LAST_TS)
+    async with running(app) as pilot:
+        await shown(pilot, app)
+        view = app.run_view
+        layouts: list[str] = []
+        real_refresh = Widget.refresh
+
+        def refresh(self, *regions, layout=False, **kwargs):
+            if layout:
+                layouts.append(f"{type(self).__name__}#{self.id}")
+            return real_refresh(self, *regions, layout=layout, **kwargs)
+
+        monkeypatch.setattr(Widget, "refresh", refresh)
+        for n in range(3):
+            view._set_text("#phase", f"loading the model: shard {n + 1} of 3")
+            await pilot.pause()
+        status = view._texts["#status"]
+        view._set_text("#status", "x" * len(status))  # as wide as the status it replaces
+        assert layouts == []
+        assert "shard 3 of 3" in screen_text(app)
+        view._set_text("#status", status + "  ")
+        assert layouts == ["Static#status"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import random
 import shutil
 import subprocess
 import sys
@@ -837,3 +838,23 @@ def test_the_learning_rate_subtitle_gives_way_rather_than_being_cut():
     assert lr_range_text(lr, 15) == "lr now 1.25e-03"
     assert lr_range_text(lr, 11) == "lr 1.25e-03"
     assert lr_range_text(lr, 5) == ""
+
+
+def test_a_sparkline_drawn_again_after_new_samples_is_the_one_drawn_afresh():
+    """spark() keeps a series' last drawing per grid and computes again only the columns from
+    where the new intervals start: on random series (gaps, merges past max_points, spans that move
+    and stay), at every sample it equals a drawing of a copy that remembers nothing."""
+    rng = random.Random(3)
+    for how in ("mean", "max"):
+        series, t = Series(max_points=64, how=how), 100.0
+        for n in range(700):
+            t += rng.choice((0.5, 0.5, 0.5, 0.2, 3.0, 15.0))
+            series.add(t - 0.5, t, rng.uniform(0, 100) if rng.random() > 0.05 else None)
+            if not len(series):
+                continue
+            width = rng.choice((40, 40, 40, 17))
+            sliding = rng.random() < 0.3
+            t0, t1 = grid_span(series.first_ts, series.last_ts, width, sliding=sliding)
+            fresh = Series(max_points=64, how=how)
+            fresh._index(series.points)
+            assert spark(series, width, t0, t1, 100.0) == spark(fresh, width, t0, t1, 100.0), n

@@ -31,6 +31,8 @@ class Series:
             raise ValueError(f"how must be 'mean' or 'max', got {how!r}")
         self.max_points = max_points
         self.how = how
+        self.generation = 0  # counts the times the intervals were rebuilt (merged): drawings of before go
+        self.drawn: dict[tuple, tuple[int, int, str]] = {}  # spark(): (generation, intervals, text) by key
         self._index([])
 
     def __len__(self) -> int:
@@ -62,6 +64,7 @@ class Series:
             self._compact()
 
     def _index(self, points: list[tuple[float, float, float]]) -> None:
+        self.generation += 1
         self.starts: list[float] = []
         self.ends: list[float] = []
         self.values: list[float] = []
@@ -101,18 +104,48 @@ def spark(series: Series, width: int, t0: float, t1: float, high: float, low: fl
     A column's intervals are found by bisection on the starts and ends; a mean over many of them
     comes from the running sums, less the parts of the first and last that lie outside the column
     (rounded to 1e-6 so that the sums' float error cannot tip a value across a block's edge).
+
+    A series remembers what it last drew for each (width, span, scale): drawn again on the same
+    grid after new intervals came (a live panel, twice a second), only the columns from the one
+    where the new intervals start are computed again; the others cannot have changed, as a new
+    interval never starts before the newest one's end.
     """
     if width <= 0:
         return ""
     if t1 <= t0 or not len(series):
         return " " * width
+    key = (width, t0, t1, high, low)
+    drawn = series.drawn.get(key)
+    count = len(series.starts)
+    if drawn is not None and drawn[0] == series.generation and drawn[1] <= count:
+        if drawn[1] == count:
+            return drawn[2]
+        # the first column that can hold time after the newest interval drawn (one before, to be
+        # safe at a column's edge): the columns before it are kept
+        first = max(0, min(width, int((series.ends[drawn[1] - 1] - t0) / ((t1 - t0) / width))) - 1)
+        text = drawn[2][:first] + _columns(series, first, width, t0, t1, high, low)
+    else:
+        text = _columns(series, 0, width, t0, t1, high, low)
+    if key not in series.drawn and len(series.drawn) >= DRAWN_KEPT:
+        series.drawn.pop(next(iter(series.drawn)))
+    series.drawn[key] = (series.generation, count, text)
+    return text
+
+
+DRAWN_KEPT = 4  # spans and widths a series remembers its drawing for (a panel and its compact form)
+
+
+def _columns(
+    series: Series, from_column: int, width: int, t0: float, t1: float, high: float, low: float
+) -> str:
+    """Columns `from_column` .. `width` - 1 of spark()."""
     slice_s = (t1 - t0) / width
     starts, ends, values = series.starts, series.ends, series.values
     durations, areas = series.durations, series.areas
     peak = series.how == "max"
     cells = []
-    right = t0
-    for column in range(width):
+    right = t0 + from_column * slice_s if from_column else t0
+    for column in range(from_column, width):
         left, right = right, (t0 + (column + 1) * slice_s if column < width - 1 else t1)
         first = bisect.bisect_right(ends, left)  # the first interval that ends after the column starts
         stop = bisect.bisect_left(starts, right, first)  # past the last that starts before it ends

@@ -137,12 +137,15 @@ class RunView(Screen):
         self._titles: dict[str | None, tuple[str, str | None]] = {}  # border title, subtitle per widget
 
     def compose(self) -> ComposeResult:
-        with Horizontal(id="header"):
-            yield Static(self.session.run.run_id, id="run-id")
-            yield Static("", id="status")
-            yield Static("", id="phase")
-            yield Static(self.session.label or "", id="replay")
-        yield StepProgress(id="progress")
+        # the header and the progress bar in one box: a frame that repaints the panels below them
+        # renders one widget for the two (a child of the screen's box is rendered at every frame)
+        with Vertical(id="top"):
+            with Horizontal(id="header"):
+                yield Static(self.session.run.run_id, id="run-id")
+                yield Static("", id="status")
+                yield Static("", id="phase")
+                yield Static(self.session.label or "", id="replay")
+            yield StepProgress(id="progress")
         with VerticalScroll(id="error"):
             yield Static("", id="error-text")
         with VerticalScroll(id="summary"):
@@ -429,11 +432,25 @@ class RunView(Screen):
             self._status_css = css
             self.query("#status").set_classes(css)
 
+    # Statics whose size does not follow their text: the phase line takes the header's width left
+    # over (1fr) at one row; a new phase (several a second while a model loads) repaints it only
+    FIXED_SIZE_TEXTS = frozenset({"#phase"})
+    # one-row labels as wide as their text: one of the same length keeps the header's layout
+    ONE_ROW_LABELS = frozenset({"#status", "#replay"})
+
     def _set_text(self, selector: str, content: str | Text) -> None:
-        """Update a Static only when its content changed: each update costs a layout pass."""
-        if self._texts.get(selector) != content:
+        """Update a Static only when its content changed; a layout pass (~5-10 ms of CPU) only when
+        its size may have changed with it."""
+        before = self._texts.get(selector)
+        if before != content:
             self._texts[selector] = content
-            self.query_one(selector, Static).update(content)
+            same_size = selector in self.FIXED_SIZE_TEXTS or (
+                selector in self.ONE_ROW_LABELS
+                and isinstance(before, str)
+                and isinstance(content, str)
+                and len(before) == len(content)
+            )
+            self.query_one(selector, Static).update(content, layout=not same_size)
 
     def _set_title(self, widget: Widget, title: str, subtitle: str | None = None) -> None:
         """Border titles repaint their widget when set, even to the same text: set them on change."""
