@@ -28,7 +28,8 @@ class LogTail(StyledWidget):
         if lines != self._lines:
             relayout = len(lines) != len(self._lines)  # its height is its line count
             self._lines = lines
-            self.refresh(layout=relayout)
+            if self.display:  # hidden (the events in its place), it is laid out when shown
+                self.refresh(layout=relayout)
 
     def get_content_height(self, container, viewport, width: int) -> int:
         return max(1, len(self._lines))
