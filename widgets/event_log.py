@@ -23,6 +23,23 @@ class EventLog(RichLog):
     def __init__(self, *, max_lines: int, id: str | None = None):
         super().__init__(id=id, max_lines=max_lines, min_width=20, wrap=True, markup=False, highlight=False)
 
+    def write(
+        self,
+        content,
+        width: int | None = None,
+        expand: bool = False,
+        shrink: bool = True,
+        scroll_end: bool | None = None,
+        animate: bool = False,
+    ):
+        """RichLog.write, the log scrolled to its end at once rather than after the next frame (a
+        second frame, the panel drawn twice, for every line), its scrollbar being up to date."""
+        follow = self.auto_scroll if scroll_end is None else scroll_end
+        super().write(content, width, expand, shrink, scroll_end=False, animate=animate)
+        if follow and self.lines:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        return self
+
     def watch_virtual_size(self, size: Size) -> None:
         if self.is_mounted and self.container_size:
             self._scroll_update(size)  # the scrollbar shown or hidden (a layout then), its thumb moved
