@@ -20,7 +20,10 @@ textual's sources again: ~1 s of CPU). `--profile` adds a fifth run, attached, n
 figures above, with py-spy (if installed) sampling the TUI from outside: where its CPU goes
 before the first screen and after (bench/pyspy_profile.py).
 
-  python bench/attach_overhead.py --out DIR [--steps 26] [--profile] [--smoke]
+  python bench/attach_overhead.py --out DIR [--steps 26] [--profile] [--smoke] [--order KINDS]
+
+`--order attached,attached --steps 70` gives the TUI's share over runs of ~2.5 minutes (its
+start-up's CPU weighs on a whole run in proportion to its shortness) within one device call.
 
 `--smoke` runs the shipped tiny model on the CPU, once each way (the tests run it). Writes
 DIR/attach_overhead.json; exits 1 when a run did not finish.
@@ -177,10 +180,19 @@ def main() -> int:
         "--profile", action="store_true", help="one more attached run with py-spy on the TUI (not counted)"
     )
     ap.add_argument("--timeout-s", type=float, default=600, help="per run")
+    ap.add_argument(
+        "--order",
+        help="the runs, e.g. attached,attached: a longer run's TUI share within one device call "
+        "(no ratio without a detached run); default detached,attached,attached,detached",
+    )
     a = ap.parse_args()
     shape = SMOKE if a.smoke else FULL
     steps = a.steps or (24 if a.smoke else 26)
     order = ["detached", "attached"] if a.smoke else ["detached", "attached", "attached", "detached"]
+    if a.order:
+        order = [kind.strip() for kind in a.order.split(",") if kind.strip()]
+        if not order or any(kind not in ("detached", "attached") for kind in order):
+            ap.error(f"--order {a.order!r}: expected runs from detached and attached, e.g. attached,attached")
     if a.profile and py_spy() is None:
         print("--profile: py-spy is not installed; no profiled run", file=sys.stderr)
     elif a.profile:
@@ -194,10 +206,12 @@ def main() -> int:
     t0 = time.monotonic()
     prebuild(shape, env)  # untimed, like a download
     bytecode = compile_bytecode(env)
-    runs = [
-        one_run(kind, config, env, shape, a.timeout_s, a.out if kind == "profiled" else None)
-        for kind in order
-    ]
+    runs: list[dict] = []
+    for kind in order:  # each run's figures written as it ends: a call cut short keeps the runs done
+        runs.append(one_run(kind, config, env, shape, a.timeout_s, a.out if kind == "profiled" else None))
+        if len(runs) < len(order):
+            partial = {"bench": "attach_overhead", "partial": True, "order": order, "runs": runs}
+            write_json(a.out, "attach_overhead.json", partial)
     detached = mean([r["tokens_per_s"] for r in runs if r["kind"] == "detached" and "tokens_per_s" in r])
     attached = mean([r["tokens_per_s"] for r in runs if r["kind"] == "attached" and "tokens_per_s" in r])
     ratio = round(attached / detached, 4) if attached and detached else None
