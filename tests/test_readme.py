@@ -160,6 +160,24 @@ def test_the_attached_views_cpu_on_the_gpu_box_is_the_benchs():
     assert f"tokens/s attached/detached {data['ratio_attached_over_detached']:.3f}" in FLAT
     start = [r["tui_start_cpu_s"] for r in attached]
     assert f"({min(start):.1f}-{max(start):.1f} s of CPU before its first screen" in FLAT
+    third = _json(RESULTS / "2026-12-03-attach-overhead-3-h200.json")
+    attached3 = [r for r in third["runs"] if r["kind"] == "attached"]
+    whole = " and ".join(f"{r['tui_core_share']:.1%}" for r in attached3)
+    drawn = " and ".join(f"{r['tui_core_share_drawn']:.1%}" for r in attached3)
+    assert f"{whole} over the whole run, {drawn} from the first screen" in FLAT
+    assert f"attached/detached {third['ratio_attached_over_detached']:.3f}" in FLAT
+    ratios = [
+        _json(RESULTS / name)["ratio_attached_over_detached"]
+        for name in (
+            "2026-12-02-attach-overhead-h200.json",
+            "2026-12-02-attach-overhead-2-h200.json",
+            "2026-12-03-attach-overhead-h200.json",
+            "2026-12-03-attach-overhead-2-h200.json",
+            "2026-12-03-attach-overhead-3-h200.json",
+        )
+    ]
+    listed = ", ".join(f"{r:.3f}" for r in ratios[:-1]) + f" and {ratios[-1]:.3f}"
+    assert f"the ratio was {listed}" in FLAT
     longer = _json(RESULTS / "2026-12-03-attach-overhead-long-h200.json")
     runs = longer["runs"]
     assert longer["steps"] == 70 and [r["kind"] for r in runs] == ["attached", "attached"]
