@@ -150,20 +150,25 @@ def test_the_unsloth_figures_are_the_benchs():
     )
 
 
+def _tui_shares(runs: list[dict]) -> tuple[str, str]:
+    """The attached runs' TUI shares as the README writes them: over the whole run, from the first screen."""
+    attached = [r for r in runs if r["kind"] == "attached"]
+    return tuple(
+        " and ".join(f"{r[key]:.1%}" for r in attached) for key in ("tui_core_share", "tui_core_share_drawn")
+    )
+
+
 def test_the_attached_views_cpu_on_the_gpu_box_is_the_benchs():
     data = _json(RESULTS / "2026-12-03-attach-overhead-2-h200.json")
     attached = [r for r in data["runs"] if r["kind"] == "attached"]
-    whole = " and ".join(f"{r['tui_core_share']:.1%}" for r in attached)
-    drawn = " and ".join(f"{r['tui_core_share_drawn']:.1%}" for r in attached)
+    whole, drawn = _tui_shares(data["runs"])
     assert f"TUI took {whole} of a core over the whole run" in FLAT
     assert f"{drawn} from its first screen on" in FLAT
     assert f"tokens/s attached/detached {data['ratio_attached_over_detached']:.3f}" in FLAT
     start = [r["tui_start_cpu_s"] for r in attached]
     assert f"({min(start):.1f}-{max(start):.1f} s of CPU before its first screen" in FLAT
     third = _json(RESULTS / "2026-12-03-attach-overhead-3-h200.json")
-    attached3 = [r for r in third["runs"] if r["kind"] == "attached"]
-    whole = " and ".join(f"{r['tui_core_share']:.1%}" for r in attached3)
-    drawn = " and ".join(f"{r['tui_core_share_drawn']:.1%}" for r in attached3)
+    whole, drawn = _tui_shares(third["runs"])
     assert f"{whole} over the whole run, {drawn} from the first screen" in FLAT
     assert f"attached/detached {third['ratio_attached_over_detached']:.3f}" in FLAT
     ratios = [
@@ -182,8 +187,7 @@ def test_the_attached_views_cpu_on_the_gpu_box_is_the_benchs():
     runs = longer["runs"]
     assert longer["steps"] == 70 and [r["kind"] for r in runs] == ["attached", "attached"]
     assert all(r["status"] == "finished" for r in runs)
-    whole = " and ".join(f"{r['tui_core_share']:.1%}" for r in runs)
-    drawn = " and ".join(f"{r['tui_core_share_drawn']:.1%}" for r in runs)
+    whole, drawn = _tui_shares(runs)
     assert f"Over two runs of 70 steps (~{sum(r['wall_s'] for r in runs) / 2:.0f} s" in FLAT
     assert f"{whole} over the whole run, {drawn} from the first screen" in FLAT
     assert max(r["tui_core_share"] for r in runs) <= 0.03 < min(r["tui_core_share"] for r in attached)

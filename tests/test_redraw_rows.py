@@ -71,6 +71,20 @@ def record_refreshes(widget, calls: list) -> None:
     widget.refresh = refresh
 
 
+def record_layouts(monkeypatch) -> list[str]:
+    """The widgets that ask for a layout pass from now on (`Widget#id`, in order)."""
+    layouts: list[str] = []
+    real_refresh = Widget.refresh
+
+    def refresh(self, *regions, layout=False, **kwargs):
+        if layout:
+            layouts.append(f"{type(self).__name__}#{self.id}")
+        return real_refresh(self, *regions, layout=layout, **kwargs)
+
+    monkeypatch.setattr(Widget, "refresh", refresh)
+    return layouts
+
+
 async def test_a_host_reading_repaints_only_its_changed_row_and_the_same_one_nothing():
     app = Panels()
     async with app.run_test(size=(100, 24)) as pilot:
@@ -204,15 +218,7 @@ async def test_a_new_event_line_lays_out_nothing_and_the_log_stays_at_its_end(tm
             view.show([f"0:00:{n:02d} filler {n}"])
         await pilot.pause(0.2)
         assert log.show_vertical_scrollbar and log.scroll_y == log.max_scroll_y
-        layouts: list[str] = []
-        real_refresh = Widget.refresh
-
-        def refresh(self, *regions, layout=False, **kwargs):
-            if layout:
-                layouts.append(f"{type(self).__name__}#{self.id}")
-            return real_refresh(self, *regions, layout=layout, **kwargs)
-
-        monkeypatch.setattr(Widget, "refresh", refresh)
+        layouts = record_layouts(monkeypatch)
         for n in range(3):
             view.show([f"0:01:0{n} newest {n}"])
             assert log.scroll_y == log.max_scroll_y  # at once: not a frame later, the log drawn twice
@@ -350,15 +356,7 @@ async def test_a_new_phase_repaints_the_header_line_without_a_layout(tmp_path, m
     async with running(app) as pilot:
         await shown(pilot, app)
         view = app.run_view
-        layouts: list[str] = []
-        real_refresh = Widget.refresh
-
-        def refresh(self, *regions, layout=False, **kwargs):
-            if layout:
-                layouts.append(f"{type(self).__name__}#{self.id}")
-            return real_refresh(self, *regions, layout=layout, **kwargs)
-
-        monkeypatch.setattr(Widget, "refresh", refresh)
+        layouts = record_layouts(monkeypatch)
         for n in range(3):
             view._set_text("#phase", f"loading the model: shard {n + 1} of 3")
             await pilot.pause()
