@@ -71,6 +71,13 @@ def record_refreshes(widget, calls: list) -> None:
     widget.refresh = refresh
 
 
+def gpu_run_app(tmp_path, steps: int) -> CockpitApp:
+    """The run view of a scripted GPU run at `steps`, its clock stopped at the run's last event."""
+    session = scripted(tmp_path, gpu_events(events_until_step(steps)))
+    watch = ScriptedWatch(fake_samples(4))
+    return CockpitApp(session, watch=watch, poll_interval_s=0.02, clock=lambda: LAST_TS)
+
+
 def record_layouts(monkeypatch) -> list[str]:
     """The widgets that ask for a layout pass from now on (`Widget#id`, in order)."""
     layouts: list[str] = []
@@ -207,9 +214,7 @@ async def test_a_new_event_line_lays_out_nothing_and_the_log_stays_at_its_end(tm
     the layout around it, so no layout pass of the screen (a RichLog asks for one at every line,
     ~10 ms of CPU at 100x30), but its scrollbar follows (shown once the lines overflow, its thumb
     at the end) and the newest line stays in view."""
-    session = scripted(tmp_path, gpu_events(events_until_step(30)))
-    watch = ScriptedWatch(fake_samples(4))
-    app = CockpitApp(session, watch=watch, poll_interval_s=0.02, clock=lambda: LAST_TS)
+    app = gpu_run_app(tmp_path, steps=30)
     async with running(app) as pilot:
         await shown(pilot, app)
         view = app.run_view
@@ -350,9 +355,7 @@ async def test_a_new_phase_repaints_the_header_line_without_a_layout(tmp_path, m
     """The phase line (1fr of the header's one row) and a status label of the same width do not
     change the header's layout: a new text repaints them, no layout pass of the screen; a status
     of another width lays the header out again."""
-    session = scripted(tmp_path, gpu_events(events_until_step(3)))
-    watch = ScriptedWatch(fake_samples(4))
-    app = CockpitApp(session, watch=watch, poll_interval_s=0.02, clock=lambda: LAST_TS)
+    app = gpu_run_app(tmp_path, steps=3)
     async with running(app) as pilot:
         await shown(pilot, app)
         view = app.run_view

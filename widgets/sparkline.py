@@ -144,7 +144,7 @@ def _columns(
     durations, areas = series.durations, series.areas
     peak = series.how == "max"
     cells = []
-    right = t0 + from_column * slice_s if from_column else t0
+    right = t0 + from_column * slice_s
     for column in range(from_column, width):
         left, right = right, (t0 + (column + 1) * slice_s if column < width - 1 else t1)
         first = bisect.bisect_right(ends, left)  # the first interval that ends after the column starts

@@ -160,6 +160,3 @@ def _tokens(text: str) -> int:
     if not 1 <= value <= 32768:
         raise argparse.ArgumentTypeError(f"{text!r}: give a number of tokens from 1 to 32768, e.g. 256")
     return value
-
-
-COMMANDS = {"samples": cmd_samples, "chat": cmd_chat}

@@ -64,7 +64,7 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] | None = No
     return config_from_dict(raw)
 
 
-class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+class _UniqueKeyLoader(yaml_text.SafeLoader):
     """safe_load that refuses a key given twice in one section (YAML alone keeps the last, silently).
     Parsed by libyaml where PyYAML has it: `cockpit train` reads the config five times before the
     TUI's first screen, ~4 ms of CPU each in pure Python, ~1.5 ms with libyaml."""
