@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 from support.pilot import (
     EVENTS,
@@ -30,12 +31,14 @@ from textual.app import App, ComposeResult
 from textual.dom import DOMNode
 from textual.geometry import Region
 from textual.widget import Widget
+from textual.widgets._footer import FooterKey
 
 from cockpit.fmt import GIB
 from cockpit.telemetry.gpu import GpuSample
 from cockpit.telemetry.sampler import HostSample, Sample
 from screens.run.app import CockpitApp
 from screens.run.telemetry_feed import SeriesBook
+from widgets.footer import Footer
 from widgets.gpu_panel import GpuPanel, GpuView
 from widgets.host_panel import HostPanel
 from widgets.loss_plot import DOT_BITS, LossPlot, braille_cells
@@ -261,6 +264,70 @@ async def test_a_status_that_offers_the_same_keys_leaves_the_footer_as_it_is(tmp
         session.feed([event("paused", ts, step=3)])
         await wait_for(pilot, lambda: "p Resume" in screen_text(app))
         assert rebuilt == ["paused"]
+
+
+class KeysApp(App):
+    """Three focusable panels and a key that is enabled only while the second has the focus."""
+
+    BINDINGS: ClassVar = [("a", "alpha", "Alpha"), ("b", "beta", "Beta")]
+    ENABLE_COMMAND_PALETTE = False
+
+    def compose(self) -> ComposeResult:
+        yield Focusable(id="one")
+        yield Focusable(id="two")
+        yield Focusable(id="three")
+        yield Footer()
+
+    def action_alpha(self) -> None: ...
+
+    def action_beta(self) -> None: ...
+
+
+class Focusable(Widget, can_focus=True):
+    BINDINGS: ClassVar = [("c", "gamma", "Gamma")]
+
+    def check_action(self, action: str, parameters) -> bool | None:
+        return self.id == "two" or None  # elsewhere: shown, disabled
+
+    def action_gamma(self) -> None: ...
+
+
+async def test_the_footer_styles_each_key_once_and_rebuilds_only_when_its_keys_change(monkeypatch):
+    """Textual's footer rebuilt every key (a widget, styled) at each bindings change, focus moving
+    included, and restyled each key twice more after mounting it (compact by default, then bound
+    to the footer's `compact`): a fifth of the run screen's start-up CPU."""
+    restyled: list[str] = []
+    real = App.update_styles
+
+    def update_styles(self, node, animate=True):
+        restyled.append(type(node).__name__)
+        return real(self, node, animate)
+
+    monkeypatch.setattr(App, "update_styles", update_styles)
+    app = KeysApp()
+    async with app.run_test(size=(80, 10)) as pilot:
+        await pilot.pause()
+        footer = app.query_one(Footer)
+        keys = list(footer.query(FooterKey))
+        assert [key.key for key in keys] == ["c", "a", "b"] and not footer.compact
+        assert not any(key.has_class("-compact") for key in keys)
+        assert "FooterKey" not in restyled
+        assert keys[0].has_class("-disabled")  # the first panel has the focus
+
+        app.query_one("#three").focus()  # the bindings change, the keys on offer do not
+        await pilot.pause()
+        await pilot.pause()
+        assert list(footer.query(FooterKey)) == keys  # the same widgets: not rebuilt
+
+        app.query_one("#two").focus()  # Gamma is enabled there: a new key
+        await pilot.pause()
+        await pilot.pause()
+        rebuilt = list(footer.query(FooterKey))
+        assert rebuilt[0] is not keys[0] and not rebuilt[0].has_class("-disabled")
+
+        footer.compact = True  # still bound: the keys follow their footer
+        await pilot.pause()
+        assert all(key.has_class("-compact") for key in footer.query(FooterKey))
 
 
 def reference_cells(points, columns, rows, steps=None, values=None):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from importlib import resources
 from pathlib import Path
 
 from cockpit import paths
@@ -32,6 +31,8 @@ REAL_DEMO_MODEL = "smollm2-135m"
 
 
 def demo_config_path(real: bool = False) -> str:
+    from importlib import resources  # ~20 ms of imports every other command does without
+
     return str(resources.files("cockpit") / "data" / "demo" / (REAL_DEMO_CONFIG if real else DEMO_CONFIG))
 
 

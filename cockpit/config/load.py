@@ -12,7 +12,7 @@ import re
 import reprlib
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, Union, get_args, get_origin
 
 import yaml
 
@@ -26,6 +26,7 @@ from cockpit.config.schema import (
     TrainConfig,
     all_keys,
     is_section,
+    type_hints,
 )
 from cockpit.config.secrets import secret_in_values
 from cockpit.models import shipped as shapes
@@ -193,7 +194,7 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
     where = prefix.rstrip(".") or "the config"
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a section (key: value lines), got {_show(raw)}")
-    hints = get_type_hints(cls)
+    hints = type_hints(cls)
     known = {f.name: f for f in fields(cls)}
     for key in raw:
         if key not in known:

@@ -7,6 +7,7 @@ reference all come from one place.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, get_type_hints
@@ -402,6 +403,13 @@ class TrainConfig:
 SECTIONS = {f.name: f for f in fields(TrainConfig)}
 
 
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """A config class's field types, evaluated once: `get_type_hints` compiles every annotation at
+    each call, most of the time a config takes to load. Read it, do not change it."""
+    return get_type_hints(cls)
+
+
 def is_section(cls: Any) -> bool:
     return isinstance(cls, type) and hasattr(cls, "__dataclass_fields__")
 
@@ -409,7 +417,7 @@ def is_section(cls: Any) -> bool:
 def all_keys() -> list[str]:
     keys = []
     for f in fields(TrainConfig):
-        hint = get_type_hints(TrainConfig)[f.name]
+        hint = type_hints(TrainConfig)[f.name]
         if is_section(hint):
             keys.extend(f"{f.name}.{g.name}" for g in fields(hint))
         else:
@@ -444,7 +452,7 @@ def template() -> str:
         "",
     ]
     defaults = TrainConfig()
-    hints = get_type_hints(TrainConfig)
+    hints = type_hints(TrainConfig)
     for f in fields(TrainConfig):
         hint = hints[f.name]
         if not is_section(hint):
@@ -477,7 +485,7 @@ def reference_rows() -> list[tuple[str, str, str]]:
     """(key, default, doc) for every key: the README's config reference."""
     rows = []
     defaults = TrainConfig()
-    hints = get_type_hints(TrainConfig)
+    hints = type_hints(TrainConfig)
     for f in fields(TrainConfig):
         hint = hints[f.name]
         if is_section(hint):

@@ -15,10 +15,11 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from cockpit.finish.chat_client import ChatError, Done, Token, ready_line
 from screens.hangup import leave_when_terminal_goes
+from widgets.footer import Footer
 
 
 class ChatApp(App[int]):

@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 from textual.worker import Worker, WorkerState
 
 from cockpit.config import schema as config_mod
@@ -34,6 +34,7 @@ from screens.oom.figures import (
     rows_table,
     what_happened,
 )
+from widgets.footer import Footer
 
 COMPACT_BELOW_ROWS = 30  # shorter terminals show the memory breakdown on `m` only, for the table
 

@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Checkbox, DataTable, Footer, Input, Label, Static
+from textual.widgets import Checkbox, DataTable, Input, Label, Static
 from textual.worker import Worker, WorkerState
 
 from cockpit import fmt
@@ -45,6 +45,7 @@ from screens.picker.inputs import (
 )
 from screens.picker.save import SaveConfig
 from widgets.card_table import CardTableView
+from widgets.footer import Footer
 from widgets.memory_breakdown import BreakdownBox, MemoryBreakdown
 
 # the form: rows of (field id, label, width); None width: takes the rest of the row

@@ -11,7 +11,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
+
+from widgets.footer import Footer
 
 
 class SaveConfig(ModalScreen[str | None]):

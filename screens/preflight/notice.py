@@ -14,10 +14,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from cockpit.preflight.checks.base import CheckResult
 from widgets.check_list import GLYPHS, STATUS_STYLES
+from widgets.footer import Footer
 
 HINT = "The run goes on. `cockpit preflight` runs every check; --skip-preflight skips these."
 

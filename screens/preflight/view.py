@@ -13,11 +13,12 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, OptionList, Static
+from textual.widgets import OptionList, Static
 
 from cockpit.preflight.checks.base import STATUSES, CheckResult, exit_code
 from widgets.check_details import CheckDetails
 from widgets.check_list import GLYPHS, STATUS_STYLES, CheckList, Row
+from widgets.footer import Footer
 
 
 def summary_content(

@@ -22,12 +22,13 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from cockpit import fmt
 from cockpit.finish import export as exporter
 from cockpit.finish.check import describe_event
 from cockpit.run.rundir import RunDir
+from widgets.footer import Footer
 
 DTYPES = ("bf16", "fp16")
 GGUF_TYPES = (None, "f16", "q8_0")

@@ -11,9 +11,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from cockpit.finish.samples import Answer, SampleBook
+from widgets.footer import Footer
 
 
 def answer_text(answer: Answer | None, missing: str) -> Text:

@@ -22,7 +22,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
 from cockpit import fmt
@@ -47,6 +47,7 @@ from screens.run.samples import SamplesView
 from screens.run.telemetry_feed import SeriesBook
 from widgets.doctor_panel import DoctorPanel, finding_log_line
 from widgets.event_log import EventLog
+from widgets.footer import Footer
 from widgets.gpu_panel import GpuPanel, GpuView, gpu_title, torch_text
 from widgets.host_panel import HostPanel
 from widgets.log_tail import LogTail
