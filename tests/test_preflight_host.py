@@ -84,3 +84,18 @@ def test_swap_warns_only_when_ram_is_tight():
     assert h.check_swap(_facts(32, swap_gib=16), vram_bytes=24 * GIB).status == "pass"
     roomy = h.check_swap(_facts(128), vram_bytes=24 * GIB, model_bytes=13 * GIB)
     assert roomy.status == "pass" and roomy.evidence["ram_tight"] is False
+
+
+def test_swap_judges_a_big_card_by_the_ram_check_s_floor_not_4x_its_memory():
+    """A healthy H200 box (126 GiB RAM, no swap) was told its RAM is tight by the 4x rule that
+    host.ram_vram keeps as advice past 48 GB cards (2026-12-03, bench/results/
+    2026-12-03-preflight-offline-model-h200.json)."""
+    h200 = h.check_swap(_facts(126), vram_bytes=140 * GIB)
+    assert h200.status == "pass" and h200.evidence["ram_tight"] is False
+    assert h.check_ram_vs_vram(140 * GIB, _facts(126)).status == "pass"
+    small = h.check_swap(_facts(h.BIG_CARD_RAM_BYTES // GIB - 8), vram_bytes=140 * GIB)
+    assert (
+        small.status == "warn"
+        and h.check_ram_vs_vram(140 * GIB, _facts(h.BIG_CARD_RAM_BYTES // GIB - 8)).status == "warn"
+    )
+    assert h.check_swap(_facts(126), vram_bytes=140 * GIB, model_bytes=70 * GIB).status == "warn"

@@ -167,27 +167,40 @@ def cmd_preflight(args) -> int:
     from cockpit.preflight.runner import report
 
     model_bytes = None
+    unsized = None
     if args.model:
         from cockpit.models import shape as modelshape
+        from cockpit.preflight.checks.base import UnsizedModel
 
         try:
             model_bytes = (
                 modelshape.load_shape(args.model).params * 2
             )  # the 16-bit weights to download and load
-        except modelshape.ShapeError as exc:
+        except modelshape.HubUnavailable as exc:
+            # the hub is what the preflight checks: run it all, with the model's checks saying why
+            print(
+                f"--model: {exc} Running every check without its size: RAM and disk for it are not judged.",
+                file=sys.stderr,
+            )
+            fix = f"{modelshape.OFFLINE_FIX} Then run the preflight again to judge RAM and disk for it."
+            unsized = UnsizedModel(args.model, exc.cause, fix)
+        except modelshape.ShapeError as exc:  # a malformed id, a missing path, a 404: the flag is wrong
             print(f"--model: {exc}", file=sys.stderr)
             return EXIT_USAGE
     if not (args.json or args.no_ui) and sys.stdout.isatty():
         from cockpit.preflight.full import full_preflight
         from screens.preflight.app import PreflightApp  # the TUI, only on this branch
 
-        app = PreflightApp(full_preflight(args.quick, model_bytes, args.multi), quick=args.quick)
+        session = full_preflight(args.quick, model_bytes, args.multi, unsized_model=unsized)
+        app = PreflightApp(session, quick=args.quick)
         code = app.run()
         if app.last_export is not None:
             print(f"report written to {app.last_export}")
         return 2 if code is None else code  # None: the app died; no verdict is a failure
     say = (lambda r: None) if args.json else (lambda r: print(result_line(r), flush=True))
-    results, meta = run_preflight(args.quick, on_result=say, model_bytes=model_bytes, multi=args.multi)
+    results, meta = run_preflight(
+        args.quick, on_result=say, model_bytes=model_bytes, multi=args.multi, unsized_model=unsized
+    )
     code = exit_code(results)
     if args.json:
         print(json.dumps(report(results, meta), indent=1))

@@ -20,11 +20,26 @@ GATED_DECODERS = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemm
 ATTENTION_BIAS = {"qwen2"}  # q, k and v carry a bias
 QK_NORM = {"qwen3", "olmo2", "gemma3_text"}
 HUB_TIMEOUT_S = 10.0
+OFFLINE_FIX = (
+    "Set HF_ENDPOINT to a mirror, give a local folder with config.json, or use a shipped shape "
+    "(synthetic:<arch>)."
+)
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 
 
 class ShapeError(ValueError):
     """The shape cannot be read or is not one this model knows; the message says what to do."""
+
+
+class HubUnavailable(ShapeError):
+    """A hub id whose config.json could not be fetched because the hub did not answer (no network,
+    DNS, a timeout, a server error, HF_HUB_OFFLINE): the id may well be right, only its shape is
+    unknown here. A hub that answers 401/403/404 is no such case: that is a wrong or gated id."""
+
+    def __init__(self, message: str, repo: str, cause: str) -> None:
+        super().__init__(message)
+        self.repo = repo
+        self.cause = cause  # "could not fetch config.json from https://huggingface.co (...)"
 
 
 @dataclass(frozen=True)
@@ -199,17 +214,14 @@ def fetch_hub_config(repo: str, revision: str = "main", timeout_s: float = HUB_T
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             body = response.read(1 << 20)
     except urllib.error.HTTPError as exc:
+        answered = f"the hub at {hub_endpoint()} answered {exc.code} for config.json"
+        if exc.code >= 500:  # the hub is down, not the id wrong
+            raise HubUnavailable(f"{repo}: {answered}. {OFFLINE_FIX}", repo, answered) from None
         hint = " (gated or private: set HF_TOKEN)" if exc.code in (401, 403) else ""
-        raise ShapeError(
-            f"{repo}: the hub at {hub_endpoint()} answered {exc.code} for config.json{hint}"
-        ) from None
+        raise ShapeError(f"{repo}: {answered}{hint}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ShapeError(
-            f"{repo}: could not fetch config.json from {hub_endpoint()} ({reason}). Offline? Set "
-            "HF_ENDPOINT to a mirror, give a local folder with config.json, or use a shipped shape "
-            "(synthetic:<arch>)."
-        ) from None
+        cause = f"could not fetch config.json from {hub_endpoint()} ({getattr(exc, 'reason', exc)})"
+        raise HubUnavailable(f"{repo}: {cause}. Offline? {OFFLINE_FIX}", repo, cause) from None
     try:
         config = json.loads(body)
     except ValueError:

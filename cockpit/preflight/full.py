@@ -14,7 +14,7 @@ from collections.abc import Callable
 from cockpit import __version__
 from cockpit.preflight import runner as preflight
 from cockpit.preflight.checks import gpu as checks_gpu
-from cockpit.preflight.checks.base import CheckResult
+from cockpit.preflight.checks.base import CheckResult, UnsizedModel
 from cockpit.preflight.probe_client import run_probe
 from cockpit.telemetry import nvml_state
 from cockpit.telemetry.nvml import PynvmlSource
@@ -27,10 +27,11 @@ def full_preflight(
     model_bytes: int | None = None,
     multi: bool = False,
     nvml_source: Callable[[], object] = PynvmlSource,
+    unsized_model: UnsizedModel | None = None,
 ) -> preflight.Preflight:
     """The whole preflight as a `Preflight`: each plan reads NVML afresh, then the GPU side (one
     check answering every GPU, performance and software result from the probe) runs beside the
-    host, disk and network checks."""
+    host, disk and network checks. `unsized_model`: a model named whose size could not be read."""
     found: dict = {"driver": None, "packages": {}}
 
     def build() -> list[preflight.Check]:
@@ -62,6 +63,7 @@ def full_preflight(
             vram_bytes=max(vram) if vram else None,
             model_bytes=model_bytes,
             gpu_count=max(1, len(state.gpus)),
+            unsized_model=unsized_model,
         )
         return [gpu, *rest]
 
@@ -83,9 +85,10 @@ def run_preflight(
     on_result: Callable[[CheckResult], None] | None = None,
     model_bytes: int | None = None,
     multi: bool = False,
+    unsized_model: UnsizedModel | None = None,
 ) -> tuple[list[CheckResult], dict]:
     started = time.time()
-    session = full_preflight(quick, model_bytes, multi)
+    session = full_preflight(quick, model_bytes, multi, unsized_model=unsized_model)
     results = session.run(on_result=on_result)
     return results, {**session.meta(), "duration_s": round(time.time() - started, 2)}
 
@@ -95,6 +98,6 @@ def result_line(result: CheckResult) -> str:
     text = f"[{mark}] {result.title}: {result.value}".rstrip(": ")
     if result.threshold:
         text += f"  (expected {result.threshold})"
-    if result.fix and result.status in ("warn", "fail"):
+    if result.fix and result.status != "pass":  # a skip may say how to have it judged
         text += f"\n       fix: {result.fix}"
     return text

@@ -28,7 +28,7 @@ from cockpit.preflight.checks import disk as checks_disk
 from cockpit.preflight.checks import disk_speed as checks_disk_speed
 from cockpit.preflight.checks import host as checks_host
 from cockpit.preflight.checks import network as checks_network
-from cockpit.preflight.checks.base import STATUSES, CheckResult, exit_code
+from cockpit.preflight.checks.base import STATUSES, CheckResult, UnsizedModel, exit_code
 
 
 @dataclass(frozen=True)
@@ -275,11 +275,14 @@ def plan(
     download_time_s: float = 10.0,
     hub_timeout_s: float = checks_network.HUB_TIMEOUT_S,
     model_in_cache: bool = True,
+    unsized_model: UnsizedModel | None = None,
 ) -> list[Check]:
     """Host, disk and network checks; quick leaves out the disk speed probe and the download.
 
     `hub_timeout_s` bounds each step of the hub check (DNS, connect, the HTTP answer);
-    `model_in_cache` False: the model is a local folder, the cache needs no room for it.
+    `model_in_cache` False: the model is a local folder, the cache needs no room for it;
+    `unsized_model`: a model was named but not sized (its hub is offline): the checks it would
+    size say so.
     """
     if paths is None:
         paths = default_paths()
@@ -291,7 +294,12 @@ def plan(
         Check(
             "host.ram_vram", lambda: checks_host.check_ram_vs_vram(vram_bytes, facts()), "host", "RAM vs VRAM"
         ),
-        Check("host.ram_model", lambda: checks_host.check_ram_for_model(model_bytes, facts()), "host", "RAM"),
+        Check(
+            "host.ram_model",
+            lambda: checks_host.check_ram_for_model(model_bytes, facts(), unsized_model),
+            "host",
+            "RAM",
+        ),
         Check("host.swap", lambda: checks_host.check_swap(facts(), vram_bytes, model_bytes), "host", "Swap"),
     ]
     probed_devices: set[int] = set()
@@ -309,6 +317,7 @@ def plan(
                     label,
                     model_bytes if is_cache and model_in_cache else None,
                     None if is_cache else checkpoint_bytes,
+                    unsized=unsized_model if is_cache and model_in_cache else None,
                 ),
                 "disk",
             )

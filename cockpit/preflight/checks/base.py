@@ -32,6 +32,20 @@ class CheckResult:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class UnsizedModel:
+    """The planned model, named but not sized (its hub did not answer for config.json): the checks
+    it would size say that they could not, why, and what to do."""
+
+    name: str  # as given: "meta-llama/Llama-2-7b-hf"
+    cause: str  # "could not fetch config.json from https://huggingface.co (...)"
+    fix: str  # what to do to size it
+
+    @property
+    def words(self) -> str:
+        return f"{self.name}'s size unknown: {self.cause}"
+
+
 def exit_code(results: list[CheckResult]) -> int:
     """0 all pass (or skipped), 1 warnings, 2 failures."""
     return max((EXIT_CODES[r.status] for r in results), default=0)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cockpit.fmt import gib
-from cockpit.preflight.checks.base import CheckResult
+from cockpit.preflight.checks.base import CheckResult, UnsizedModel
 
 NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "lustre", "glusterfs", "beegfs", "gpfs")
 OVERLAY_FS = ("overlay", "aufs")
@@ -171,7 +171,10 @@ def check_free_space(
     model_bytes: int | None = None,
     checkpoint_bytes: int | None = None,
     disk_usage: Callable[[str], tuple] = shutil.disk_usage,
+    unsized: UnsizedModel | None = None,
 ) -> CheckResult:
+    """`unsized`: the model this directory would hold has no known size; the floor is judged, and
+    the threshold says the model's room is not."""
     started = time.monotonic()
     here = existing_dir(path)
     usage = disk_usage(str(here))
@@ -182,7 +185,10 @@ def check_free_space(
         threshold = f">= {gib(need, 1)} (model + checkpoints), 50% spare to pass"
     else:
         status = "warn" if free < 10 * 2**30 else "pass"
-        threshold = ">= 10 GiB (no planned size given)"
+        threshold = ">= 10 GiB" + ("" if unsized else " (no planned size given)")
+    unjudged = unsized is not None and not model_bytes
+    if unjudged:
+        threshold += f"; room for {unsized.name} not judged: its size is unknown"
     return CheckResult(
         id=f"disk.free.{label}",
         group="disk",
@@ -201,6 +207,7 @@ def check_free_space(
             "total_bytes": usage[0],
             "model_bytes": model_bytes,
             "checkpoint_bytes": checkpoint_bytes,
-        },
+        }
+        | ({"model": unsized.name, "model_unknown": unsized.cause} if unjudged else {}),
         duration_s=time.monotonic() - started,
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cockpit.fmt import gib
-from cockpit.preflight.checks.base import CheckResult
+from cockpit.preflight.checks.base import CheckResult, UnsizedModel
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CORES_PER_GPU = 4  # tokenisation and data-loading workers per GPU
@@ -215,15 +215,21 @@ def ram_needed_for_model(model_bytes: int) -> int:
     return int(model_bytes * 1.25) + LOAD_HEADROOM_BYTES
 
 
-def check_ram_for_model(model_bytes: int | None, facts: MemoryFacts) -> CheckResult:
+def check_ram_for_model(
+    model_bytes: int | None, facts: MemoryFacts, unsized: UnsizedModel | None = None
+) -> CheckResult:
+    """`unsized`: a model was named but its size could not be read; the skip says why."""
     started = time.monotonic()
     common = {"id": "host.ram_model", "group": "host", "title": "RAM to load the planned model"}
     evidence = _memory_evidence(facts) | {"model_bytes": model_bytes}
     if not model_bytes:
+        if unsized is not None:
+            evidence |= {"model": unsized.name, "model_unknown": unsized.cause}
         return CheckResult(
             **common,
             status="skip",
-            value="no model planned",
+            value=unsized.words if unsized else "no model planned",
+            fix=unsized.fix if unsized else "",
             evidence=evidence,
             duration_s=time.monotonic() - started,
         )
@@ -258,9 +264,7 @@ def check_swap(
 ) -> CheckResult:
     started = time.monotonic()
     usable = facts.usable_bytes
-    tight = bool(
-        (vram_bytes and usable < RAM_PER_VRAM * vram_bytes) or (model_bytes and usable < 2 * model_bytes)
-    )
+    tight = _ram_tight_for_card(usable, vram_bytes) or bool(model_bytes and usable < 2 * model_bytes)
     swap = facts.swap_total_bytes
     status = "warn" if tight and swap == 0 else "pass"
     return CheckResult(
@@ -277,6 +281,16 @@ def check_swap(
         evidence=_memory_evidence(facts) | {"ram_tight": tight},
         duration_s=time.monotonic() - started,
     )
+
+
+def _ram_tight_for_card(usable: int, vram_bytes: int | None) -> bool:
+    """Less RAM than host.ram_vram asks for this card: 4x its memory up to a 48 GB card, the big
+    card's floor past it (4x an 80-192 GB card is what no healthy box has)."""
+    if not vram_bytes:
+        return False
+    if vram_bytes > RULE_UP_TO_VRAM_BYTES:
+        return usable < BIG_CARD_RAM_BYTES
+    return usable < RAM_PER_VRAM * vram_bytes
 
 
 def _memory_evidence(facts: MemoryFacts) -> dict:
