@@ -169,8 +169,10 @@ def test_a_negative_speed_is_refused(tmp_path):
 
 
 def test_the_watch_gives_each_bin_as_a_sample_once_the_replay_reaches_its_end(tmp_path):
+    from support.pilot import RUN_ID, write_gpu_recording
+
     clock = Clock()
-    session = ReplaySession(demo_run(tmp_path), speed=1, clock=clock)
+    session = ReplaySession(write_gpu_recording(tmp_path / RUN_ID), speed=1, clock=clock)
     session.poll()
     assert session.watch.update(session.state) == (None, [])
     # the first bin ends at ...154.3, 5.708 s after the first event (...148.592)
@@ -194,6 +196,24 @@ def test_the_watch_gives_each_bin_as_a_sample_once_the_replay_reaches_its_end(tm
         1980,
     )
     assert sample.host.cpu_pct == 41.5 and sample.host.trainer_rss_bytes == 9 * GIB
+
+
+def test_the_demo_recordings_telemetry_is_of_the_cpu_run_its_events_tell():
+    """The recorded demo run trained on the CPU of a box without an NVIDIA driver: its telemetry
+    has no GPU, and the trainer's RSS is the one its events give (the recorder counts the trainer's
+    children too: a little more, never less)."""
+    events = [json.loads(line) for line in EVENTS_FIXTURE.read_text().splitlines()]
+    bins = [json.loads(line) for line in TELEMETRY_FIXTURE.read_text().splitlines()]
+    hello = next(e for e in events if e["type"] == "hello")
+    assert hello["device"]["kind"] == "cpu"
+    assert all(b["nvml"] == "no_driver" and b["gpus"] == [] for b in bins)
+    compared = 0
+    for b in bins:
+        rss = [e["rss_bytes"] for e in events if "rss_bytes" in e and b["ts_start"] <= e["ts"] <= b["ts_end"]]
+        if rss:
+            compared += 1
+            assert max(rss) <= b["host"]["trainer_rss_max_bytes"] <= max(rss) + 64 * 2**20, b["ts_start"]
+    assert compared >= 3
 
 
 def test_the_replayed_doctor_finds_what_the_live_one_found(tmp_path):

@@ -18,13 +18,12 @@ from types import SimpleNamespace
 import pytest
 from support.nvml_fake import FakeGpu, FakeNvml
 from support.pilot import (
-    BINS,
     EVENTS,
     FIXTURE,
+    GPU_BINS,
     INPUT_BOUND,
     LAST_TS,
     RUN_ID,
-    TELEMETRY_FIXTURE,
     TRAINER_PID,
     ScriptedSession,
     ScriptedWatch,
@@ -40,6 +39,7 @@ from support.pilot import (
     scripted,
     shown,
     wait_for,
+    write_gpu_recording,
 )
 
 import screens.run.app
@@ -425,7 +425,7 @@ def gpu_run(tmp_path: Path, step: int = 52, history: bool = True) -> ScriptedSes
     session = scripted(tmp_path, events)
     if history:
         last_ts = events[-1]["ts"]
-        lines = [json.dumps(b) for b in BINS if b["ts_end"] < last_ts]
+        lines = [json.dumps(b) for b in GPU_BINS if b["ts_end"] < last_ts]
         (session.run.path / "telemetry.jsonl").write_text("".join(line + "\n" for line in lines))
     return session
 
@@ -561,7 +561,7 @@ async def test_live_samples_extend_the_recorded_history(tmp_path):
         await telemetry_shown(pilot, app, count=2)
         series = app.run_view.book.get("gpu0.util")
         assert len(series) == 3 + 6
-        assert series.first_ts == BINS[0]["ts_start"] and series.last_ts == 1796052168.0
+        assert series.first_ts == GPU_BINS[0]["ts_start"] and series.last_ts == 1796052168.0
 
 
 async def test_g_hides_the_gpu_panels_and_h_switches_the_sparkline_span(tmp_path):
@@ -653,12 +653,9 @@ async def test_a_stuck_watch_leaves_the_keys_and_the_events_working(tmp_path, mo
 
 
 async def test_a_replay_plays_events_and_telemetry_at_its_speed(tmp_path):
-    path = tmp_path / RUN_ID
-    path.mkdir()
-    (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in gpu_events(EVENTS)))
-    shutil.copy(TELEMETRY_FIXTURE, path / "telemetry.jsonl")
+    run = write_gpu_recording(tmp_path / RUN_ID)
     clock = [0.0]
-    session = ReplaySession(RunDir(path), speed=10, clock=lambda: clock[0])
+    session = ReplaySession(run, speed=10, clock=lambda: clock[0])
     app = CockpitApp(session, watch=session.watch, poll_interval_s=0.02)
     async with running(app) as pilot:
         await shown(pilot, app)

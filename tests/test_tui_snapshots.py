@@ -19,15 +19,16 @@ from support.nvml_fake import FakeGpu
 from support.pilot import (
     EVENTS,
     FIXTURE,
+    GPU_BINS,
     INPUT_BOUND,
     RUN_ID,
-    TELEMETRY_FIXTURE,
     TRAINER_PID,
     ScriptedSession,
     ScriptedWatch,
     events_until_step,
     fake_samples,
     gpu_events,
+    write_gpu_recording,
 )
 
 from cockpit.doctor.window import Finding
@@ -160,7 +161,6 @@ def test_stop_confirmation(snap_compare, tmp_path):
 
 # ---------------------------------------------------------------- GPU, host and the doctor
 
-BINS = [json.loads(line) for line in TELEMETRY_FIXTURE.read_text().splitlines()]
 NO_GPU = Finding(
     "no_gpu",
     "info",
@@ -187,7 +187,7 @@ async def telemetry_drawn(pilot) -> None:
 def watched_run(tmp_path: Path, watch: ScriptedWatch, events: list[dict], history: bool = True) -> CockpitApp:
     run = run_dir(tmp_path)
     if history:
-        lines = [json.dumps(b) for b in BINS if b["ts_end"] < events[-1]["ts"]]
+        lines = [json.dumps(b) for b in GPU_BINS if b["ts_end"] < events[-1]["ts"]]
         (run.path / "telemetry.jsonl").write_text("".join(line + "\n" for line in lines))
     now = events[-1]["ts"] + 2.0
     return CockpitApp(ScriptedSession(run, events), watch=watch, poll_interval_s=0.02, clock=lambda: now)
@@ -296,9 +296,7 @@ def test_log_tail(snap_compare, tmp_path):
 
 def halfway_replay(tmp_path):
     """A replay at x10 of the GPU recording, stood at 16 s in (step 46), and what waits for it."""
-    run = run_dir(tmp_path)
-    run.events_path.write_text("".join(json.dumps(e) + "\n" for e in gpu_events(EVENTS)))
-    shutil.copy(TELEMETRY_FIXTURE, run.path / "telemetry.jsonl")
+    run = write_gpu_recording(tmp_path / RUN_ID)
     calls = itertools.count()
     # the replay starts at the clock's first reading, then stands 1.6 s (16 s of the run at x10) later
     session = ReplaySession(run, speed=10, clock=lambda: 0.0 if next(calls) == 0 else 1.6)

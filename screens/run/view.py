@@ -35,6 +35,7 @@ from cockpit.live.sources import RunSource
 from cockpit.live.stall import Stall, StallNotices, find_stall
 from cockpit.run import process
 from cockpit.run.control import NotRunning
+from cockpit.run.rundir import RunDir
 from screens.run.figures import (  # noqa: F401 - the tests and other screens import them from here
     EventLines,
     checkpoint_rows,
@@ -65,6 +66,20 @@ RECENT_SPAN_S = 300.0  # `h` switches the sparklines between the whole run and t
 WATCH_LATE_S = 3.0  # a watch that has not answered for this long is said to be late
 LOSS_TITLE_WITH_EVAL = "loss: [$accent]train[/] · [$warning]eval[/]"
 NO_TELEMETRY = "no GPU/host telemetry for this run: no live watch and no telemetry.jsonl"
+NOTHING_TO_EXPORT = (
+    "nothing to export: this recording's folder has no final/ adapter and no complete checkpoint"
+)
+
+
+def has_weights(run: RunDir) -> bool:
+    """The run's folder has weights `cockpit export` can start from (final/ or a complete checkpoint)."""
+    from cockpit.finish import export as exporter  # imported once a recording has ended, not at every start
+
+    try:
+        exporter.pick_source(run, None)
+    except (exporter.ExportError, OSError):
+        return False
+    return True
 
 
 class RunView(Screen):
@@ -131,6 +146,7 @@ class RunView(Screen):
         self._summary_texts: tuple[Text, Text] | None = None  # the summary whole, and in one line
         self.summary_folded: bool | None = None  # `f`; None: folded on a short terminal
         self._export_offered = False
+        self.exportable = False  # `e`: the run has ended and its folder has weights to export
         self.idle_settings = idle.settings_of(session.run.config_path)
         self.idle_alarm = idle.IdleAlarm(
             self.idle_settings, None if session.mode != "live" else session.run.log_path
@@ -145,8 +161,11 @@ class RunView(Screen):
                 yield Static(self.session.run.run_id, id="run-id")
                 yield Static("", id="status")
                 yield Static("", id="phase")
+            # a replay's label (speed and position) beside the steps, where the bar can give way to
+            # it, so that the header's row is left to the phase (`finished at step 88` at 80x24)
+            with Horizontal(id="progress-row"):
+                yield StepProgress(id="progress")
                 yield Static(self.session.label or "", id="replay")
-            yield StepProgress(id="progress")
         with VerticalScroll(id="error"):
             yield Static("", id="error-text")
         with VerticalScroll(id="summary"):
@@ -232,9 +251,13 @@ class RunView(Screen):
         self.live = session.mode == "live" and not ended
         interrupted = session.mode != "live" and session.trainer_gone and not state.ended
         status = "interrupted" if interrupted else state.status
-        if self.status != status or self.run_ended != self._export_offered:
+        run_ended = self.run_ended
+        if self.status != status or run_ended != self._export_offered:
             self.status = status
-            self._export_offered = self.run_ended  # the Export key shows once the run has ended
+            self._export_offered = run_ended  # the Export key shows once the run has ended...
+            # ...and, for a recording, once its folder is seen to hold weights: a copy of a run's
+            # folder (a fixture, a shared example) may hold only its events and telemetry
+            self.exportable = run_ended and (session.mode == "live" or has_weights(session.run))
             self._refresh_keys()
         now_ts = state.last_ts if ended or session.trainer_gone else self.clock()
         self.stall = find_stall(state, now_ts) if self.live else None
@@ -477,7 +500,7 @@ class RunView(Screen):
         if action == "samples":
             return bool(self.session.state.samples)
         if action == "export":
-            return self.run_ended
+            return self.exportable
         if action == "toggle_summary":
             return self.has_class("-ended")
         return True
@@ -518,6 +541,9 @@ class RunView(Screen):
         if (self.session.mode != "live" or not self.live) and event.key in names:
             event.stop()
             self.notify(self._refusal(names[event.key]), severity="warning")
+        elif event.key == "e" and self.run_ended and not self.exportable:
+            event.stop()
+            self.notify(NOTHING_TO_EXPORT, severity="warning")
 
     def action_replay_speed(self, factor: float) -> None:
         speed = self.session.set_speed(self.session.speed * factor if self.session.speed else 1.0)

@@ -142,13 +142,16 @@ async def shown(pilot, app: CockpitApp) -> None:
     await pilot.pause()
 
 
-TELEMETRY_FIXTURE = FIXTURES / "demo_run_telemetry.jsonl"
-BINS = [json.loads(line) for line in TELEMETRY_FIXTURE.read_text().splitlines()]
+TELEMETRY_FIXTURE = FIXTURES / "demo_run_telemetry.jsonl"  # the recording's own: a CPU box, no GPU
+# the GPU recording: gpu_events(EVENTS) with this telemetry, as if the run had trained on an H100
+GPU_TELEMETRY_FIXTURE = FIXTURES / "gpu_run_telemetry.jsonl"
+GPU_BINS = [json.loads(line) for line in GPU_TELEMETRY_FIXTURE.read_text().splitlines()]
 TRAINER_PID = 4253  # the recorded hello's pid
 
 
 def gpu_events(events: list[dict]) -> list[dict]:
-    """The recording as if it ran on an H100: a cuda device, bf16, torch's memory counters."""
+    """The recording as if it ran on an H100: a cuda device, bf16, torch's memory counters (its
+    telemetry: GPU_TELEMETRY_FIXTURE)."""
     out = []
     for item in events:
         if item["type"] == "hello":
@@ -162,6 +165,14 @@ def gpu_events(events: list[dict]) -> list[dict]:
             )
         out.append(item)
     return out
+
+
+def write_gpu_recording(path: Path) -> RunDir:
+    """The GPU recording, its events and its telemetry, in the run folder `path` (made here)."""
+    path.mkdir()
+    (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in gpu_events(EVENTS)))
+    shutil.copy(GPU_TELEMETRY_FIXTURE, path / "telemetry.jsonl")
+    return RunDir(path)
 
 
 def fake_host() -> HostCounters:
