@@ -159,18 +159,38 @@ def _tui_shares(runs: list[dict]) -> tuple[str, str]:
 
 
 def test_the_attached_views_cpu_on_the_gpu_box_is_the_benchs():
-    data = _json(RESULTS / "2026-12-03-attach-overhead-2-h200.json")
-    attached = [r for r in data["runs"] if r["kind"] == "attached"]
-    whole, drawn = _tui_shares(data["runs"])
-    assert f"TUI took {whole} of a core over the whole run" in FLAT
-    assert f"{drawn} from its first screen on" in FLAT
-    assert f"tokens/s attached/detached {data['ratio_attached_over_detached']:.3f}" in FLAT
+    calls = [_json(RESULTS / f"2026-12-03-attach-overhead-{n}-h200.json") for n in (4, 5)]
+    attached = [r for call in calls for r in call["runs"] if r["kind"] == "attached"]
+    assert all(r["status"] == "finished" for call in calls for r in call["runs"])
+    first, second = (
+        " and ".join(f"{r['tui_core_share']:.2%}" for r in call["runs"] if r["kind"] == "attached")
+        for call in calls
+    )
+    assert f"the TUI took {first} of a core over the whole run in one call and {second} in the next" in FLAT
+    assert max(r["tui_core_share"] for r in attached) <= 0.03  # the goal, in every attached run
     start = [r["tui_start_cpu_s"] for r in attached]
-    assert f"({min(start):.1f}-{max(start):.1f} s of CPU before its first screen" in FLAT
-    third = _json(RESULTS / "2026-12-03-attach-overhead-3-h200.json")
-    whole, drawn = _tui_shares(third["runs"])
-    assert f"{whole} over the whole run, {drawn} from the first screen" in FLAT
-    assert f"attached/detached {third['ratio_attached_over_detached']:.3f}" in FLAT
+    assert f"({min(start):.2f}-{max(start):.2f} s of CPU before its first screen" in FLAT
+    drawn = [r["tui_core_share_drawn"] for r in attached]
+    assert f"{min(drawn):.1%}-{max(drawn):.1%} from its first screen on".replace("%-", "-", 1) in FLAT
+    walls = [r["wall_s"] for call in calls for r in call["runs"]]
+    assert f"runs of {min(walls):.0f}-{max(walls):.0f} s" in FLAT
+    ratios = " and ".join(f"{call['ratio_attached_over_detached']:.3f}" for call in calls)
+    assert f"tokens/s attached/detached {ratios}" in FLAT
+    before = [_json(RESULTS / f"2026-12-03-attach-overhead-{n}-h200.json") for n in (2, 3)]
+    shares = [r["tui_core_share"] for call in before for r in call["runs"] if r["kind"] == "attached"]
+    drawn_before = [
+        r["tui_core_share_drawn"] for call in before for r in call["runs"] if r["kind"] == "attached"
+    ]
+    assert (
+        f"two calls gave {min(shares):.1%}-{max(shares):.1%} over the whole run".replace("%-", "-", 1) in FLAT
+    )
+    assert f"{min(drawn_before):.1%}-{max(drawn_before):.1%} from the first".replace("%-", "-", 1) in FLAT
+    longer = _json(RESULTS / "2026-12-03-attach-overhead-long-h200.json")
+    runs = longer["runs"]
+    assert longer["steps"] == 70 and [r["kind"] for r in runs] == ["attached", "attached"]
+    whole, _ = _tui_shares(runs)
+    assert f"two runs of 70 steps (~{sum(r['wall_s'] for r in runs) / 2:.0f} s" in FLAT
+    assert f"-long-h200.json) {whole}:" in FLAT
     ratios = [
         _json(RESULTS / name)["ratio_attached_over_detached"]
         for name in (
@@ -179,18 +199,12 @@ def test_the_attached_views_cpu_on_the_gpu_box_is_the_benchs():
             "2026-12-03-attach-overhead-h200.json",
             "2026-12-03-attach-overhead-2-h200.json",
             "2026-12-03-attach-overhead-3-h200.json",
+            "2026-12-03-attach-overhead-4-h200.json",
+            "2026-12-03-attach-overhead-5-h200.json",
         )
     ]
     listed = ", ".join(f"{r:.3f}" for r in ratios[:-1]) + f" and {ratios[-1]:.3f}"
-    assert f"the ratio was {listed}" in FLAT
-    longer = _json(RESULTS / "2026-12-03-attach-overhead-long-h200.json")
-    runs = longer["runs"]
-    assert longer["steps"] == 70 and [r["kind"] for r in runs] == ["attached", "attached"]
-    assert all(r["status"] == "finished" for r in runs)
-    whole, drawn = _tui_shares(runs)
-    assert f"Over two runs of 70 steps (~{sum(r['wall_s'] for r in runs) / 2:.0f} s" in FLAT
-    assert f"{whole} over the whole run, {drawn} from the first screen" in FLAT
-    assert max(r["tui_core_share"] for r in runs) <= 0.03 < min(r["tui_core_share"] for r in attached)
+    assert f"the ratio attached/detached was {listed}" in FLAT
 
 
 def test_the_preflight_on_h200s_is_the_reports():
