@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from textual import events
 from textual.geometry import Size
 from textual.reactive import Reactive
@@ -35,6 +37,8 @@ class EventLog(RichLog):
         """RichLog.write, the log scrolled to its end at once rather than after the next frame (a
         second frame, the panel drawn twice, for every line), its scrollbar being up to date."""
         follow = self.auto_scroll if scroll_end is None else scroll_end
+        if isinstance(content, str) and width is None and self._size_known:
+            content = fold_paths(content, max(self.scrollable_content_region.width, self.min_width))
         super().write(content, width, expand, shrink, scroll_end=False, animate=animate)
         if follow and self.lines:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
@@ -48,3 +52,27 @@ class EventLog(RichLog):
         super().on_resize(event)
         if self.auto_scroll:
             self.scroll_end(animate=False, immediate=False)
+
+
+def fold_paths(text: str, width: int) -> str:
+    """`text` for a panel `width` columns wide: a line with a word longer than the panel (a path,
+    say) is wrapped at spaces here, and the long word broken after a `/` where it has one, so
+    that `/tmp/runs/20261203-090715-tiny/final` is not cut inside `tiny` as rich's wrapping (at
+    spaces only, then anywhere) cuts it. Other lines are left to rich; so is text that is not
+    ASCII (its columns are not its characters)."""
+    if not text.isascii():
+        return text
+    out: list[str] = []
+    for paragraph in text.split("\n"):
+        if all(len(word) <= width for word in paragraph.split()):
+            out.append(paragraph)
+            continue
+        for line in textwrap.wrap(
+            paragraph, width, break_long_words=False, break_on_hyphens=False, replace_whitespace=False
+        ):
+            while len(line) > width:
+                cut = line.rfind("/", 0, width) + 1 or width  # after the last `/` that fits
+                out.append(line[:cut])
+                line = line[cut:]
+            out.append(line)
+    return "\n".join(out)

@@ -1,0 +1,43 @@
+"""The events panel breaks a path too long for it after a `/`, not inside a name (walkthrough
+item 2: the `done` line's `/tmp/wh3/runs/20261203-090715-tin` / `y/final` at 80x24)."""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+
+from widgets.event_log import EventLog, fold_paths
+
+DONE = "  done: step 88, adapter at /tmp/wh3/runs/20261203-090715-tiny/final (loss 0.9123)"
+
+
+class Log(App):
+    CSS = "EventLog { width: 32; height: 10; scrollbar-size-vertical: 1; }"
+
+    def compose(self) -> ComposeResult:
+        yield EventLog(id="events", max_lines=100)
+
+
+async def test_a_path_longer_than_the_panel_breaks_after_a_slash():
+    app = Log()
+    async with app.run_test(size=(80, 24)) as pilot:
+        log = app.query_one(EventLog)
+        await pilot.pause()
+        log.write(DONE)
+        log.write("a line that wraps at its spaces as it always did, " * 2)
+        await pilot.pause()
+        rows = [strip.text.rstrip() for strip in log.lines]
+        width = log.scrollable_content_region.width
+        assert all(len(row) <= width for row in rows)
+        path_rows = [row for row in rows if "/" in row or "tiny" in row]
+        assert path_rows == ["/tmp/wh3/runs/", "20261203-090715-tiny/final"]
+        # every character of the line is on screen, in order
+        assert "".join(rows).replace(" ", "").startswith(DONE.replace(" ", ""))
+
+
+def test_only_a_line_with_a_word_longer_than_the_panel_is_wrapped_here():
+    assert fold_paths(DONE, 60) == DONE  # rich wraps it at its spaces
+    assert fold_paths("naïve /a/very/long/path/with/no/room/at/all", 10) == (
+        "naïve /a/very/long/path/with/no/room/at/all"  # not ASCII: left to rich
+    )
+    assert fold_paths("x" * 25, 10) == "x" * 10 + "\n" + "x" * 10 + "\n" + "x" * 5  # no `/`: at the width
+    assert fold_paths("go /one/two\nthen /three/four/five", 7) == "go\n/one/\ntwo\nthen\n/three/\nfour/\nfive"
