@@ -86,6 +86,34 @@ def test_live_process_is_running(home):
     assert run_status(run).state == "running"
 
 
+def test_a_step_of_the_clock_does_not_hide_a_running_trainer(home, monkeypatch):
+    """psutil's create time is the start since boot plus the boot time, which Linux derives from
+    the wall clock: after a clock step (NTP soon after boot, a VM resumed or moved) the trainer's
+    recorded create time no longer matched it, and `cockpit stop` said "not running" of a trainer
+    that trained on (the multi-GPU stop test failed so once, its ranks alive minutes later). Its
+    start in ticks since boot, recorded beside it, does not move."""
+    import psutil
+    import psutil._pslinux as pslinux
+
+    from cockpit.run import pids
+
+    me = psutil.Process()
+    record = {"pid": me.pid, **pids.identity(me.pid), "boot_id": process.boot_id()}
+    assert isinstance(record["start_ticks"], int)
+    run = make_run([encode("hello", pid=me.pid), encode("phase", phase="training")], record)
+    assert process.is_alive(run)
+    booted = pslinux.boot_time()
+    monkeypatch.setattr(pslinux, "boot_time", lambda: booted + 30.0)  # the clock stepped 30 s on
+    assert abs(psutil.Process(me.pid).create_time() - record["create_time"]) > 1.0  # what fooled it
+    assert process.is_alive(run) and run_status(run).state == "running"
+    old_style = make_run(
+        [encode("hello", pid=me.pid)], {k: v for k, v in record.items() if k != "start_ticks"}
+    )
+    assert not process.is_alive(old_style)  # a record of before: judged by the create time, as it was
+    reused = make_run([encode("hello", pid=me.pid)], record | {"start_ticks": record["start_ticks"] - 100})
+    assert not process.is_alive(reused)  # another start under this pid: not the trainer
+
+
 def test_find_by_id_prefix_path_and_latest(home):
     a = make_run([encode("hello", pid=1)])
     b = make_run([encode("hello", pid=1)])

@@ -114,7 +114,7 @@ class World:
             "local_rank": self.local_rank,
             "node_rank": self.node_rank,
             "pid": os.getpid(),
-            "create_time": _create_time(),
+            **_identity(),
             "started": time.time(),
         }
         _write_json(plan.rank_record_path(self.run_path, self.rank), record)
@@ -350,13 +350,14 @@ def _watch_parent(launcher_pid: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _create_time() -> float | None:
+def _identity() -> dict:
+    """create_time and start_ticks (cockpit.run.pids): how the supervisor knows this rank again."""
     try:
-        import psutil
+        from cockpit.run import pids
 
-        return psutil.Process().create_time()
+        return pids.identity(os.getpid())
     except Exception:
-        return None
+        return {"create_time": None}
 
 
 def _write_json(path: Path, data: dict) -> None:

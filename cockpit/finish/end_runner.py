@@ -39,7 +39,7 @@ import psutil
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, TrainConfig
 from cockpit.finish import idle, idle_watch
-from cockpit.run import journal
+from cockpit.run import journal, pids
 from cockpit.run import process as supervisor
 from cockpit.run.rundir import RunDir
 from cockpit.run.status import run_status
@@ -114,10 +114,11 @@ def claim(path: Path) -> bool:
     return True
 
 
-def wait_trainer_gone(pid: int, create_time: float | None) -> None:
+def wait_trainer_gone(pid: int, record: dict) -> None:
+    """`record`: what trainer.json says of this pid (its start), {} when it names another trainer."""
     try:
         proc = psutil.Process(pid)
-        if create_time is not None and abs(proc.create_time() - create_time) > 1.0:
+        if not pids.same_process(proc, record):
             return  # the pid is already someone else's
         while proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
             time.sleep(POLL_S)
@@ -139,8 +140,9 @@ def relaunched(run: RunDir, pid: int) -> bool:
 
 def run_end(run: RunDir, trainer_pid: int) -> int:
     record = run.read_trainer() or {}
-    started = record.get("create_time") if record.get("pid") == trainer_pid else None
-    wait_trainer_gone(trainer_pid, started)
+    ours = record.get("pid") == trainer_pid
+    started = record.get("create_time") if ours else None  # as recorded: the claim's name
+    wait_trainer_gone(trainer_pid, record if ours else {})
     wait_group_gone(record.get("pgid", trainer_pid) if record.get("pid") == trainer_pid else trainer_pid)
     status = run_status(run)
     if status.state == "failed" and status.detail.startswith("oom"):

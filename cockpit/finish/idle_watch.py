@@ -27,8 +27,8 @@ from pathlib import Path
 import psutil
 
 from cockpit.finish import idle
+from cockpit.run import pids, rundir
 from cockpit.run import process as supervisor
-from cockpit.run import rundir
 from cockpit.telemetry.nvml import PynvmlSource
 
 CLIENTS_DIR = "clients"
@@ -47,7 +47,7 @@ def attached(run: rundir.RunDir) -> Iterator[None]:
     path = run.path / CLIENTS_DIR / f"{os.getpid()}.json"
     try:
         path.parent.mkdir(mode=0o700, exist_ok=True)
-        path.write_text(json.dumps({"pid": os.getpid(), "create_time": psutil.Process().create_time()}))
+        path.write_text(json.dumps({"pid": os.getpid(), **pids.identity(os.getpid())}))
     except OSError:
         path = None
     try:
@@ -66,7 +66,7 @@ def attached_clients(runs: list[rundir.RunDir]) -> list[str]:
             try:
                 record = json.loads(path.read_text())
                 proc = psutil.Process(int(record["pid"]))
-                if abs(proc.create_time() - float(record["create_time"])) > 1.0:
+                if not pids.same_process(proc, record):
                     continue  # the pid is someone else's now
                 if proc.status() == psutil.STATUS_ZOMBIE:
                     continue

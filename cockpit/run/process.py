@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from cockpit.oom.messages import cgroup_memory
-from cockpit.run import control, journal
+from cockpit.run import control, journal, pids
 from cockpit.run import ranks as distributed
 from cockpit.run.rundir import EVENTS_NAME, RunDir
 
@@ -65,14 +65,10 @@ def launch(run: RunDir, extra_env: dict[str, str] | None = None) -> subprocess.P
     finally:
         os.close(events)
         os.close(log)
-    try:
-        created = psutil.Process(proc.pid).create_time()
-    except psutil.Error:
-        created = None
     record = {
         "pid": proc.pid,
         "pgid": proc.pid,
-        "create_time": created,
+        **pids.identity(proc.pid),  # create_time, start_ticks: cockpit.run.pids
         "boot_id": boot_id(),
         "started": time.time(),
     }
@@ -130,7 +126,7 @@ def trainer_process(run: RunDir) -> psutil.Process | None:
         return None
     try:
         proc = psutil.Process(record["pid"])
-        if record.get("create_time") is not None and abs(proc.create_time() - record["create_time"]) > 1.0:
+        if not pids.same_process(proc, record):
             return None  # the pid was reused
         if proc.status() == psutil.STATUS_ZOMBIE:
             return None

@@ -187,12 +187,13 @@ def live_rank_pids(run_path: Path) -> list[int]:
     """Pids of this node's ranks that still run (their recorded start time matches)."""
     import psutil
 
+    from cockpit.run import pids
+
     alive = []
     for record in rank_records(run_path):
         try:
             proc = psutil.Process(record["pid"])
-            same = record.get("create_time") is None or abs(proc.create_time() - record["create_time"]) < 1.0
-            if same and proc.status() != psutil.STATUS_ZOMBIE:
+            if pids.same_process(proc, record) and proc.status() != psutil.STATUS_ZOMBIE:
                 alive.append(proc.pid)
         except (psutil.Error, KeyError):
             continue
