@@ -100,6 +100,35 @@ def test_model_whose_hub_is_unreachable_still_gets_the_whole_report(env, tmp_pat
     assert "not judged" in proc.stderr
 
 
+def test_the_model_s_room_is_judged_where_its_weights_go(env, tmp_path):
+    """`--model synthetic:...` is built in cockpit's cache, a local folder takes no room: the full
+    preflight judged both against the hub's cache (the start's quick preflight did not)."""
+    env = env | {"COCKPIT_CACHE": str(tmp_path / "cockpit-cache"), "HF_HUB_CACHE": str(tmp_path / "hub")}
+    proc = cockpit(["preflight", "--quick", "--json", "--model", "synthetic:llama-2-7b"], env, timeout=120)
+    free = {r["id"]: r for r in json.loads(proc.stdout)["results"]}["disk.free.cache"]
+    assert free["evidence"]["path"] == str(tmp_path / "cockpit-cache")
+    assert free["evidence"]["model_bytes"] > 10 * 2**30  # 6.7B parameters in 16 bits
+    local = tmp_path / "my-model"
+    local.mkdir()
+    (local / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "vocab_size": 32000,
+                "hidden_size": 256,
+                "intermediate_size": 688,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+            }
+        )
+    )
+    proc = cockpit(["preflight", "--quick", "--json", "--model", str(local)], env, timeout=120)
+    by_id = {r["id"]: r for r in json.loads(proc.stdout)["results"]}
+    assert by_id["disk.free.cache"]["evidence"]["path"] == str(tmp_path / "hub")
+    assert by_id["disk.free.cache"]["evidence"]["model_bytes"] is None  # it stays in its folder
+    assert by_id["host.ram_model"]["evidence"]["model_bytes"] > 0  # RAM still loads it
+
+
 def test_model_under_hf_hub_offline_plain_lines(env):
     endpoint = _closed_port_endpoint()  # the hub check fails here as offline, whatever the network
     env = env | {"HF_ENDPOINT": endpoint}  # HF_HUB_OFFLINE=1 stays: the fetch is refused before it starts

@@ -191,7 +191,9 @@ def cmd_preflight(args) -> int:
         from cockpit.preflight.full import full_preflight
         from screens.preflight.app import PreflightApp  # the TUI, only on this branch
 
-        session = full_preflight(args.quick, model_bytes, args.multi, unsized_model=unsized)
+        session = full_preflight(
+            args.quick, model_bytes, args.multi, unsized_model=unsized, model_name=args.model
+        )
         app = PreflightApp(session, quick=args.quick)
         code = app.run()
         if app.last_export is not None:
@@ -199,7 +201,12 @@ def cmd_preflight(args) -> int:
         return 2 if code is None else code  # None: the app died; no verdict is a failure
     say = (lambda r: None) if args.json else (lambda r: print(result_line(r), flush=True))
     results, meta = run_preflight(
-        args.quick, on_result=say, model_bytes=model_bytes, multi=args.multi, unsized_model=unsized
+        args.quick,
+        on_result=say,
+        model_bytes=model_bytes,
+        multi=args.multi,
+        unsized_model=unsized,
+        model_name=args.model,
     )
     code = exit_code(results)
     if args.json:

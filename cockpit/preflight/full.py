@@ -28,10 +28,13 @@ def full_preflight(
     multi: bool = False,
     nvml_source: Callable[[], object] = PynvmlSource,
     unsized_model: UnsizedModel | None = None,
+    model_name: str | None = None,
 ) -> preflight.Preflight:
     """The whole preflight as a `Preflight`: each plan reads NVML afresh, then the GPU side (one
     check answering every GPU, performance and software result from the probe) runs beside the
-    host, disk and network checks. `unsized_model`: a model named whose size could not be read."""
+    host, disk and network checks. `model_name`: the planned model (`--model`), whose weights
+    need room in the hub's cache, in cockpit's (synthetic) or nowhere (a local folder);
+    `unsized_model`: a model named whose size could not be read."""
     found: dict = {"driver": None, "packages": {}}
 
     def build() -> list[preflight.Check]:
@@ -58,8 +61,16 @@ def full_preflight(
         gpu = preflight.Check(
             "gpu", gpu_side, "gpu", "GPU probe (NVML + torch)", timeout_s=PROBE_TIMEOUT_S[quick] + 30
         )
+        dirs, in_cache = None, True
+        if model_name:
+            from cockpit.preflight.quick import model_storage
+
+            cache, in_cache = model_storage(model_name)
+            dirs = {**preflight.default_paths(), "cache": cache}
         rest = preflight.plan(
             quick,
+            dirs,
+            model_in_cache=in_cache,
             vram_bytes=max(vram) if vram else None,
             model_bytes=model_bytes,
             gpu_count=max(1, len(state.gpus)),
@@ -86,9 +97,10 @@ def run_preflight(
     model_bytes: int | None = None,
     multi: bool = False,
     unsized_model: UnsizedModel | None = None,
+    model_name: str | None = None,
 ) -> tuple[list[CheckResult], dict]:
     started = time.time()
-    session = full_preflight(quick, model_bytes, multi, unsized_model=unsized_model)
+    session = full_preflight(quick, model_bytes, multi, unsized_model=unsized_model, model_name=model_name)
     results = session.run(on_result=on_result)
     return results, {**session.meta(), "duration_s": round(time.time() - started, 2)}
 

