@@ -484,3 +484,19 @@ async def test_the_run_view_rings_once_says_so_and_runs_on_idle(tmp_path):
     alarm.wait()
     assert (run_path / "idle.txt").read_text() == "idle\n"
     assert "on_idle: running: echo idle >> idle.txt" in (run_path / "backend.log").read_text()
+
+
+def test_nothing_to_export_offers_a_restart_only_to_a_run_that_can_be_restarted(home):
+    """A finished run whose weights are gone was told to `cockpit restart` it, which refuses a
+    finished run."""
+    from cockpit.finish import export as exporter
+
+    finished = make_run([encode("hello", pid=1), encode("done", status="finished", step=88)])
+    with pytest.raises(exporter.ExportError) as said:
+        exporter.pick_source(finished, None)
+    assert "cockpit restart" not in str(said.value) and "It finished" in str(said.value)
+    assert "cockpit train" in str(said.value)
+    assert main(["restart", finished.run_id, "--no-ui"]) != 0  # what it used to offer
+    stopped = make_run([encode("hello", pid=1), encode("done", status="stopped", step=12)])
+    with pytest.raises(exporter.ExportError, match=f"Continue it with `cockpit restart {stopped.run_id}`"):
+        exporter.pick_source(stopped, None)

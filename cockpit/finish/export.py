@@ -72,10 +72,15 @@ def pick_source(run: rundir.RunDir, checkpoint: int | None) -> Source:
             f"run {run.run_id} has no final adapter (it did not finish); exporting its last complete "
             f"checkpoint, {last.name}.",
         )
-    raise ExportError(
-        f"run {run.run_id} has neither a final adapter nor a complete checkpoint: nothing to export. "
-        f"Continue it with `cockpit restart {run.run_id}`."
-    )
+    said = f"run {run.run_id} has neither a final adapter nor a complete checkpoint: nothing to export."
+    from cockpit.run.status import run_status
+
+    if run_status(run).state == "finished":  # `cockpit restart` refuses a finished run
+        raise ExportError(
+            f"{said} It finished, so its weights were deleted or moved since (a copied folder holds "
+            "only what was copied); train it again with `cockpit train` on its config.yaml."
+        )
+    raise ExportError(f"{said} Continue it with `cockpit restart {run.run_id}`.")
 
 
 def _has_weights(folder: Path) -> bool:
