@@ -500,3 +500,23 @@ def test_nothing_to_export_offers_a_restart_only_to_a_run_that_can_be_restarted(
     stopped = make_run([encode("hello", pid=1), encode("done", status="stopped", step=12)])
     with pytest.raises(exporter.ExportError, match=f"Continue it with `cockpit restart {stopped.run_id}`"):
         exporter.pick_source(stopped, None)
+
+
+def test_a_paused_run_is_billed_up_to_now_in_cockpit_runs(home):
+    """`cockpit runs` showed a paused run's time and cost frozen at its last event (a paused
+    trainer writes none until it resumes) while the live view went on counting the instance."""
+    me = psutil.Process()
+    start = time.time() - 100
+    events = [
+        encode("hello", ts=start, pid=me.pid, price_per_hour=3.6),
+        encode("phase", ts=start + 1, phase="training"),
+        encode("log", ts=start + 10, step=5, loss=1.0),
+        encode("paused", ts=start + 10.5, step=5),
+    ]
+    record = {"pid": me.pid, "create_time": me.create_time(), "boot_id": process.boot_id()}
+    row = runs_list.row_of(make_run(events, trainer=record))
+    assert row.status == "paused"
+    assert 99 <= row.duration_s <= 100 + 30  # up to now, not the 10.5 s to the pause
+    assert row.cost_usd == pytest.approx(3.6 * row.duration_s / 3600, rel=0.01)
+    ended = make_run([*events, encode("done", ts=start + 20, status="stopped", step=5)])
+    assert runs_list.row_of(ended).duration_s == pytest.approx(20, abs=0.01)  # an ended run: to its end

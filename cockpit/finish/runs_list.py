@@ -8,6 +8,7 @@ deleting never touches a run whose trainer is alive, checked again right before 
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -60,6 +61,9 @@ def row_of(run: RunDir) -> RunRow:
     status = run_status(run)
     state = journal.fold(run.events_path)
     started_ts = state.attempts[0].started_ts if state.attempts else None
+    # a trainer that runs (or waits, paused) is billed up to now, as the live view counts it, not
+    # up to its last event: a paused run writes none until it resumes
+    now = time.time() if status.state in ("running", "paused") else None
     return RunRow(
         run=run.run_id,
         status=status.state,
@@ -69,9 +73,9 @@ def row_of(run: RunDir) -> RunRow:
         path=str(run.path),
         started=datetime.fromtimestamp(started_ts).isoformat(timespec="seconds") if started_ts else None,
         started_ts=started_ts,
-        duration_s=round(state.billed_s(), 2),
+        duration_s=round(state.billed_s(now), 2),
         final_loss=state.loss,
-        cost_usd=state.cost_so_far(),
+        cost_usd=state.cost_so_far(now),
         config=run.config_name(),
         disk_bytes=folder_bytes(run.path),
         checkpoints_bytes=folder_bytes(run.checkpoints_dir),
