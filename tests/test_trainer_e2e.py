@@ -191,6 +191,11 @@ def test_commands_pause_resume_save_stop(tmp_path, env):
     assert run_status(rundir.RunDir(run)).state == "paused"
     steps_while_paused = {e["step"] for e in events(run) if e["type"] == "log" and e["step"] > paused["step"]}
     assert not steps_while_paused
+    # the step it paused at is logged before the pause is said: its loss is on screen while paused
+    # (HF Trainer logs a step after on_step_end, where the pause waited before)
+    said = events(run)
+    at = next(i for i, e in enumerate(said) if e["type"] == "paused")
+    assert [e["step"] for e in said[:at] if e["type"] == "log"][-1] == paused["step"]
     assert cockpit(["resume"], env).returncode == 0
     wait_event(run, lambda e: e["type"] == "resumed")
     wait_event(run, lambda e: e["type"] == "log" and e["step"] > paused["step"] + 1)

@@ -116,6 +116,10 @@ def make_callback(
             self.train_start = time.time()
             self.paused_s = 0.0
             self.tokens_seen = 0  # real (non-padding) tokens, as TRL counts them
+            # a pause asked at a step whose log is still to come waits for that log (on_log): HF
+            # Trainer logs a step after on_step_end, so a pause there left the step's loss unsaid
+            # until the resume while `paused at step N` was said at once
+            self.pause_after_log = False
 
         def on_train_begin(self, args, state, control, **kw):
             self.train_start = time.time()
@@ -137,6 +141,8 @@ def make_callback(
             )
 
         def on_step_begin(self, args, state, control, **kw):
+            if self.pause_after_log:  # the log did not come (none with a loss): pause before the next step
+                self._pause_now(state, control)
             oom_watch.recap_vram()
             fail_at = cfg.debug.fail_at_step
             this_rank = cfg.debug.fail_rank is None or cfg.debug.fail_rank == int(os.environ.get("RANK", "0"))
@@ -160,11 +166,23 @@ def make_callback(
                 controls.save.clear()
                 control.should_save = True
             if controls.paused.is_set() and not controls.stop.is_set():
-                self._pause(state)
+                if control.should_log:  # set by HF's flow callback, which runs before this one
+                    self.pause_after_log = True
+                else:
+                    self._pause(state)
             if controls.stop.is_set():
                 control.should_save = True
                 control.should_training_stop = True
             return control
+
+        def _pause_now(self, state, control) -> None:
+            """The pause that waited for this step's log; a stop asked meanwhile saves and stops."""
+            self.pause_after_log = False
+            if controls.paused.is_set() and not controls.stop.is_set():
+                self._pause(state)
+            if controls.stop.is_set():
+                control.should_save = True
+                control.should_training_stop = True
 
         def _check_budget(self, state) -> None:
             """cost.max_usd: asked before the ranks agree, so every rank stops at the same step."""
@@ -235,5 +253,8 @@ def make_callback(
             self.step_ends = self.step_ends[-1:]
             if cfg.debug.log_cpu_ms:  # test aid: a slow logging callback, in the loop's own thread
                 burn_cpu(cfg.debug.log_cpu_ms)
+            if self.pause_after_log:  # HF saves (should_save) after the log: a stop in the pause saves
+                self._pause_now(state, control)
+                return control
 
     return CockpitCallback()
