@@ -125,3 +125,18 @@ def test_the_detach_line_wraps_at_words_and_keeps_each_command_whole(paused):
         f"  Stop: cockpit stop {RUN_ID}",
     ]
     assert len(detached_text(RUN_ID, False, 200).splitlines()) == 1
+
+
+def test_the_start_line_wraps_at_words_and_keeps_the_run_directory_whole(tmp_path, monkeypatch, capsys):
+    """Walkthrough: `run ID started (trainer pid N); directory /tmp/wh4/runs/20` / `261203-...`,
+    broken by the terminal at column 80, above detach lines wrapped at words."""
+    runs = tmp_path / "wh4" / "runs"
+    monkeypatch.setenv("COCKPIT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(cli.process, "launch", lambda run: Trainer())
+    monkeypatch.setattr(cli, "_show", lambda run, proc, args, **kw: 0)
+    assert cli.main(["demo", "--no-ui", "--skip-preflight", "--set", f"output.dir={runs}"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    at = next(i for i, line in enumerate(lines) if "started (trainer pid 4242)" in line)
+    (path,) = [p for p in runs.iterdir()]
+    assert lines[at + 1].strip() == str(path), lines  # the path whole, on its own line
+    assert all(len(line) <= 80 or line.strip() == str(path) for line in lines), lines

@@ -211,3 +211,33 @@ def test_the_chat_target_final_checkpoint_best_and_what_is_missing(tmp_path):
     assert (final.label, final.kind, final.note) == ("final", "adapter", "")
     with pytest.raises(targets.TargetError, match="not a model folder"):
         targets.resolve(run, state, None, str(tmp_path))
+
+
+def test_cockpit_samples_wraps_at_80_columns_and_counts_one_token(tmp_path, capsys):
+    """Walkthrough: `cockpit samples RUN | cat` had a 96-column first line and `(eos, 1 tokens)`."""
+    from cockpit.cli.main import main
+
+    prompt = (
+        "Explain in two sentences what a LoRA adapter changes in a transformer, and what it leaves alone."
+    )
+    answer = (
+        "A LoRA adapter adds small low-rank matrices beside the attention weights; the base weights stay."
+    )
+    events = [
+        sample("base", 0, ".", prompt=prompt, new_tokens=1),
+        sample("checkpoint", 0, answer, 150, "checkpoint-150", prompt=prompt, finish="length", new_tokens=16),
+        sample("final", 0, answer, 150, "final", prompt=prompt),
+    ]
+    run = tmp_path / "20261203-150541-tiny"
+    run.mkdir()
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert main(["samples", str(run)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    text = " ".join(" ".join(lines).split())
+    assert "base: . (eos, 1 token)" in text and "1 tokens" not in text
+    assert "(length, 16 tokens)" in text and text.startswith("1 prompt, greedy, 16 new tokens at most")
+    assert f"[1] {prompt}" in text and f"checkpoint-150: {answer}" in text  # every word kept
+    answer_at = next(i for i, line in enumerate(lines) if "checkpoint-150: " in line)
+    column = lines[answer_at].index("checkpoint-150: ") + len("checkpoint-150: ")
+    assert lines[answer_at + 1][:column].strip() == "" and lines[answer_at + 1][column] != " "  # under it

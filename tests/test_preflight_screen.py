@@ -13,12 +13,14 @@ import json
 import time
 
 from preflight_fakes import Counted, machine
+from textual.geometry import Region
 from textual.widgets import Input
+from textual.widgets._toast import Toast
 
 from cockpit.preflight.runner import Preflight
 from screens.preflight.app import PreflightApp
 from screens.preflight.export import ExportReport
-from widgets.check_details import CheckDetails
+from widgets.check_details import LABEL_WIDTH, CheckDetails
 
 WHEN = dt.datetime(2026, 3, 14, 9, 26, 53, tzinfo=dt.timezone.utc)
 META = {"cockpit": "0.1.0", "python": "3.12.3", "quick": False, "driver": "580.82.07"}
@@ -64,6 +66,11 @@ def notes(app: PreflightApp) -> list[str]:
 
 def details(app: PreflightApp) -> str:
     return str(app.view.query_one(CheckDetails).render())
+
+
+def shown_lines(widget) -> list[str]:
+    """The rows a widget draws, as text."""
+    return [strip.text.rstrip() for strip in widget.render_lines(Region(0, 0, *widget.region.size))]
 
 
 # ---- snapshots
@@ -202,7 +209,7 @@ async def test_export_writes_the_json_report(tmp_path):
         await pilot.press("enter")
         await until(pilot, lambda: app.last_export is not None, "the report to be written")
         written = app.last_export
-        assert any(str(written) in n for n in notes(app))
+        assert any(str(written) in n.replace("\n", "") for n in notes(app))
         # a path of one's own, relative to the directory
         await pilot.press("e")
         await until(pilot, lambda: isinstance(app.screen, ExportReport), "the export prompt")
@@ -218,6 +225,39 @@ async def test_export_writes_the_json_report(tmp_path):
     assert ids[0] == "gpu.visible" and ids[-1] == "network.hub" and len(ids) == 23
     assert data["summary"] == {s: sum(r["status"] == s for r in data["results"]) for s in data["summary"]}
     assert json.loads((tmp_path / "reports" / "box.json").read_text())["results"] == data["results"]
+
+
+async def test_a_wrapped_fix_goes_on_under_its_text_not_under_its_label():
+    """Walkthrough: at 80x24 the details' `fix` went on at the left edge (`... or a torch` / `wheel`)."""
+    app = app_for(machine("mixed"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await finished(pilot)
+        await pilot.press("down")
+        await pilot.pause()
+        fix = app.view.check_list.selected_row.result.fix
+        lines = shown_lines(app.view.query_one(CheckDetails))
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("fix "))
+    column = lines[at].index("fix ") + LABEL_WIDTH
+    assert lines[at + 1][:column].strip() == "" and lines[at + 1][column] != " ", lines
+    assert " ".join(" ".join(line[column:] for line in lines[at : at + 2]).split()) == fix
+
+
+async def test_the_exported_report_s_toast_keeps_its_file_name_whole(tmp_path):
+    """Walkthrough: at 80x24 the toast read `.../preflight-20261203-15102` / `0.json`."""
+    folder = tmp_path / "wk-cwd"
+    app = app_for(machine("mixed"), folder)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await finished(pilot)
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, ExportReport), "the export prompt")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.last_export is not None, "the report to be written")
+        await until(pilot, lambda: app.screen.query(Toast), "the toast")
+        await pilot.pause()
+        toast = app.screen.query(Toast).last()
+        lines = [line.strip("▌ ") for line in shown_lines(toast) if line.strip("▌ ")]
+    assert "preflight-20260314-092653.json" in lines, lines
+    assert "".join(lines[1:]) == str(folder / "preflight-20260314-092653.json"), lines
 
 
 async def test_export_refuses_while_checks_run(tmp_path):

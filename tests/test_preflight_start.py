@@ -14,12 +14,15 @@ import pytest
 from conftest import ROOT, events, only_run
 from support.nvml_fake import FakeGpu, FakeNvml
 from support.pilot import events_until_step, scripted
+from textual.app import App
+from textual.geometry import Region
 
 from cockpit.cli import main as cli
 from cockpit.config import schema as config
 from cockpit.config.load import load_config
 from cockpit.fmt import GIB
 from cockpit.preflight import quick as preflight_start
+from cockpit.preflight.checks.base import CheckResult
 from cockpit.run import process
 from screens.preflight.notice import PreflightNotice
 from screens.run.app import CockpitApp
@@ -199,3 +202,29 @@ async def test_tui_start_shows_the_problems_in_a_notice_and_goes_on(tmp_path):
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(app.screen, RunView)
+
+
+def shown_lines(widget) -> list[str]:
+    """The rows a widget draws, as text."""
+    return [strip.text.rstrip() for strip in widget.render_lines(Region(0, 0, *widget.region.size))]
+
+
+async def test_a_fix_wrapped_in_the_notice_goes_on_under_its_text():
+    """Walkthrough: the notice's `fix:` went on at the left edge (`in a` / `container, ...`)."""
+    fix = (
+        "install or load the NVIDIA driver (`nvidia-smi` must work); in a container, start it with --gpus all"
+    )
+    problem = CheckResult("gpu.visible", "gpu", "GPU visible", "fail", value="no NVIDIA driver", fix=fix)
+
+    class Notice(App):
+        def on_mount(self) -> None:
+            self.push_screen(PreflightNotice([problem]))
+
+    app = Notice()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        lines = shown_lines(app.screen.query_one("#notice-problems"))
+    at = next(i for i, line in enumerate(lines) if "fix: " in line)
+    column = lines[at].index("fix: ") + len("fix: ")
+    assert lines[at + 1][:column].strip() == "" and lines[at + 1][column] != " ", lines
+    assert " ".join(" ".join(lines[at:]).split()).endswith("fix: " + fix)

@@ -9,6 +9,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from widgets.check_list import GLYPHS, STATUS_STYLES, Row
+from widgets.hanging import HangingLines
 
 LABEL_WIDTH = 10
 EVIDENCE_VALUE_CHARS = 400  # a traceback or a long list is cut here; the exported report has it whole
@@ -19,28 +20,30 @@ def _evidence_value(value: Any) -> str:
     return text if len(text) <= EVIDENCE_VALUE_CHARS else text[: EVIDENCE_VALUE_CHARS - 1] + "…"
 
 
-def details_content(row: Row | None, answered_with: int = 1) -> Content:
-    """What the pane shows for `row`; `answered_with` counts the rows its check answered."""
+def details_content(row: Row | None, answered_with: int = 1) -> Content | HangingLines:
+    """What the pane shows for `row`; `answered_with` counts the rows its check answered. A long
+    value wraps under itself, not under its label."""
     if row is None:
         return Content.styled("No check selected.", "$text-muted")
-    parts: list[Content | str | tuple[str, str]] = [
-        (f"{GLYPHS[row.status]} {row.status.upper()}  ", STATUS_STYLES[row.status]),
-        (row.title, "bold"),
+    lines: list[tuple[Content | str, Content | str]] = [
+        (
+            Content.styled(f"{GLYPHS[row.status]} {row.status.upper()}  ", STATUS_STYLES[row.status]),
+            Content.styled(row.title, "bold"),
+        )
     ]
     result = row.result
     if result is None:
-        parts.append(("\nrunning; its answer appears here when it finishes", "$text-muted"))
-        return Content.assemble(*parts)
-    where = f"\n{result.id} · took {result.duration_s:.2f} s"
+        lines.append(("", Content.styled("running; its answer appears here when it finishes", "$text-muted")))
+        return HangingLines(lines)
+    where = f"{result.id} · took {result.duration_s:.2f} s"
     if answered_with > 1:  # one measurement answers them all: a re-run repeats it whole
         where += f" · r re-runs check '{row.check_id}' ({answered_with} rows)"
-    parts.append((where, "$text-muted"))
+    lines.append(("", Content.styled(where, "$text-muted")))
     if row.running:
-        parts.append(("\nrunning again; the answer below is the last one", "$text-accent"))
+        lines.append(("", Content.styled("running again; the answer below is the last one", "$text-accent")))
 
     def line(label: str, value: str, style: str = "") -> None:
-        parts.append((f"\n{label:<{LABEL_WIDTH}}", "$text-muted"))
-        parts.append((value, style))
+        lines.append((Content.styled(f"{label:<{LABEL_WIDTH}}", "$text-muted"), Content.styled(value, style)))
 
     line("measured", result.value or "-")
     if result.threshold:
@@ -49,7 +52,7 @@ def details_content(row: Row | None, answered_with: int = 1) -> Content:
         line("fix", result.fix, "bold")
     for index, (key, value) in enumerate(result.evidence.items()):
         line("evidence" if index == 0 else "", f"{key}: {_evidence_value(value)}")
-    return Content.assemble(*parts)
+    return HangingLines(lines)
 
 
 class CheckDetails(Static):

@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from cockpit.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from cockpit.plain import output_width
 from cockpit.run import rundir
 
 if TYPE_CHECKING:  # the commands import what they use when they run: their parsers are built at
@@ -35,7 +36,7 @@ def cmd_samples(args) -> int:
     if not book.prompts:
         print(samples_mod.no_samples_reason(state), file=sys.stderr)
         return EXIT_FAILED
-    print(samples_mod.text_report(book))
+    print(samples_mod.text_report(book, output_width()))
     return 0
 
 

@@ -152,18 +152,14 @@ def _start(cfg: config.TrainConfig, args, source: str) -> int:
     if cfg.export.at_end:
         e = cfg.export
         what = "the adapter" if not (e.merge or e.gguf) else f"the merged model ({e.dtype})"
-        print(
+        _say(
             f"when the run ends: export {what}"
             + (f" + GGUF {e.gguf}" if e.gguf else "")
             + (", then cost.on_end" if cfg.cost.on_end else "")
-            + " (export.at_end; its output goes to backend.log)",
-            file=sys.stderr,
+            + " (export.at_end; its output goes to backend.log)"
         )
     if cfg.cost.on_end:
-        print(
-            f"when the run ends: {cfg.cost.on_end} (cost.on_end; its output goes to backend.log)",
-            file=sys.stderr,
-        )
+        _say(f"when the run ends: {cfg.cost.on_end} (cost.on_end; its output goes to backend.log)")
     config_load.with_absolute_paths(cfg)
     problems = []
     if not args.skip_preflight:  # warn before money is spent; never block the start
@@ -193,8 +189,14 @@ def _start(cfg: config.TrainConfig, args, source: str) -> int:
     except OSError:
         pass  # only `cockpit runs` misses the config's name
     proc = process.launch(run)
-    print(f"run {run.run_id} started (trainer pid {proc.pid}); directory {run.path}", file=sys.stderr)
+    _say(f"run {run.run_id} started (trainer pid {proc.pid}); directory {run.path}", keep=(str(run.path),))
     return _show(run, proc, args, preflight_problems=problems)
+
+
+def _say(line: str, keep: tuple[str, ...] = ()) -> None:
+    """A line about the run to stderr, wrapped at words as the detach lines are, a path or a command
+    in `keep` whole on its line: the terminal would break it at its edge, inside a word."""
+    print("\n".join(wrapped([line], output_width(), keep=keep)), file=sys.stderr)
 
 
 def _source_line(source: str) -> str:
@@ -288,12 +290,15 @@ def cmd_replay(args) -> int:
 def cmd_restart(args) -> int:
     run = rundir.find(args.run)
     if process.is_alive(run):
-        print(f"run {run.run_id} is still running; attach with: cockpit attach {run.run_id}", file=sys.stderr)
+        _say(
+            f"run {run.run_id} is still running; attach with: cockpit attach {run.run_id}",
+            keep=(f"cockpit attach {run.run_id}",),
+        )
         return EXIT_USAGE
     if run_status(run).state == "finished":
-        print(
+        _say(
             f"run {run.run_id} finished: nothing to continue. Its adapter is in {run.final_dir}",
-            file=sys.stderr,
+            keep=(str(run.final_dir),),
         )
         return EXIT_USAGE
     try:  # still valid? (it may have been edited by hand)
@@ -324,7 +329,7 @@ def cmd_restart(args) -> int:
     checkpoints = run.complete_checkpoints()
     start = f"from {checkpoints[-1].name}" if checkpoints else "from the start (no complete checkpoint)"
     proc = process.launch(run)
-    print(f"run {run.run_id} restarted {start} (trainer pid {proc.pid})", file=sys.stderr)
+    _say(f"run {run.run_id} restarted {start} (trainer pid {proc.pid})")
     return _show(run, proc, args)
 
 

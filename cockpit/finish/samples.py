@@ -5,11 +5,15 @@
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import asdict, dataclass, field
 
 from cockpit.live.state import RunState
+from cockpit.plain import PLAIN_WIDTH
 from cockpit.run import journal
 from cockpit.run.rundir import RunDir
+
+MIN_HANGING_WIDTH = 30  # narrower than this under its label, a line goes on from the left edge
 
 
 @dataclass
@@ -122,21 +126,58 @@ def no_samples_reason(state: RunState) -> str:
     )
 
 
-def text_report(book: SampleBook, width: int = 100) -> str:
-    """Each prompt, then its answer from every sampled set of weights, for a terminal or a file."""
-    lines = [
-        f"{len(book.prompts)} prompts, greedy, {book.max_new_tokens} new tokens at most, seed {book.seed}; "
-        f"weights: {', '.join(book.labels)}"
-    ]
+ANSWER_CHARS = 100  # an answer or a reference is cut here in the text report; --json has it whole
+
+
+def count_of(count: int, noun: str, kind: str = "") -> str:
+    """`1 token`, `16 new tokens`, `2 prompts`."""
+    return " ".join(filter(None, [str(count), kind, noun if count == 1 else noun + "s"]))
+
+
+def finish_text(answer: Answer) -> str:
+    """Why the answer ended and its length: `eos, 1 token`."""
+    if answer.new_tokens is None:
+        return str(answer.finish)
+    return f"{answer.finish}, {count_of(answer.new_tokens, 'token')}"
+
+
+def text_report(book: SampleBook, width: int = PLAIN_WIDTH) -> str:
+    """Each prompt, then its answer from every sampled set of weights, for a terminal or a file:
+    lines of `width` columns at most, each wrapped under its text."""
+    at_most = count_of(book.max_new_tokens, "token", "new")
+    lines = _hanging(
+        "",
+        f"{count_of(len(book.prompts), 'prompt')}, greedy, {at_most} at most, seed {book.seed}; "
+        f"weights: {', '.join(book.labels)}",
+        width,
+    )
     for p in book.prompts:
-        lines += ["", f"[{p.index + 1}] {p.prompt}"]
+        lines.append("")
+        for index, paragraph in enumerate(p.prompt.splitlines() or [""]):
+            lines += _hanging(
+                f"[{p.index + 1}] " if index == 0 else " " * len(f"[{p.index + 1}] "), paragraph, width
+            )
         if p.reference:
-            lines.append(f"    reference: {_one_line(p.reference, width)}")
+            lines += _hanging("    reference: ", _one_line(p.reference, ANSWER_CHARS), width)
         for a in p.answers:
-            tail = f"  ({a.finish}, {a.new_tokens} tokens)" if a.finish else ""
-            shown = _one_line(a.output, width) if a.output.strip() else "(no visible text)"
-            lines.append(f"    {a.label:>14}: {shown}{tail}")
+            tail = "  " + f"({finish_text(a)})".replace(" ", _GLUE) if a.finish else ""  # on one line
+            shown = _one_line(a.output, ANSWER_CHARS) if a.output.strip() else "(no visible text)"
+            lines += [
+                line.replace(_GLUE, " ") for line in _hanging(f"    {a.label:>14}: ", shown + tail, width)
+            ]
     return "\n".join(lines)
+
+
+def _hanging(head: str, text: str, width: int) -> list[str]:
+    """`text` after `head`, wrapped at `width` with its continuation under it (at the left edge
+    when `head` leaves it too little room)."""
+    indent = " " * len(head) if width - len(head) >= MIN_HANGING_WIDTH else "  "
+    return textwrap.wrap(
+        head + text, width, subsequent_indent=indent, break_on_hyphens=False, drop_whitespace=True
+    ) or [head.rstrip()]
+
+
+_GLUE = "\u00a0"  # a no-break space: textwrap breaks only at ASCII whitespace
 
 
 def _one_line(text: str, width: int) -> str:

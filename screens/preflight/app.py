@@ -27,6 +27,7 @@ from cockpit.preflight.runner import Check, Preflight, report
 from screens.hangup import leave_when_terminal_goes
 from screens.preflight.export import ExportReport
 from screens.preflight.view import PreflightView
+from widgets.toast import toast_text
 
 SUMMARY_TICK_S = 1.0  # the elapsed time moves while checks run
 
@@ -202,14 +203,17 @@ class PreflightApp(App[int]):
             target.write_text(json.dumps(self.report(), indent=1) + "\n", encoding="utf-8")
         except (OSError, ValueError) as exc:  # ValueError: a pasted path with a NUL byte
             self.notify(
-                f"could not write {target}: {getattr(exc, 'strerror', None) or exc}; "
-                "press e and give another path",
+                toast_text(
+                    f"could not write {target}: {getattr(exc, 'strerror', None) or exc}; "
+                    "press e and give another path",
+                    self.size.width,
+                ),
                 severity="error",
                 timeout=10,
             )
             return
         self.last_export = target.resolve()
-        self.notify(f"report written to {self.last_export}", timeout=8)
+        self.notify(toast_text(f"report written to {self.last_export}", self.size.width), timeout=8)
 
     async def action_quit(self) -> None:
         self.exit(self.exit_code())

@@ -19,21 +19,22 @@ from textual.widgets import Static
 from cockpit.preflight.checks.base import CheckResult
 from widgets.check_list import GLYPHS, STATUS_STYLES
 from widgets.footer import Footer
+from widgets.hanging import HangingLines
 
 HINT = "The run goes on. `cockpit preflight` runs every check; --skip-preflight skips these."
 
 
-def notice_text(problems: Sequence[CheckResult]) -> Content:
-    """Each problem: its title and what was measured, then its fix."""
-    parts: list[Content | str | tuple[str, str]] = []
+def notice_text(problems: Sequence[CheckResult]) -> HangingLines:
+    """Each problem: its title and what was measured, then its fix, each wrapped under its text."""
+    lines: list[tuple[Content | str, Content | str]] = []
     for index, result in enumerate(problems):
-        parts.append((("\n" if index else "") + f"{GLYPHS[result.status]} ", STATUS_STYLES[result.status]))
-        parts.append((result.title, "bold"))
-        parts.append(f": {result.value}")
+        if index:
+            lines.append(("", ""))
+        glyph = Content.styled(f"{GLYPHS[result.status]} ", STATUS_STYLES[result.status])
+        lines.append((glyph, Content.assemble((result.title, "bold"), f": {result.value}")))
         if result.fix:
-            parts.append(("\n  fix: ", "bold"))
-            parts.append(result.fix)
-    return Content.assemble(*parts)
+            lines.append((Content.styled("  fix: ", "bold"), result.fix))
+    return HangingLines(lines)
 
 
 def counted(problems: Sequence[CheckResult]) -> str:

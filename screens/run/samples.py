@@ -13,7 +13,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
-from cockpit.finish.samples import Answer, SampleBook
+from cockpit.finish.samples import Answer, SampleBook, count_of, finish_text
 from widgets.footer import Footer
 
 
@@ -21,7 +21,7 @@ def answer_text(answer: Answer | None, missing: str) -> Text:
     if answer is None:
         return Text(missing, style="dim")
     text = Text(answer.output) if answer.output.strip() else Text("(no visible text)", style="italic")
-    text.append(f"\n{answer.finish}, {answer.new_tokens} tokens", style="dim")
+    text.append(f"\n{finish_text(answer)}", style="dim")
     return text
 
 
@@ -85,7 +85,10 @@ class SamplesView(Screen):
         trained = book.trained_labels
         where = f"{trained.index(label) + 1}/{len(trained)}" if label else "none yet"
         head = Text(f"Samples: base vs {label or '-'}", style="bold")
-        head.append(f" ({where}) · greedy, {book.max_new_tokens} new tokens, seed {book.seed}", style="dim")
+        head.append(
+            f" ({where}) · greedy, {count_of(book.max_new_tokens, 'token', 'new')}, seed {book.seed}",
+            style="dim",
+        )
         self.query_one("#samples-head", Static).update(head)
         box = self.query_one("#samples", VerticalScroll)
         box.remove_children()
