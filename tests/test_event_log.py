@@ -41,3 +41,35 @@ def test_only_a_line_with_a_word_longer_than_the_panel_is_wrapped_here():
     )
     assert fold_paths("x" * 25, 10) == "x" * 10 + "\n" + "x" * 10 + "\n" + "x" * 5  # no `/`: at the width
     assert fold_paths("go /one/two\nthen /three/four/five", 7) == "go\n/one/\ntwo\nthen\n/three/\nfour/\nfive"
+
+
+async def test_lines_are_wrapped_again_when_the_panel_narrows():
+    """A RichLog wraps a line once: at 60x20 with the GPU strip hidden, lines written for the wider
+    panel were cut at its edge (`0:00:33 check` / `step 25 (0.01`), and the scrollbar's arrival
+    took a column from lines already written."""
+    app = Log()
+    async with app.run_test(size=(80, 24)) as pilot:
+        log = app.query_one(EventLog)
+        await pilot.pause()
+        said = [
+            f"{i:02d} checkpoint: step {i} (12.9 MiB, 0.057 s) in /tmp/wh5/runs/x/checkpoints"
+            for i in range(12)
+        ]
+        for line in said:
+            log.write(line)
+        await pilot.pause()
+        assert log.scrollable_content_region.width < 32  # the scrollbar came after the first lines
+        for width in (32, 24):
+            log.styles.width = width
+            await pilot.pause()
+            await pilot.pause()
+            room = log.scrollable_content_region.width
+            rows = [strip.text.rstrip() for strip in log.lines]
+            assert all(len(row) <= room for row in rows), (room, rows)
+            assert "".join(rows).replace(" ", "") == "".join(said).replace(" ", "")  # nothing lost
+        log.clear()
+        log.write("after a clear")
+        log.styles.width = 30
+        await pilot.pause()
+        await pilot.pause()
+        assert [strip.text.rstrip() for strip in log.lines] == ["after a clear"]
