@@ -60,13 +60,18 @@ def money(value: float | None) -> str:
     return f"${value:.{decimals}f}"
 
 
-def gib_or_mib(value: float, width: int = 0) -> str:
+def gib_or_mib(value: float, width: int = 0, sign: bool = False) -> str:
     """Bytes in a column of GiB with two decimals; below 0.1 GiB in MiB, below 0.1 MiB in KiB, so a
-    small part keeps its digits ("    37.6 MiB", not "    0.04 GiB"); only nothing is "0.00 GiB"."""
+    small part keeps its digits ("    37.6 MiB", not "    0.04 GiB"), and nothing is "     0.0 MiB"
+    (a part that is not there, not one too small for two decimals of GiB). `sign=True` writes
+    "+1.50 GiB" for what adds to a total."""
+    plus = "+" if sign else ""
     for unit, scale, digits in (("GiB", GIB, 2), ("MiB", MIB, 1), ("KiB", 2**10, 1)):
         if abs(value) >= 0.1 * scale:
-            return f"{value / scale:{width}.{digits}f} {unit}"
-    return f"{value / 2**10:{width}.1f} KiB" if value else f"{0:{width}.2f} GiB"
+            return f"{value / scale:{plus}{width}.{digits}f} {unit}"
+    if value:
+        return f"{value / 2**10:{plus}{width}.1f} KiB"
+    return f"{0:{width}.1f} MiB"
 
 
 def billions(count: float) -> str:

@@ -250,7 +250,10 @@ def test_a_tiny_model_s_parts_keep_their_digits(capsys):
         "    3.00 GiB",
         "    98.0 MiB",
         "    45.0 KiB",
-        "    0.00 GiB",
+        "     0.0 MiB",  # nothing: in the small parts' unit, not two decimals of GiB
     ]
+    assert fmt.gib_or_mib(3 * GIB, 7, sign=True) == "  +3.00 GiB"
+    loss = next(line for line in out.splitlines() if line.lstrip().startswith("loss (fused LM head"))
+    assert loss.endswith(" MiB") and "GiB" not in loss  # a part that comes to nothing, with the MiB
     # a 7B model's breakdown keeps its billions
     assert fmt.billions(6.48e9) == "6.48B" and fmt.billions(0.26e9) == "0.26B"

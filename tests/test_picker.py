@@ -194,6 +194,43 @@ async def test_breakdown_follows_the_selected_card(tmp_path):
         assert not panel.display
 
 
+async def test_the_breakdown_gives_each_part_in_the_units_cockpit_estimate_does(tmp_path, capsys):
+    """A 7B model's quantisation constants are 98.0 MiB in `cockpit estimate` and in the picker's
+    breakdown, not 0.10 GiB; the fused loss's part (nothing, checkpointing on) is 0.0 MiB in both."""
+    from cockpit.cli.main import main
+
+    assert main(["estimate", "--model", "synthetic:llama-2-7b"]) == 0
+    estimate = " ".join(capsys.readouterr().out.split())
+    app = make_app(tmp_path, ["model.name=synthetic:llama-2-7b"])
+    async with app.run_test(size=(100, 32), notifications=True) as pilot:
+        await pilot.pause()
+        await pilot.press("b", "down", "down", "down")  # RTX 4090
+        await pilot.pause()
+        text = screen_text(app)
+    assert "where the memory goes: RTX 4090, as set above" in text
+    for part in ("quantisation constants 98.0 MiB", "loss (fused LM head, tiles) 0.0 MiB"):
+        assert part in estimate and part in text
+    assert "0.00 GiB" not in text and "0.00 GiB" not in estimate
+
+
+async def test_the_summary_names_the_cards_as_fast_as_the_fastest(tmp_path):
+    """`cockpit pick --model synthetic:llama-2-7b --tokens 20M --budget 10`: MI300X, H100 SXM, H200 SXM
+    and B200 all take 0:59:59 (host-bound); the cheapest of them is flagged, as `cockpit cards`
+    flags it, and the summary names the others as `cockpit cards` does, at 80x24."""
+    from cockpit.plan.cards_text import legend_lines
+
+    app = make_app(tmp_path, ["model.name=synthetic:llama-2-7b"], dataset="20M", budget=10.0)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.pause()
+        table = table_of(app)
+        text = screen_text(app)
+    tied = table.tied_with_fastest
+    assert [r.name for r in tied] == ["H100 SXM", "H200 SXM", "B200"]
+    assert all(table.fastest.as_given.cost_usd <= r.as_given.cost_usd for r in tied)
+    assert "» fastest within $10.00: MI300X 0:59:59 (as fast and dearer: H100 SXM, H200 SXM, B200)" in text
+    assert "  as fast and dearer: H100 SXM, H200 SXM, B200; " in "\n".join(legend_lines(table))
+
+
 async def test_enter_on_a_card_writes_a_config_train_accepts(tmp_path):
     app = make_app(tmp_path)
     async with app.run_test(size=(100, 32), notifications=True) as pilot:

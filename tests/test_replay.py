@@ -257,6 +257,21 @@ def test_cockpit_replay_no_ui_prints_the_recorded_lines(tmp_path, capsys):
     assert "2026-11-30T" in out.splitlines()[0]  # stamped with the recorded time
 
 
+def test_the_no_ui_checkpoint_line_gives_its_size_as_the_checkpoints_box_does(tmp_path, capsys):
+    """13,542,335 bytes: the run screen's checkpoints box says 12.9 MiB, and so do the lines."""
+    from cockpit.live.state import RunState
+    from screens.run.figures import checkpoint_rows
+
+    run = demo_run(tmp_path)
+    assert cli.main(["replay", str(run.path), "--no-ui", "--speed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoint: step 25 (12.9 MiB, 0.057 s)" in out and " GiB, 0.0" not in out
+    state = RunState()
+    for line in (run.path / "events.jsonl").read_text().splitlines():
+        state.apply(json.loads(line))
+    assert all("  12.9 MiB" in value for _, value in checkpoint_rows(state))
+
+
 def test_cockpit_replay_refuses_a_negative_speed(tmp_path, capsys):
     run = demo_run(tmp_path)
     assert cli.main(["replay", str(run.path), "--no-ui", "--speed", "-2"]) == 2

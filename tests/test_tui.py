@@ -251,6 +251,9 @@ async def test_the_view_follows_new_events_off_the_ui_thread(tmp_path):
         assert len(app.run_view.query_one(LossPlot).points) == 30
         assert "checkpoint-25" in screen_text(app)
         assert "checkpoint: step 25" in screen_text(app)
+        # one size in one unit on the screen: the checkpoints box's and the events log's
+        events_log = "\n".join(s.text for s in app.run_view.query_one("#events").lines)
+        assert "step 25  12.9 MiB" in screen_text(app) and "checkpoint: step 25 (12.9 MiB," in events_log
     assert session.poll_threads and threading.main_thread().name not in session.poll_threads
 
 

@@ -1,5 +1,6 @@
 """Where the memory goes: each part of a memory estimate with its size, a bar against the card's
-memory and its note, then the peak against the card and the peak while loading."""
+memory and its note, then the peak against the card and the peak while loading; sizes in the
+units `cockpit estimate` writes them (`fmt.gib_or_mib`: MiB for a small part)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from textual import events
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from cockpit import fmt
 from cockpit.fmt import GIB
 from cockpit.models.memory import SAFETY_MARGIN, Part
 
@@ -46,7 +48,7 @@ class MemoryBreakdown(Static):
         rows: list[tuple[Text, str, str]] = []  # (figures, note, what the note is about)
         for part in parts:
             line = Text(no_wrap=True, overflow="ellipsis", end="")
-            line.append(f"{part.label:<{label_width}} {part.bytes / GIB:7.2f} GiB ")
+            line.append(f"{part.label:<{label_width}} {fmt.gib_or_mib(part.bytes, 7)} ")
             cells = min(BAR_CELLS, round(part.bytes / vram_bytes * BAR_CELLS)) if vram_bytes else 0
             if part.bytes > 0 and cells == 0:
                 line.append("▏".ljust(BAR_CELLS), bar_style)
@@ -57,19 +59,21 @@ class MemoryBreakdown(Static):
         free = vram_bytes - peak
         total = Text(no_wrap=True, overflow="ellipsis", end="")
         total.append(
-            f"{'peak (as nvidia-smi shows it)':<{label_width}} {peak / GIB:7.2f} GiB of "
+            f"{'peak (as nvidia-smi shows it)':<{label_width}} {fmt.gib_or_mib(peak, 7)} of "
             f"{vram_bytes / GIB:.1f}: {free / GIB:+.2f} GiB free",
             self.get_component_rich_style("breakdown--over") if free < vram_bytes * SAFETY_MARGIN else "",
         )
-        rows.append((total, f"; while loading {load_peak_bytes / GIB:.2f} GiB", "peak"))
+        rows.append((total, f"; while loading {fmt.gib_or_mib(load_peak_bytes)}", "peak"))
         for band in unsure:  # where the model is unsure: the top of the band, which "fits" counts
             line = Text(no_wrap=True, overflow="ellipsis", end="")
             top = peak + sum(b.bytes for b in unsure)
-            line.append(f"{'band top (' + band.key + ')':<{label_width}} {band.bytes / GIB:+7.2f} GiB ")
+            line.append(
+                f"{'band top (' + band.key + ')':<{label_width}} {fmt.gib_or_mib(band.bytes, 7, sign=True)} "
+            )
             rows.append(
                 (
                     line,
-                    f"-> {top / GIB:.2f} GiB of {vram_bytes / GIB:.1f}: {band.note}",
+                    f"-> {fmt.gib_or_mib(top)} of {vram_bytes / GIB:.1f}: {band.note}",
                     f"band top ({band.key})",
                 )
             )

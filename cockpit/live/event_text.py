@@ -45,9 +45,7 @@ def describe(item: dict | Fault) -> str | None:
             f"{'on' if item.get('gradient_checkpointing') else 'off'}, {item.get('optimizer')}"
         )
     if kind == "checkpoint":
-        return (
-            f"checkpoint: step {item.get('step')} ({fmt.gib(item.get('bytes'), 3)}, {item.get('save_s')} s)"
-        )
+        return f"checkpoint: step {item.get('step')} ({fmt.size(item.get('bytes'))}, {item.get('save_s')} s)"
     if kind == "eval":
         return eval_line(item)
     if kind == "sample":

@@ -142,10 +142,16 @@ def legend_lines(table: CardTable) -> list[str]:
             f"{FASTEST_MARK} fastest card that fits{within}: {fastest.name} "
             f"({fmt.rate(figures.speed.tokens_per_s)} tok/s{time})"
         )
-        tied = table.tied_with_fastest
-        if tied:
-            lines.append(f"  as fast and dearer: {', '.join(r.name for r in tied)}; {tie_reason(fastest)}")
+        if table.tied_with_fastest:
+            lines.append(f"  {tie_words(table)}; {tie_reason(fastest)}")
     return lines
+
+
+def tie_words(table: CardTable) -> str:
+    """The cards as fast as the flagged fastest (`table.tied_with_fastest`: the cheapest of a tie is
+    flagged), "as fast and dearer: H100 SXM, B200"; "" when none ties."""
+    tied = table.tied_with_fastest
+    return f"as fast and dearer: {', '.join(r.name for r in tied)}" if tied else ""
 
 
 def tie_reason(fastest: CardRow) -> str:

@@ -32,7 +32,7 @@ from cockpit.models.memory import estimate_memory
 from cockpit.models.speed import speed_inputs
 from cockpit.plan.card import age_words, price_age_days
 from cockpit.plan.cards import CardRow
-from cockpit.plan.cards_text import CHEAPEST_MARK, FASTEST_MARK
+from cockpit.plan.cards_text import CHEAPEST_MARK, FASTEST_MARK, tie_words
 from cockpit.plan.multi_rows import MULTI_COUNTS, row_workload
 from screens.picker.inputs import (
     FORM,
@@ -242,6 +242,8 @@ class PickerScreen(Screen[None]):
                 when = fmt.duration(figures.time_s) if figures.time_s is not None else ""
                 when = when or f"{fmt.rate(figures.speed.tokens_per_s)} tok/s"
                 second += f" · {FASTEST_MARK} fastest{within}: {fastest.name} {when}"
+                tie = tie_words(ev.table)  # the cards that time it alike, as `cockpit cards` names them
+                second += f" ({tie})" if tie else ""
             elif ev.table.warnings:
                 second += f" · {ev.table.warnings[-1]}"
         summary.update(Text(f"{first}\n{second}"))

@@ -28,12 +28,6 @@ def param_count(n: int | None) -> str:
     return str(n)
 
 
-def byte_size(n_bytes: int | None) -> str:
-    if n_bytes is None:
-        return "-"
-    return f"{n_bytes / 2**20:.1f} MiB" if n_bytes < 2**30 else fmt.gib(n_bytes)
-
-
 def phase_text(state: RunState, interrupted: bool = False) -> str:
     """The header's account of where the run is; an ended run says how it ended, not its last phase."""
     if state.status == "failed" or interrupted:
@@ -144,7 +138,7 @@ def checkpoint_rows(state: RunState) -> list[Row]:
     width = max(len(str(c.get("step"))) for c in state.checkpoints)
     rows: list[Row] = []
     for c in state.checkpoints:
-        value = f"step {c.get('step')!s:<{width}}  {byte_size(c.get('bytes'))}"
+        value = f"step {c.get('step')!s:<{width}}  {fmt.size(c.get('bytes'))}"
         if c.get("eval_loss") is not None:
             value += f"  eval {fmt.loss(c['eval_loss'])}"
         # the mark leads the name, so a narrow panel that cuts the row still shows it
