@@ -163,8 +163,8 @@ def cmd_pick(args) -> int:
 
 def cmd_preflight(args) -> int:
     from cockpit.preflight.checks.base import exit_code
-    from cockpit.preflight.full import result_line, run_preflight
-    from cockpit.preflight.runner import report
+    from cockpit.preflight.full import run_preflight
+    from cockpit.preflight.runner import report, result_line
 
     model_bytes = None
     unsized = None

@@ -103,13 +103,3 @@ def run_preflight(
     session = full_preflight(quick, model_bytes, multi, unsized_model=unsized_model, model_name=model_name)
     results = session.run(on_result=on_result)
     return results, {**session.meta(), "duration_s": round(time.time() - started, 2)}
-
-
-def result_line(result: CheckResult) -> str:
-    mark = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "skip"}[result.status]
-    text = f"[{mark}] {result.title}: {result.value}".rstrip(": ")
-    if result.threshold:
-        text += f"  (expected {result.threshold})"
-    if result.fix and result.status != "pass":  # a skip may say how to have it judged
-        text += f"\n       fix: {result.fix}"
-    return text

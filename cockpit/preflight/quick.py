@@ -67,7 +67,7 @@ class StartPreflight:
 
     def lines(self) -> list[str]:
         """The summary, then one entry (with its fix) per failure or warning."""
-        from cockpit.preflight.full import result_line
+        from cockpit.preflight.runner import result_line
 
         out = [self.summary()]
         for result in self.problems:

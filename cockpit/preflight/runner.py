@@ -364,3 +364,13 @@ def plan(
             )
         )
     return out
+
+
+def result_line(result: CheckResult) -> str:
+    mark = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "skip"}[result.status]
+    text = f"[{mark}] {result.title}: {result.value}".rstrip(": ")
+    if result.threshold:
+        text += f"  (expected {result.threshold})"
+    if result.fix and result.status != "pass":  # a skip may say how to have it judged
+        text += f"\n       fix: {result.fix}"
+    return text
