@@ -378,7 +378,12 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
     else:
         loss = _loss_tiles(w, tokens)
         if w.gradient_checkpointing:  # the loss's backward ends before the first block is recomputed
-            loss = Part(loss.key, loss.label, max(0, loss.bytes - held), loss.note + "; beyond one block's")
+            loss = Part(
+                loss.key,
+                loss.label,
+                max(0, loss.bytes - held),
+                loss.note + "; only what exceeds the recomputed block's activations, freed before it",
+            )
         parts.append(loss)
     context = CUDA_CONTEXT_BYTES + (BNB_WORKSPACE_BYTES if w.method == "qlora" else 0)
     # the optimizer step's peak: activations and autocast copies are gone, the step's temporary is held
