@@ -34,17 +34,50 @@ def wrapped(lines: list[str], width: int, keep: tuple[str, ...] = ()) -> list[st
             out.append(text)
             continue
         indent = " " * (len(text) - len(text.lstrip()) + 2)
-        for phrase in keep:
-            if len(indent) + len(phrase) <= width:
-                text = text.replace(phrase, phrase.replace(" ", _GLUE))
-        out.extend(
-            line.replace(_GLUE, " ")
-            for line in textwrap.wrap(
-                text, width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False
-            )
-            or [""]
-        )
+        out.extend(_wrap(text, width, indent, keep, break_long_words=False) or [""])
     return out
 
 
+def hanging(head: str, text: str, width: int, keep: tuple[str, ...] = (), min_body: int = 30) -> list[str]:
+    """`text` after `head`, wrapped at `width` with its continuation under the text (two columns in
+    when `head` leaves it fewer than `min_body`); a phrase in `keep` is not broken inside."""
+    indent = " " * len(head) if width - len(head) >= min_body else "  "
+    return _wrap(head + text, width, indent, keep, break_long_words=True) or [head.rstrip()]
+
+
+def _wrap(text: str, width: int, indent: str, keep: tuple[str, ...], break_long_words: bool) -> list[str]:
+    for phrase in keep:
+        if len(indent) + len(phrase) <= width:
+            text = text.replace(phrase, phrase.replace(" ", _GLUE))
+    lines = textwrap.wrap(
+        text, width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=break_long_words
+    )
+    return [line.replace(_GLUE, " ") for line in lines]
+
+
 _GLUE = "\u00a0"  # a no-break space: textwrap breaks only at ASCII whitespace
+
+
+def fold_paths(text: str, width: int) -> str:
+    """`text` for a panel `width` columns wide that does not wrap softly (a screen's log, a toast): a
+    line with a word longer than the panel (a path, say) is wrapped at spaces here, and the long
+    word broken after a `/` where it has one, so that `/tmp/runs/20261203-090715-tiny/final` is not
+    cut inside `tiny` as rich's wrapping (at spaces only, then anywhere) cuts it. Other lines are
+    left to rich; so is text that is not ASCII (its columns are not its characters). Plain output
+    (`wrapped`) leaves a long word whole instead: a terminal wraps it softly, and copies it whole."""
+    if not text.isascii():
+        return text
+    out: list[str] = []
+    for paragraph in text.split("\n"):
+        if all(len(word) <= width for word in paragraph.split()):
+            out.append(paragraph)
+            continue
+        for line in textwrap.wrap(
+            paragraph, width, break_long_words=False, break_on_hyphens=False, replace_whitespace=False
+        ):
+            while len(line) > width:
+                cut = line.rfind("/", 0, width) + 1 or width  # after the last `/` that fits
+                out.append(line[:cut])
+                line = line[cut:]
+            out.append(line)
+    return "\n".join(out)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from textual.app import App, ComposeResult
 
-from widgets.event_log import EventLog, fold_paths
+from cockpit.plain import fold_paths
+from widgets.event_log import EventLog
 
 DONE = "  done: step 88, adapter at /tmp/wh3/runs/20261203-090715-tiny/final (loss 0.9123)"
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import textwrap
 from collections import deque
 
 from textual import events
 from textual.geometry import Size
 from textual.reactive import Reactive
 from textual.widgets import RichLog
+
+from cockpit.plain import fold_paths
 
 
 class EventLog(RichLog):
@@ -86,27 +87,3 @@ class EventLog(RichLog):
             self._rewrapping = False
         if self.auto_scroll:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
-
-
-def fold_paths(text: str, width: int) -> str:
-    """`text` for a panel `width` columns wide: a line with a word longer than the panel (a path,
-    say) is wrapped at spaces here, and the long word broken after a `/` where it has one, so
-    that `/tmp/runs/20261203-090715-tiny/final` is not cut inside `tiny` as rich's wrapping (at
-    spaces only, then anywhere) cuts it. Other lines are left to rich; so is text that is not
-    ASCII (its columns are not its characters)."""
-    if not text.isascii():
-        return text
-    out: list[str] = []
-    for paragraph in text.split("\n"):
-        if all(len(word) <= width for word in paragraph.split()):
-            out.append(paragraph)
-            continue
-        for line in textwrap.wrap(
-            paragraph, width, break_long_words=False, break_on_hyphens=False, replace_whitespace=False
-        ):
-            while len(line) > width:
-                cut = line.rfind("/", 0, width) + 1 or width  # after the last `/` that fits
-                out.append(line[:cut])
-                line = line[cut:]
-            out.append(line)
-    return "\n".join(out)

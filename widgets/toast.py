@@ -3,7 +3,7 @@ a file name as the toast's own wrapping breaks it (`.../preflight-20261203-15102
 
 from __future__ import annotations
 
-from widgets.event_log import fold_paths
+from cockpit.plain import fold_paths
 
 # Textual's Toast: 60 columns at most and half its rack (the screen less the rack's 2-column
 # scrollbar), of which its left border and its padding take 3.

@@ -5,15 +5,12 @@
 
 from __future__ import annotations
 
-import textwrap
 from dataclasses import asdict, dataclass, field
 
 from cockpit.live.state import RunState
-from cockpit.plain import PLAIN_WIDTH
+from cockpit.plain import PLAIN_WIDTH, hanging
 from cockpit.run import journal
 from cockpit.run.rundir import RunDir
-
-MIN_HANGING_WIDTH = 30  # narrower than this under its label, a line goes on from the left edge
 
 
 @dataclass
@@ -145,7 +142,7 @@ def text_report(book: SampleBook, width: int = PLAIN_WIDTH) -> str:
     """Each prompt, then its answer from every sampled set of weights, for a terminal or a file:
     lines of `width` columns at most, each wrapped under its text."""
     at_most = count_of(book.max_new_tokens, "token", "new")
-    lines = _hanging(
+    lines = hanging(
         "",
         f"{count_of(len(book.prompts), 'prompt')}, greedy, {at_most} at most, seed {book.seed}; "
         f"weights: {', '.join(book.labels)}",
@@ -154,30 +151,17 @@ def text_report(book: SampleBook, width: int = PLAIN_WIDTH) -> str:
     for p in book.prompts:
         lines.append("")
         for index, paragraph in enumerate(p.prompt.splitlines() or [""]):
-            lines += _hanging(
+            lines += hanging(
                 f"[{p.index + 1}] " if index == 0 else " " * len(f"[{p.index + 1}] "), paragraph, width
             )
         if p.reference:
-            lines += _hanging("    reference: ", _one_line(p.reference, ANSWER_CHARS), width)
+            lines += hanging("    reference: ", _one_line(p.reference, ANSWER_CHARS), width)
         for a in p.answers:
-            tail = "  " + f"({finish_text(a)})".replace(" ", _GLUE) if a.finish else ""  # on one line
+            tail = f"({finish_text(a)})" if a.finish else ""  # kept on one line
             shown = _one_line(a.output, ANSWER_CHARS) if a.output.strip() else "(no visible text)"
-            lines += [
-                line.replace(_GLUE, " ") for line in _hanging(f"    {a.label:>14}: ", shown + tail, width)
-            ]
+            head, keep = f"    {a.label:>14}: ", (tail,) if tail else ()
+            lines += hanging(head, f"{shown}  {tail}" if tail else shown, width, keep=keep)
     return "\n".join(lines)
-
-
-def _hanging(head: str, text: str, width: int) -> list[str]:
-    """`text` after `head`, wrapped at `width` with its continuation under it (at the left edge
-    when `head` leaves it too little room)."""
-    indent = " " * len(head) if width - len(head) >= MIN_HANGING_WIDTH else "  "
-    return textwrap.wrap(
-        head + text, width, subsequent_indent=indent, break_on_hyphens=False, drop_whitespace=True
-    ) or [head.rstrip()]
-
-
-_GLUE = "\u00a0"  # a no-break space: textwrap breaks only at ASCII whitespace
 
 
 def _one_line(text: str, width: int) -> str:
