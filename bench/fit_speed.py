@@ -86,11 +86,36 @@ def record_workload(p: dict, accum: int = 1):
 MIN_STEPS = 10  # runs of a configuration with at least this many steps replace its shorter ones
 
 
-def points(files: list[Path]) -> list[tuple[str, object, float]]:
-    """One point per configuration: runs of the same configuration in several device calls
-    (which drift by up to a third between machines) count once, at their geometric mean; where
-    a configuration was re-measured with >= MIN_STEPS steps (bench/speed_sweep.py --points weak),
-    its 3-5-step runs are left out."""
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One measured figure to fit: a configuration's runs on one host (a geometric mean where they
+    were several), `probe_ms` the host probe's figure (train_backend/host_speed.py) or None for the
+    runs made before the probe existed; `key`: the configuration, which left-one-out leaves out
+    whole (every host it was measured on)."""
+
+    label: str
+    workload: object
+    rate: float
+    probe_ms: float | None
+    key: str
+
+    def __iter__(self):  # (label, workload, rate), as the points were before the probe
+        return iter((self.label, self.workload, self.rate))
+
+
+def run_probe_ms(p: dict) -> float | None:
+    """A run's host probe: the geometric mean of its figures before the weights loaded and after the
+    last step, where the run recorded them."""
+    found = [p[k] for k in ("host_probe_ms", "host_probe_end_ms") if p.get(k)]
+    return math.exp(statistics.fmean(math.log(v) for v in found)) if found else None
+
+
+def points(files: list[Path]) -> list[Point]:
+    """The configurations' measured points. Runs of the same configuration in several device calls
+    (which drift by up to a third between machines) count once, at their geometric mean; where a
+    configuration was re-measured with >= MIN_STEPS steps (bench/speed_sweep.py --points weak), its
+    3-5-step runs are left out; where it was re-measured with the host probe, only the probed runs
+    count, each its own point at its own probe's figure (a slowed host among them: --slow-host)."""
     runs: dict[str, list] = {}
     for file in files:
         accum = ACCUMULATED.get(file.name, 1)
@@ -100,37 +125,54 @@ def points(files: list[Path]) -> list[tuple[str, object, float]]:
                 continue
             w = record_workload(p, accum)
             rate = float(p["tokens_per_s"]) * accum  # the record counts one micro-batch per step
-            runs.setdefault(repr(w), []).append((p["name"], w, rate, p.get("steps", 0)))
+            runs.setdefault(repr(w), []).append((p["name"], w, rate, p.get("steps", 0), run_probe_ms(p)))
     out = []
-    for same in runs.values():
+    for key, same in runs.items():
+        probed = [r for r in same if r[4]]
+        if probed:
+            for name, w, rate, _, probe in probed:
+                out.append(Point(f"{name} @{probe:.2f}ms", w, rate, probe, key))
+            continue
         long = [r for r in same if r[3] >= MIN_STEPS]
         same = long or same
         names = sorted({r[0] for r in same})
         rate = math.exp(statistics.fmean(math.log(r[2]) for r in same))
         label = names[0] + (f" (x{len(same)})" if len(same) > 1 else "")
-        out.append((label, same[0][1], rate))
+        out.append(Point(label, same[0][1], rate, None, key))
     return out
 
 
-def predict(w, card, values) -> float:
-    saved = [getattr(speed, c) for c in COEFFICIENTS]
+def fitted_names(data: list[Point]) -> tuple[str, ...]:
+    """The coefficients to fit: the host probe's reference only where some point has a probe."""
+    return COEFFICIENTS + (("HOST_PROBE_REFERENCE_MS",) if any(d.probe_ms for d in data) else ())
+
+
+def predict(w, card, values, probe_ms: float | None = None, names: tuple[str, ...] = COEFFICIENTS) -> float:
+    """The model's tokens/s for `w` with the coefficients `values` (named `names`), on a host whose
+    probe took `probe_ms` (None: the reference host)."""
+    saved = [getattr(speed, c) for c in names]
     try:
-        for name, value in zip(COEFFICIENTS, values):
+        for name, value in zip(names, values):
             setattr(speed, name, value)
-        return speed.estimate_speed(w, card).tokens_per_s
+        host = speed.CardSpeed(
+            card.name, card.bf16_dense_tflops, card.bandwidth_gbs, host_scale=speed.host_scale_for(probe_ms)
+        )
+        return speed.estimate_speed(w, host).tokens_per_s
     finally:
-        for name, value in zip(COEFFICIENTS, saved):
+        for name, value in zip(names, saved):
             setattr(speed, name, value)
 
 
-def residuals(log_values: np.ndarray, data, card) -> np.ndarray:
+def residuals(log_values: np.ndarray, data: list[Point], card, names: tuple[str, ...]) -> np.ndarray:
     """log(predicted) - log(measured) for each point: a relative error."""
     if np.any(np.abs(log_values) > 30):  # far outside any physical value
         return np.full(len(data), 1e3)
     values = np.exp(log_values)
     if values[0] > 1.0:  # more than the card's peak is not an efficiency
         return np.full(len(data), 1e3)
-    return np.array([math.log(predict(w, card, values)) - math.log(m) for _, w, m in data])
+    return np.array(
+        [math.log(predict(d.workload, card, values, d.probe_ms, names)) - math.log(d.rate) for d in data]
+    )
 
 
 def levenberg_marquardt(f, x0: np.ndarray, steps: int = 300) -> tuple[np.ndarray, float]:
@@ -162,26 +204,29 @@ def levenberg_marquardt(f, x0: np.ndarray, steps: int = 300) -> tuple[np.ndarray
     return x, cost
 
 
-def fit(data, card) -> np.ndarray:
-    """The coefficients that minimise the squared log error, the best of STARTS Levenberg-Marquardt
-    runs: one from the shipped coefficients, the others from starts spread around them, so that the
-    result does not hang on one start's local optimum."""
-    shipped = np.log([getattr(speed, c) for c in COEFFICIENTS])
+def fit(data: list[Point], card) -> np.ndarray:
+    """The coefficients (fitted_names(data)) that minimise the squared log error, the best of STARTS
+    Levenberg-Marquardt runs: one from the shipped coefficients, the others from starts spread around
+    them, so that the result does not hang on one start's local optimum."""
+    names = fitted_names(data)
+    shipped = np.log([getattr(speed, c) for c in names])
     rng = np.random.default_rng(SEED)
     starts = [shipped] + [shipped + rng.normal(0, SPREAD, len(shipped)) for _ in range(STARTS - 1)]
     for x in starts[1:]:
         x[0] = min(x[0], math.log(0.95))  # EFF_MAX starts below the peak
-    runs = [levenberg_marquardt(lambda x: residuals(x, data, card), x0) for x0 in starts]
+    runs = [levenberg_marquardt(lambda x: residuals(x, data, card, names), x0) for x0 in starts]
     best = min(runs, key=lambda run: run[1])
     return np.exp(best[0])
 
 
-def left_out_prediction(args) -> float:
-    """Point k predicted by a fit on every other point (one task of the left-one-out pool)."""
-    data, k = args
+def left_out_predictions(args) -> list[float]:
+    """The points of one configuration predicted by a fit on every other configuration (one task of
+    the left-one-out pool): each at its own host's probe."""
+    data, key = args
     card = load_catalog().get("h200")
-    left_out = fit([d for i, d in enumerate(data) if i != k], card)
-    return predict(data[k][1], card, left_out)
+    kept = [d for d in data if d.key != key]
+    left_out, names = fit(kept, card), fitted_names(kept)
+    return [predict(d.workload, card, left_out, d.probe_ms, names) for d in data if d.key == key]
 
 
 def main() -> None:
@@ -195,20 +240,23 @@ def main() -> None:
     data = points(files)
     card = load_catalog().get("h200")
     coef = fit(data, card)
-    print("coefficients: " + ", ".join(f"{n} = {v:.4g}" for n, v in zip(COEFFICIENTS, coef)), flush=True)
-    tasks = [(data, k) for k in range(len(data))]
+    names = fitted_names(data)
+    print("coefficients: " + ", ".join(f"{n} = {v:.4g}" for n, v in zip(names, coef)), flush=True)
+    keys = list(dict.fromkeys(d.key for d in data))
+    tasks = [(data, key) for key in keys]
     if jobs > 1:
         from multiprocessing import Pool
 
         with Pool(jobs) as pool:
-            predictions = pool.map(left_out_prediction, tasks, chunksize=1)
+            predicted = pool.map(left_out_predictions, tasks, chunksize=1)
     else:
-        predictions = [left_out_prediction(t) for t in tasks]
+        predicted = [left_out_predictions(t) for t in tasks]
     errors = []
-    for (name, _, measured), predicted in zip(data, predictions):
-        errors.append((predicted - measured) / measured)
-        print(f"{name:34s} measured {measured:7.0f}  left out {predicted:7.0f} ({errors[-1]:+6.1%})")
-    print(held_out_line(errors, "configurations"))
+    for key, predictions in zip(keys, predicted):
+        for d, p in zip([d for d in data if d.key == key], predictions):
+            errors.append((p - d.rate) / d.rate)
+            print(f"{d.label:44s} measured {d.rate:7.0f}  left out {p:7.0f} ({errors[-1]:+6.1%})")
+    print(held_out_line(errors, f"points of {len(keys)} configurations"))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -323,6 +324,20 @@ def config_yaml(arch: str, method: str, overrides: dict, data: Path) -> dict:
     return cfg
 
 
+SLOW_HOST = False  # --slow-host: the trainer shares one CPU core with a busy loop
+
+
+def _on_core_zero() -> None:
+    os.sched_setaffinity(0, {0})
+
+
+def slow_host_burner() -> subprocess.Popen:
+    """A busy loop on CPU core 0, where --slow-host pins the trainer (every thread it starts): the
+    trainer's host work gets about half of a core, a slower host by a known mechanism, which its own
+    host probe (train_backend/host_speed.py, run in the trainer) measures as it is."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=_on_core_zero)
+
+
 def measure(name: str, workdir: Path, env: dict) -> dict:
     import yaml
 
@@ -338,17 +353,24 @@ def measure(name: str, workdir: Path, env: dict) -> dict:
     config_path.write_text(yaml.safe_dump(cfg))
     peak = DevicePeak()
     started = time.time()
-    proc = subprocess.run(
-        [sys.executable, "-m", "cockpit", "train", str(config_path), "--no-ui"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    burner = slow_host_burner() if SLOW_HOST else None
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cockpit", "train", str(config_path), "--no-ui"],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            preexec_fn=_on_core_zero if SLOW_HOST else None,
+        )
+    finally:
+        if burner is not None:
+            burner.kill()
+            burner.wait()
     peak.stop()
     events = read_events(sorted((Path(env["COCKPIT_HOME"]) / "runs").iterdir())[-1])
     result = {
-        "name": name,
+        "name": name + ("-slowhost" if SLOW_HOST else ""),
         "arch": arch,
         "method": method,
         "overrides": overrides,
@@ -357,6 +379,10 @@ def measure(name: str, workdir: Path, env: dict) -> dict:
         "wall_s": round(time.time() - started, 1),
     }
     plan = next((e for e in events if e["type"] == "speed_plan"), {})
+    done = next((e for e in events if e["type"] == "done"), {})
+    result["host_probe_ms"] = plan.get("host_probe_ms")  # train_backend/host_speed.py, before the load
+    result["host_probe_end_ms"] = done.get("host_probe_end_ms")  # and after the last step
+    result["slow_host"] = SLOW_HOST
     result["liger"] = bool(plan.get("liger"))
     result["checkpoint_offload"] = bool(plan.get("checkpoint_offload"))
     errors = [e for e in events if e["type"] == "error"]
@@ -395,7 +421,14 @@ def main() -> None:
     )
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "memory-points")
     ap.add_argument("--out", type=Path, default=Path("memory_points.jsonl"))
+    ap.add_argument(
+        "--slow-host",
+        action="store_true",
+        help="pin each trainer to CPU core 0 beside a busy loop there: a host about half as fast",
+    )
     a = ap.parse_args()
+    global SLOW_HOST
+    SLOW_HOST = a.slow_host
     t0 = time.time()
     a.workdir.mkdir(parents=True, exist_ok=True)
     env = cockpit_env(a.workdir / "home", a.workdir / "cache")

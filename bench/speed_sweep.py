@@ -8,8 +8,8 @@ figures can be carried to other cards. Each point runs like bench/memory_points.
 (real `cockpit train --no-ui`, synthetic weights, full-length sequences, NVML sampled
 from outside) with more steps for a steadier median.
 
-  python bench/speed_sweep.py [--points sweep|weak|kernels|heldout|long|retime] [--only NAME ...]
-                              [--budget-s 300]
+  python bench/speed_sweep.py [--points sweep|weak|kernels|heldout|long|retime|probe]
+                              [--only NAME ...] [--budget-s 300] [--slow-host]
                               [--out sweep.jsonl]
 
 `--points weak` re-measures, with 12 steps (10 timed after the first two), the memory points whose
@@ -21,7 +21,9 @@ that differ in one setting in one call: LoRA dropout 0.1 against 0, Liger's kern
 `--points heldout`: configurations the committed speed model has never seen (Liger on four
 architectures, full fine-tune, LoRA and QLoRA), then the memory points still timed over 5 steps.
 `--points long`: rows of 4096 to 16384 tokens, where attention weighs most. `--points retime`: the
-configurations still timed over 5-8 steps only, at 12, the worst missed first.
+configurations still timed over 5-8 steps only, at 12, the worst missed first. `--points probe`: the
+host-bound configurations the model missed most, with the host probe every run now records
+(train_backend/host_speed.py); with `--slow-host` the trainer shares CPU core 0 with a busy loop.
 """
 
 from __future__ import annotations
@@ -177,6 +179,21 @@ RETIME_NAMES = (
 _EARLIER = {"sw-l32-1b-full-mb1": point("llama-3.2-1b", "full", 1, False)}  # the first sweep's
 RETIME = {name: {**mp.CONFIGS, **SWEEP, **_EARLIER}[name] for name in RETIME_NAMES}
 
+# The configurations the model missed most held out that the host's speed sets (the 7B ones first: one
+# synthetic build), re-timed with the host probe the trainer now records (train_backend/host_speed.py),
+# then two host-bound anchors; `--slow-host` runs them with the trainer sharing a core with a busy loop.
+PROBE_NAMES = (
+    "l2-7b-qlora-liger-2x512-ckpt",
+    "sw-l2-7b-lora-all-ckpt-mb8",
+    "k-l2-7b-qlora7-mb8-d0-liger",
+    "sw-l2-7b-qlora-mb1",
+    "l2-7b-lora-paged8bit-ckpt",
+    "q25-1.5b-full-adamw-ckpt",
+    "n-q25-1.5b-lora-liger-4x1024-ckpt",
+    "sw-l32-1b-full-mb1",
+)
+PROBE = {name: {**mp.CONFIGS, **SWEEP, **_EARLIER, **KERNELS, **HELDOUT}[name] for name in PROBE_NAMES}
+
 POINT_SETS = {
     "sweep": SWEEP,
     "weak": WEAK,
@@ -184,11 +201,13 @@ POINT_SETS = {
     "heldout": HELDOUT,
     "long": LONG,
     "retime": RETIME,
+    "probe": PROBE,
 }
 
 
 def take_points_option(argv: list[str]) -> tuple[str, list[str]]:
-    """`--points sweep|weak|kernels|heldout|long|retime` (default sweep), removed from memory_points' argv."""
+    """`--points sweep|weak|kernels|heldout|long|retime|probe` (default sweep), removed from
+    memory_points' argv."""
     if "--points" not in argv:
         return "sweep", argv
     i = argv.index("--points")
@@ -196,8 +215,9 @@ def take_points_option(argv: list[str]) -> tuple[str, list[str]]:
         raise SystemExit(
             "--points takes sweep (the micro-batch sweep), weak (the weak points, 12 steps), kernels "
             "(pairs: LoRA dropout 0.1 / 0, Liger's kernels on / off), heldout (new configurations, "
-            "then the 5-step memory points at 12 steps), long (rows of 4096-16384 tokens) or retime (the "
-            "configurations still timed over 5-8 steps, at 12)"
+            "then the 5-step memory points at 12 steps), long (rows of 4096-16384 tokens), retime (the "
+            "configurations still timed over 5-8 steps, at 12) or probe (host-bound points with the "
+            "host probe)"
         )
     return argv[i + 1], argv[:i] + argv[i + 2 :]
 

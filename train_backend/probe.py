@@ -20,6 +20,7 @@ import time
 import traceback
 
 from cockpit.fmt import GIB
+from train_backend import host_speed
 from train_backend.channel import Emitter, take_stdout
 
 PACKAGES = ("torch", "transformers", "peft", "trl", "bitsandbytes", "datasets", "accelerate")
@@ -251,6 +252,7 @@ def run(emitter: Emitter, quick: bool, multi: bool) -> None:
             bf16_real=(major, minor) >= (8, 0),  # is_bf16_supported() says True on a T4 (emulated)
         )
     attempt("bnb_4bit", bnb_4bit, 0, device=0)
+    attempt("host_launch", host_speed.measure, 0, device=0)
     for index in range(1 if quick else count):
         attempt("matmul", matmul_tflops, index, quick, device=index)
         attempt("h2d", h2d_bandwidth, index, quick, device=index)

@@ -7,6 +7,7 @@ the model, SFTConfig arguments, packed rows and the token cache in the run direc
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -15,9 +16,10 @@ from pathlib import Path
 
 from cockpit.config.schema import TrainConfig
 from cockpit.fmt import GIB
+from cockpit.models import speed as speed_model
 from cockpit.models.shape import ModelShape, ShapeError, from_config_dict
 from cockpit.plan import speed_auto
-from train_backend import packing
+from train_backend import host_speed, packing
 
 CACHE_DIR = "data-cache"
 
@@ -62,6 +64,9 @@ def detect_facts(cfg: TrainConfig, device, precision: str, model_type: str | Non
     else:
         memory, note = device.total_bytes, f"the {device.name}'s {(device.total_bytes or 0) / GIB:.1f} GiB"
     card, card_note = speed_auto.card_for(device.name, device.total_bytes)
+    probe = host_speed.measure()
+    probe_ms = probe["ms"] if probe else None
+    card = dataclasses.replace(card, host_scale=speed_model.host_scale_for(probe_ms))
     return speed_auto.Facts(
         **facts,
         memory_bytes=memory,
@@ -69,6 +74,7 @@ def detect_facts(cfg: TrainConfig, device, precision: str, model_type: str | Non
         flash_attention=_flash_attention(device),
         card=card,
         card_note=card_note,
+        host_probe_ms=probe_ms,
         **_liger(model_type),
     )
 

@@ -15,7 +15,7 @@ from cockpit.config.schema import ConfigError, TrainConfig
 from cockpit.finish import budget as budget_mod
 from cockpit.run import rundir
 from train_backend import data as data_mod
-from train_backend import emulated_card, generation, oom_watch, step_meter
+from train_backend import emulated_card, generation, host_speed, oom_watch, step_meter
 from train_backend import evaluation as eval_mod
 from train_backend import model as model_mod
 from train_backend import speed_setup as fast
@@ -268,6 +268,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         enter("training", f"resuming from {resume[-1].name}" if resume else "")
         result = trainer.train(resume_from_checkpoint=str(resume[-1]) if resume else None)
         step = trainer.state.global_step
+        end_probe = host_speed.measure() if device.kind == "cuda" and not controls.stop.is_set() else None
         if controls.gone.is_set():
             raise RunDirectoryGone(f"stopped at step {step} of {trainer.state.max_steps}, with no checkpoint")
         if controls.stop.is_set():
@@ -315,6 +316,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             train_loss=result.training_loss,
             runtime_s=round(result.metrics.get("train_runtime", 0.0), 2),
             output=final,
+            host_probe_end_ms=end_probe["ms"] if end_probe else None,
             **_eval_summary(eval_tracker, run),
         )
         return 0

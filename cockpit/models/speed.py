@@ -61,6 +61,12 @@ HOST_OPTIMIZER_TENSOR_S = 8.474e-05  # host time per tensor of bitsandbytes' syn
 # the backward's host time per layer, as a share of the forward's: autograd's engine runs it in C++,
 # with Python only in custom autograd functions (bitsandbytes' MatMul4Bit) (fitted)
 BACKWARD_HOST_SHARE = 0.8608
+# the host's speed: train_backend/host_speed.py times a fixed host-bound forward and backward (ms per
+# iteration); the host terms above are for a host that takes HOST_PROBE_REFERENCE_MS, and scale by a
+# box's own figure over it (CardSpeed.host_scale). Fitted with them: the runs measured before the probe
+# existed count as one host of that speed, those after it at their own probe's figure.
+HOST_PROBE_REFERENCE_MS = 1.0
+HOST_SCALE_RANGE = (0.25, 8.0)  # a probe outside this is not taken as the host's speed
 ATTENTION_EFF = 0.2545  # share of the dense bf16 peak that the attention kernels reach (fitted)
 ELEMENTWISE_EFF = 0.5015  # share of the card's bandwidth the blocks' small elementwise kernels reach (fitted)
 ELEMENTWISE_BACKWARD = 2  # an elementwise op's backward reads its saved input(s) and the output's
@@ -100,6 +106,19 @@ class CardSpeed:
     bf16_dense_tflops: float
     bandwidth_gbs: float
     fp32_tflops: float | None = None  # dense FP32 (CUDA cores), where the card's datasheet gives it
+    # the host's time for the same work as the host the model was fitted on: 1.0 for a catalog card,
+    # the probe's figure over HOST_PROBE_REFERENCE_MS for the box a run is on (host_scale_for)
+    host_scale: float = 1.0
+
+
+def host_scale_for(probe_ms: float | None) -> float:
+    """The host terms' scale for a box whose probe (train_backend/host_speed.py) took `probe_ms`: its
+    time over the reference host's, 1.0 without a probe or for a figure outside HOST_SCALE_RANGE."""
+    if not probe_ms or probe_ms <= 0:
+        return 1.0
+    scale = probe_ms / HOST_PROBE_REFERENCE_MS
+    low, high = HOST_SCALE_RANGE
+    return scale if low <= scale <= high else 1.0
 
 
 def card_fp32_flops(card: CardSpeed) -> float:
@@ -248,14 +267,18 @@ def trainable_tensors(w: Workload) -> int:
     return s.num_layers * per_layer + 1 + (0 if s.tie_embeddings else 1) + 1  # embeddings, head, final norm
 
 
-def optimizer_step_s(traffic_bytes: float, bandwidth_bytes_per_s: float, synced_tensors: int = 0) -> float:
+def optimizer_step_s(
+    traffic_bytes: float, bandwidth_bytes_per_s: float, synced_tensors: int = 0, host_scale: float = 1.0
+) -> float:
     """An optimizer step and the trainer's own per-step work, one after the other: HF Trainer's
     logging (`.item()` on the loss, every step at logging_steps 1) waits for the optimizer's kernels,
     and the host's per-step work (logging, callbacks, the next batch) then runs with the GPU idle
     (STEP_OVERHEAD_S). bitsandbytes' optimizers step one tensor at a time and synchronise the device
     after each (bitsandbytes/optim/optimizer.py Optimizer8bit.step: `sync_gpu(p)` in the loop), so each
-    of their `synced_tensors` adds its host time (HOST_OPTIMIZER_TENSOR_S), never overlapped."""
-    return STEP_OVERHEAD_S + traffic_bytes / bandwidth_bytes_per_s + synced_tensors * HOST_OPTIMIZER_TENSOR_S
+    of their `synced_tensors` adds its host time (HOST_OPTIMIZER_TENSOR_S), never overlapped. The host's
+    parts scale by `host_scale` (CardSpeed.host_scale)."""
+    host = STEP_OVERHEAD_S + synced_tensors * HOST_OPTIMIZER_TENSOR_S
+    return host * host_scale + traffic_bytes / bandwidth_bytes_per_s
 
 
 def micro_batch_s(w: Workload, forward: tuple[float, float], backward: tuple[float, float]) -> float:
@@ -304,7 +327,8 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
     elementwise_f = elementwise
     elementwise_b = elementwise * (ELEMENTWISE_BACKWARD + recompute)
     layer_host = HOST_LAYER_S * (HOST_LIGER_SHARE if w.liger else 1.0)
-    host_pass = (
+    host_scale = getattr(card, "host_scale", 1.0)  # the catalog's Card: the reference host
+    host_pass = host_scale * (
         w.shape.num_layers * layer_host
         + kbit_linears * HOST_KBIT_LINEAR_S
         + adapted_linears(w) * HOST_ADAPTER_S
@@ -328,7 +352,9 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
         "host_copy": host_copy,
     }
     synced = trainable_tensors(w) if w.optimizer in SYNCED_OPTIMIZERS else 0
-    optimizer_s = optimizer_step_s(trainable_params(w) * OPTIMIZER_BYTES[w.optimizer], bandwidth, synced)
+    optimizer_s = optimizer_step_s(
+        trainable_params(w) * OPTIMIZER_BYTES[w.optimizer], bandwidth, synced, host_scale
+    )
     step_s = micro_s * w.grad_accum + optimizer_s
     if host_f + host_b >= device_f + device_b:
         bound = "overhead"

@@ -192,7 +192,9 @@ def estimate_multi_speed(w: Workload, card: CardSpeed) -> MultiSpeed:
     if w.sharding == "fsdp":  # each GPU steps its own shard
         shard_bytes = count_trainable(w) * OPTIMIZER_BYTES[w.optimizer] / w.gpus
         synced = trainable_tensors(w) if w.optimizer in SYNCED_OPTIMIZERS else 0  # one shard of each
-        optimizer_s = optimizer_step_s(shard_bytes, card.bandwidth_gbs * 1e9, synced)
+        optimizer_s = optimizer_step_s(
+            shard_bytes, card.bandwidth_gbs * 1e9, synced, getattr(card, "host_scale", 1.0)
+        )
     step_s = one.micro_batch_s * w.grad_accum + optimizer_s + comm.exposed_s
     exposed_per_micro = comm.exposed_s / w.grad_accum
     # communication sets the pace when FSDP's gathers outlast a micro-batch's compute, or what is

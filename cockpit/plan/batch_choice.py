@@ -46,6 +46,7 @@ class Facts:
     liger_note: str = ""  # why liger is not usable, when it is not
     card: speed_model.CardSpeed | None = None  # for the speed model
     card_note: str = ""
+    host_probe_ms: float | None = None  # the host's probe (train_backend/host_speed.py), None without one
 
 
 @dataclass(frozen=True)

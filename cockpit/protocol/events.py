@@ -123,6 +123,16 @@ class SpeedPlanEvent(TypedDict, total=False):
             "card's dense bf16 peak from the catalog, null when unknown) and `peak_source`"
         ),
     ]
+    host_probe_ms: Annotated[
+        float | None,
+        Meaning(
+            "on a GPU, the host's ms per iteration of a fixed host-bound forward and backward "
+            "(train_backend/host_speed.py); null without one"
+        ),
+    ]
+    host_scale: Annotated[
+        float, Meaning("what the speed model's host terms were scaled by for that probe (1: the reference)")
+    ]
 
 
 class ModelEvent(TypedDict, total=False):
@@ -272,6 +282,9 @@ class DoneEvent(TypedDict, total=False):
     eval_loss: Annotated[float | None, Meaning("the last eval loss (with an eval split)")]
     best_checkpoint: Annotated[str | None, Meaning("the kept checkpoint with the lowest eval loss")]
     best_eval_loss: Annotated[float | None, Meaning("its eval loss")]
+    host_probe_end_ms: Annotated[
+        float | None, Meaning("finished on a GPU: the host probe again, after the last step (see speed_plan)")
+    ]
 
 
 class BudgetEvent(TypedDict, total=False):

@@ -27,6 +27,7 @@ from cockpit.preflight.checks.gpu_probe import (
 from cockpit.preflight.checks.perf import (
     check_allreduce,
     check_h2d,
+    check_host_launch,
     check_matmul,
     check_peer_access,
     check_software,
@@ -246,5 +247,6 @@ def gpu_checks(
         check_allreduce(probe, state, catalog),
         *check_matmul(probe, state, catalog),
         *check_h2d(probe, state),
+        check_host_launch(probe),
         check_software(probe),
     ]

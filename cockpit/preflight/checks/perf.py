@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from functools import partial
 
+from cockpit.models import speed as speed_model
 from cockpit.preflight.checks.base import CheckResult
 from cockpit.preflight.checks.gpu_probe import make_result, parse_version
 from cockpit.telemetry.nvml_state import PCIE_X16_PRACTICAL_GBS, NvmlState, find_card
@@ -139,6 +140,39 @@ def check_matmul(probe: dict, state: NvmlState, catalog=None) -> list[CheckResul
 
     broken = "the GPU fails a plain matmul: ask the provider for another node"
     return _per_device(probe, "matmul", "matmul throughput", "matmul runs", broken, judge)
+
+
+HOST_SLOW_SCALE = 1.5  # a host this much slower than the speed model's reference is worth a warning
+
+
+def check_host_launch(probe: dict) -> CheckResult:
+    """The host's speed at feeding the GPU (train_backend/host_speed.py) against the host the speed
+    model was fitted on: a slow or busy CPU slows every run bound by the host (QLoRA, small
+    micro-batches) by as much, whatever the card."""
+    result = partial(make_result, "performance.host_launch", "performance", "Host feeding the GPU")
+    answer = probe.get("host_launch")
+    if not answer:
+        return result("skip", "not measured")
+    if answer.get("error") or not answer.get("ms"):
+        return result(
+            "warn",
+            (answer.get("error") or "no figure")[:200],
+            "the probe runs",
+            "the host probe failed: the speed figures assume the model's reference host",
+            **answer,
+        )
+    reference = speed_model.HOST_PROBE_REFERENCE_MS
+    scale = answer["ms"] / reference
+    value = f"{answer['ms']:.2f} ms a probe step, x{scale:.2f} the reference host's time"
+    threshold = f"<= x{HOST_SLOW_SCALE:g} ({HOST_SLOW_SCALE * reference:.2f} ms; reference {reference:.2f})"
+    fix = (
+        f"the host takes x{scale:.2f} as long to launch the same work: runs bound by the host (QLoRA, "
+        "small micro-batches) go up to that much slower than the card picker says (the trainer's speed "
+        "plan measures it again). Look for other processes on the CPU (`top`), CPU frequency scaling, "
+        "or ask the provider for another node"
+    )
+    status = "pass" if scale <= HOST_SLOW_SCALE else "warn"
+    return result(status, value, threshold, fix, scale=round(scale, 3), **answer)
 
 
 def check_h2d(probe: dict, state: NvmlState) -> list[CheckResult]:
