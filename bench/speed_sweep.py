@@ -8,7 +8,7 @@ figures can be carried to other cards. Each point runs like bench/memory_points.
 (real `cockpit train --no-ui`, synthetic weights, full-length sequences, NVML sampled
 from outside) with more steps for a steadier median.
 
-  python bench/speed_sweep.py [--points sweep|weak|kernels|heldout|long|retime|probe]
+  python bench/speed_sweep.py [--points sweep|weak|kernels|heldout|long|retime|probe|probe-more]
                               [--only NAME ...] [--budget-s 300] [--slow-host]
                               [--out sweep.jsonl]
 
@@ -192,7 +192,23 @@ PROBE_NAMES = (
     "n-q25-1.5b-lora-liger-4x1024-ckpt",
     "sw-l32-1b-full-mb1",
 )
-PROBE = {name: {**mp.CONFIGS, **SWEEP, **_EARLIER, **KERNELS, **HELDOUT}[name] for name in PROBE_NAMES}
+# then, in a second call, the host-bound configurations the fit with the first call's probed runs missed
+# most held out (bench/results/2026-12-03-fit-speed-loo-probe-1.txt), and the 1B anchor the first
+# call's budget skipped
+PROBE_MORE_NAMES = (
+    "l2-7b-qlora-long-ckpt-8bit",
+    "sw-l2-7b-qlora-mb4",
+    "l2-7b-lora-all-ckpt",
+    "sw-l32-1b-full-mb1",
+    "l32-1b-full-paged32",
+    "l32-1b-lora-4k",
+    "long-l32-1b-lora-1x16384-ckpt",
+    "l32-1b-full-8bit-ckpt",
+    "l32-1b-full-adamw",
+)
+_ANY = {**mp.CONFIGS, **SWEEP, **_EARLIER, **KERNELS, **HELDOUT, **LONG}
+PROBE = {name: _ANY[name] for name in PROBE_NAMES}
+PROBE_MORE = {name: _ANY[name] for name in PROBE_MORE_NAMES}
 
 POINT_SETS = {
     "sweep": SWEEP,
@@ -202,11 +218,12 @@ POINT_SETS = {
     "long": LONG,
     "retime": RETIME,
     "probe": PROBE,
+    "probe-more": PROBE_MORE,
 }
 
 
 def take_points_option(argv: list[str]) -> tuple[str, list[str]]:
-    """`--points sweep|weak|kernels|heldout|long|retime|probe` (default sweep), removed from
+    """`--points sweep|weak|kernels|heldout|long|retime|probe|probe-more` (default sweep), removed from
     memory_points' argv."""
     if "--points" not in argv:
         return "sweep", argv
@@ -216,8 +233,8 @@ def take_points_option(argv: list[str]) -> tuple[str, list[str]]:
             "--points takes sweep (the micro-batch sweep), weak (the weak points, 12 steps), kernels "
             "(pairs: LoRA dropout 0.1 / 0, Liger's kernels on / off), heldout (new configurations, "
             "then the 5-step memory points at 12 steps), long (rows of 4096-16384 tokens), retime (the "
-            "configurations still timed over 5-8 steps, at 12) or probe (host-bound points with the "
-            "host probe)"
+            "configurations still timed over 5-8 steps, at 12) probe or probe-more (host-bound "
+            "points with the host probe)"
         )
     return argv[i + 1], argv[:i] + argv[i + 2 :]
 

@@ -175,6 +175,7 @@ def probe_as_h200s(monkeypatch, count: int, allreduce) -> dict:
     monkeypatch.setattr(probe, "matmul_tflops", lambda device, quick: {"tflops": 700.0})
     monkeypatch.setattr(probe, "h2d_bandwidth", lambda device, quick: {"gb_per_s": 50.0})
     monkeypatch.setattr(probe, "allreduce_bus_bandwidth", allreduce)
+    monkeypatch.setattr(probe.host_speed, "measure", lambda device=None: {"ms": 4.0})
 
     class Collect:
         def __init__(self) -> None:

@@ -270,3 +270,20 @@ def test_probe_reports_every_device_of_a_cuda_torch(monkeypatch):
     assert len(found["matmul"]) == 2 and len(found["h2d"]) == 2
     assert found["peer_access"]["pairs"] == [[0, 1, True], [1, 0, True]]
     assert "allreduce" in found and "probe_error" not in found
+    assert found["host_launch"]["ms"] == 4.0
+
+
+def test_host_launch_judged_against_the_speed_models_reference_host(monkeypatch):
+    """performance.host_launch: the host probe's figure over the host the speed model was fitted on;
+    a host more than HOST_SLOW_SCALE slower warns (host-bound runs go that much slower than the
+    picker says), a failed probe warns, no probe skips."""
+    from cockpit.models import speed
+
+    monkeypatch.setattr(speed, "HOST_PROBE_REFERENCE_MS", 4.0)
+    ok = perf.check_host_launch({"host_launch": {"ms": 4.4}})
+    assert ok.status == "pass" and "x1.10" in ok.value and ok.evidence["scale"] == 1.1
+    slow = perf.check_host_launch({"host_launch": {"ms": 8.0}})
+    assert slow.status == "warn" and "x2.00" in slow.fix and "slower than the card picker" in slow.fix
+    assert perf.check_host_launch({"host_launch": {"error": "RuntimeError: boom"}}).status == "warn"
+    assert perf.check_host_launch({}).status == "skip"
+    assert "performance.host_launch" in by_id(cg.gpu_checks(state(), probe("h200")))

@@ -306,3 +306,27 @@ def test_layer_inputs_in_host_memory_pay_their_copy_back_at_the_stated_link_rate
     # without checkpointing there is nothing in host memory to copy back
     plain = speed.estimate_speed(workload(checkpoint_offload=True), h200)
     assert plain.parts_s["host_copy"] == 0
+
+
+def test_the_hosts_speed_scales_the_host_terms_only(catalog):
+    """CardSpeed.host_scale (the host probe over the reference host's): a host-bound micro-batch
+    takes that much longer, a compute-bound one hardly changes, and the card's own terms never."""
+    h200 = catalog.get("h200")
+    base = speed.CardSpeed(h200.name, h200.bf16_dense_tflops, h200.bandwidth_gbs)
+    slow = dataclasses.replace(base, host_scale=2.0)
+    small = workload(micro_batch=1, method="qlora")
+    one, two = speed.estimate_speed(small, base), speed.estimate_speed(small, slow)
+    assert one.bound == "overhead"
+    assert two.parts_s["host"] == pytest.approx(2 * one.parts_s["host"])
+    assert two.parts_s["arithmetic"] == one.parts_s["arithmetic"]
+    assert two.micro_batch_s == pytest.approx(2 * one.micro_batch_s, rel=0.05)
+    big = workload(micro_batch=64)
+    assert speed.estimate_speed(big, slow).tokens_per_s / speed.estimate_speed(big, base).tokens_per_s > 0.9
+    assert speed.estimate_speed(small, h200).tokens_per_s == one.tokens_per_s  # a catalog card: reference
+
+
+def test_host_scale_for_a_probe(monkeypatch):
+    monkeypatch.setattr(speed, "HOST_PROBE_REFERENCE_MS", 4.0)
+    assert speed.host_scale_for(6.0) == 1.5
+    assert speed.host_scale_for(None) == speed.host_scale_for(0) == 1.0
+    assert speed.host_scale_for(4.0 * 20) == 1.0  # outside HOST_SCALE_RANGE: not taken as the host's speed

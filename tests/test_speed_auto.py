@@ -207,6 +207,28 @@ def test_the_plan_is_an_event_the_headless_view_prints():
     assert any(line.startswith("  packing: rows of 512 [auto] - samples average") for line in lines)
 
 
+def test_the_plan_carries_the_hosts_probe_and_scales_its_prediction_by_it():
+    """The trainer's host probe (train_backend/host_speed.py) reaches the plan as the card's
+    host_scale: the event says both, the headless view prints them, and a slower host predicts a
+    slower host-bound run."""
+    from cockpit.models import speed
+
+    slow_card = replace(H200, host_scale=speed.host_scale_for(2 * speed.HOST_PROBE_REFERENCE_MS))
+    small = {"training.micro_batch_size": 1, "training.gradient_accumulation_steps": 1}
+    keep = {"speed.keep": ["training.micro_batch_size", "training.gradient_accumulation_steps"]}
+    cfg = qlora(**small, **keep)
+    reference = speed_auto.plan(cfg, gpu(80), FIXED, LLAMA7)
+    slow = speed_auto.plan(
+        cfg, gpu(80, card=slow_card, host_probe_ms=2 * speed.HOST_PROBE_REFERENCE_MS), FIXED, LLAMA7
+    )
+    event = slow.to_event()
+    assert event["host_scale"] == 2.0 and event["host_probe_ms"] == 2 * speed.HOST_PROBE_REFERENCE_MS
+    assert reference.to_event()["host_scale"] == 1.0 and reference.to_event()["host_probe_ms"] is None
+    assert slow.predicted_tokens_per_s < 0.7 * reference.predicted_tokens_per_s
+    text = describe({"type": "speed_plan", **event})
+    assert "  host: the probe's step took " in text and "x2.00 the speed model's reference host" in text
+
+
 def test_a_bare_off_in_yaml_turns_speed_off(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("speed: {mode: off, fused_kernels: off}\n")

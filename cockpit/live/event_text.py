@@ -128,4 +128,10 @@ def speed_plan_lines(item: dict) -> str:
     flops = item.get("flops")
     if isinstance(flops, dict) and flops.get("model_per_token"):
         lines.append(f"  {flops_text(flops)}")
+    probe, scale = item.get("host_probe_ms"), item.get("host_scale")
+    if isinstance(probe, (int, float)) and isinstance(scale, (int, float)):
+        lines.append(
+            f"  host: the probe's step took {probe:.2f} ms, x{scale:.2f} the speed model's reference host "
+            "(its host times scaled by that)"
+        )
     return "\n".join(lines)
