@@ -49,6 +49,7 @@ from gpu_runs import (
     bench_env,
     ending,
     events_of,
+    host_probes,
     machine,
     newest_run,
     prebuild,
@@ -108,6 +109,7 @@ def one_run(
         "wall_s": round(time.monotonic() - started, 1),
         **ending(events),
         **throughput(events, shape),
+        **host_probes(events),
     }
     if tui_cpu_s is not None:
         result["tui_cpu_s"] = round(tui_cpu_s, 2)
