@@ -159,18 +159,19 @@ def _tui_shares(runs: list[dict]) -> tuple[str, str]:
 
 
 def test_the_attached_views_cpu_on_the_gpu_box_is_the_benchs():
-    calls = [_json(RESULTS / f"2026-12-03-attach-overhead-{n}-h200.json") for n in (4, 5, 6)]
+    calls = [_json(RESULTS / f"2026-12-03-attach-overhead-{n}-h200.json") for n in (4, 5, 6, 7)]
     attached = [r for call in calls for r in call["runs"] if r["kind"] == "attached"]
     assert all(r["status"] == "finished" for call in calls for r in call["runs"])
-    first, second, third = (
+    first, second, third, fourth = (
         " and ".join(f"{r['tui_core_share']:.2%}" for r in call["runs"] if r["kind"] == "attached")
         for call in calls
     )
     assert (
-        f"the TUI took {first} of a core over the whole run in one call, {second} in the next and "
-        f"{third} in a third" in FLAT
+        f"the TUI took {first} of a core over the whole run in one call, {second} in the next, "
+        f"{third} in a third and {fourth} in a fourth" in FLAT
     )
-    assert max(r["tui_core_share"] for r in attached) <= 0.03  # the goal, in every attached run
+    over = [r for r in attached if r["tui_core_share"] > 0.03]  # the goal
+    assert f"missed in one run of {len(attached)})" in FLAT and len(over) == 1
     start = [r["tui_start_cpu_s"] for r in attached]
     assert f"({min(start):.2f}-{max(start):.2f} s of CPU before its first screen" in FLAT
     drawn = [r["tui_core_share_drawn"] for r in attached]
@@ -179,6 +180,24 @@ def test_the_attached_views_cpu_on_the_gpu_box_is_the_benchs():
     assert f"runs of {min(walls):.0f}-{max(walls):.0f} s" in FLAT
     ratios = [f"{call['ratio_attached_over_detached']:.3f}" for call in calls]
     assert f"tokens/s attached/detached {', '.join(ratios[:-1])} and {ratios[-1]}" in FLAT
+    steps = {
+        kind: sorted(r["step_s_median"] for r in calls[-1]["runs"] if r["kind"] == kind)
+        for kind in ("attached", "detached")
+    }
+    assert steps["attached"][0] > steps["detached"][-1]  # "both attached runs stepped slower"
+    probes = {
+        kind: [
+            v
+            for r in calls[-1]["runs"]
+            if r["kind"] == kind
+            for v in (r["host_probe_ms"], r["host_probe_end_ms"])
+        ]
+        for kind in ("attached", "detached")
+    }
+    assert (
+        f"read {min(probes['attached']):.2f}-{max(probes['attached']):.2f} ms around the attached runs and "
+        f"{min(probes['detached']):.2f}-{max(probes['detached']):.2f} ms around the detached ones" in FLAT
+    )
     before = [_json(RESULTS / f"2026-12-03-attach-overhead-{n}-h200.json") for n in (2, 3)]
     shares = [r["tui_core_share"] for call in before for r in call["runs"] if r["kind"] == "attached"]
     drawn_before = [
@@ -205,6 +224,7 @@ def test_the_attached_views_cpu_on_the_gpu_box_is_the_benchs():
             "2026-12-03-attach-overhead-4-h200.json",
             "2026-12-03-attach-overhead-5-h200.json",
             "2026-12-03-attach-overhead-6-h200.json",
+            "2026-12-03-attach-overhead-7-h200.json",
         )
     ]
     listed = ", ".join(f"{r:.3f}" for r in ratios[:-1]) + f" and {ratios[-1]:.3f}"
