@@ -154,9 +154,11 @@ def predict(w, card, values, probe_ms: float | None = None, names: tuple[str, ..
     try:
         for name, value in zip(names, values):
             setattr(speed, name, value)
-        host = speed.CardSpeed(
-            card.name, card.bf16_dense_tflops, card.bandwidth_gbs, host_scale=speed.host_scale_for(probe_ms)
-        )
+        # the probe over the reference as it is: the product's guard against a nonsense probe
+        # (speed.HOST_SCALE_RANGE) would let a fit move the reference until every probe falls outside
+        # the range and counts as the reference host (a left-out fit did, 2026-12-03)
+        scale = probe_ms / speed.HOST_PROBE_REFERENCE_MS if probe_ms else 1.0
+        host = speed.CardSpeed(card.name, card.bf16_dense_tflops, card.bandwidth_gbs, host_scale=scale)
         return speed.estimate_speed(w, host).tokens_per_s
     finally:
         for name, value in zip(names, saved):

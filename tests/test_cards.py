@@ -89,11 +89,12 @@ def test_cheapest_and_fastest_flags(catalog):
 
 
 def test_cards_that_tie_on_speed_flag_the_cheapest_and_say_why(catalog):
-    """The 7B recipe is host-bound on H100 SXM, H200, B200 and MI300X: one speed, four prices."""
+    """The 7B recipe is host-bound on H200, B200 and MI300X: one speed, three prices (on the H100 SXM
+    the card's own traffic now outlasts the host's time, by the model refitted with the host probe)."""
     w = Workload(shape=load_shape("synthetic:llama-2-7b"))
     table = card_table(w, catalog, parse_dataset("20M"), today=TODAY)
     tied = [table.fastest, *table.tied_with_fastest]
-    assert {r.card.id for r in tied} >= {"h100-sxm", "h200-sxm", "b200"}
+    assert {r.card.id for r in tied} >= {"mi300x", "h200-sxm", "b200"}
     assert all(r.as_given.speed.bound == "overhead" for r in tied)
     assert table.fastest.as_given.cost_usd == min(r.as_given.cost_usd for r in tied)
     assert table.fastest.card.id != "b200"

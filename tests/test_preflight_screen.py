@@ -135,7 +135,7 @@ async def test_selecting_a_row_shows_its_evidence_threshold_and_fix():
         driver = app.view.check_list.selected_row.result
         assert driver.id == "gpu.cuda_driver" and driver.status == "fail"
         assert driver.threshold in shown and driver.fix[:60] in shown and "535.104.05" in shown
-        assert "re-runs check 'gpu' (17 rows)" in shown  # it came from the GPU probe
+        assert "re-runs check 'gpu' (18 rows)" in shown  # it came from the GPU probe
         await pilot.press("end")
         assert app.view.check_list.selected_row.result.id == "software.versions"
         await pilot.press("up")  # over the "Software" heading: the cursor lands on checks only
@@ -222,7 +222,7 @@ async def test_export_writes_the_json_report(tmp_path):
     assert data["exit_code"] == 2 and data["meta"]["driver"] == "580.82.07"
     assert data["meta"]["duration_s"] == 3.4
     ids = [r["id"] for r in data["results"]]
-    assert ids[0] == "gpu.visible" and ids[-1] == "network.hub" and len(ids) == 23
+    assert ids[0] == "gpu.visible" and ids[-1] == "network.hub" and len(ids) == 24
     assert data["summary"] == {s: sum(r["status"] == s for r in data["results"]) for s in data["summary"]}
     assert json.loads((tmp_path / "reports" / "box.json").read_text())["results"] == data["results"]
 

@@ -42,33 +42,35 @@ from cockpit.models.memory import Workload, check
 # PCIe 4.0 x16's ~25 GB/s (a stated figure, not fitted; PCIe 5.0 cards copy faster). The copy out
 # runs on a side stream under the next layers' compute and is not counted.
 HOST_LINK_BYTES_PER_S = 25e9
-EFF_MAX = 0.8047  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
-T_HALF = 1479  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
+EFF_MAX = 0.8289  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
+T_HALF = 657.1  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
 REFERENCE_BF16_TFLOPS = 989.0  # the H200's dense bf16 rate, the card T_HALF was fitted on
-ADAPTER_BYTES = 36.41  # bytes per token per adapted input and output feature, forward + backward (fitted)
-HOST_LAYER_S = 0.002701  # host time per decoder layer per forward pass (fitted)
+ADAPTER_BYTES = 32.33  # bytes per token per adapted input and output feature, forward + backward (fitted)
+HOST_LAYER_S = 0.002664  # host time per decoder layer per forward pass (fitted)
 # a decoder layer's host time with Liger's fused RMSNorm, RoPE and SwiGLU, as a share of HOST_LAYER_S: in
 # HF's Llama block the two norms are 8 aten ops each, rotary 16 and the gated activation 2 of the layer's
-# ~53 (a CPU profile of LlamaDecoderLayer's forward), where Liger launches one Triton kernel each (23 of
-# 53 would be 0.43; fitted, since a Triton launch costs the host more than an aten op)
-HOST_LIGER_SHARE = 0.7268
-HOST_KBIT_LINEAR_S = 0.0001225  # more host time per quantised linear per pass (fitted)
-HOST_ADAPTER_S = 0.0002183  # more host time per LoRA-adapted linear per pass (fitted)
+# ~53 (a CPU profile of LlamaDecoderLayer's forward), where Liger launches one Triton kernel each. Fitted
+# above 1 since the host probe's runs joined the fit: the four Triton launches (each with its Python-side
+# argument checks and grid) cost the host more than the ~34 aten ops they replace
+HOST_LIGER_SHARE = 1.229
+HOST_KBIT_LINEAR_S = 1.079e-05  # more host time per quantised linear per pass (fitted: ~0 since the probe)
+HOST_ADAPTER_S = 0.0002422  # more host time per LoRA-adapted linear per pass (fitted)
 # host time per optimizer step, GPU idle: logging, callbacks, next batch (fitted: ~0, the per-micro-batch
 # host terms carry it since the 2026-12-03 points joined the fit)
-STEP_OVERHEAD_S = 2.578e-13
-HOST_OPTIMIZER_TENSOR_S = 8.474e-05  # host time per tensor of bitsandbytes' synchronised step (fitted)
+STEP_OVERHEAD_S = 2.966e-13
+HOST_OPTIMIZER_TENSOR_S = 9.79e-05  # host time per tensor of bitsandbytes' synchronised step (fitted)
 # the backward's host time per layer, as a share of the forward's: autograd's engine runs it in C++,
 # with Python only in custom autograd functions (bitsandbytes' MatMul4Bit) (fitted)
-BACKWARD_HOST_SHARE = 0.8608
+BACKWARD_HOST_SHARE = 0.8551
 # the host's speed: train_backend/host_speed.py times a fixed host-bound forward and backward (ms per
 # iteration); the host terms above are for a host that takes HOST_PROBE_REFERENCE_MS, and scale by a
 # box's own figure over it (CardSpeed.host_scale). Fitted with them: the runs measured before the probe
-# existed count as one host of that speed, those after it at their own probe's figure.
-HOST_PROBE_REFERENCE_MS = 1.0
+# existed count as one host of that speed, those after it at their own probe's figure (fitted: the
+# H200 boxes of 2026-12-03's evening read 2.98-5.37 ms in the trainer, 3.34-4.51 on their own)
+HOST_PROBE_REFERENCE_MS = 3.74
 HOST_SCALE_RANGE = (0.25, 8.0)  # a probe outside this is not taken as the host's speed
-ATTENTION_EFF = 0.2545  # share of the dense bf16 peak that the attention kernels reach (fitted)
-ELEMENTWISE_EFF = 0.5015  # share of the card's bandwidth the blocks' small elementwise kernels reach (fitted)
+ATTENTION_EFF = 0.2743  # share of the dense bf16 peak that the attention kernels reach (fitted)
+ELEMENTWISE_EFF = 0.4027  # share of the card's bandwidth the blocks' small elementwise kernels reach (fitted)
 ELEMENTWISE_BACKWARD = 2  # an elementwise op's backward reads its saved input(s) and the output's
 # gradient and writes the input's gradient: about twice its forward's traffic (a counted approximation)
 DEQUANT_BYTES = {4: 4.5, 8: 5.0}  # per weight per pass: read packed, write 16-bit, read back
