@@ -8,7 +8,7 @@ figures can be carried to other cards. Each point runs like bench/memory_points.
 (real `cockpit train --no-ui`, synthetic weights, full-length sequences, NVML sampled
 from outside) with more steps for a steadier median.
 
-  python bench/speed_sweep.py [--points sweep|weak|kernels|heldout|long|retime|probe|probe-more]
+  python bench/speed_sweep.py [--points sweep|weak|kernels|heldout|long|retime|probe|probe-more|long-more]
                               [--only NAME ...] [--budget-s 300] [--slow-host]
                               [--out sweep.jsonl]
 
@@ -206,6 +206,14 @@ PROBE_MORE_NAMES = (
     "l32-1b-full-8bit-ckpt",
     "l32-1b-full-adamw",
 )
+# Long rows again, new configurations (none measured before; the host probe in each): left out, the one
+# 16384-token point was the held-out worst with the probed runs in (-34.1%,
+# bench/results/2026-12-03-fit-speed-loo-probe-2.txt), an extrapolation from rows of 8192 at most
+LONG_MORE = {
+    "long-l32-1b-lora-1x12288-ckpt": point("llama-3.2-1b", "lora", 1, True, seq=12288, **_LONG),
+    "long-l32-1b-lora-1x16384": point("llama-3.2-1b", "lora", 1, False, seq=16384, **_LONG),
+    "long-q25-1.5b-lora-1x16384-ckpt": point("qwen2.5-1.5b", "lora", 1, True, seq=16384, **_LONG),
+}
 _ANY = {**mp.CONFIGS, **SWEEP, **_EARLIER, **KERNELS, **HELDOUT, **LONG}
 PROBE = {name: _ANY[name] for name in PROBE_NAMES}
 PROBE_MORE = {name: _ANY[name] for name in PROBE_MORE_NAMES}
@@ -219,12 +227,12 @@ POINT_SETS = {
     "retime": RETIME,
     "probe": PROBE,
     "probe-more": PROBE_MORE,
+    "long-more": LONG_MORE,
 }
 
 
 def take_points_option(argv: list[str]) -> tuple[str, list[str]]:
-    """`--points sweep|weak|kernels|heldout|long|retime|probe|probe-more` (default sweep), removed from
-    memory_points' argv."""
+    """`--points NAME` (one of POINT_SETS; default sweep), removed from memory_points' argv."""
     if "--points" not in argv:
         return "sweep", argv
     i = argv.index("--points")
@@ -234,7 +242,7 @@ def take_points_option(argv: list[str]) -> tuple[str, list[str]]:
             "(pairs: LoRA dropout 0.1 / 0, Liger's kernels on / off), heldout (new configurations, "
             "then the 5-step memory points at 12 steps), long (rows of 4096-16384 tokens), retime (the "
             "configurations still timed over 5-8 steps, at 12) probe or probe-more (host-bound "
-            "points with the host probe)"
+            "points with the host probe) or long-more (new long-row points)"
         )
     return argv[i + 1], argv[:i] + argv[i + 2 :]
 
