@@ -11,6 +11,12 @@ weighs as much as on a 40k one), the best of STARTS starts: its max() terms leav
 optima, and a fit from one start point (Nelder-Mead from the shipped coefficients, before) gave
 held-out figures that depended on that point. Every left-out refit runs the same way.
 
+A run with the host probe (train_backend/host_speed.py: `host_probe_ms` and `host_probe_end_ms` in
+its record) is predicted at its own host's speed, the host terms scaled by its probe over
+HOST_PROBE_REFERENCE_MS, which is fitted with the rest (the runs before the probe count as one host
+of that figure); a configuration with probed runs counts by those only, and left-one-out leaves
+each configuration out whole, every run of it.
+
   python bench/fit_speed.py [--jobs N] [POINTS.jsonl ...]      (default: default_files())
 
 Prints the coefficients fitted on all points, then each point's error when it is left out of

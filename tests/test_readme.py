@@ -276,12 +276,22 @@ def test_the_estimators_figures_are_docs_estimator():
     estimator = _flat((ROOT / "docs" / "estimator.md").read_text())
     # held-out (left-one-out) figures only, in the README as in the fit's output in docs/estimator.md
     # the speed model's: the last line of bench/fit_speed.py's recorded output
-    fit = (RESULTS / "2026-12-03-fit-speed-loo-retimed-2.txt").read_text().strip().splitlines()[-1]
-    pattern = r"left-one-out over (\d+) configurations: median ([\d.]+%), worst \+?(-?[\d.]+)%"
-    count, median, worst = re.fullmatch(pattern, fit).groups()
+    fit = (RESULTS / "2026-12-03-fit-speed-loo-probe-2.txt").read_text().strip().splitlines()[-1]
+    pattern = (
+        r"left-one-out over (\d+) points of (\d+) configurations: median ([\d.]+%), worst [+-]?([\d.]+)%"
+    )
+    points, count, median, worst = re.fullmatch(pattern, fit).groups()
     assert fit in estimator
-    claim = f"left-one-out over {count} configurations on the same H200: median {median}, worst {worst}%"
+    claim = (
+        f"left-one-out over {points} points of {count} configurations on the same H200: median {median}, "
+        f"worst {worst}%"
+    )
     assert claim in FLAT
+    heldout = (RESULTS / "2026-12-03-speed-heldout-vs-unsloth-probe.txt").read_text().strip().splitlines()[-1]
+    runs, median, worst = re.fullmatch(
+        r"(\d+) runs: median \|error\| ([\d.]+%), worst ([\d.]+%)", heldout
+    ).groups()
+    assert f"comparison's {runs} cockpit runs (never fitted on) within {median} median, {worst} worst" in FLAT
     # the speed model on new points, predicted by the model as committed before they were measured
     last = (RESULTS / "2026-12-03-speed-new-points-cfe35f0.txt").read_text().strip().splitlines()[-1]
     count, median, worst = re.fullmatch(
