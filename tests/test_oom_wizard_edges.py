@@ -37,7 +37,8 @@ async def test_at_80x24_the_effect_of_the_highlighted_remedy_is_shown(tmp_path):
         await pilot.pause()
         assert app.screen.analysis.options[3].title == "max length 512 -> 256"
         assert "effect: cuts 61.0% of the samples (610 of 1000) to 256 tokens" in screen_text(app)
-        await pilot.press("space", "up", "space")  # picked together: both effects
+        assert app.screen.analysis.options[1].title == "micro-batch 4 -> 2, accum 4 -> 8"
+        await pilot.press("space", "up", "up", "space")  # with the micro-batch: both effects
         await pilot.pause()
         assert "effect: cuts 61.0% of the samples" in screen_text(app)
         assert "batch kept at 16 (2 x 8); resumes from the last checkpoint" in screen_text(app)
