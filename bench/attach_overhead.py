@@ -41,6 +41,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import host_probes
 from gpu_runs import (
     FULL,
     ROOT,
@@ -49,7 +50,6 @@ from gpu_runs import (
     bench_env,
     ending,
     events_of,
-    host_probes,
     machine,
     newest_run,
     prebuild,

@@ -72,6 +72,14 @@ def read_events(run_dir: Path) -> list[dict]:
     return out
 
 
+def host_probes(events: list[dict]) -> dict:
+    """The run's host probe (train_backend/host_speed.py) before the weights loaded and after the last
+    step: the host's speed at feeding the GPU around the run, which moves between and within calls."""
+    plan = next((e for e in events if e.get("type") == "speed_plan"), {})
+    done = next((e for e in events if e.get("type") == "done"), {})
+    return {"host_probe_ms": plan.get("host_probe_ms"), "host_probe_end_ms": done.get("host_probe_end_ms")}
+
+
 def write_tokens(path: Path, vocab: int, length: int, count: int) -> None:
     """`count` pre-tokenized samples of `length` random ids (full length: no padding), seed 0."""
     rng = random.Random(0)

@@ -224,14 +224,6 @@ def throughput(events: list[dict], shape: Shape, skip_steps: int = 2) -> dict:
     }
 
 
-def host_probes(events: list[dict]) -> dict:
-    """The run's host probe (train_backend/host_speed.py) before the weights loaded and after the last
-    step: the host's speed at feeding the GPU around the run, which moves between and within calls."""
-    plan = next((e for e in events if e.get("type") == "speed_plan"), {})
-    done = next((e for e in events if e.get("type") == "done"), {})
-    return {"host_probe_ms": plan.get("host_probe_ms"), "host_probe_end_ms": done.get("host_probe_end_ms")}
-
-
 def ending(events: list[dict]) -> dict:
     done = next((e for e in reversed(events) if e.get("type") in ("done", "error")), None)
     if done is None:

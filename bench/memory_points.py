@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from common import DevicePeak, build_synthetic, cockpit_env, read_events, write_tokens  # noqa: E402
+from common import DevicePeak, build_synthetic, cockpit_env, host_probes, read_events, write_tokens  # noqa: E402
 
 from cockpit.models import shipped as shapes  # noqa: E402
 
@@ -379,9 +379,7 @@ def measure(name: str, workdir: Path, env: dict) -> dict:
         "wall_s": round(time.time() - started, 1),
     }
     plan = next((e for e in events if e["type"] == "speed_plan"), {})
-    done = next((e for e in events if e["type"] == "done"), {})
-    result["host_probe_ms"] = plan.get("host_probe_ms")  # train_backend/host_speed.py, before the load
-    result["host_probe_end_ms"] = done.get("host_probe_end_ms")  # and after the last step
+    result.update(host_probes(events))  # train_backend/host_speed.py, before the load and after the end
     result["slow_host"] = SLOW_HOST
     result["liger"] = bool(plan.get("liger"))
     result["checkpoint_offload"] = bool(plan.get("checkpoint_offload"))

@@ -87,7 +87,6 @@ class SpeedPlan:
     auto_split: dict | None = None
     flops: dict | None = None  # FLOPs per token and the card's peak, for MFU (cockpit.models.flops)
     host_probe_ms: float | None = None  # the host's probe (train_backend/host_speed.py)
-    host_scale: float = 1.0  # the speed model's host terms scaled by it (speed.host_scale_for)
 
     def to_event(self) -> dict:
         t = self.config.training
@@ -116,7 +115,7 @@ class SpeedPlan:
             "auto_split": self.auto_split,
             "flops": self.flops,
             "host_probe_ms": self.host_probe_ms,
-            "host_scale": round(self.host_scale, 3),
+            "host_scale": round(speed_model.host_scale_for(self.host_probe_ms), 3),
         }
 
 
@@ -170,7 +169,7 @@ def plan(
             flops=flops_info(
                 cfg, facts, lengths, shape, shape.num_layers if shape and t.gradient_checkpointing else 0
             ),
-            **_host(facts),
+            host_probe_ms=facts.host_probe_ms,
         )
     keep = set(cfg.speed.keep or [])
     run = copy.deepcopy(cfg)
@@ -350,16 +349,8 @@ def plan(
         busy_tokens_per_micro_batch=advice.get("busy_tokens_per_micro_batch"),
         auto_split=advice.get("auto_split"),
         flops=flops_info(run, facts, lengths, shape, fit.layers),
-        **_host(facts),
+        host_probe_ms=facts.host_probe_ms,
     )
-
-
-def _host(facts: Facts) -> dict:
-    """The host probe's figure and the scale the speed model gave the host terms for it."""
-    return {
-        "host_probe_ms": facts.host_probe_ms,
-        "host_scale": getattr(facts.card, "host_scale", 1.0) if facts.card else 1.0,
-    }
 
 
 def flops_info(
