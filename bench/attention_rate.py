@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""How fast the trainer's attention kernel runs, by row length and head width (one GPU, CUDA).
+
+The speed model (cockpit/models/speed.py) costs causal attention by its FLOPs over a share of the
+card's dense bf16 peak. One share for every row length left the fit to guess how that share moves
+with the row: fitted on rows of 8,192 tokens at most, it missed the one 16,384-token run by a third
+held out (docs/estimator.md). This measures the share directly, on the kernel the product's models
+call: transformers' SDPA path (`sdpa_attention_forward`: grouped-query heads passed to PyTorch's
+`scaled_dot_product_attention` with `enable_gqa` where transformers does so, else repeated), causal,
+no mask (full-length rows), bf16, forward and backward timed apart with CUDA events.
+
+FLOPs are counted as the speed model counts them: the forward 2 x rows x heads x seq^2 x head_dim
+(QK^T and AV over half the square), the backward 2.5 times that. The share of the peak is those
+FLOPs over the time and over REFERENCE_BF16_TFLOPS (the H200's dense bf16 datasheet rate).
+
+  python bench/attention_rate.py [--out attention_rate.json] [--reps 10]
+
+Writes one JSON object: machine, versions, and one row per (heads, kv heads, head_dim, seq, tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cockpit.models import shipped  # noqa: E402
+from cockpit.models.speed import REFERENCE_BF16_TFLOPS  # noqa: E402
+
+# the shipped shapes' distinct attention layouts (heads, kv heads, head_dim), one architecture each
+ARCHS = ("llama-3.2-1b", "qwen2.5-1.5b", "llama-2-7b", "llama-3.1-8b")
+SEQS = (256, 512, 1024, 2048, 4096, 8192, 12288, 16384)
+TOKENS = (4096, 16384)  # tokens per micro-batch: rows = max(1, tokens // seq)
+
+
+def layout(arch: str) -> tuple[int, int, int]:
+    c = shipped.hf_config_dict(arch)
+    heads = c["num_attention_heads"]
+    return heads, c.get("num_key_value_heads", heads), c.get("head_dim") or c["hidden_size"] // heads
+
+
+def time_one(heads: int, kv: int, dim: int, seq: int, rows: int, reps: int) -> tuple[float, float]:
+    """Median (forward_s, backward_s) of the kernel as transformers calls it."""
+    import torch
+    from transformers.integrations import sdpa_attention as sa
+
+    dev = torch.device("cuda")
+    q = torch.randn(rows, heads, seq, dim, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(rows, kv, seq, dim, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(rows, kv, seq, dim, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    gqa = heads != kv and sa.use_gqa_in_sdpa(None, k, v)
+
+    def forward():
+        kk, vv = k, v
+        if heads != kv and not gqa:
+            kk, vv = sa.repeat_kv(k, heads // kv), sa.repeat_kv(v, heads // kv)
+        extra = {"enable_gqa": True} if gqa else {}
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, kk, vv, is_causal=True, scale=dim**-0.5, **extra
+        )
+
+    grad = torch.randn(rows, heads, seq, dim, device=dev, dtype=torch.bfloat16)
+    fw, bw = [], []
+    for i in range(reps + 3):
+        a, b, c = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        a.record()
+        out = forward()
+        b.record()
+        out.backward(grad)
+        c.record()
+        torch.cuda.synchronize()
+        q.grad = k.grad = v.grad = None
+        if i >= 3:
+            fw.append(a.elapsed_time(b) / 1e3)
+            bw.append(b.elapsed_time(c) / 1e3)
+    return statistics.median(fw), statistics.median(bw)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("attention_rate.json"))
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args()
+    import torch
+    import transformers
+
+    rows_out = []
+    started = time.time()
+    for arch in ARCHS:
+        heads, kv, dim = layout(arch)
+        for tokens in TOKENS:
+            for seq in SEQS:
+                rows = max(1, tokens // seq)
+                fw_s, bw_s = time_one(heads, kv, dim, seq, rows, args.reps)
+                forward_flops = 2.0 * rows * heads * seq * seq * dim
+                peak = REFERENCE_BF16_TFLOPS * 1e12
+                row = {
+                    "arch": arch,
+                    "heads": heads,
+                    "kv_heads": kv,
+                    "head_dim": dim,
+                    "seq": seq,
+                    "rows": rows,
+                    "tokens": rows * seq,
+                    "forward_s": fw_s,
+                    "backward_s": bw_s,
+                    "forward_share": forward_flops / fw_s / peak,
+                    "backward_share": 2.5 * forward_flops / bw_s / peak,
+                }
+                rows_out.append(row)
+                print(
+                    f"{arch:14s} h{heads}/{kv} d{dim} {rows:3d} x {seq:5d}: forward {fw_s * 1e3:7.3f} ms "
+                    f"({row['forward_share']:.3f} of peak), backward {bw_s * 1e3:7.3f} ms "
+                    f"({row['backward_share']:.3f})",
+                    flush=True,
+                )
+    record = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+        "machine": torch.cuda.get_device_name(0),
+        "host": platform.node(),
+        "versions": {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "transformers": transformers.__version__,
+        },
+        "reference_bf16_tflops": REFERENCE_BF16_TFLOPS,
+        "counting": "forward 2 x rows x heads x seq^2 x head_dim (causal half); backward 2.5x the forward",
+        "rows": rows_out,
+    }
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {args.out} ({time.time() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
