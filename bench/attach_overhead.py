@@ -32,6 +32,7 @@ DIR/attach_overhead.json; exits 1 when a run did not finish.
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,9 @@ from gpu_runs import (
     write_tokens,
 )
 from pyspy_profile import Spy, py_spy, summary
+
+from cockpit.run import process
+from cockpit.run.rundir import RunDir
 
 EXIT_DETACHED = 4
 TARGET_RATIO = 0.99
@@ -120,6 +124,103 @@ def one_run(
     if profile:
         result["profile"] = profile
     print(f"{kind}: {result}", file=sys.stderr, flush=True)
+    return result
+
+
+# the interleaved run's pattern of spans, in units of one span: detached, attached, detached, attached,
+# detached at 1, 2, 2, 2, 1: the attached and the detached spans have the same centre of time, so a
+# drift of the machine's speed that is linear over the run weighs on both alike (A B B A, twice)
+INTERLEAVED_STEPS = 400  # more than its spans take: ~80 steps on an H200, ~250 for the CPU smoke run
+INTERLEAVE_PATTERN = (("detached", 1), ("attached", 2), ("detached", 2), ("attached", 2), ("detached", 1))
+
+
+def interleaved_run(config: Path, env: dict, shape, span_s: float, timeout_s: float) -> dict:
+    """One trainer, watched and not watched in turns (INTERLEAVE_PATTERN, a unit of `span_s`): started
+    through the TUI and detached at once, then `cockpit attach` in the pseudo-terminal for each attached
+    span and `d` at its end; stopped with `cockpit stop` after the last span. Each span counts the steps
+    that began and ended inside it, so the attach and detach themselves fall between spans. Two runs of
+    one configuration on one machine moved by up to 20% in one call (docs/benchmarks.md); the spans of
+    one run share its process, its model, its data and its place on the machine."""
+    home = Path(env["COCKPIT_HOME"])
+    before = run_ids(home)
+    started = time.monotonic()
+    with PtyTui(["train", str(config), "--skip-preflight"], env) as tui:
+        tui.wait_for_output()
+        run = newest_run(home, before)
+        tui.press("d")
+        tui.finish()
+    deadline = time.monotonic() + timeout_s
+    while not any(e.get("type") == "log" and e.get("step", 0) > 2 for e in events_of(run)):
+        if time.monotonic() > deadline or not process.is_alive(RunDir(run)):
+            return {
+                "kind": "interleaved",
+                "run": run.name,
+                "status": "no steady steps",
+                **ending(events_of(run)),
+            }
+        time.sleep(1.0)
+    spans = []
+    for kind, units in INTERLEAVE_PATTERN:
+        span = {"kind": kind, "seconds": span_s * units}
+        if kind == "detached":
+            span["start"] = time.time()
+            time.sleep(span["seconds"])
+            span["end"] = time.time()
+        else:
+            with PtyTui(["attach", run.name], env) as tui:
+                span["view_drawn"] = tui.wait_for_output()
+                drawn_cpu = tui_cpu(tui)
+                span["start"] = time.time()
+                time.sleep(span["seconds"])
+                span["end"] = time.time()
+                cpu = tui_cpu(tui)
+                if cpu is not None and drawn_cpu is not None:
+                    span["tui_start_cpu_s"] = round(drawn_cpu, 2)
+                    span["tui_core_share_drawn"] = round((cpu - drawn_cpu) / (span["end"] - span["start"]), 4)
+                tui.press("d")
+                span["tui_exit"] = tui.finish()
+        spans.append(span)
+    stopped = subprocess.run(
+        [sys.executable, "-m", "cockpit", "stop", run.name], env=env, cwd=ROOT, capture_output=True, text=True
+    )
+    wait_trainer_gone(run, timeout_s)
+    events = events_of(run)
+    logs = [e for e in events if e.get("type") == "log" and e.get("step_time_s")]
+    for span in spans:
+        inside = [
+            e["step_time_s"]
+            for e in logs
+            if e["ts"] - e["step_time_s"] >= span["start"] and e["ts"] <= span["end"]
+        ]
+        span["steps"] = len(inside)
+        if inside:
+            span["step_s_median"] = round(statistics.median(inside), 4)
+            span["tokens_per_s"] = round(shape.tokens_per_step / statistics.median(inside), 1)
+    pooled = {}
+    for kind in ("attached", "detached"):
+        times = [
+            e["step_time_s"]
+            for span in spans
+            if span["kind"] == kind
+            for e in logs
+            if e["ts"] - e["step_time_s"] >= span["start"] and e["ts"] <= span["end"]
+        ]
+        pooled[kind] = shape.tokens_per_step / statistics.median(times) if times else None
+    ratio = pooled["attached"] / pooled["detached"] if pooled["attached"] and pooled["detached"] else None
+    result = {
+        "kind": "interleaved",
+        "run": run.name,
+        "wall_s": round(time.monotonic() - started, 1),
+        "stop": (stopped.stdout.strip() or stopped.stderr.strip())[-200:],
+        **ending(events),
+        "span_s": span_s,
+        "spans": spans,
+        "tokens_per_s_attached": None if pooled["attached"] is None else round(pooled["attached"], 1),
+        "tokens_per_s_detached": None if pooled["detached"] is None else round(pooled["detached"], 1),
+        "ratio_attached_over_detached": None if ratio is None else round(ratio, 4),
+        **host_probes(events),
+    }
+    print(f"interleaved: {result}", file=sys.stderr, flush=True)
     return result
 
 
@@ -183,6 +284,9 @@ def main() -> int:
     )
     ap.add_argument("--timeout-s", type=float, default=600, help="per run")
     ap.add_argument(
+        "--span-s", type=float, default=12.0, help="the interleaved run's unit span (pattern 1-2-2-2-1)"
+    )
+    ap.add_argument(
         "--order",
         help="the runs, e.g. attached,attached: a longer run's TUI share within one device call "
         "(no ratio without a detached run); default detached,attached,attached,detached",
@@ -193,8 +297,11 @@ def main() -> int:
     order = ["detached", "attached"] if a.smoke else ["detached", "attached", "attached", "detached"]
     if a.order:
         order = [kind.strip() for kind in a.order.split(",") if kind.strip()]
-        if not order or any(kind not in ("detached", "attached") for kind in order):
-            ap.error(f"--order {a.order!r}: expected runs from detached and attached, e.g. attached,attached")
+        if not order or any(kind not in ("detached", "attached", "interleaved") for kind in order):
+            ap.error(
+                f"--order {a.order!r}: expected runs from detached, attached and interleaved, "
+                "e.g. interleaved,attached,attached"
+            )
     if a.profile and py_spy() is None:
         print("--profile: py-spy is not installed; no profiled run", file=sys.stderr)
     elif a.profile:
@@ -205,18 +312,28 @@ def main() -> int:
         work / "tokens.jsonl", shape, shape.micro_batch_size * shape.accumulation * (steps + 2)
     )
     config = write_config(work / "run.yaml", shape, data, steps)
+    # the interleaved run is stopped after its last span: steps enough to outlast them, and rows for
+    # every one of them (a new epoch's data loader stalled a CPU run for up to 3.6 s, a whole span)
+    rows_long = shape.micro_batch_size * shape.accumulation * (INTERLEAVED_STEPS + 2)
+    long_data = write_tokens(work / "tokens-long.jsonl", shape, rows_long) if "interleaved" in order else data
+    long_config = write_config(work / "interleaved.yaml", shape, long_data, INTERLEAVED_STEPS)
     t0 = time.monotonic()
     prebuild(shape, env)  # untimed, like a download
     bytecode = compile_bytecode(env)
     runs: list[dict] = []
     for kind in order:  # each run's figures written as it ends: a call cut short keeps the runs done
-        runs.append(one_run(kind, config, env, shape, a.timeout_s, a.out if kind == "profiled" else None))
+        if kind == "interleaved":
+            runs.append(interleaved_run(long_config, env, shape, a.span_s, a.timeout_s))
+        else:
+            runs.append(one_run(kind, config, env, shape, a.timeout_s, a.out if kind == "profiled" else None))
         if len(runs) < len(order):
             partial = {"bench": "attach_overhead", "partial": True, "order": order, "runs": runs}
             write_json(a.out, "attach_overhead.json", partial)
     detached = mean([r["tokens_per_s"] for r in runs if r["kind"] == "detached" and "tokens_per_s" in r])
     attached = mean([r["tokens_per_s"] for r in runs if r["kind"] == "attached" and "tokens_per_s" in r])
     ratio = round(attached / detached, 4) if attached and detached else None
+    turns = [r["ratio_attached_over_detached"] for r in runs if r["kind"] == "interleaved"]
+    turns = [t for t in turns if t is not None]
     shares = [r["tui_core_share"] for r in runs if r["kind"] == "attached" and "tui_core_share" in r]
     result = {
         "bench": "attach_overhead",
@@ -235,6 +352,8 @@ def main() -> int:
         "ratio_attached_over_detached": ratio,
         "target": f">= {TARGET_RATIO}",
         "target_met": None if ratio is None else ratio >= TARGET_RATIO,
+        "ratio_interleaved": turns[0] if len(turns) == 1 else (turns or None),
+        "interleaved_target_met": None if not turns else min(turns) >= TARGET_RATIO,
         "tui_core_share_max": max(shares) if shares else None,
         "tui_target": f"tui_core_share <= {TARGET_TUI_SHARE} in every attached run",
         "tui_target_met": bool(shares) and max(shares) <= TARGET_TUI_SHARE,
@@ -242,7 +361,11 @@ def main() -> int:
     }
     path = write_json(a.out, "attach_overhead.json", result)
     print(f"ratio attached/detached {ratio} (target >= {TARGET_RATIO}); {path}", file=sys.stderr)
-    return 0 if all(r["status"] == "finished" for r in runs) else 1
+    ended = [
+        r["status"] in (("finished",) if r["kind"] != "interleaved" else ("finished", "stopped"))
+        for r in runs
+    ]
+    return 0 if all(ended) else 1
 
 
 if __name__ == "__main__":
