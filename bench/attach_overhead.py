@@ -20,7 +20,14 @@ textual's sources again: ~1 s of CPU). `--profile` adds a fifth run, attached, n
 figures above, with py-spy (if installed) sampling the TUI from outside: where its CPU goes
 before the first screen and after (bench/pyspy_profile.py).
 
+`interleaved` in `--order` is one more way to ask the question, the one that separates the view from
+the machine: one trainer, watched and not watched in turns (INTERLEAVE_PATTERN), each span's steps
+apart. Runs of one configuration moved by up to 20% between runs of one call on the H200 boxes, more
+than the 1% the target resolves; the spans of one run share its process and its place on the machine,
+and their pattern has the attached and the detached spans centred on the same time.
+
   python bench/attach_overhead.py --out DIR [--steps 26] [--profile] [--smoke] [--order KINDS]
+                                  [--span-s 12]
 
 `--order attached,attached --steps 70` gives the TUI's share over runs of ~2.5 minutes (its
 start-up's CPU weighs on a whole run in proportion to its shortness) within one device call.
