@@ -192,27 +192,7 @@ def interleaved_run(config: Path, env: dict, shape, span_s: float, timeout_s: fl
     )
     wait_trainer_gone(run, timeout_s)
     events = events_of(run)
-    logs = [e for e in events if e.get("type") == "log" and e.get("step_time_s")]
-    for span in spans:
-        inside = [
-            e["step_time_s"]
-            for e in logs
-            if e["ts"] - e["step_time_s"] >= span["start"] and e["ts"] <= span["end"]
-        ]
-        span["steps"] = len(inside)
-        if inside:
-            span["step_s_median"] = round(statistics.median(inside), 4)
-            span["tokens_per_s"] = round(shape.tokens_per_step / statistics.median(inside), 1)
-    pooled = {}
-    for kind in ("attached", "detached"):
-        times = [
-            e["step_time_s"]
-            for span in spans
-            if span["kind"] == kind
-            for e in logs
-            if e["ts"] - e["step_time_s"] >= span["start"] and e["ts"] <= span["end"]
-        ]
-        pooled[kind] = shape.tokens_per_step / statistics.median(times) if times else None
+    pooled = time_spans(spans, events, shape.tokens_per_step)
     ratio = pooled["attached"] / pooled["detached"] if pooled["attached"] and pooled["detached"] else None
     result = {
         "kind": "interleaved",
@@ -229,6 +209,32 @@ def interleaved_run(config: Path, env: dict, shape, span_s: float, timeout_s: fl
     }
     print(f"interleaved: {result}", file=sys.stderr, flush=True)
     return result
+
+
+def time_spans(spans: list[dict], events: list[dict], tokens_per_step: int) -> dict[str, float | None]:
+    """Each span's steps (those that began and ended inside it: `ts` is a step's end) with their
+    median and tokens/s, written into the span; returns tokens/s over the pooled steps of each kind
+    (their median step), None for a kind with no whole step."""
+    logs = [e for e in events if e.get("type") == "log" and e.get("step_time_s")]
+
+    def inside(span: dict) -> list[float]:
+        return [
+            e["step_time_s"]
+            for e in logs
+            if e["ts"] - e["step_time_s"] >= span["start"] and e["ts"] <= span["end"]
+        ]
+
+    for span in spans:
+        times = inside(span)
+        span["steps"] = len(times)
+        if times:
+            span["step_s_median"] = round(statistics.median(times), 4)
+            span["tokens_per_s"] = round(tokens_per_step / statistics.median(times), 1)
+    pooled: dict[str, float | None] = {}
+    for kind in ("attached", "detached"):
+        times = [t for span in spans if span["kind"] == kind for t in inside(span)]
+        pooled[kind] = tokens_per_step / statistics.median(times) if times else None
+    return pooled
 
 
 def tui_cpu(tui: PtyTui) -> float | None:

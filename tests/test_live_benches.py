@@ -68,6 +68,43 @@ def test_a_py_spy_profile_is_summed_by_function_and_by_package(tmp_path, monkeyp
     assert got["by_package"] == {"textual": 0.6, "screens": 0.3, "<frozen importlib>": 0.1}
 
 
+def test_interleaved_spans_count_the_steps_that_began_and_ended_inside_them(monkeypatch):
+    """bench/attach_overhead.py --order interleaved: a step counts for a span only when it began
+    and ended inside it (the attach and the detach fall between spans); each kind's tokens/s is over
+    its spans' pooled steps, and its spans' pattern has the two kinds centred on the same time."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import attach_overhead as ao
+
+    def log(end: float, step_s: float) -> dict:
+        return {"type": "log", "ts": end, "step_time_s": step_s}
+
+    spans = [
+        {"kind": "detached", "start": 0.0, "end": 10.0},
+        {"kind": "attached", "start": 11.0, "end": 21.0},
+        {"kind": "detached", "start": 22.0, "end": 32.0},
+    ]
+    events = [log(t, 2.0) for t in (2.0, 4.0, 6.0, 8.0, 10.0)]  # the first span: five whole steps
+    events += [log(12.0, 2.0)]  # began at 10.0, before the attached span: not counted
+    events += [log(t, 2.5) for t in (14.0, 16.5, 19.0, 21.5)]  # the last ends past the span
+    events += [log(t, 2.0) for t in (24.0, 26.0, 28.0)] + [{"type": "gpu", "ts": 25.0}]
+    pooled = ao.time_spans(spans, events, tokens_per_step=1000)
+    assert [s["steps"] for s in spans] == [5, 3, 3]
+    assert spans[1]["step_s_median"] == 2.5 and spans[1]["tokens_per_s"] == 400.0
+    assert pooled == {"attached": 400.0, "detached": 500.0}
+    empty = [{"kind": "attached", "start": 40.0, "end": 50.0}]
+    assert ao.time_spans(empty, events, 1000) == {"attached": None, "detached": None}
+    assert empty[0]["steps"] == 0 and "tokens_per_s" not in empty[0]
+    units = [
+        (k, u, sum(w for _, w in ao.INTERLEAVE_PATTERN[:i]) + u / 2)
+        for i, (k, u) in enumerate(ao.INTERLEAVE_PATTERN)
+    ]
+    centre = {
+        kind: sum(u * c for k, u, c in units if k == kind) / sum(u for k, u, _ in units if k == kind)
+        for kind in ("attached", "detached")
+    }
+    assert centre["attached"] == centre["detached"]
+
+
 def test_input_bound_burns_the_collate_time_in_every_step(tmp_path, env):
     result = run_bench("input_bound.py", tmp_path, env, "--collate-ms", "150", "--steps", "8")
     assert result["status"] == "finished" and result["dataloader_num_workers"] == 0
