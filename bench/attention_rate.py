@@ -14,14 +14,20 @@ FLOPs are counted as the speed model counts them: the forward 2 x rows x heads x
 FLOPs over the time and over REFERENCE_BF16_TFLOPS (the H200's dense bf16 datasheet rate).
 
   python bench/attention_rate.py [--out attention_rate.json] [--reps 10]
+  python bench/attention_rate.py --fit bench/results/2026-12-04-attention-rate-h200.json
 
 Writes one JSON object: machine, versions, and one row per (heads, kv heads, head_dim, seq, tokens).
+`--fit` fits, for each head width and pass, the kernel model the speed model uses
+(speed.AttentionKernel: a fixed time per call, then the FLOPs at share_max x seq / (seq + half_seq)
+of the peak) to a record's rows by least squares of the log error (no GPU needed), and prints the
+constants with each row's error.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import statistics
 import sys
@@ -30,6 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cockpit.models import shipped  # noqa: E402
 from cockpit.models.speed import REFERENCE_BF16_TFLOPS  # noqa: E402
@@ -83,11 +90,62 @@ def time_one(heads: int, kv: int, dim: int, seq: int, rows: int, reps: int) -> t
     return statistics.median(fw), statistics.median(bw)
 
 
+PASSES = {"forward": 1.0, "backward": 2.5}  # the counted FLOPs of a pass over the forward's
+
+
+def kernel_inputs(row: dict, kind: str) -> tuple[float, float]:
+    """(counted FLOPs of the pass, seq) of one measured row."""
+    forward = 2.0 * row["rows"] * row["heads"] * row["seq"] ** 2 * row["head_dim"]
+    return PASSES[kind] * forward, float(row["seq"])
+
+
+def fit_kernels(record: dict) -> dict[int, dict[str, tuple[float, float, float, list[float]]]]:
+    """For each head width and pass: (fixed_s, share_max, half_seq, the rows' log errors)."""
+    import numpy as np
+    from fit_speed import levenberg_marquardt
+
+    from cockpit.models.speed import AttentionKernel
+
+    peak = record["reference_bf16_tflops"] * 1e12
+    out: dict[int, dict] = {}
+    for dim in sorted({r["head_dim"] for r in record["rows"]}):
+        rows = [r for r in record["rows"] if r["head_dim"] == dim]
+        out[dim] = {}
+        for kind in PASSES:
+
+            def errors(x, rows=rows, kind=kind):
+                kernel = AttentionKernel(*np.exp(x))
+                return np.array(
+                    [math.log(kernel.seconds(*kernel_inputs(r, kind), peak) / r[f"{kind}_s"]) for r in rows]
+                )
+
+            x, _ = levenberg_marquardt(errors, np.log([1e-4, 0.5, 1000.0]))
+            out[dim][kind] = (*np.exp(x), list(errors(x)))
+    return out
+
+
+def print_fit(path: Path) -> None:
+    record = json.loads(path.read_text())
+    fitted = fit_kernels(record)
+    for dim, passes in fitted.items():
+        for kind, (fixed_s, share, half, errs) in passes.items():
+            rms = math.sqrt(sum(e * e for e in errs) / len(errs))
+            worst = max(errs, key=abs)
+            print(
+                f"head_dim {dim} {kind:8s}: fixed_s={fixed_s:.3e} share_max={share:.4f} half_seq={half:.0f}"
+                f"   (log error rms {rms:.3f}, worst {worst:+.3f} over {len(errs)} rows)"
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("attention_rate.json"))
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--fit", type=Path, help="fit the speed model's kernel constants to this record")
     args = ap.parse_args()
+    if args.fit:
+        print_fit(args.fit)
+        return
     import torch
     import transformers
 

@@ -17,8 +17,9 @@ its backward, the longer of two times:
   LM head recomputes its logits in the backward, never under checkpointing) at the card's dense
   bf16 peak (its FP32 rate for an fp32 run) times an efficiency that grows with the tokens in the
   micro-batch (eff = EFF_MAX * T / (T + T_HALF x rate / the H200's bf16 rate): a fixed time per
-  kernel), plus causal attention (quadratic in the sequence) at its own share of the peak
-  (ATTENTION_EFF); and at the card's bandwidth, the blocks' elementwise kernels (counted op by op,
+  kernel), plus causal attention (quadratic in the sequence) as its kernel was timed on its own
+  (ATTENTION_KERNELS: a fixed time per call, then a share of the peak that grows with the row:
+  measured, not fitted); and at the card's bandwidth, the blocks' elementwise kernels (counted op by op,
   fewer bytes with Liger's fused kernels, at the share ELEMENTWISE_EFF of the bandwidth that small
   kernels reach), the loss kernels' passes over the logits, QLoRA's dequantisation (each pass
   writes every 4-bit weight out in 16 bits and reads it back) and the adapters' traffic (per input
@@ -69,7 +70,34 @@ BACKWARD_HOST_SHARE = 0.8551
 # H200 boxes of 2026-12-03's evening read 2.98-5.37 ms in the trainer, 3.34-4.51 on their own)
 HOST_PROBE_REFERENCE_MS = 3.74
 HOST_SCALE_RANGE = (0.25, 8.0)  # a probe outside this is not taken as the host's speed
-ATTENTION_EFF = 0.2743  # share of the dense bf16 peak that the attention kernels reach (fitted)
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """One pass of the attention kernel in one decoder layer: a fixed time per call (the launch, the
+    last partial wave) and its counted FLOPs at a share of the peak that grows with the row's length
+    (a row's queries are the kernel's blocks of work, each over the keys before it):
+    share_max x seq / (seq + half_seq)."""
+
+    fixed_s: float
+    share_max: float
+    half_seq: float
+
+    def seconds(self, flops: float, seq: float, peak_flops: float) -> float:
+        return self.fixed_s + flops / (peak_flops * self.share_max * seq / (seq + self.half_seq))
+
+
+# PyTorch's SDPA kernel as transformers calls it (causal, no mask, grouped-query heads with enable_gqa),
+# (forward, backward) by head width, timed on its own on one H200 (SXM, torch 2.11 + CUDA 13) over rows of
+# 256-16384 tokens and 4096-16384 tokens a call, four head layouts (bench/attention_rate.py,
+# bench/results/2026-12-04-attention-rate-h200.json; these constants from its --fit: log error rms
+# 0.03-0.10 over 16 rows of width 64 and 48 of 128, the worst +0.26 on calls of under 0.5 ms).
+# Measured constants, not fitted to training runs. Another head width takes the constants between
+# 64 and 128 by proportion (clamped); another card the same shares of its own peak, the same fixed time
+ATTENTION_KERNELS = {
+    64: (AttentionKernel(7.981e-05, 0.4567, 368.0), AttentionKernel(1.201e-04, 0.5037, 1047.0)),
+    128: (AttentionKernel(1.129e-04, 0.6207, 155.0), AttentionKernel(2.309e-04, 0.6316, 681.0)),
+}
 ELEMENTWISE_EFF = 0.4027  # share of the card's bandwidth the blocks' small elementwise kernels reach (fitted)
 ELEMENTWISE_BACKWARD = 2  # an elementwise op's backward reads its saved input(s) and the output's
 # gradient and writes the input's gradient: about twice its forward's traffic (a counted approximation)
@@ -183,6 +211,33 @@ def matmul_flops_per_token(w: Workload) -> tuple[float, float]:
         forward += adapters
         backward += adapters * (2 + (1 if w.gradient_checkpointing else 0))
     return forward, backward
+
+
+def attention_kernels(head_dim: int) -> tuple[AttentionKernel, AttentionKernel]:
+    """The (forward, backward) kernel constants for a head width (ATTENTION_KERNELS)."""
+    if head_dim in ATTENTION_KERNELS:
+        return ATTENTION_KERNELS[head_dim]
+    low, high = min(ATTENTION_KERNELS), max(ATTENTION_KERNELS)
+    t = min(max((head_dim - low) / (high - low), 0.0), 1.0)
+
+    def between(a: AttentionKernel, b: AttentionKernel) -> AttentionKernel:
+        return AttentionKernel(*(x + t * (y - x) for x, y in zip(vars(a).values(), vars(b).values())))
+
+    return tuple(between(a, b) for a, b in zip(ATTENTION_KERNELS[low], ATTENTION_KERNELS[high]))
+
+
+def attention_s(w: Workload, peak_flops: float) -> tuple[float, float]:
+    """The attention kernels' time in one micro-batch, (forward, backward): per decoder layer one
+    call each way (attention_flops_per_token), the backward's call plus the forward recomputed
+    under checkpointing."""
+    forward_k, backward_k = attention_kernels(w.shape.head_dim)
+    flops_f, flops_b = attention_flops_per_token(w)
+    tokens, layers = w.tokens_per_micro_batch, w.shape.num_layers
+    recompute = 1 if w.gradient_checkpointing else 0
+    backward_only = flops_b - recompute * flops_f  # the recomputed forward is timed as a forward
+    f = layers * forward_k.seconds(tokens * flops_f / layers, w.seq_len, peak_flops)
+    b = layers * backward_k.seconds(tokens * backward_only / layers, w.seq_len, peak_flops)
+    return f, b + recompute * f
 
 
 def attention_flops_per_token(w: Workload) -> tuple[float, float]:
@@ -310,10 +365,10 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
     # with the rate the matmuls run at
     efficiency = EFF_MAX * tokens / (tokens + T_HALF * peak_flops / (REFERENCE_BF16_TFLOPS * 1e12))
     matmul_f, matmul_b = matmul_flops_per_token(w)
-    attention_f, attention_b = attention_flops_per_token(w)
-    matmul_rate, attention_rate = peak_flops * efficiency, peak_flops * ATTENTION_EFF
-    arithmetic_f = tokens * (matmul_f / matmul_rate + attention_f / attention_rate)
-    arithmetic_b = tokens * (matmul_b / matmul_rate + attention_b / attention_rate)
+    attention_f, attention_b = attention_s(w, peak_flops)
+    matmul_rate = peak_flops * efficiency
+    arithmetic_f = tokens * matmul_f / matmul_rate + attention_f
+    arithmetic_b = tokens * matmul_b / matmul_rate + attention_b
     logits_f, logits_b = (tokens * w.shape.vocab_size * b / bandwidth for b in logits_bytes_per_entry(w))
     recompute = 1 if w.gradient_checkpointing else 0
     dequant_pass = 0.0
