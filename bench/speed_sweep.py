@@ -8,7 +8,8 @@ figures can be carried to other cards. Each point runs like bench/memory_points.
 (real `cockpit train --no-ui`, synthetic weights, full-length sequences, NVML sampled
 from outside) with more steps for a steadier median.
 
-  python bench/speed_sweep.py [--points sweep|weak|kernels|heldout|long|retime|probe|probe-more|long-more]
+  python bench/speed_sweep.py [--points sweep|weak|kernels|heldout|long|retime|probe|probe-more|long-more|
+                                        heldout-long]
                               [--only NAME ...] [--budget-s 300] [--slow-host]
                               [--out sweep.jsonl]
 
@@ -214,6 +215,16 @@ LONG_MORE = {
     "long-l32-1b-lora-1x16384": point("llama-3.2-1b", "lora", 1, False, seq=16384, **_LONG),
     "long-q25-1.5b-lora-1x16384-ckpt": point("qwen2.5-1.5b", "lora", 1, True, seq=16384, **_LONG),
 }
+# New configurations for the model with the measured attention kernel (cockpit/models/speed.py
+# ATTENTION_KERNELS), run after it was committed: held out by construction (bench/speed_new_points.py
+# --model-commit). Both head widths, rows of 1024-8192, LoRA, a full fine-tune and a 7B QLoRA
+HELDOUT_LONG = {
+    "h-l32-1b-lora-2x4096-ckpt": point("llama-3.2-1b", "lora", 2, True, seq=4096, **_LONG),
+    "h-q25-1.5b-lora-4x4096": point("qwen2.5-1.5b", "lora", 4, False, seq=4096, **_LONG),
+    "h-l32-1b-lora-8x1024": point("llama-3.2-1b", "lora", 8, False, seq=1024, **_LONG),
+    "h-q25-1.5b-full-1x8192-ckpt": point("qwen2.5-1.5b", "full", 1, True, seq=8192),
+    "h-l2-7b-qlora-1x8192-ckpt": point("llama-2-7b", "qlora", 1, True, seq=8192),
+}
 _ANY = {**mp.CONFIGS, **SWEEP, **_EARLIER, **KERNELS, **HELDOUT, **LONG}
 PROBE = {name: _ANY[name] for name in PROBE_NAMES}
 PROBE_MORE = {name: _ANY[name] for name in PROBE_MORE_NAMES}
@@ -228,6 +239,7 @@ POINT_SETS = {
     "probe": PROBE,
     "probe-more": PROBE_MORE,
     "long-more": LONG_MORE,
+    "heldout-long": HELDOUT_LONG,
 }
 
 
@@ -242,7 +254,8 @@ def take_points_option(argv: list[str]) -> tuple[str, list[str]]:
             "(pairs: LoRA dropout 0.1 / 0, Liger's kernels on / off), heldout (new configurations, "
             "then the 5-step memory points at 12 steps), long (rows of 4096-16384 tokens), retime (the "
             "configurations still timed over 5-8 steps, at 12) probe or probe-more (host-bound "
-            "points with the host probe) or long-more (new long-row points)"
+            "points with the host probe), long-more (new long-row points) or heldout-long (new points "
+            "for the measured attention kernel)"
         )
     return argv[i + 1], argv[:i] + argv[i + 2 :]
 
