@@ -4,7 +4,9 @@
 A held-out check by construction: the model (cockpit/models/speed.py) is taken as it stood at
 `--model-commit` (read with `git show`, so later refits cannot leak in), and each run of the
 records given (bench/speed_sweep.py or bench/memory_points.py lines) is predicted from its
-config, with Liger and host-memory checkpointing as the run's speed plan applied them.
+config, with Liger and host-memory checkpointing as the run's speed plan applied them, on the run's
+own host: a run that recorded the host probe (train_backend/host_speed.py) is predicted with the host
+terms scaled by it, as its speed plan and the fit (bench/fit_speed.py) scale them.
 
   python bench/speed_new_points.py --model-commit cfe35f0 \\
       bench/results/2026-12-03-speed-sweep-heldout-h200.jsonl [--only-prefix n-]
@@ -26,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fit_speed import record_workload  # noqa: E402
+from fit_speed import record_workload, run_probe_ms  # noqa: E402
 
 from cockpit.plan.catalog import load_catalog  # noqa: E402
 
@@ -59,7 +61,16 @@ def main(argv: list[str]) -> int:
             p = json.loads(line)
             if not p.get("tokens_per_s") or not p["name"].startswith(a.only_prefix):
                 continue
-            predicted = speed.estimate_speed(record_workload(p), card).tokens_per_s
+            probe = run_probe_ms(p)
+            host = card  # a run from before the host probe: the reference host
+            if probe and hasattr(speed, "host_scale_for"):  # the model as the run's own plan uses it
+                host = speed.CardSpeed(
+                    card.name,
+                    card.bf16_dense_tflops,
+                    card.bandwidth_gbs,
+                    host_scale=speed.host_scale_for(probe),
+                )
+            predicted = speed.estimate_speed(record_workload(p), host).tokens_per_s
             measured = p["tokens_per_s"]
             errors.append(predicted / measured - 1)
             print(
