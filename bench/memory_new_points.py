@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""The memory model on new points: runs it was not fitted on, predicted by the model as committed.
+
+The memory counterpart of bench/speed_new_points.py. The model (cockpit/models/memory.py) is taken
+as it stood at `--model-commit` (read with `git show`, so a later refit cannot leak in) and each run
+of the records given (bench/speed_sweep.py or bench/memory_points.py lines with an NVML peak) is
+predicted from its config as bench/fit_estimator.py reads it. The memory model's fit reads the
+`*memory-points*` records only: the speed sweeps' peaks never enter it.
+
+  python bench/memory_new_points.py --model-commit 2258e0f \\
+      bench/results/2026-12-04-speed-sweep-long-more-h200.jsonl ...
+
+Prints one line per run and the median and worst of the errors (predicted / measured - 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fit_estimator  # noqa: E402
+
+
+def memory_model_at(commit: str):
+    """cockpit/models/memory.py as it stood at `commit`, as a module of its own."""
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{commit}:cockpit/models/memory.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    module = types.ModuleType(f"memory_{commit}")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    exec(compile(source, f"{commit}:cockpit/models/memory.py", "exec"), module.__dict__)
+    return module
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("records", nargs="+", type=Path)
+    ap.add_argument("--model-commit", required=True, help="the commit whose memory model predicts")
+    a = ap.parse_args(argv)
+    memory = memory_model_at(a.model_commit)
+    references = {name for name, *_ in fit_estimator.REFERENCE}
+    errors = []
+    for name, w, measured in fit_estimator.points(a.records):
+        if name in references:  # fit_estimator.points adds the fitted reference points
+            continue
+        fields = {f: getattr(w, f) for f in w.__dataclass_fields__}
+        predicted = memory.estimate_memory(memory.Workload(**fields)).peak_bytes / memory.GIB
+        errors.append(predicted / measured - 1)
+        print(f"{name:36s} measured {measured:6.2f} GiB  predicted {predicted:6.2f} ({errors[-1]:+6.1%})")
+    if not errors:
+        print("no runs with a device peak", file=sys.stderr)
+        return 1
+    worst = max(errors, key=abs)
+    print(
+        f"memory model at {a.model_commit}, {len(errors)} new runs: median |error| "
+        f"{statistics.median(abs(e) for e in errors):.1%}, worst {worst:+.1%}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
