@@ -17,8 +17,9 @@ its backward, the longer of two times:
   LM head recomputes its logits in the backward, never under checkpointing) at the card's dense
   bf16 peak (its FP32 rate for an fp32 run) times an efficiency that grows with the tokens in the
   micro-batch (eff = EFF_MAX * T / (T + T_HALF x rate / the H200's bf16 rate): a fixed time per
-  kernel), plus causal attention (quadratic in the sequence) at its own share of the peak
-  (ATTENTION_EFF); and at the card's bandwidth, the blocks' elementwise kernels (counted op by op,
+  kernel), plus causal attention (quadratic in the sequence) as its kernel was timed on its own
+  (ATTENTION_KERNELS: a fixed time per call, then a share of the peak that grows with the row:
+  measured, not fitted); and at the card's bandwidth, the blocks' elementwise kernels (counted op by op,
   fewer bytes with Liger's fused kernels, at the share ELEMENTWISE_EFF of the bandwidth that small
   kernels reach), the loss kernels' passes over the logits, QLoRA's dequantisation (each pass
   writes every 4-bit weight out in 16 bits and reads it back) and the adapters' traffic (per input
@@ -42,38 +43,65 @@ from cockpit.models.memory import Workload, check
 # PCIe 4.0 x16's ~25 GB/s (a stated figure, not fitted; PCIe 5.0 cards copy faster). The copy out
 # runs on a side stream under the next layers' compute and is not counted.
 HOST_LINK_BYTES_PER_S = 25e9
-EFF_MAX = 0.8249  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
-T_HALF = 577.7  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
+EFF_MAX = 0.9214  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
+T_HALF = 823.3  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
 REFERENCE_BF16_TFLOPS = 989.0  # the H200's dense bf16 rate, the card T_HALF was fitted on
-ADAPTER_BYTES = 33.07  # bytes per token per adapted input and output feature, forward + backward (fitted)
-HOST_LAYER_S = 0.00267  # host time per decoder layer per forward pass (fitted)
+ADAPTER_BYTES = 44.42  # bytes per token per adapted input and output feature, forward + backward (fitted)
+HOST_LAYER_S = 0.002584  # host time per decoder layer per forward pass (fitted)
 # a decoder layer's host time with Liger's fused RMSNorm, RoPE and SwiGLU, as a share of HOST_LAYER_S: in
 # HF's Llama block the two norms are 8 aten ops each, rotary 16 and the gated activation 2 of the layer's
 # ~53 (a CPU profile of LlamaDecoderLayer's forward), where Liger launches one Triton kernel each. Fitted
 # above 1 since the host probe's runs joined the fit: the four Triton launches (each with its Python-side
 # argument checks and grid) cost the host more than the ~34 aten ops they replace
-HOST_LIGER_SHARE = 1.231
-HOST_KBIT_LINEAR_S = 1.124e-05  # more host time per quantised linear per pass (fitted: ~0 since the probe)
-HOST_ADAPTER_S = 0.0002423  # more host time per LoRA-adapted linear per pass (fitted)
+HOST_LIGER_SHARE = 1.288
+HOST_KBIT_LINEAR_S = 1.017e-13  # more host time per quantised linear per pass (fitted: ~0 since the probe)
+HOST_ADAPTER_S = 0.0002438  # more host time per LoRA-adapted linear per pass (fitted)
 # host time per optimizer step, GPU idle: logging, callbacks, next batch (fitted: ~0, the per-micro-batch
 # host terms carry it since the 2026-12-03 points joined the fit)
-STEP_OVERHEAD_S = 2.966e-13
-HOST_OPTIMIZER_TENSOR_S = 9.558e-05  # host time per tensor of bitsandbytes' synchronised step (fitted)
+STEP_OVERHEAD_S = 1.16e-13
+HOST_OPTIMIZER_TENSOR_S = 6.353e-05  # host time per tensor of bitsandbytes' synchronised step (fitted)
 # the backward's host time per layer, as a share of the forward's: autograd's engine runs it in C++,
 # with Python only in custom autograd functions (bitsandbytes' MatMul4Bit) (fitted)
-BACKWARD_HOST_SHARE = 0.8514
+BACKWARD_HOST_SHARE = 0.9154
 # the host's speed: train_backend/host_speed.py times a fixed host-bound forward and backward (ms per
 # iteration); the host terms above are for a host that takes HOST_PROBE_REFERENCE_MS, and scale by a
 # box's own figure over it (CardSpeed.host_scale). Fitted with them: the runs measured before the probe
 # existed count as one host of that speed, those after it at their own probe's figure (fitted: the
 # H200 boxes of 2026-12-03's evening read 2.98-5.37 ms in the trainer, 3.34-4.51 on their own)
-HOST_PROBE_REFERENCE_MS = 3.739
+HOST_PROBE_REFERENCE_MS = 3.755
 HOST_SCALE_RANGE = (0.25, 8.0)  # a probe outside this is not taken as the host's speed
-# share of the dense bf16 peak that the attention kernels reach in a training step (fitted). Timed on its
-# own, the SDPA kernel reaches 0.05-0.59 by row length and head width (bench/attention_rate.py); that
-# curve as the attention term did worse held out over the training runs (commit 7ab03ba, docs/estimator.md)
-ATTENTION_EFF = 0.2984
-ELEMENTWISE_EFF = 0.3948  # share of the card's bandwidth the blocks' small elementwise kernels reach (fitted)
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """One pass of the attention kernel in one decoder layer: a fixed time per call (the launch, the
+    last partial wave) and its counted FLOPs at a share of the peak that grows with the row's length
+    (a row's queries are the kernel's blocks of work, each over the keys before it):
+    share_max x seq / (seq + half_seq)."""
+
+    fixed_s: float
+    share_max: float
+    half_seq: float
+
+    def seconds(self, flops: float, seq: float, peak_flops: float) -> float:
+        return self.fixed_s + flops / (peak_flops * self.share_max * seq / (seq + self.half_seq))
+
+
+# PyTorch's SDPA kernel as transformers calls it (causal, no mask, grouped-query heads with enable_gqa),
+# (forward, backward) by head width, timed on its own on one H200 (SXM, torch 2.11 + CUDA 13) over rows of
+# 256-16384 tokens and 4096-16384 tokens a call, four head layouts (bench/attention_rate.py,
+# bench/results/2026-12-04-attention-rate-h200.json; these constants from its --fit: log error rms
+# 0.03-0.10 over 16 rows of width 64 and 48 of 128, the worst +0.26 on calls of under 0.5 ms).
+# Measured constants, not fitted to training runs. Another head width takes the constants between
+# 64 and 128 by proportion (clamped); another card the same shares of its own peak, the same fixed time
+# a training step's attention time over the kernel's own, as timed alone (fitted): the same kernel among
+# the step's other work (its inputs cold in the cache, the layers' launches around it)
+ATTENTION_SCALE = 1.472
+ATTENTION_KERNELS = {
+    64: (AttentionKernel(7.981e-05, 0.4567, 368.0), AttentionKernel(1.201e-04, 0.5037, 1047.0)),
+    128: (AttentionKernel(1.129e-04, 0.6207, 155.0), AttentionKernel(2.309e-04, 0.6316, 681.0)),
+}
+ELEMENTWISE_EFF = 0.4174  # share of the card's bandwidth the blocks' small elementwise kernels reach (fitted)
 ELEMENTWISE_BACKWARD = 2  # an elementwise op's backward reads its saved input(s) and the output's
 # gradient and writes the input's gradient: about twice its forward's traffic (a counted approximation)
 DEQUANT_BYTES = {4: 4.5, 8: 5.0}  # per weight per pass: read packed, write 16-bit, read back
@@ -100,7 +128,7 @@ SYNCED_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
 # NVIDIA H100 SXM / H200 datasheets: FP32 67 TFLOPS, BF16 tensor core 989 TFLOPS dense (1979 with
 # sparsity); the fp32 rate of a card whose own figure is not given
 FP32_SHARE_OF_BF16_DENSE = 67 / 989
-CALIBRATED_ON = "NVIDIA H200 (SXM, 141 GB), torch 2.11 + CUDA 13, TRL 1.16, 2026-11-30 to 2026-12-04"
+CALIBRATED_ON = "NVIDIA H200 (SXM, 141 GB), torch 2.11 + CUDA 13, TRL 1.16, 2026-11-30 to 2026-12-03"
 
 
 @dataclass(frozen=True)
@@ -186,6 +214,33 @@ def matmul_flops_per_token(w: Workload) -> tuple[float, float]:
         forward += adapters
         backward += adapters * (2 + (1 if w.gradient_checkpointing else 0))
     return forward, backward
+
+
+def attention_kernels(head_dim: int) -> tuple[AttentionKernel, AttentionKernel]:
+    """The (forward, backward) kernel constants for a head width (ATTENTION_KERNELS)."""
+    if head_dim in ATTENTION_KERNELS:
+        return ATTENTION_KERNELS[head_dim]
+    low, high = min(ATTENTION_KERNELS), max(ATTENTION_KERNELS)
+    t = min(max((head_dim - low) / (high - low), 0.0), 1.0)
+
+    def between(a: AttentionKernel, b: AttentionKernel) -> AttentionKernel:
+        return AttentionKernel(*(x + t * (y - x) for x, y in zip(vars(a).values(), vars(b).values())))
+
+    return tuple(between(a, b) for a, b in zip(ATTENTION_KERNELS[low], ATTENTION_KERNELS[high]))
+
+
+def attention_s(w: Workload, peak_flops: float) -> tuple[float, float]:
+    """The attention kernels' time in one micro-batch, (forward, backward): per decoder layer one
+    call each way (attention_flops_per_token), the backward's call plus the forward recomputed
+    under checkpointing."""
+    forward_k, backward_k = attention_kernels(w.shape.head_dim)
+    flops_f, flops_b = attention_flops_per_token(w)
+    tokens, layers = w.tokens_per_micro_batch, w.shape.num_layers
+    recompute = 1 if w.gradient_checkpointing else 0
+    backward_only = flops_b - recompute * flops_f  # the recomputed forward is timed as a forward
+    f = layers * forward_k.seconds(tokens * flops_f / layers, w.seq_len, peak_flops)
+    b = layers * backward_k.seconds(tokens * backward_only / layers, w.seq_len, peak_flops)
+    return ATTENTION_SCALE * f, ATTENTION_SCALE * (b + recompute * f)
 
 
 def attention_flops_per_token(w: Workload) -> tuple[float, float]:
@@ -313,10 +368,10 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
     # with the rate the matmuls run at
     efficiency = EFF_MAX * tokens / (tokens + T_HALF * peak_flops / (REFERENCE_BF16_TFLOPS * 1e12))
     matmul_f, matmul_b = matmul_flops_per_token(w)
-    attention_f, attention_b = attention_flops_per_token(w)
-    matmul_rate, attention_rate = peak_flops * efficiency, peak_flops * ATTENTION_EFF
-    arithmetic_f = tokens * (matmul_f / matmul_rate + attention_f / attention_rate)
-    arithmetic_b = tokens * (matmul_b / matmul_rate + attention_b / attention_rate)
+    attention_f, attention_b = attention_s(w, peak_flops)
+    matmul_rate = peak_flops * efficiency
+    arithmetic_f = tokens * matmul_f / matmul_rate + attention_f
+    arithmetic_b = tokens * matmul_b / matmul_rate + attention_b
     logits_f, logits_b = (tokens * w.shape.vocab_size * b / bandwidth for b in logits_bytes_per_entry(w))
     recompute = 1 if w.gradient_checkpointing else 0
     dequant_pass = 0.0
