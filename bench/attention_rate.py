@@ -19,9 +19,9 @@ FLOPs over the time and over REFERENCE_BF16_TFLOPS (the H200's dense bf16 datash
 Writes one JSON object: machine, versions, and one row per (heads, kv heads, head_dim, seq, tokens).
 `--fit` fits, for each head width and pass, a kernel model (kernel_s: a fixed time per call, then
 the FLOPs at share_max x seq / (seq + half_seq) of the peak) to a record's rows by least squares of
-the log error (no GPU needed), and prints the constants with each row's error. The speed model
-tried these as its attention term (commit 7ab03ba) and went back to one fitted share: held out over
-the training runs the measured kernel did worse (docs/estimator.md, "Attention").
+the log error (no GPU needed), and prints the constants with each row's error: the speed model's
+ATTENTION_KERNELS (cockpit/models/speed.py), which a training step's attention takes times one
+fitted ATTENTION_SCALE (docs/estimator.md).
 """
 
 from __future__ import annotations

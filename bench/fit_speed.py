@@ -55,7 +55,6 @@ COEFFICIENTS = (
     "HOST_KBIT_LINEAR_S",
     "HOST_ADAPTER_S",
     "STEP_OVERHEAD_S",
-    "HOST_OPTIMIZER_TENSOR_S",
     "BACKWARD_HOST_SHARE",
 )
 STARTS = 16  # the shipped coefficients and 15 starts spread around them (a fixed seed: reproducible)

@@ -215,7 +215,7 @@ async def test_the_breakdown_gives_each_part_in_the_units_cockpit_estimate_does(
 
 async def test_the_summary_names_the_cards_as_fast_as_the_fastest(tmp_path):
     """`cockpit pick --model synthetic:llama-2-7b --tokens 20M --budget 10`: MI300X, H200 SXM and B200
-    all take 0:48:28 (host-bound); the cheapest of them is flagged, as `cockpit cards` flags it, and
+    all take 0:46:50 (host-bound); the cheapest of them is flagged, as `cockpit cards` flags it, and
     the summary names the others as `cockpit cards` does, at 80x24."""
     from cockpit.plan.cards_text import legend_lines
 
@@ -227,7 +227,7 @@ async def test_the_summary_names_the_cards_as_fast_as_the_fastest(tmp_path):
     tied = table.tied_with_fastest
     assert [r.name for r in tied] == ["H200 SXM", "B200"]
     assert all(table.fastest.as_given.cost_usd <= r.as_given.cost_usd for r in tied)
-    assert "» fastest within $10.00: MI300X 0:48:28 (as fast and dearer: H200 SXM, B200)" in text
+    assert "» fastest within $10.00: MI300X 0:46:50 (as fast and dearer: H200 SXM, B200)" in text
     assert "  as fast and dearer: H200 SXM, B200; " in "\n".join(legend_lines(table))
 
 

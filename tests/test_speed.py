@@ -124,10 +124,16 @@ def test_against_the_throughput_measured_on_h200s(catalog):
 def test_fp32_runs_at_the_cards_fp32_rate_not_on_the_tensor_cores(monkeypatch):
     """torch leaves TF32 off for matmuls: an fp32 run's arithmetic takes bf16/fp32 = 989/67 as
     long on an H200-like card (large micro-batches: the efficiency's ramp aside), or the card's own
-    stated FP32 rate where given."""
+    stated FP32 rate where given (the attention kernel's fixed time per call aside: the same
+    whatever the rate)."""
     import dataclasses
 
     monkeypatch.setattr(speed, "T_HALF", 0.0)
+    no_fixed = {
+        dim: tuple(dataclasses.replace(k, fixed_s=0.0) for k in kernels)
+        for dim, kernels in speed.ATTENTION_KERNELS.items()
+    }
+    monkeypatch.setattr(speed, "ATTENTION_KERNELS", no_fixed)
 
     card = speed.CardSpeed("H200-like", 989.0, 4800.0)
     w = dataclasses.replace(workload(), method="full", optimizer="adamw_torch")
@@ -153,12 +159,39 @@ def test_a_slower_rate_needs_fewer_tokens_to_be_efficient():
 
 def test_the_optimizer_step_and_the_trainers_host_time_add_up():
     """HF Trainer's logging waits for the optimizer's kernels, then the host's per-step work runs with
-    the GPU idle; bitsandbytes' optimizers add their host time per tensor (a synchronise after each)."""
+    the GPU idle; the step as timed: a time per tensor, then the bytes at the optimizer's share of
+    the bandwidth (OPTIMIZER_RATES)."""
+    per_tensor, share = speed.OPTIMIZER_RATES["adamw_torch"]
     assert speed.optimizer_step_s(0, 1e12) == speed.STEP_OVERHEAD_S
-    assert speed.optimizer_step_s(1e12, 1e12) == pytest.approx(1.0 + speed.STEP_OVERHEAD_S)
-    assert speed.optimizer_step_s(0, 1e12, 100) == pytest.approx(
-        speed.STEP_OVERHEAD_S + 100 * speed.HOST_OPTIMIZER_TENSOR_S
+    assert speed.optimizer_step_s(1e12, 1e12) == pytest.approx(1.0 / share + speed.STEP_OVERHEAD_S)
+    assert speed.optimizer_step_s(0, 1e12, 100) == pytest.approx(speed.STEP_OVERHEAD_S + 100 * per_tensor)
+    per_8bit, share_8bit = speed.OPTIMIZER_RATES["adamw_8bit"]
+    assert speed.optimizer_step_s(1e12, 1e12, 100, 2.0, "adamw_8bit") == pytest.approx(
+        2.0 * (speed.STEP_OVERHEAD_S + 100 * per_8bit) + 1.0 / share_8bit
     )
+    assert speed.optimizer_rate("sgd") == speed.OPTIMIZER_RATES["adamw_torch"]  # torch's own, not timed
+
+
+def test_the_optimizer_rates_are_the_recorded_timings_solved():
+    """OPTIMIZER_RATES: for each optimizer, the two unknowns of t = tensors x per_tensor + bytes /
+    (bandwidth x share) solved from the recorded step times of a 1B model's 146 tensors and 448
+    adapters' (bench/optimizer_rate.py), to the digits shipped; bitsandbytes' blockwise 8-bit kernels
+    move their bytes at under a fifth of the bandwidth, torch's AdamW at about three quarters."""
+    record = json.loads((ROOT / "bench/results/2026-12-04-optimizer-rate-h200.json").read_text())
+    rows = {(r["case"], r["optimizer"]): r for r in record["rows"]}
+    bandwidth = record["reference_bandwidth_gbs"] * 1e9
+    for name, (per_tensor, share) in speed.OPTIMIZER_RATES.items():
+        big, small = rows[("model", name)], rows[("adapters", name)]
+        assert big["counted_bytes"] == big["params"] * speed.OPTIMIZER_BYTES[name]
+        # Cramer's rule on [[n_big, B_big / bw], [n_small, B_small / bw]] [per_tensor, 1 / share] = t
+        a, b = big["tensors"], big["counted_bytes"] / bandwidth
+        c, d = small["tensors"], small["counted_bytes"] / bandwidth
+        det = a * d - b * c
+        solved_tensor = (big["step_s"] * d - b * small["step_s"]) / det
+        solved_share = det / (a * small["step_s"] - c * big["step_s"])
+        assert per_tensor == pytest.approx(solved_tensor, rel=2e-3)
+        assert share == pytest.approx(solved_share, rel=2e-3)
+    assert speed.OPTIMIZER_RATES["adamw_8bit"][1] < 0.2 < 0.7 < speed.OPTIMIZER_RATES["adamw_torch"][1]
 
 
 def test_trls_fused_lm_head_recomputes_its_logits_in_the_backward():
@@ -190,8 +223,9 @@ def test_the_trainer_waits_for_the_forward_and_for_the_backward():
     assert speed.micro_batch_s(workload(trainer="hf"), forward, backward) == pytest.approx(max(0.6, 0.6))
 
 
-def test_bitsandbytes_optimizers_pay_their_host_time_per_tensor(catalog):
-    """Optimizer8bit.step synchronises the device after each tensor: each tensor's host time adds."""
+def test_every_optimizer_pays_its_time_per_tensor(catalog):
+    """Optimizer8bit.step synchronises the device after each tensor (~49 us each, timed); torch's
+    foreach AdamW launches its kernels over the tensors (~12 us each): each tensor's time adds."""
     full_7b = workload(method="full", optimizer="adamw_8bit")
     # 7 linears and 2 norms a layer; embeddings, head, final norm
     assert speed.trainable_tensors(full_7b) == 32 * 9 + 3
@@ -203,12 +237,14 @@ def test_bitsandbytes_optimizers_pay_their_host_time_per_tensor(catalog):
     assert speed.trainable_tensors(qlora) == 128
     h200 = catalog.get("h200")
     est = speed.estimate_speed(qlora, h200)
-    traffic = 33_554_432 * speed.OPTIMIZER_BYTES["paged_adamw_32bit"] / (h200.bandwidth_gbs * 1e9)
-    expected = speed.STEP_OVERHEAD_S + traffic + 128 * speed.HOST_OPTIMIZER_TENSOR_S
+    per_tensor, share = speed.OPTIMIZER_RATES["paged_adamw_32bit"]
+    traffic = 33_554_432 * speed.OPTIMIZER_BYTES["paged_adamw_32bit"] / (h200.bandwidth_gbs * 1e9 * share)
+    expected = speed.STEP_OVERHEAD_S + traffic + 128 * per_tensor
     assert est.optimizer_step_s == pytest.approx(expected)
     torch_adamw = speed.estimate_speed(dataclasses.replace(qlora, optimizer="adamw_torch"), h200)
+    per_tensor, share = speed.OPTIMIZER_RATES["adamw_torch"]
     assert torch_adamw.optimizer_step_s == pytest.approx(
-        speed.STEP_OVERHEAD_S + 33_554_432 * 84 / (h200.bandwidth_gbs * 1e9)
+        speed.STEP_OVERHEAD_S + 128 * per_tensor + 33_554_432 * 84 / (h200.bandwidth_gbs * 1e9 * share)
     )
 
 
@@ -232,18 +268,62 @@ def test_the_blocks_elementwise_traffic_is_counted_op_by_op():
     assert 0 < speed.ELEMENTWISE_EFF <= 1
 
 
-def test_attention_runs_at_its_own_share_of_the_peak():
+def test_attention_runs_as_its_kernel_was_timed():
     """Causal attention's FLOPs (QK^T and AV over half the square: 2 x layers x seq x q_out a token
-    forward, 2.5x that backward) at ATTENTION_EFF of the dense bf16 peak, whatever the micro-batch:
-    Llama-2-7B at 1 x 4096 against 8 x 512 tokens, the same 4096 tokens through the linears."""
+    forward, 2.5x that backward) through the measured kernel: per layer and pass a fixed time, then
+    the FLOPs at share_max x seq / (seq + half_seq) of the peak, all of it times ATTENTION_SCALE (a
+    training step's attention over the kernel's own, fitted). Llama-2-7B (head width 128) at 1 x 4096
+    against 8 x 512: the same 4096 tokens through the linears, by hand."""
     card = speed.CardSpeed("H200-like", 989.0, 4800.0)
     long, short = workload(seq_len=4096, micro_batch=1), workload(seq_len=512, micro_batch=8)
     per_token = 2.0 * 32 * 4096 * (1 + 2.5)  # x seq
     assert sum(speed.attention_flops_per_token(long)) == per_token * 4096
-    extra = 4096 * per_token * (4096 - 512) / (989e12 * speed.ATTENTION_EFF)
+    forward, backward = speed.ATTENTION_KERNELS[128]
+
+    def by_hand(seq: int) -> float:
+        flops = 4096 * 2.0 * seq * 4096  # one layer's forward: tokens x 2 x seq x q_out
+        f = forward.fixed_s + flops / (989e12 * forward.share_max * seq / (seq + forward.half_seq))
+        b = backward.fixed_s + 2.5 * flops / (989e12 * backward.share_max * seq / (seq + backward.half_seq))
+        return speed.ATTENTION_SCALE * 32 * (f + b)
+
     arithmetic = [speed.estimate_speed(w, card).parts_s["arithmetic"] for w in (long, short)]
-    assert arithmetic[0] - arithmetic[1] == pytest.approx(extra)
-    assert 0 < speed.ATTENTION_EFF < speed.EFF_MAX
+    assert arithmetic[0] - arithmetic[1] == pytest.approx(by_hand(4096) - by_hand(512))
+    # checkpointing recomputes the forward call, at the forward's rate
+    ckpt = speed.attention_s(dataclasses.replace(long, gradient_checkpointing=True), 989e12)
+    plain = speed.attention_s(long, 989e12)
+    assert ckpt[0] == plain[0] and ckpt[1] == pytest.approx(plain[1] + plain[0])
+    assert 1 <= speed.ATTENTION_SCALE < 3  # slower in a step than alone, not by an order
+    # longer rows keep the kernel busier: a larger share of the peak
+    shares = [forward.share_max * s / (s + forward.half_seq) for s in (512, 4096, 16384)]
+    assert shares == sorted(shares) and shares[-1] < 1
+
+
+def test_a_head_width_between_the_measured_ones_takes_constants_between_theirs():
+    narrow, wide = speed.ATTENTION_KERNELS[64][0], speed.ATTENTION_KERNELS[128][0]
+    middle = speed.attention_kernels(96)[0]
+    assert middle.share_max == pytest.approx((narrow.share_max + wide.share_max) / 2)
+    assert middle.fixed_s == pytest.approx((narrow.fixed_s + wide.fixed_s) / 2)
+    assert speed.attention_kernels(256) == speed.ATTENTION_KERNELS[128]  # clamped, not extrapolated
+    assert speed.attention_kernels(32) == speed.ATTENTION_KERNELS[64]
+
+
+def test_the_kernel_constants_are_the_fit_of_the_recorded_timings():
+    """ATTENTION_KERNELS are bench/attention_rate.py --fit of the record they name: refitting the
+    record gives them back (to the printed digits)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import attention_rate
+
+    record = json.loads((ROOT / "bench/results/2026-12-04-attention-rate-h200.json").read_text())
+    fitted = attention_rate.fit_kernels(record)
+    for dim, kernels in speed.ATTENTION_KERNELS.items():
+        for kernel, kind in zip(kernels, ("forward", "backward")):
+            fixed_s, share, half, errors = fitted[dim][kind]
+            assert kernel.fixed_s == pytest.approx(fixed_s, rel=2e-3)
+            assert kernel.share_max == pytest.approx(share, rel=2e-3)
+            assert kernel.half_seq == pytest.approx(half, rel=2e-3, abs=0.5)
+            assert max(abs(e) for e in errors) < 0.3
 
 
 def test_ligers_fused_kernels_move_the_blocks_elementwise_traffic_once():

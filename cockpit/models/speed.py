@@ -12,23 +12,25 @@ its backward, the longer of two times:
   function) and each LoRA-adapted layer (peft's wrapper, dropout); the backward, run by autograd's
   C++ engine, takes a share of that (BACKWARD_HOST_SHARE); the same on every card. It is why
   a 7B QLoRA step takes ~0.25 s on an H200 whether it carries 512 or 2048 tokens;
-- device: the matmul FLOPs (2 per weight per token per pass: forward, the input gradient, the
-  weight gradient only where the weight trains, one more forward under checkpointing; TRL's fused
-  LM head recomputes its logits in the backward, never under checkpointing) at the card's dense
-  bf16 peak (its FP32 rate for an fp32 run) times an efficiency that grows with the tokens in the
-  micro-batch (eff = EFF_MAX * T / (T + T_HALF x rate / the H200's bf16 rate): a fixed time per
-  kernel), plus causal attention (quadratic in the sequence) as its kernel was timed on its own
+- device: the matmul FLOPs (2 per weight per token per pass: forward, the input gradient, the weight
+  gradient only where the weight trains, one more forward under checkpointing; TRL's fused LM head
+  recomputes its logits in the backward, never under checkpointing) at the card's dense bf16 peak
+  (its FP32 rate for an fp32 run) times an efficiency that grows with the tokens in the micro-batch
+  (eff = EFF_MAX * T / (T + T_HALF x rate / the H200's bf16 rate): a fixed time per kernel), plus
+  causal attention (quadratic in the sequence) as its kernel was timed on its own
   (ATTENTION_KERNELS: a fixed time per call, then a share of the peak that grows with the row:
-  measured, not fitted); and at the card's bandwidth, the blocks' elementwise kernels (counted op by op,
-  fewer bytes with Liger's fused kernels, at the share ELEMENTWISE_EFF of the bandwidth that small
-  kernels reach), the loss kernels' passes over the logits, QLoRA's dequantisation (each pass
-  writes every 4-bit weight out in 16 bits and reads it back) and the adapters' traffic (per input
-  and output feature). Liger's kernels also take a share of a layer's host time (HOST_LIGER_SHARE).
+  measured) times ATTENTION_SCALE (fitted: slower in a step than alone); and at the card's
+  bandwidth, the blocks' elementwise kernels (counted op by op, fewer bytes with Liger's fused
+  kernels, at the share ELEMENTWISE_EFF of the bandwidth that small kernels reach), the loss
+  kernels' passes over the logits, QLoRA's dequantisation (each pass writes every 4-bit weight out
+  in 16 bits and reads it back) and the adapters' traffic (per input and output feature). Liger's
+  kernels also take a share of a layer's host time (HOST_LIGER_SHARE).
 
-Then, once per optimizer step and one after the other: the optimizer's traffic (counted kernel by
-kernel, OPTIMIZER_BYTES) at the card's bandwidth, which the trainer's logging waits for; a
-bitsandbytes optimizer's host time per tensor (it synchronises the device after each); and the
-trainer's own per-step host time, with the GPU idle. The coefficients are fitted on runs of the
+Then, once per optimizer step and one after the other: the optimizer's step as it was timed
+(OPTIMIZER_RATES, measured: a time per tensor, bitsandbytes' synchronisation after each among it,
+then its traffic, counted kernel by kernel in OPTIMIZER_BYTES, at the optimizer's share of the
+bandwidth), which the trainer's logging waits for; and the trainer's own per-step host time, with
+the GPU idle. The coefficients are fitted on runs of the
 product on H200s (bench/fit_speed.py, docs/estimator.md). Other cards scale the device time by
 their dense bf16 TFLOPS and bandwidth and keep the host time: an extrapolation, labelled so.
 """
@@ -43,32 +45,31 @@ from cockpit.models.memory import Workload, check
 # PCIe 4.0 x16's ~25 GB/s (a stated figure, not fitted; PCIe 5.0 cards copy faster). The copy out
 # runs on a side stream under the next layers' compute and is not counted.
 HOST_LINK_BYTES_PER_S = 25e9
-EFF_MAX = 0.9214  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
-T_HALF = 823.3  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
+EFF_MAX = 0.9509  # share of the dense bf16 peak that large matmuls reach (fitted, bench/fit_speed.py)
+T_HALF = 1109  # tokens per micro-batch at which half of EFF_MAX is reached on the H200 in bf16 (fitted)
 REFERENCE_BF16_TFLOPS = 989.0  # the H200's dense bf16 rate, the card T_HALF was fitted on
-ADAPTER_BYTES = 44.42  # bytes per token per adapted input and output feature, forward + backward (fitted)
-HOST_LAYER_S = 0.002584  # host time per decoder layer per forward pass (fitted)
+ADAPTER_BYTES = 47.71  # bytes per token per adapted input and output feature, forward + backward (fitted)
+HOST_LAYER_S = 0.002276  # host time per decoder layer per forward pass (fitted)
 # a decoder layer's host time with Liger's fused RMSNorm, RoPE and SwiGLU, as a share of HOST_LAYER_S: in
 # HF's Llama block the two norms are 8 aten ops each, rotary 16 and the gated activation 2 of the layer's
 # ~53 (a CPU profile of LlamaDecoderLayer's forward), where Liger launches one Triton kernel each. Fitted
 # above 1 since the host probe's runs joined the fit: the four Triton launches (each with its Python-side
 # argument checks and grid) cost the host more than the ~34 aten ops they replace
-HOST_LIGER_SHARE = 1.288
-HOST_KBIT_LINEAR_S = 1.017e-13  # more host time per quantised linear per pass (fitted: ~0 since the probe)
-HOST_ADAPTER_S = 0.0002438  # more host time per LoRA-adapted linear per pass (fitted)
+HOST_LIGER_SHARE = 1.285
+HOST_KBIT_LINEAR_S = 2.197e-05  # more host time per quantised linear per pass (fitted: small since the probe)
+HOST_ADAPTER_S = 0.0002763  # more host time per LoRA-adapted linear per pass (fitted)
 # host time per optimizer step, GPU idle: logging, callbacks, next batch (fitted: ~0, the per-micro-batch
 # host terms carry it since the 2026-12-03 points joined the fit)
 STEP_OVERHEAD_S = 1.16e-13
-HOST_OPTIMIZER_TENSOR_S = 6.353e-05  # host time per tensor of bitsandbytes' synchronised step (fitted)
 # the backward's host time per layer, as a share of the forward's: autograd's engine runs it in C++,
 # with Python only in custom autograd functions (bitsandbytes' MatMul4Bit) (fitted)
-BACKWARD_HOST_SHARE = 0.9154
+BACKWARD_HOST_SHARE = 0.9972
 # the host's speed: train_backend/host_speed.py times a fixed host-bound forward and backward (ms per
 # iteration); the host terms above are for a host that takes HOST_PROBE_REFERENCE_MS, and scale by a
 # box's own figure over it (CardSpeed.host_scale). Fitted with them: the runs measured before the probe
 # existed count as one host of that speed, those after it at their own probe's figure (fitted: the
 # H200 boxes of 2026-12-03's evening read 2.98-5.37 ms in the trainer, 3.34-4.51 on their own)
-HOST_PROBE_REFERENCE_MS = 3.755
+HOST_PROBE_REFERENCE_MS = 3.805
 HOST_SCALE_RANGE = (0.25, 8.0)  # a probe outside this is not taken as the host's speed
 
 
@@ -92,16 +93,15 @@ class AttentionKernel:
 # 256-16384 tokens and 4096-16384 tokens a call, four head layouts (bench/attention_rate.py,
 # bench/results/2026-12-04-attention-rate-h200.json; these constants from its --fit: log error rms
 # 0.03-0.10 over 16 rows of width 64 and 48 of 128, the worst +0.26 on calls of under 0.5 ms).
-# Measured constants, not fitted to training runs. Another head width takes the constants between
-# 64 and 128 by proportion (clamped); another card the same shares of its own peak, the same fixed time
-# a training step's attention time over the kernel's own, as timed alone (fitted): the same kernel among
-# the step's other work (its inputs cold in the cache, the layers' launches around it)
-ATTENTION_SCALE = 1.472
+# Measured constants, not fitted to training runs: they give attention's shape by row length and head
+# width; ATTENTION_SCALE, fitted, its level in a training step. Another head width takes the constants
+# between 64 and 128 by proportion (clamped); another card the same shares of its own peak, the same
+# fixed time
 ATTENTION_KERNELS = {
     64: (AttentionKernel(7.981e-05, 0.4567, 368.0), AttentionKernel(1.201e-04, 0.5037, 1047.0)),
     128: (AttentionKernel(1.129e-04, 0.6207, 155.0), AttentionKernel(2.309e-04, 0.6316, 681.0)),
 }
-ELEMENTWISE_EFF = 0.4174  # share of the card's bandwidth the blocks' small elementwise kernels reach (fitted)
+ELEMENTWISE_EFF = 0.4384  # share of the card's bandwidth the blocks' small elementwise kernels reach (fitted)
 ELEMENTWISE_BACKWARD = 2  # an elementwise op's backward reads its saved input(s) and the output's
 # gradient and writes the input's gradient: about twice its forward's traffic (a counted approximation)
 DEQUANT_BYTES = {4: 4.5, 8: 5.0}  # per weight per pass: read packed, write 16-bit, read back
@@ -123,12 +123,25 @@ OPTIMIZER_BYTES = {
     "adafactor": 24,
     "sgd": 20,
 }
-# bitsandbytes' optimizers: one kernel per tensor, then torch.cuda.synchronize() (Optimizer8bit.step)
-SYNCED_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
+# An optimizer step as HF Trainer runs it (clip_grad_norm_, then step()) on one H200, by optimizer:
+# (time per parameter tensor, the share of the datasheet bandwidth its counted OPTIMIZER_BYTES move
+# at), from fp32 tensors shaped as Llama 3.2 1B's 146 (1.24B parameters) and as 448 LoRA adapters'
+# (29M), the two unknowns solved from the two (bench/optimizer_rate.py,
+# bench/results/2026-12-04-optimizer-rate-h200.json). Measured, not fitted. bitsandbytes' optimizers
+# step one tensor at a time and synchronise the device after each (Optimizer8bit.step: `sync_gpu(p)`
+# in the loop): ~49 us a tensor; its blockwise 8-bit kernels move their bytes at under a fifth of the
+# bandwidth. adafactor and sgd (torch's own, not timed) take adamw_torch's figures
+OPTIMIZER_RATES = {
+    "adamw_torch": (12.25e-6, 0.7226),
+    "adamw_torch_fused": (7.12e-6, 0.7534),
+    "adamw_8bit": (48.72e-6, 0.1809),
+    "paged_adamw_8bit": (49.07e-6, 0.1681),
+    "paged_adamw_32bit": (47.39e-6, 0.3754),
+}
 # NVIDIA H100 SXM / H200 datasheets: FP32 67 TFLOPS, BF16 tensor core 989 TFLOPS dense (1979 with
 # sparsity); the fp32 rate of a card whose own figure is not given
 FP32_SHARE_OF_BF16_DENSE = 67 / 989
-CALIBRATED_ON = "NVIDIA H200 (SXM, 141 GB), torch 2.11 + CUDA 13, TRL 1.16, 2026-11-30 to 2026-12-03"
+CALIBRATED_ON = "NVIDIA H200 (SXM, 141 GB), torch 2.11 + CUDA 13, TRL 1.16, 2026-11-30 to 2026-12-04"
 
 
 @dataclass(frozen=True)
@@ -214,6 +227,11 @@ def matmul_flops_per_token(w: Workload) -> tuple[float, float]:
         forward += adapters
         backward += adapters * (2 + (1 if w.gradient_checkpointing else 0))
     return forward, backward
+
+
+# a training step's attention time over the kernel's own as timed alone (fitted, bench/fit_speed.py):
+# the same kernel among the step's other work (its inputs cold in the cache, the launches around it)
+ATTENTION_SCALE = 1.471
 
 
 def attention_kernels(head_dim: int) -> tuple[AttentionKernel, AttentionKernel]:
@@ -327,18 +345,27 @@ def trainable_tensors(w: Workload) -> int:
     return s.num_layers * per_layer + 1 + (0 if s.tie_embeddings else 1) + 1  # embeddings, head, final norm
 
 
+def optimizer_rate(optimizer: str) -> tuple[float, float]:
+    """(seconds per parameter tensor, share of the bandwidth) of an optimizer's step (OPTIMIZER_RATES)."""
+    return OPTIMIZER_RATES.get(optimizer, OPTIMIZER_RATES["adamw_torch"])
+
+
 def optimizer_step_s(
-    traffic_bytes: float, bandwidth_bytes_per_s: float, synced_tensors: int = 0, host_scale: float = 1.0
+    traffic_bytes: float,
+    bandwidth_bytes_per_s: float,
+    tensors: int = 0,
+    host_scale: float = 1.0,
+    optimizer: str = "adamw_torch",
 ) -> float:
     """An optimizer step and the trainer's own per-step work, one after the other: HF Trainer's
     logging (`.item()` on the loss, every step at logging_steps 1) waits for the optimizer's kernels,
     and the host's per-step work (logging, callbacks, the next batch) then runs with the GPU idle
-    (STEP_OVERHEAD_S). bitsandbytes' optimizers step one tensor at a time and synchronise the device
-    after each (bitsandbytes/optim/optimizer.py Optimizer8bit.step: `sync_gpu(p)` in the loop), so each
-    of their `synced_tensors` adds its host time (HOST_OPTIMIZER_TENSOR_S), never overlapped. The host's
-    parts scale by `host_scale` (CardSpeed.host_scale)."""
-    host = STEP_OVERHEAD_S + synced_tensors * HOST_OPTIMIZER_TENSOR_S
-    return host * host_scale + traffic_bytes / bandwidth_bytes_per_s
+    (STEP_OVERHEAD_S). The step itself as it was timed (OPTIMIZER_RATES): a time per parameter tensor
+    (`tensors`; the launches, bitsandbytes' synchronisation after each), then its counted traffic at
+    the optimizer's share of the bandwidth. The host's parts scale by `host_scale` (CardSpeed.host_scale)."""
+    per_tensor_s, share = optimizer_rate(optimizer)
+    host = STEP_OVERHEAD_S + tensors * per_tensor_s
+    return host * host_scale + traffic_bytes / (bandwidth_bytes_per_s * share)
 
 
 def micro_batch_s(w: Workload, forward: tuple[float, float], backward: tuple[float, float]) -> float:
@@ -411,9 +438,12 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
         "adapters": adapters_s,
         "host_copy": host_copy,
     }
-    synced = trainable_tensors(w) if w.optimizer in SYNCED_OPTIMIZERS else 0
     optimizer_s = optimizer_step_s(
-        trainable_params(w) * OPTIMIZER_BYTES[w.optimizer], bandwidth, synced, host_scale
+        trainable_params(w) * OPTIMIZER_BYTES[w.optimizer],
+        bandwidth,
+        trainable_tensors(w),
+        host_scale,
+        w.optimizer,
     )
     step_s = micro_s * w.grad_accum + optimizer_s
     if host_f + host_b >= device_f + device_b:

@@ -28,7 +28,6 @@ from dataclasses import dataclass, replace
 from cockpit.models.memory import Workload, estimate_memory
 from cockpit.models.speed import (
     OPTIMIZER_BYTES,
-    SYNCED_OPTIMIZERS,
     CardSpeed,
     SpeedEstimate,
     estimate_speed,
@@ -191,9 +190,12 @@ def estimate_multi_speed(w: Workload, card: CardSpeed) -> MultiSpeed:
     optimizer_s = one.optimizer_step_s
     if w.sharding == "fsdp":  # each GPU steps its own shard
         shard_bytes = count_trainable(w) * OPTIMIZER_BYTES[w.optimizer] / w.gpus
-        synced = trainable_tensors(w) if w.optimizer in SYNCED_OPTIMIZERS else 0  # one shard of each
-        optimizer_s = optimizer_step_s(
-            shard_bytes, card.bandwidth_gbs * 1e9, synced, getattr(card, "host_scale", 1.0)
+        optimizer_s = optimizer_step_s(  # one shard of each tensor
+            shard_bytes,
+            card.bandwidth_gbs * 1e9,
+            trainable_tensors(w),
+            getattr(card, "host_scale", 1.0),
+            w.optimizer,
         )
     step_s = one.micro_batch_s * w.grad_accum + optimizer_s + comm.exposed_s
     exposed_per_micro = comm.exposed_s / w.grad_accum
