@@ -16,10 +16,7 @@ Prints one line per run and the median and worst of the errors (predicted / meas
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
 import sys
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,20 +24,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fit_estimator  # noqa: E402
-
-
-def memory_model_at(commit: str):
-    """cockpit/models/memory.py as it stood at `commit`, as a module of its own."""
-    source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{commit}:cockpit/models/memory.py"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    module = types.ModuleType(f"memory_{commit}")
-    sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(source, f"{commit}:cockpit/models/memory.py", "exec"), module.__dict__)
-    return module
+from speed_new_points import module_at, summary_line  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -48,7 +32,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("records", nargs="+", type=Path)
     ap.add_argument("--model-commit", required=True, help="the commit whose memory model predicts")
     a = ap.parse_args(argv)
-    memory = memory_model_at(a.model_commit)
+    memory = module_at(a.model_commit, "cockpit/models/memory.py")
     references = {name for name, *_ in fit_estimator.REFERENCE}
     errors = []
     for name, w, measured in fit_estimator.points(a.records):
@@ -61,11 +45,7 @@ def main(argv: list[str]) -> int:
     if not errors:
         print("no runs with a device peak", file=sys.stderr)
         return 1
-    worst = max(errors, key=abs)
-    print(
-        f"memory model at {a.model_commit}, {len(errors)} new runs: median |error| "
-        f"{statistics.median(abs(e) for e in errors):.1%}, worst {worst:+.1%}"
-    )
+    print(summary_line(f"memory model at {a.model_commit}", errors))
     return 0
 
 

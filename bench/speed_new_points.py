@@ -33,18 +33,21 @@ from fit_speed import record_workload, run_probe_ms  # noqa: E402
 from cockpit.plan.catalog import load_catalog  # noqa: E402
 
 
-def model_at(commit: str):
-    """cockpit/models/speed.py as it stood at `commit`, as a module of its own (`speed_<commit>`)."""
+def module_at(commit: str, path: str = "cockpit/models/speed.py"):
+    """A file of the project as it stood at `commit` (read with `git show`), as a module of its own."""
     source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{commit}:cockpit/models/speed.py"],
-        capture_output=True,
-        text=True,
-        check=True,
+        ["git", "-C", str(ROOT), "show", f"{commit}:{path}"], capture_output=True, text=True, check=True
     ).stdout
-    module = types.ModuleType(f"speed_{commit}")
+    module = types.ModuleType(f"{Path(path).stem}_{commit}")
     sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(source, f"{commit}:cockpit/models/speed.py", "exec"), module.__dict__)
+    exec(compile(source, f"{commit}:{path}", "exec"), module.__dict__)
     return module
+
+
+def summary_line(what: str, errors: list[float]) -> str:
+    """The last line of a new-points report: the median and the worst of the errors."""
+    worst, median = max(errors, key=abs), statistics.median(abs(e) for e in errors)
+    return f"{what}, {len(errors)} new runs: median |error| {median:.1%}, worst {worst:+.1%}"
 
 
 def main(argv: list[str]) -> int:
@@ -53,7 +56,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--model-commit", required=True, help="the commit whose speed model predicts")
     ap.add_argument("--only-prefix", default="", help="only runs whose name starts with this")
     a = ap.parse_args(argv)
-    speed = model_at(a.model_commit)
+    speed = module_at(a.model_commit)
     card = load_catalog().get("h200")
     errors = []
     for record in a.records:
@@ -79,11 +82,7 @@ def main(argv: list[str]) -> int:
     if not errors:
         print("no runs matched", file=sys.stderr)
         return 1
-    worst = max(errors, key=abs)
-    print(
-        f"model at {a.model_commit}, {len(errors)} new runs: median |error| "
-        f"{statistics.median(abs(e) for e in errors):.1%}, worst {worst:+.1%}"
-    )
+    print(summary_line(f"model at {a.model_commit}", errors))
     return 0
 
 

@@ -235,6 +235,14 @@ def test_the_two_gpu_speed_is_the_benchs():
     assert ddp["returncode"] == 0 and f"trained at {ddp['tokens_per_s']} tokens/s" in FLAT
 
 
+def _new_points(record: str, who: str) -> tuple[str, str, str]:
+    """(count, median, worst without its sign) of a new-points report's last line
+    (bench/speed_new_points.py, bench/memory_new_points.py)."""
+    last = (RESULTS / record).read_text().strip().splitlines()[-1]
+    pattern = re.escape(who) + r", (\d+) new runs: median \|error\| ([\d.]+%), worst [+-]([\d.]+%)"
+    return re.fullmatch(pattern, last).groups()
+
+
 def test_the_estimators_figures_are_docs_estimator():
     estimator = _flat((ROOT / "docs" / "estimator.md").read_text())
     # held-out (left-one-out) figures only, in the README as in the fit's output in docs/estimator.md
@@ -264,10 +272,7 @@ def test_the_estimators_figures_are_docs_estimator():
     ).groups()
     assert f"comparison's {runs} cockpit runs (never fitted on) within {median} median, {worst} worst" in FLAT
     # the speed model on new points, predicted by the model as committed before they were measured
-    last = (RESULTS / "2026-12-04-speed-heldout-long-new-points.txt").read_text().strip().splitlines()[-1]
-    count, median, worst = re.fullmatch(
-        r"model at d1717d3, (\d+) new runs: median \|error\| ([\d.]+%), worst [+-]([\d.]+%)", last
-    ).groups()
+    count, median, worst = _new_points("2026-12-04-speed-heldout-long-new-points.txt", "model at d1717d3")
     assert f"on {NUMBER_WORDS[int(count)]} configurations first measured after the model" in FLAT
     assert (
         f"first measured after the model predicting them was committed: median {median}, worst {worst}"
@@ -280,10 +285,7 @@ def test_the_estimators_figures_are_docs_estimator():
     ).groups()
     assert f"median {median}, worst {worst}" in estimator
     # the memory model on the runs its fit never read
-    last = (RESULTS / "2026-12-04-memory-new-points.txt").read_text().strip().splitlines()[-1]
-    count, median, worst = re.fullmatch(
-        r"memory model at 2258e0f, (\d+) new runs: median \|error\| ([\d.]+%), worst [+-]([\d.]+%)", last
-    ).groups()
+    count, median, worst = _new_points("2026-12-04-memory-new-points.txt", "memory model at 2258e0f")
     assert f"on {NUMBER_WORDS[int(count)]} configurations first measured after it was committed" in FLAT
     assert f"median {median}, worst {worst};" in FLAT and f"**median {median}, worst -{worst}**" in estimator
     # the memory model's: the last line of the fit's recorded output, in the docs and the README

@@ -59,7 +59,7 @@ def test_new_points_are_predicted_by_the_model_as_committed(tmp_path, capsys):
 
     import speed_new_points
 
-    module = speed_new_points.model_at("HEAD")
+    module = speed_new_points.module_at("HEAD")
     assert hasattr(module, "estimate_speed") and module.__name__ == "speed_HEAD"
     record = tmp_path / "r.jsonl"
     point = {
@@ -73,3 +73,74 @@ def test_new_points_are_predicted_by_the_model_as_committed(tmp_path, capsys):
     assert speed_new_points.main([str(record), "--model-commit", "HEAD", "--only-prefix", "n-"]) == 0
     out = capsys.readouterr().out
     assert "n-x" in out and "1 new runs: median |error|" in out
+
+
+def test_a_probed_new_point_is_predicted_at_its_own_hosts_speed(tmp_path, capsys):
+    """A run that recorded the host probe is predicted with the host terms scaled by it, as its speed
+    plan and the fit scale them: a host-bound 7B QLoRA at micro-batch 1 on a host twice as slow as
+    the reference is predicted slower than on the reference host."""
+    import json
+
+    import speed_new_points
+
+    from cockpit.models import speed
+
+    point = {
+        "name": "n-slow",
+        "arch": "llama-2-7b",
+        "method": "qlora",
+        "overrides": {"training.max_length": 512, "training.micro_batch_size": 1},
+        "tokens_per_s": 1000,
+    }
+    probed = dict(point, name="n-probed", host_probe_ms=2 * speed.HOST_PROBE_REFERENCE_MS)
+    record = tmp_path / "r.jsonl"
+    record.write_text(json.dumps(point) + "\n" + json.dumps(probed) + "\n")
+    assert speed_new_points.main([str(record), "--model-commit", "HEAD"]) == 0
+    rates = {
+        line.split()[0]: float(line.split("predicted")[1].split()[0])
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("n-")
+    }
+    assert rates["n-probed"] < 0.7 * rates["n-slow"]
+
+
+def test_the_memory_model_on_new_points_is_read_from_git(tmp_path, capsys):
+    """bench/memory_new_points.py predicts each run's NVML peak with cockpit/models/memory.py as at
+    the commit given, and leaves out the fit's reference points."""
+    import json
+
+    import memory_new_points
+    import speed_new_points
+
+    from cockpit.models import memory
+
+    module = speed_new_points.module_at("HEAD", "cockpit/models/memory.py")
+    assert module.__name__ == "memory_HEAD" and hasattr(module, "estimate_memory")
+    overrides = {
+        "training.max_length": 512,
+        "training.micro_batch_size": 4,
+        "training.gradient_checkpointing": False,
+        "training.optimizer": "paged_adamw_32bit",
+        "lora.r": 64,
+        "lora.target_modules": ["q_proj", "v_proj"],
+    }
+    point = {"name": "n-mem", "arch": "llama-2-7b", "method": "qlora", "overrides": overrides}
+    import fit_estimator
+
+    (_, w, _), *_ = fit_estimator.points([_write(tmp_path, dict(point, device_used_gib=1.0))])
+    peak_gib = memory.estimate_memory(w).peak_bytes / memory.GIB
+    record = _write(tmp_path, dict(point, device_used_gib=round(peak_gib, 6)))
+    assert memory_new_points.main([str(record), "--model-commit", "HEAD"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out[:-1]] == ["n-mem"]  # S0-S2 and the seed recipe left out
+    assert out[-1].startswith("memory model at HEAD, 1 new runs: median |error| 0.0%, worst ")
+    assert out[-1].endswith("0.0%")  # the measured peak is the prediction, to 6 digits
+    assert json.loads(record.read_text())["name"] == "n-mem"
+
+
+def _write(tmp_path, point: dict):
+    import json
+
+    path = tmp_path / f"{point['name']}-{point['device_used_gib']}.jsonl"
+    path.write_text(json.dumps(point) + "\n")
+    return path
