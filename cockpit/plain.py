@@ -6,6 +6,7 @@ The terminal's width, or 80 columns when stdout is not a terminal.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import textwrap
 
@@ -58,23 +59,32 @@ def _wrap(text: str, width: int, indent: str, keep: tuple[str, ...], break_long_
 _GLUE = "\u00a0"  # a no-break space: textwrap breaks only at ASCII whitespace
 
 
+# a figure and its unit, which a line should not be broken between (`12.9 MiB`, `0.057 s`, `31 %`)
+_FIGURE_UNIT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|ms|s|min|h|%|tok/s|tokens/s)(?=[\s,;:.)]|$)")
+
+
 def fold_paths(text: str, width: int) -> str:
     """`text` for a panel `width` columns wide that does not wrap softly (a screen's log, a toast): a
-    line with a word longer than the panel (a path, say) is wrapped at spaces here, and the long
-    word broken after a `/` where it has one, so that `/tmp/runs/20261203-090715-tiny/final` is not
-    cut inside `tiny` as rich's wrapping (at spaces only, then anywhere) cuts it. Other lines are
-    left to rich; so is text that is not ASCII (its columns are not its characters). Plain output
+    line with a word longer than the panel (a path, say), or one that would be broken between a
+    figure and its unit, is wrapped at spaces here, a figure kept with its unit, and a long word
+    broken after a `/` where it has one, so that `/tmp/runs/20261203-090715-tiny/final` is not cut
+    inside `tiny` as rich's wrapping (at any space, then anywhere) cuts it. Other lines are left to
+    rich; so is text that is not ASCII (its columns are not its characters). Plain output
     (`wrapped`) leaves a long word whole instead: a terminal wraps it softly, and copies it whole."""
     if not text.isascii():
         return text
     out: list[str] = []
     for paragraph in text.split("\n"):
-        if all(len(word) <= width for word in paragraph.split()):
+        glued = _FIGURE_UNIT.sub(lambda m: m.group(1) + _GLUE + m.group(2), paragraph)
+        if len(paragraph) <= width or (
+            glued == paragraph and all(len(word) <= width for word in paragraph.split())
+        ):
             out.append(paragraph)
             continue
         for line in textwrap.wrap(
-            paragraph, width, break_long_words=False, break_on_hyphens=False, replace_whitespace=False
+            glued, width, break_long_words=False, break_on_hyphens=False, replace_whitespace=False
         ):
+            line = line.replace(_GLUE, " ")
             while len(line) > width:
                 cut = line.rfind("/", 0, width) + 1 or width  # after the last `/` that fits
                 out.append(line[:cut])

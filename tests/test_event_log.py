@@ -44,6 +44,20 @@ def test_only_a_line_with_a_word_longer_than_the_panel_is_wrapped_here():
     assert fold_paths("go /one/two\nthen /three/four/five", 7) == "go\n/one/\ntwo\nthen\n/three/\nfour/\nfive"
 
 
+def test_a_figure_stays_with_its_unit():
+    """At 80x24 the events panel broke `checkpoint: step 25 (12.9` / `MiB, 0.057 s)` (walkthrough):
+    rich wraps at any space. A line that would be broken between a figure and its unit is wrapped
+    here, the figure and its unit on one row."""
+    line = "0:00:33 checkpoint: step 25 (12.9 MiB, 0.057 s) in /tmp/wh5/runs/x/checkpoints"
+    for width in range(20, len(line)):
+        rows = fold_paths(line, width).split("\n")
+        assert all(len(row) <= width for row in rows), (width, rows)
+        assert not any(row.endswith(("12.9", "0.057")) for row in rows), (width, rows)
+        assert "".join(rows).replace(" ", "") == line.replace(" ", "")  # every character, in order
+    assert fold_paths("loss 1.2 at step 4", 40) == "loss 1.2 at step 4"  # it fits: left alone
+    assert fold_paths("took 4 steps and 3 seconds to say so", 12) == "took 4 steps and 3 seconds to say so"
+
+
 async def test_lines_are_wrapped_again_when_the_panel_narrows():
     """A RichLog wraps a line once: at 60x20 with the GPU strip hidden, lines written for the wider
     panel were cut at its edge (`0:00:33 check` / `step 25 (0.01`), and the scrollbar's arrival
