@@ -17,11 +17,11 @@ FLOPs over the time and over REFERENCE_BF16_TFLOPS (the H200's dense bf16 datash
   python bench/attention_rate.py --fit bench/results/2026-12-04-attention-rate-h200.json
 
 Writes one JSON object: machine, versions, and one row per (heads, kv heads, head_dim, seq, tokens).
-`--fit` fits, for each head width and pass, a kernel model (kernel_s: a fixed time per call, then
-the FLOPs at share_max x seq / (seq + half_seq) of the peak) to a record's rows by least squares of
-the log error (no GPU needed), and prints the constants with each row's error: the speed model's
-ATTENTION_KERNELS (cockpit/models/speed.py), which a training step's attention takes times one
-fitted ATTENTION_SCALE (docs/estimator.md).
+`--fit` fits, for each head width and pass, the speed model's kernel model (speed.AttentionKernel: a
+fixed time per call, then the FLOPs at share_max x seq / (seq + half_seq) of the peak) to a record's
+rows by least squares of the log error (no GPU needed), and prints the constants with each row's
+error: the speed model's ATTENTION_KERNELS (cockpit/models/speed.py), which a training step's
+attention takes times one fitted ATTENTION_SCALE (docs/estimator.md).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cockpit.models import shipped  # noqa: E402
-from cockpit.models.speed import REFERENCE_BF16_TFLOPS  # noqa: E402
+from cockpit.models.shape import load_shape  # noqa: E402
+from cockpit.models.speed import REFERENCE_BF16_TFLOPS, AttentionKernel  # noqa: E402
 
 # the shipped shapes' distinct attention layouts (heads, kv heads, head_dim), one architecture each
 ARCHS = ("llama-3.2-1b", "qwen2.5-1.5b", "llama-2-7b", "llama-3.1-8b")
@@ -49,9 +49,8 @@ TOKENS = (4096, 16384)  # tokens per micro-batch: rows = max(1, tokens // seq)
 
 
 def layout(arch: str) -> tuple[int, int, int]:
-    c = shipped.hf_config_dict(arch)
-    heads = c["num_attention_heads"]
-    return heads, c.get("num_key_value_heads", heads), c.get("head_dim") or c["hidden_size"] // heads
+    s = load_shape(f"synthetic:{arch}")
+    return s.num_heads, s.num_kv_heads, s.head_dim
 
 
 def time_one(heads: int, kv: int, dim: int, seq: int, rows: int, reps: int) -> tuple[float, float]:
@@ -100,15 +99,6 @@ def kernel_inputs(row: dict, kind: str) -> tuple[float, float]:
     return PASSES[kind] * forward, float(row["seq"])
 
 
-def kernel_s(
-    fixed_s: float, share_max: float, half_seq: float, flops: float, seq: float, peak: float
-) -> float:
-    """One call of the kernel: a fixed time (the launch, the last partial wave), then its counted
-    FLOPs at share_max x seq / (seq + half_seq) of the peak (a row's queries are the kernel's blocks
-    of work, each over the keys before it)."""
-    return fixed_s + flops / (peak * share_max * seq / (seq + half_seq))
-
-
 def fit_kernels(record: dict) -> dict[int, dict[str, tuple[float, float, float, list[float]]]]:
     """For each head width and pass: (fixed_s, share_max, half_seq, the rows' log errors)."""
     import numpy as np
@@ -124,7 +114,10 @@ def fit_kernels(record: dict) -> dict[int, dict[str, tuple[float, float, float, 
             def errors(x, rows=rows, kind=kind):
                 return np.array(
                     [
-                        math.log(kernel_s(*np.exp(x), *kernel_inputs(r, kind), peak) / r[f"{kind}_s"])
+                        math.log(
+                            AttentionKernel(*np.exp(x)).seconds(*kernel_inputs(r, kind), peak)
+                            / r[f"{kind}_s"]
+                        )
                         for r in rows
                     ]
                 )
@@ -167,7 +160,6 @@ def main() -> None:
             for seq in SEQS:
                 rows = max(1, tokens // seq)
                 fw_s, bw_s = time_one(heads, kv, dim, seq, rows, args.reps)
-                forward_flops = 2.0 * rows * heads * seq * seq * dim
                 peak = REFERENCE_BF16_TFLOPS * 1e12
                 row = {
                     "arch": arch,
@@ -179,9 +171,9 @@ def main() -> None:
                     "tokens": rows * seq,
                     "forward_s": fw_s,
                     "backward_s": bw_s,
-                    "forward_share": forward_flops / fw_s / peak,
-                    "backward_share": 2.5 * forward_flops / bw_s / peak,
                 }
+                row["forward_share"] = kernel_inputs(row, "forward")[0] / fw_s / peak
+                row["backward_share"] = kernel_inputs(row, "backward")[0] / bw_s / peak
                 rows_out.append(row)
                 print(
                     f"{arch:14s} h{heads}/{kv} d{dim} {rows:3d} x {seq:5d}: forward {fw_s * 1e3:7.3f} ms "

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fit_estimator  # noqa: E402
-from speed_new_points import module_at, summary_line  # noqa: E402
+from speed_new_points import module_at, report  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -42,11 +42,7 @@ def main(argv: list[str]) -> int:
         predicted = memory.estimate_memory(memory.Workload(**fields)).peak_bytes / memory.GIB
         errors.append(predicted / measured - 1)
         print(f"{name:36s} measured {measured:6.2f} GiB  predicted {predicted:6.2f} ({errors[-1]:+6.1%})")
-    if not errors:
-        print("no runs with a device peak", file=sys.stderr)
-        return 1
-    print(summary_line(f"memory model at {a.model_commit}", errors))
-    return 0
+    return report(f"memory model at {a.model_commit}", errors, "no runs with a device peak")
 
 
 if __name__ == "__main__":

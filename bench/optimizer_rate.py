@@ -12,10 +12,12 @@ A and B), so that the bytes' share of the bandwidth and the time per tensor can 
 - `adapters`: 448 tensors of 16 x 4096 and 4096 x 16 (a 7B's seven linears, r 16, 32 layers).
 
   python bench/optimizer_rate.py [--out optimizer_rate.json] [--steps 8]
+  python bench/optimizer_rate.py --solve bench/results/2026-12-04-optimizer-rate-h200.json
 
-Writes one JSON object: machine, versions, and per optimizer and case the median step time, the
-counted bytes, their share of the datasheet bandwidth (REFERENCE_BANDWIDTH_GBS) and the time per
-tensor.
+Writes one JSON object: machine, versions, and per optimizer and case the median step time and the
+counted bytes (with, for a glance, the whole step's time over its bytes as a share of the datasheet
+bandwidth, REFERENCE_BANDWIDTH_GBS, and over its tensors). `--solve` takes both cases of each
+optimizer apart into a time per tensor and a share of the bandwidth: speed.OPTIMIZER_RATES.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cockpit.models import shipped  # noqa: E402
+from cockpit.models.shape import load_shape  # noqa: E402
 from cockpit.models.speed import OPTIMIZER_BYTES  # noqa: E402
 
 REFERENCE_BANDWIDTH_GBS = 4800.0  # the H200's datasheet HBM3e bandwidth (the catalog's figure)
@@ -38,16 +40,12 @@ OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bi
 
 
 def model_shapes(arch: str) -> list[tuple[int, ...]]:
-    c = shipped.hf_config_dict(arch)
-    h, i, layers = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
-    heads = c["num_attention_heads"]
-    kv = c.get("num_key_value_heads", heads)
-    d = c.get("head_dim") or h // heads
-    per_layer = [(heads * d, h), (kv * d, h), (kv * d, h), (h, heads * d), (i, h), (i, h), (h, i), (h,), (h,)]
-    shapes = [(c["vocab_size"], h)] + per_layer * layers + [(h,)]
-    if not c.get("tie_word_embeddings"):
-        shapes.append((c["vocab_size"], h))
-    return shapes
+    """Every trainable tensor of a full fine-tune of `arch` (speed.trainable_tensors counts them):
+    the embeddings, each block's linears (out x in) and two norms, the final norm, an untied head."""
+    s = load_shape(f"synthetic:{arch}")
+    block = [(out, inp) for inp, out in s.linear_shapes().values()] + [(s.hidden_size,)] * 2
+    head = [] if s.tie_embeddings else [(s.vocab_size, s.hidden_size)]
+    return [(s.vocab_size, s.hidden_size)] + block * s.num_layers + [(s.hidden_size,)] + head
 
 
 def adapter_shapes() -> list[tuple[int, ...]]:
@@ -103,12 +101,36 @@ def time_step(name: str, shapes: list[tuple[int, ...]], steps: int) -> dict:
     }
 
 
+def solve_rates(record: dict) -> dict[str, tuple[float, float]]:
+    """For each optimizer timed in both cases: (seconds per tensor, share of the bandwidth), the two
+    unknowns of step_s = tensors x per_tensor + counted_bytes / (bandwidth x share) solved from the
+    model's and the adapters' step (speed.OPTIMIZER_RATES are these)."""
+    rows = {(r["case"], r["optimizer"]): r for r in record["rows"] if "step_s" in r}
+    bandwidth = record["reference_bandwidth_gbs"] * 1e9
+    out = {}
+    for name in OPTIMIZERS:
+        if ("model", name) not in rows or ("adapters", name) not in rows:
+            continue
+        big, small = rows[("model", name)], rows[("adapters", name)]
+        a, b = big["tensors"], big["counted_bytes"] / bandwidth
+        c, d = small["tensors"], small["counted_bytes"] / bandwidth
+        det = a * d - b * c  # Cramer's rule on [[a, b], [c, d]] [per_tensor, 1 / share] = [t_big, t_small]
+        per_tensor = (big["step_s"] * d - b * small["step_s"]) / det
+        out[name] = (per_tensor, det / (a * small["step_s"] - c * big["step_s"]))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("optimizer_rate.json"))
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--arch", default="llama-3.2-1b")
+    ap.add_argument("--solve", type=Path, help="print the per-tensor time and bandwidth share of a record")
     args = ap.parse_args()
+    if args.solve:
+        for name, (per_tensor, share) in solve_rates(json.loads(args.solve.read_text())).items():
+            print(f"{name:18s} {per_tensor * 1e6:6.2f} us a tensor, {share:.4f} of the bandwidth")
+        return
     import torch
 
     started = time.time()

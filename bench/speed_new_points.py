@@ -44,10 +44,15 @@ def module_at(commit: str, path: str = "cockpit/models/speed.py"):
     return module
 
 
-def summary_line(what: str, errors: list[float]) -> str:
-    """The last line of a new-points report: the median and the worst of the errors."""
+def report(what: str, errors: list[float], none: str) -> int:
+    """The last line of a new-points report, the median and the worst of the errors; exit 1 (saying
+    `none`) when no run was predicted."""
+    if not errors:
+        print(none, file=sys.stderr)
+        return 1
     worst, median = max(errors, key=abs), statistics.median(abs(e) for e in errors)
-    return f"{what}, {len(errors)} new runs: median |error| {median:.1%}, worst {worst:+.1%}"
+    print(f"{what}, {len(errors)} new runs: median |error| {median:.1%}, worst {worst:+.1%}")
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -79,11 +84,7 @@ def main(argv: list[str]) -> int:
             print(
                 f"{p['name']:36s} measured {measured:7.0f}  predicted {predicted:7.0f} ({errors[-1]:+6.1%})"
             )
-    if not errors:
-        print("no runs matched", file=sys.stderr)
-        return 1
-    print(summary_line(f"model at {a.model_commit}", errors))
-    return 0
+    return report(f"model at {a.model_commit}", errors, "no runs matched")
 
 
 if __name__ == "__main__":

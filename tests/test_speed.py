@@ -175,22 +175,30 @@ def test_the_optimizer_step_and_the_trainers_host_time_add_up():
 def test_the_optimizer_rates_are_the_recorded_timings_solved():
     """OPTIMIZER_RATES: for each optimizer, the two unknowns of t = tensors x per_tensor + bytes /
     (bandwidth x share) solved from the recorded step times of a 1B model's 146 tensors and 448
-    adapters' (bench/optimizer_rate.py), to the digits shipped; bitsandbytes' blockwise 8-bit kernels
-    move their bytes at under a fifth of the bandwidth, torch's AdamW at about three quarters."""
+    adapters' (bench/optimizer_rate.py --solve), to the digits shipped; bitsandbytes' blockwise 8-bit
+    kernels move their bytes at under a fifth of the bandwidth, torch's AdamW at about three quarters."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import optimizer_rate
+
     record = json.loads((ROOT / "bench/results/2026-12-04-optimizer-rate-h200.json").read_text())
-    rows = {(r["case"], r["optimizer"]): r for r in record["rows"]}
-    bandwidth = record["reference_bandwidth_gbs"] * 1e9
+    for row in record["rows"]:
+        assert row["counted_bytes"] == row["params"] * speed.OPTIMIZER_BYTES[row["optimizer"]]
+    big = [r for r in record["rows"] if r["case"] == "model"]
+    assert {r["tensors"] for r in big} == {
+        speed.trainable_tensors(workload(shape=load_shape("llama-3.2-1b"), method="full"))
+    }
+    solved = optimizer_rate.solve_rates(record)
+    assert set(solved) == set(speed.OPTIMIZER_RATES)
     for name, (per_tensor, share) in speed.OPTIMIZER_RATES.items():
-        big, small = rows[("model", name)], rows[("adapters", name)]
-        assert big["counted_bytes"] == big["params"] * speed.OPTIMIZER_BYTES[name]
-        # Cramer's rule on [[n_big, B_big / bw], [n_small, B_small / bw]] [per_tensor, 1 / share] = t
-        a, b = big["tensors"], big["counted_bytes"] / bandwidth
-        c, d = small["tensors"], small["counted_bytes"] / bandwidth
-        det = a * d - b * c
-        solved_tensor = (big["step_s"] * d - b * small["step_s"]) / det
-        solved_share = det / (a * small["step_s"] - c * big["step_s"])
-        assert per_tensor == pytest.approx(solved_tensor, rel=2e-3)
-        assert share == pytest.approx(solved_share, rel=2e-3)
+        assert per_tensor == pytest.approx(solved[name][0], rel=2e-3)
+        assert share == pytest.approx(solved[name][1], rel=2e-3)
+        # the solution reproduces both timings it came from
+        for row in (r for r in record["rows"] if r["optimizer"] == name):
+            bandwidth = record["reference_bandwidth_gbs"] * 1e9
+            again = row["tensors"] * solved[name][0] + row["counted_bytes"] / (bandwidth * solved[name][1])
+            assert again == pytest.approx(row["step_s"], rel=1e-9)
     assert speed.OPTIMIZER_RATES["adamw_8bit"][1] < 0.2 < 0.7 < speed.OPTIMIZER_RATES["adamw_torch"][1]
 
 

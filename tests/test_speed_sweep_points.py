@@ -62,13 +62,7 @@ def test_new_points_are_predicted_by_the_model_as_committed(tmp_path, capsys):
     module = speed_new_points.module_at("HEAD")
     assert hasattr(module, "estimate_speed") and module.__name__ == "speed_HEAD"
     record = tmp_path / "r.jsonl"
-    point = {
-        "name": "n-x",
-        "arch": "llama-2-7b",
-        "method": "qlora",
-        "overrides": {"training.max_length": 512, "training.micro_batch_size": 4},
-        "tokens_per_s": 5000,
-    }
+    point = _qlora_7b_point("n-x", micro_batch=4, tokens_per_s=5000)
     record.write_text(json.dumps({"bench": "x"}) + "\n" + json.dumps(point) + "\n")
     assert speed_new_points.main([str(record), "--model-commit", "HEAD", "--only-prefix", "n-"]) == 0
     out = capsys.readouterr().out
@@ -85,13 +79,7 @@ def test_a_probed_new_point_is_predicted_at_its_own_hosts_speed(tmp_path, capsys
 
     from cockpit.models import speed
 
-    point = {
-        "name": "n-slow",
-        "arch": "llama-2-7b",
-        "method": "qlora",
-        "overrides": {"training.max_length": 512, "training.micro_batch_size": 1},
-        "tokens_per_s": 1000,
-    }
+    point = _qlora_7b_point("n-slow", micro_batch=1, tokens_per_s=1000)
     probed = dict(point, name="n-probed", host_probe_ms=2 * speed.HOST_PROBE_REFERENCE_MS)
     record = tmp_path / "r.jsonl"
     record.write_text(json.dumps(point) + "\n" + json.dumps(probed) + "\n")
@@ -144,3 +132,15 @@ def _write(tmp_path, point: dict):
     path = tmp_path / f"{point['name']}-{point['device_used_gib']}.jsonl"
     path.write_text(json.dumps(point) + "\n")
     return path
+
+
+def _qlora_7b_point(name: str, micro_batch: int, tokens_per_s: float) -> dict:
+    """A speed sweep's record line for the 7B QLoRA at 512 tokens (the config's other defaults)."""
+    overrides = {"training.max_length": 512, "training.micro_batch_size": micro_batch}
+    return {
+        "name": name,
+        "arch": "llama-2-7b",
+        "method": "qlora",
+        "overrides": overrides,
+        "tokens_per_s": tokens_per_s,
+    }

@@ -101,6 +101,9 @@ ATTENTION_KERNELS = {
     64: (AttentionKernel(7.981e-05, 0.4567, 368.0), AttentionKernel(1.201e-04, 0.5037, 1047.0)),
     128: (AttentionKernel(1.129e-04, 0.6207, 155.0), AttentionKernel(2.309e-04, 0.6316, 681.0)),
 }
+# a training step's attention time over the kernel's own as timed alone (fitted, bench/fit_speed.py):
+# the same kernel among the step's other work (its inputs cold in the cache, the launches around it)
+ATTENTION_SCALE = 1.471
 ELEMENTWISE_EFF = 0.4384  # share of the card's bandwidth the blocks' small elementwise kernels reach (fitted)
 ELEMENTWISE_BACKWARD = 2  # an elementwise op's backward reads its saved input(s) and the output's
 # gradient and writes the input's gradient: about twice its forward's traffic (a counted approximation)
@@ -126,7 +129,7 @@ OPTIMIZER_BYTES = {
 # An optimizer step as HF Trainer runs it (clip_grad_norm_, then step()) on one H200, by optimizer:
 # (time per parameter tensor, the share of the datasheet bandwidth its counted OPTIMIZER_BYTES move
 # at), from fp32 tensors shaped as Llama 3.2 1B's 146 (1.24B parameters) and as 448 LoRA adapters'
-# (29M), the two unknowns solved from the two (bench/optimizer_rate.py,
+# (29M), the two unknowns solved from the two (bench/optimizer_rate.py --solve of
 # bench/results/2026-12-04-optimizer-rate-h200.json). Measured, not fitted. bitsandbytes' optimizers
 # step one tensor at a time and synchronise the device after each (Optimizer8bit.step: `sync_gpu(p)`
 # in the loop): ~49 us a tensor; its blockwise 8-bit kernels move their bytes at under a fifth of the
@@ -227,11 +230,6 @@ def matmul_flops_per_token(w: Workload) -> tuple[float, float]:
         forward += adapters
         backward += adapters * (2 + (1 if w.gradient_checkpointing else 0))
     return forward, backward
-
-
-# a training step's attention time over the kernel's own as timed alone (fitted, bench/fit_speed.py):
-# the same kernel among the step's other work (its inputs cold in the cache, the launches around it)
-ATTENTION_SCALE = 1.471
 
 
 def attention_kernels(head_dim: int) -> tuple[AttentionKernel, AttentionKernel]:
