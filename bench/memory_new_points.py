@@ -38,7 +38,10 @@ def main(argv: list[str]) -> int:
     for name, w, measured in fit_estimator.points(a.records):
         if name in references:  # fit_estimator.points adds the fitted reference points
             continue
-        fields = {f: getattr(w, f) for f in w.__dataclass_fields__}
+        # the inputs that commit's Workload has (a later field, e.g. fused_lora, it did not know)
+        fields = {
+            f: getattr(w, f) for f in w.__dataclass_fields__ if f in memory.Workload.__dataclass_fields__
+        }
         predicted = memory.estimate_memory(memory.Workload(**fields)).peak_bytes / memory.GIB
         errors.append(predicted / measured - 1)
         print(f"{name:36s} measured {measured:6.2f} GiB  predicted {predicted:6.2f} ({errors[-1]:+6.1%})")

@@ -468,3 +468,51 @@ def test_probed_runs_replace_the_unprobed_and_each_keeps_its_hosts_speed(tmp_pat
     assert alone.rate == pytest.approx(6000 * 1.1) and alone.key != probed[0].key
     assert fitted_names(found)[-1] == "HOST_PROBE_REFERENCE_MS"
     assert "HOST_PROBE_REFERENCE_MS" not in fitted_names([alone])
+
+
+def test_fused_lora_layers_cost_their_measured_share_of_peft_adapters_by_hand(catalog):
+    card = next(c for c in catalog.cards if "H200" in c.name)
+    for method in ("qlora", "lora"):
+        hf = workload(method=method, lora_targets="all-linear", gradient_checkpointing=True)
+        fused = dataclasses.replace(hf, fused_lora=True)
+        a, b = speed.estimate_speed(hf, card), speed.estimate_speed(fused, card)
+        share_bytes = speed.FUSED_ADAPTER_BYTES_SHARE[method]
+        assert b.parts_s["adapters"] == pytest.approx(a.parts_s["adapters"] * share_bytes)
+        # host: 224 adapted linears x HOST_ADAPTER_S x (1 - share) less, per forward pass, and the
+        # backward's BACKWARD_HOST_SHARE + 1 recompute of it
+        saved = 224 * speed.HOST_ADAPTER_S * (1 - speed.FUSED_ADAPTER_HOST_SHARE[method])
+        assert a.parts_s["host"] - b.parts_s["host"] == pytest.approx(saved * (2 + speed.BACKWARD_HOST_SHARE))
+        for key in ("arithmetic", "logits", "elementwise", "dequantisation"):
+            assert b.parts_s[key] == a.parts_s[key]
+        assert b.tokens_per_s > a.tokens_per_s
+    full = workload(method="full", fused_lora=True)
+    assert (
+        speed.estimate_speed(full, card).tokens_per_s
+        == speed.estimate_speed(dataclasses.replace(full, fused_lora=False), card).tokens_per_s
+    )
+
+
+def test_fused_shares_are_the_lora_kernel_rate_records():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import lora_kernel_rate
+
+    results = ROOT / "bench" / "results"
+    four_bit = [
+        lora_kernel_rate.solve(
+            json.loads((results / f"2026-12-04-lora-kernel-rate{n}-h200.json").read_text())
+        )
+        for n in ("", "-2")
+    ]
+    sixteen = lora_kernel_rate.solve(
+        json.loads((results / "2026-12-04-lora-kernel-rate-lora-h200.json").read_text())
+    )
+    assert speed.FUSED_ADAPTER_HOST_SHARE["qlora"] == pytest.approx(
+        sum(r["host_share"] for r in four_bit) / 2, abs=5e-4
+    )
+    assert speed.FUSED_ADAPTER_BYTES_SHARE["qlora"] == pytest.approx(
+        sum(r["device_share"] for r in four_bit) / 2, abs=5e-4
+    )
+    assert speed.FUSED_ADAPTER_HOST_SHARE["lora"] == pytest.approx(sixteen["host_share"], abs=5e-4)
+    assert speed.FUSED_ADAPTER_BYTES_SHARE["lora"] == pytest.approx(sixteen["device_share"], abs=5e-4)

@@ -329,3 +329,42 @@ def test_checkpoint_offload_in_the_config_is_kept_either_way():
     assert speed_auto.plan(speed_off, gpu(22), RAGGED, LLAMA7).checkpoint_offload
     cpu = speed_auto.Facts("cpu", "fp32", host_available_bytes=8 * GIB, cpu_count=2)
     assert not speed_auto.plan(on, cpu, RAGGED, LLAMA7).checkpoint_offload
+
+
+def test_the_lora_layers_are_fused_where_they_can_be_and_the_plan_says_why():
+    from cockpit.models import speed
+
+    plan = speed_auto.plan(qlora(), gpu(22), RAGGED, LLAMA7)
+    fused = choice(plan, "LoRA layers")
+    assert (plan.lora_backend, fused.value, fused.source) == ("fused", "fused", "auto")
+    assert plan.to_event()["lora_backend"] == "fused"
+    host = speed.FUSED_ADAPTER_HOST_SHARE["qlora"]
+    traffic = speed.FUSED_ADAPTER_BYTES_SHARE["qlora"]
+    assert f"{host:.0%} of peft's host time" in fused.reason and f"{traffic:.0%} of its" in fused.reason
+    written = speed_auto.plan(qlora(**{"speed.backend": "fused"}), gpu(22), RAGGED, LLAMA7)
+    assert choice(written, "LoRA layers").source == "yours" and written.lora_backend == "fused"
+
+    hf = speed_auto.plan(qlora(**{"speed.backend": "hf"}), gpu(22), RAGGED, LLAMA7)
+    assert hf.lora_backend == "hf" and hf.to_event()["lora_backend"] == "hf"
+    assert (choice(hf, "LoRA layers").value, choice(hf, "LoRA layers").source) == ("peft", "yours")
+    assert choice(hf, "LoRA layers").reason == "speed.backend: hf"
+    # the speed model rates the fused layers' split by their measured costs
+    assert plan.predicted_tokens_per_s > hf.predicted_tokens_per_s
+
+    int8 = speed_auto.plan(qlora(**{"quantization.bits": 8}), gpu(22), RAGGED, LLAMA7)
+    assert int8.lora_backend == "hf" and "8-bit" in choice(int8, "LoRA layers").reason
+    sharded = speed_auto.plan(qlora(**{"distributed.strategy": "fsdp"}), gpu(22), RAGGED, LLAMA7)
+    assert sharded.lora_backend == "hf" and "FSDP" in choice(sharded, "LoRA layers").reason
+    full = speed_auto.plan(qlora(method="full"), gpu(80), RAGGED, LLAMA7)
+    assert full.lora_backend == "hf" and (
+        choice(full, "LoRA layers").value,
+        choice(full, "LoRA layers").source,
+    ) == (
+        "none",
+        "fixed",
+    )
+    off = speed_auto.plan(qlora(**{"speed.mode": "off"}), gpu(22), RAGGED, LLAMA7)
+    assert off.lora_backend == "hf"
+    # on the CPU too: the same numbers with fewer kernels (tests/test_fused_lora.py)
+    cpu = speed_auto.Facts(device_kind="cpu", precision="fp32", device_name="cpu", cpu_count=2)
+    assert speed_auto.plan(qlora(method="lora"), cpu, RAGGED, LLAMA7).lora_backend == "fused"

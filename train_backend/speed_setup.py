@@ -118,6 +118,22 @@ def apply_fused_kernels(plan, model) -> None:
     )
 
 
+def apply_lora_backend(plan, model, sharded: bool) -> dict | None:
+    """The fused LoRA layers (train_backend/fused_lora.py) on the peft model, when the plan chose
+    them: {"fused": n, "kept": {reason: count}}; None when it did not."""
+    if getattr(plan, "lora_backend", "hf") != "fused":
+        return None
+    if sharded:  # the plan could not know: distributed.strategy auto chose FSDP at launch
+        layers = sum(1 for m in model.modules() if hasattr(m, "lora_A") and hasattr(m, "get_base_layer"))
+        return {
+            "fused": 0,
+            "kept": {"FSDP shards the base weights, which the fused backward reads again": layers},
+        }
+    from train_backend import fused_lora
+
+    return fused_lora.apply(model)
+
+
 def sft_kwargs(plan, dataset_kwargs: dict | None) -> dict:
     """SFTConfig arguments beyond the config's own keys."""
     kwargs: dict = {"packing": plan.sft_packing}

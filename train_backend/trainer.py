@@ -244,6 +244,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
                 hint="",
             )
         fast.finish_trainer(plan, trainer, tokenizer, cache if owner else None)
+        lora_fused = fast.apply_lora_backend(plan, trainer.model, sharded)
         data_mod.burn_cpu_in_collator(trainer, cfg.debug.collate_cpu_ms)
         tracker.watch(trainer)
         if card is not None:
@@ -260,6 +261,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             params_total=total,
             params_trainable=trainable,
             load_s=round(load_s, 2),
+            lora_fused=lora_fused,
             **memory_fields(),
         )
         if device.kind == "cuda":

@@ -265,6 +265,13 @@ class SpeedSection:
         "auto: Liger's Triton kernels (RMSNorm, RoPE, SwiGLU) where installed, on a GPU; off: never",
         choices=("auto", "off"),
     )
+    backend: str = _f(
+        "auto",
+        "how LoRA's adapted linears run. auto and fused: each frozen linear and its adapter in one autograd "
+        "function (train_backend/fused_lora.py: the adapter added by the matmul, no copies), where the layer "
+        "allows it; hf: peft's own layers as they are",
+        choices=("auto", "fused", "hf"),
+    )
     cache_tokens: bool = _f(True, "keep the tokenized dataset in the run directory, so a restart skips it")
     keep: list[str] | None = _f(
         None,

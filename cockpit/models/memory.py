@@ -102,6 +102,7 @@ class Workload:
     sharding: str = "ddp"  # with gpus > 1: ddp (replicated) or fsdp (sharded, each layer gathered in turn)
     liger: bool = False  # Liger's fused RMSNorm, RoPE and SwiGLU (speed: auto on a GPU where it imports)
     checkpoint_offload: bool = False  # checkpointed block inputs in host memory (two on the GPU at a time)
+    fused_lora: bool = False  # each frozen linear and its adapter in one autograd function (speed.backend)
 
     @property
     def tokens_per_micro_batch(self) -> int:

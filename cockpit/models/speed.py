@@ -24,7 +24,8 @@ its backward, the longer of two times:
   kernels, at the share ELEMENTWISE_EFF of the bandwidth that small kernels reach), the loss
   kernels' passes over the logits, QLoRA's dequantisation (each pass writes every 4-bit weight out
   in 16 bits and reads it back) and the adapters' traffic (per input and output feature). Liger's
-  kernels also take a share of a layer's host time (HOST_LIGER_SHARE).
+  kernels also take a share of a layer's host time (HOST_LIGER_SHARE); the fused LoRA layer
+  (speed.backend) a measured share of the adapters' host time and traffic.
 
 Then, once per optimizer step and one after the other: the optimizer's step as it was timed
 (OPTIMIZER_RATES, measured: a time per tensor, bitsandbytes' synchronisation after each among it,
@@ -58,6 +59,16 @@ HOST_LAYER_S = 0.002276  # host time per decoder layer per forward pass (fitted)
 HOST_LIGER_SHARE = 1.285
 HOST_KBIT_LINEAR_S = 2.197e-05  # more host time per quantised linear per pass (fitted: small since the probe)
 HOST_ADAPTER_S = 0.0002763  # more host time per LoRA-adapted linear per pass (fitted)
+# the fused LoRA layer (train_backend/fused_lora.py, speed.backend: auto) as a share of peft's own,
+# by method: its extra host time per adapted linear over a forward and backward, and its extra
+# device time (ADAPTER_BYTES), each over the bare base, timed in one run against peft's on one H200
+# (bench/lora_kernel_rate.py --solve; measured, not fitted). 4-bit bases: the mean of two machines'
+# records, bench/results/2026-12-04-lora-kernel-rate-h200.json and ...-rate-2-h200.json (host 0.513
+# and 0.799: the host's share moves with the machine; device 0.356 and 0.372); 16-bit: ...-lora-h200.json.
+# For LoRA its Python backward costs the host about what peft's C++ autograd nodes do; for QLoRA it
+# also replaces bitsandbytes' own autograd function
+FUSED_ADAPTER_HOST_SHARE = {"qlora": 0.656, "lora": 0.9576}
+FUSED_ADAPTER_BYTES_SHARE = {"qlora": 0.3639, "lora": 0.4003}
 # host time per optimizer step, GPU idle: logging, callbacks, next batch (fitted: ~0, the per-micro-batch
 # host terms carry it since the 2026-12-03 points joined the fit)
 STEP_OVERHEAD_S = 1.16e-13
@@ -405,7 +416,9 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
         quantised = w.shape.num_layers * w.shape.layer_linear_params
         dequant_pass = quantised * DEQUANT_BYTES[w.quant_bits] / bandwidth
         kbit_linears = w.shape.num_layers * len(w.shape.linear_shapes())
-    adapters_s = tokens * adapted_features(w) * ADAPTER_BYTES / bandwidth  # a third forward
+    fused = w.fused_lora and w.method in FUSED_ADAPTER_HOST_SHARE
+    adapter_bytes = ADAPTER_BYTES * (FUSED_ADAPTER_BYTES_SHARE[w.method] if fused else 1.0)
+    adapters_s = tokens * adapted_features(w) * adapter_bytes / bandwidth  # a third forward
     # the blocks' elementwise kernels (norms, rotary, residual adds, SiLU and the gated product,
     # attention's inputs and output): memory-bound, counted per token (elementwise_bytes_per_token)
     elementwise = tokens * w.shape.num_layers * elementwise_bytes_per_token(w) / (bandwidth * ELEMENTWISE_EFF)
@@ -416,7 +429,7 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
     host_pass = host_scale * (
         w.shape.num_layers * layer_host
         + kbit_linears * HOST_KBIT_LINEAR_S
-        + adapted_linears(w) * HOST_ADAPTER_S
+        + adapted_linears(w) * HOST_ADAPTER_S * (FUSED_ADAPTER_HOST_SHARE[w.method] if fused else 1.0)
     )
     host_f, host_b = host_pass, host_pass * (BACKWARD_HOST_SHARE + recompute)
     device_f = arithmetic_f + logits_f + elementwise_f + dequant_pass + adapters_s / 3

@@ -113,6 +113,7 @@ def fit_batch(
         precision=facts.precision,
         liger=uses_liger(cfg, facts),
         checkpoint_offload=False,
+        fused_lora=uses_fused_lora(cfg, facts),
     )
     if pinned_batch:
         splits = [(t.micro_batch_size, t.gradient_accumulation_steps)]
@@ -332,6 +333,25 @@ def uses_liger(cfg, facts: Facts) -> bool:
         and bool(facts.liger)
         and facts.liger_model
     )
+
+
+def fused_lora_note(cfg, facts: Facts) -> str | None:
+    """Why speed.backend runs peft's own LoRA layers; None: the fused ones (train_backend/fused_lora.py)."""
+    if cfg.speed.mode != "auto":
+        return "speed: off runs peft's layers as written"
+    if cfg.speed.backend == "hf":
+        return "speed.backend: hf"
+    if cfg.method not in ("lora", "qlora"):
+        return f"method {cfg.method} has no adapters"
+    if cfg.method == "qlora" and cfg.quantization.bits != 4:
+        return "8-bit base weights (LLM.int8) keep peft's layer: the fused one dequantises 4-bit weights"
+    if cfg.distributed.strategy == "fsdp":
+        return "FSDP shards the base weights, which the fused backward reads again"
+    return None
+
+
+def uses_fused_lora(cfg, facts: Facts) -> bool:
+    return fused_lora_note(cfg, facts) is None
 
 
 def _tokens_per_s(

@@ -39,7 +39,9 @@ from cockpit.plan.batch_choice import (
     Facts,
     batch_advice,
     fit_batch,
+    fused_lora_note,
     offload_as_written,
+    uses_fused_lora,
     uses_liger,
 )
 
@@ -77,6 +79,7 @@ class SpeedPlan:
     checkpoint_offload: bool = False  # the checkpointed layers' inputs wait in pinned host memory
     num_layers: int | None = None
     liger: bool = False
+    lora_backend: str = "hf"  # fused: train_backend/fused_lora.py; hf: peft's own layers
     pad_multiple: int = 1  # rows padded to a multiple of this many tokens
     cache_tokens: bool = False
     samples_per_row: float | None = None
@@ -105,6 +108,7 @@ class SpeedPlan:
             "samples_per_row": self.samples_per_row,
             "attn_implementation": self.config.model.attn_implementation,
             "liger": self.liger,
+            "lora_backend": self.lora_backend,
             "pad_multiple": self.pad_multiple,
             "dataloader_num_workers": t.dataloader_num_workers,
             "cache_tokens": self.cache_tokens,
@@ -274,6 +278,8 @@ def plan(
                 "auto",
             )
         )
+    lora_backend = "fused" if uses_fused_lora(cfg, facts) else "hf"
+    choices.append(_lora_backend(cfg, facts))
     choices.append(_cross_entropy())
     # not the flattened rows of flash-attention's padding-free path: TRL counts their width as real tokens
     pad_multiple = PAD_MULTIPLE if gpu and packing != "flat" else 1
@@ -340,6 +346,7 @@ def plan(
         checkpoint_offload=fit.offload,
         num_layers=shape.num_layers if shape else None,
         liger=liger,
+        lora_backend=lora_backend,
         pad_multiple=pad_multiple,
         cache_tokens=cache,
         samples_per_row=round(per_row, 3) if packing != "none" else None,
@@ -350,6 +357,26 @@ def plan(
         auto_split=advice.get("auto_split"),
         flops=flops_info(run, facts, lengths, shape, fit.layers),
         host_probe_ms=facts.host_probe_ms,
+    )
+
+
+def _lora_backend(cfg: TrainConfig, facts: Facts) -> Choice:
+    """speed.backend: the fused LoRA layer (train_backend/fused_lora.py) or peft's own."""
+    note = fused_lora_note(cfg, facts)
+    if cfg.method not in ("lora", "qlora"):
+        return Choice("LoRA layers", "none", note, "fixed")
+    if note is not None:
+        return Choice("LoRA layers", "peft", note, "yours" if cfg.speed.backend == "hf" else "auto")
+    host = speed_model.FUSED_ADAPTER_HOST_SHARE[cfg.method]
+    traffic = speed_model.FUSED_ADAPTER_BYTES_SHARE[cfg.method]
+    return Choice(
+        "LoRA layers",
+        "fused",
+        "each frozen linear and its adapter in one autograd function: the adapter added by the matmul, "
+        f"no copy of the output; {host:.0%} of peft's host time per adapted linear and {traffic:.0%} of its "
+        "device time over the bare base (bench/lora_kernel_rate.py, one H200). A layer it cannot take "
+        "(DoRA, several adapters) keeps peft's",
+        "yours" if cfg.speed.backend == "fused" else "auto",
     )
 
 

@@ -95,6 +95,12 @@ class SpeedPlanEvent(TypedDict, total=False):
     samples_per_row: Annotated[float | None, Meaning("samples packed per row (predicted)")]
     attn_implementation: Annotated[str, Meaning("the attention kernel")]
     liger: Annotated[bool, Meaning("Liger's fused kernels applied")]
+    lora_backend: Annotated[
+        str,
+        Meaning(
+            "fused: each adapted linear in one autograd function (train_backend/fused_lora.py); hf: peft's"
+        ),
+    ]
     pad_multiple: Annotated[int, Meaning("rows padded to a multiple of this many tokens (1: to the longest)")]
     dataloader_num_workers: Annotated[int, Meaning("loader worker processes")]
     cache_tokens: Annotated[bool, Meaning("the token cache in the run directory")]
@@ -149,6 +155,12 @@ class ModelEvent(TypedDict, total=False):
     mem_peak_bytes: Annotated[int | None, Meaning("torch's peak allocated bytes during the load (CUDA)")]
     alloc_retries: Annotated[int | None, Meaning("allocator retries during the load (CUDA)")]
     distributed: Annotated[dict | None, Meaning("several GPUs: the strategy chosen")]
+    lora_fused: Annotated[
+        dict | None,
+        Meaning(
+            "speed.backend fused: `fused` (adapted linears fused) and `kept` ({reason: count} left to peft)"
+        ),
+    ]
 
 
 class TrainBeginEvent(TypedDict, total=False):
