@@ -12,7 +12,7 @@ peft = pytest.importorskip("peft")
 from train_backend import host_checkpoint  # noqa: E402
 
 
-def _loss_and_grads(install: bool, dropout: float, input_grads: bool = True):
+def _loss_and_grads(install: bool, dropout: float, input_grads: bool = True, device: str = "cpu", spy=None):
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
         vocab_size=64,
@@ -22,7 +22,7 @@ def _loss_and_grads(install: bool, dropout: float, input_grads: bool = True):
         num_attention_heads=4,
         num_key_value_heads=2,
     )
-    model = transformers.LlamaForCausalLM(cfg)
+    model = transformers.LlamaForCausalLM(cfg).to(device)
     model = peft.get_peft_model(
         model,
         peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=dropout),
@@ -34,11 +34,13 @@ def _loss_and_grads(install: bool, dropout: float, input_grads: bool = True):
     else:  # transformers marks them when checkpointing is enabled: undone here
         model.disable_input_require_grads()
     swapped = host_checkpoint.install(model) if install else 0
-    ids = torch.randint(0, 64, (2, 10))
+    if spy is not None and install:
+        spy(model.base_model.model.model.layers[0]._gradient_checkpointing_func.offloader)
+    ids = torch.randint(0, 64, (2, 10)).to(device)
     torch.manual_seed(1)  # the same dropout draws on both paths
     out = model(input_ids=ids, labels=ids)
     out.loss.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    grads = {n: p.grad.clone().cpu() for n, p in model.named_parameters() if p.requires_grad}
     copied = fallbacks = 0
     if install:
         layer = model.base_model.model.model.layers[0]
@@ -82,3 +84,33 @@ def test_without_input_gradients_the_adapters_still_learn():
     assert any(g.abs().sum() > 0 for g in grads2.values())
     for name in grads:
         assert torch.equal(grads[name], grads2[name]), name
+
+
+def test_while_a_layer_recomputes_the_one_before_it_is_copied_back():
+    """The backward recomputes layers 2, 1, 0: at 2 the input of 1 starts its copy back, at 1 that of 0."""
+    seen = []
+
+    def spy(offloader):
+        real = offloader.prefetch
+
+        def prefetch(kept):
+            seen.append(next(i for i, r in enumerate(offloader.order) if r() is kept))
+            real(kept)
+
+        offloader.prefetch = prefetch
+
+    _loss_and_grads(True, 0.0, spy=spy)
+    assert seen == [1, 0]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("not torch.cuda.is_available()", reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_on_the_gpu_prefetched_copies_give_plain_checkpointings_numbers(dropout):
+    loss, grads, _, _ = _loss_and_grads(False, dropout, device="cuda")
+    counts = []
+    loss2, grads2, _, _ = _loss_and_grads(True, dropout, device="cuda", spy=counts.append)
+    assert counts[0].prefetched == 2  # layers 1 and 0, each while the layer after it recomputed
+    assert abs(loss2 - loss) < 1e-5
+    for name in grads:
+        torch.testing.assert_close(grads2[name], grads[name], rtol=1e-4, atol=1e-6, msg=name)
