@@ -43,12 +43,16 @@ DEFAULT = [
 ]
 
 
-def workload(arch: str, max_length: int, liger: bool) -> est.Workload:
-    """The estimate's inputs of the cockpit side's own config (bench/vs_unsloth.py cockpit_config)."""
+def workload(arch: str, max_length: int, liger: bool, fused_lora: bool = False) -> est.Workload:
+    """The estimate's inputs of the cockpit side's own config (bench/vs_unsloth.py cockpit_config);
+    `fused_lora`: the run's plan chose the fused LoRA layers (its `lora_backend`; runs before it
+    existed ran peft's)."""
     model = f"synthetic:{arch}"
     text = cockpit_config(model, Path("rows.jsonl"), max_length, steps=1, cap=None, smoke=False)
     cfg = config_from_dict(yaml.safe_load(text))
-    return dataclasses.replace(est.workload_from_config(cfg, load_shape(model)), liger=liger)
+    return dataclasses.replace(
+        est.workload_from_config(cfg, load_shape(model)), liger=liger, fused_lora=fused_lora
+    )
 
 
 def mean_length(arch: str, lengths: str, warmup: int, steps: int) -> float:
@@ -70,7 +74,9 @@ def rows(record: dict) -> list[dict]:
             if not run["side"].startswith("cockpit") or not run.get("tokens_per_s") or not plan:
                 continue
             mb, accum = plan["micro_batch_size"], plan["gradient_accumulation_steps"]
-            base = workload(row["arch"], max_length, bool(plan.get("liger")))
+            base = workload(
+                row["arch"], max_length, bool(plan.get("liger")), plan.get("lora_backend") == "fused"
+            )
             layers = base.shape.num_layers
             rate = _tokens_per_s(
                 base,

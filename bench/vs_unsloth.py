@@ -382,8 +382,10 @@ def cockpit_config(
     cap: float | None,
     smoke: bool,
     profile_steps: int = 0,
+    backend: str = "auto",
 ) -> str:
-    """`steps` timed and warm-up steps; `profile_steps` more after them, profiled (debug.profile_steps)."""
+    """`steps` timed and warm-up steps; `profile_steps` more after them, profiled (debug.profile_steps);
+    `backend`: speed.backend (auto: the fused LoRA layers; hf: peft's own)."""
     method = (
         "method: lora"
         if smoke
@@ -407,6 +409,8 @@ def cockpit_config(
     ]
     if cap:
         lines.append(f"emulate_vram_gib: {cap:g}")
+    if backend != "auto":
+        lines.append(f"speed: {{backend: {backend}}}")
     if profile_steps:
         lines.append(f"debug: {{profile_steps: {profile_steps}, profile_from_step: {steps + 1}}}")
     return "\n".join(lines) + "\n"
@@ -477,6 +481,12 @@ def matched_cap(runs: list[dict]) -> float | None:
     return math.ceil(max(peaks) * 20 - 1e-9) / 20 if peaks else None
 
 
+def step_times(marks: list[dict], warmup: int) -> list[float]:
+    """Each timed step's interval from the previous step's end, in seconds (a stall shows as one)."""
+    timed = [m for m in marks if m["step"] >= warmup]
+    return [round(b["t"] - a["t"], 4) for a, b in itertools.pairwise(timed)]
+
+
 def stalled_steps(marks: list[dict], warmup: int, factor: float = 2.0) -> list[int]:
     """Timed steps whose interval from the previous step's end is over `factor` x the median."""
     timed = [m for m in marks if m["step"] >= warmup]
@@ -487,12 +497,42 @@ def stalled_steps(marks: list[dict], warmup: int, factor: float = 2.0) -> list[i
     return [step for step, g in gaps if g > factor * median]
 
 
+SIDES = ("cockpit", "cockpit-hf", "unsloth")
+
+
+def sides_order(text: str) -> list[str]:
+    """--sides: the runs of each row in order; a cockpit side may take @GIB or @unsloth-memory."""
+    order = [x.strip() for x in text.split(",") if x.strip()]
+    for side in order:
+        name, _, cap = side.partition("@")
+        bad = name not in SIDES or (name == "unsloth" and cap)
+        if not bad and cap and cap != "unsloth-memory":
+            try:
+                float(cap)
+            except ValueError:
+                bad = True
+        if bad:
+            raise SystemExit(
+                f"--sides: {side!r} is not one of {', '.join(SIDES)} (a cockpit side with @GIB or "
+                "@unsloth-memory)"
+            )
+    return order
+
+
 def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: str = "cockpit") -> dict:
     cap = row["cap"] if cap is None else cap
     config = work / f"{side}-{row['id']}.yaml"
+    backend = "hf" if side.startswith("cockpit-hf") else "auto"
     config.write_text(
         cockpit_config(
-            row["model"], row["data"], row["max_length"], a.warmup + a.steps, cap, a.smoke, a.profile_steps
+            row["model"],
+            row["data"],
+            row["max_length"],
+            a.warmup + a.steps,
+            cap,
+            a.smoke,
+            a.profile_steps,
+            backend,
         )
     )
     sys.path.insert(0, str(ROOT / "bench"))
@@ -547,6 +587,7 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
         "loss": loss,
         "timed_steps": timed,
         "stalled_steps": stalled_steps(marks, a.warmup),
+        "step_s": step_times(marks, a.warmup),
         "alloc_retries": logs[-1].get("alloc_retries") if logs else None,
         "device_used_gib": used,
         "peak_allocated_gib": round(max((e.get("mem_peak_bytes") or 0) for e in logs) / GIB, 2)
@@ -564,9 +605,13 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
                 "packing",
                 "attn_implementation",
                 "liger",
+                "lora_backend",
                 "flops",
+                "host_probe_ms",
+                "predicted_tokens_per_s",
             )
         },
+        "lora_fused": next((e.get("lora_fused") for e in events if e["type"] == "model"), None),
     }
     profile = next(iter(made)) / "profile.json"
     if profile.is_file():
@@ -644,6 +689,7 @@ def run_unsloth(row: dict, a, work: Path, log) -> dict:
         "loss": loss,
         "timed_steps": timed,
         "stalled_steps": stalled_steps(result["marks"], a.warmup),
+        "step_s": step_times(result["marks"], a.warmup),
         "alloc_retries": result.get("alloc_retries"),
         "token_count": result.get("count"),
         "device_used_gib": used,
@@ -692,6 +738,14 @@ def summarize(runs: list[dict], flops_per_token: float, peak: float | None) -> d
             round(r["tokens_per_s"] * flops_per_token / peak, 4) if peak and r.get("tokens_per_s") else None
         )
     out = {"flops_per_token": round(flops_per_token), "peak_flops": peak}
+    hf = [r["tokens_per_s"] for r in runs if r["side"] == "cockpit-hf" and r.get("tokens_per_s")]
+    if hf and got["cockpit"]:  # speed.backend auto (fused LoRA layers) over hf (peft's), same cap
+        pairs = [c / h for c in got["cockpit"] for h in hf]
+        out.update(
+            fused_over_hf=round(statistics.mean(got["cockpit"]) / statistics.mean(hf), 3),
+            fused_over_hf_min=round(min(pairs), 3),
+            fused_over_hf_max=round(max(pairs), 3),
+        )
     if got["cockpit"] and got["unsloth"]:
         pairs = [c / u for c in got["cockpit"] for u in got["unsloth"]]
         out.update(
@@ -847,6 +901,13 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="comma-separated GiB: one more cockpit run per row at each of these caps (side cockpit@<cap>)",
     )
+    ap.add_argument(
+        "--sides",
+        default="",
+        help="the runs of a row in this order, instead of --order/--matched/--cockpit-caps: cockpit "
+        "(speed.backend auto), cockpit-hf (speed.backend hf: peft's layers), unsloth; a cockpit side may "
+        "take @GIB or @unsloth-memory, e.g. cockpit,cockpit-hf,unsloth,unsloth,cockpit-hf,cockpit",
+    )
     ap.add_argument("--budget-s", type=float, default=510.0, help="start no run that would end after this")
     ap.add_argument("--run-timeout-s", type=int, default=400)
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "vs-unsloth")
@@ -929,6 +990,8 @@ def main(argv: list[str] | None = None) -> int:
                     if a.matched:
                         order.append("cockpit@unsloth-memory")
                     order += [f"cockpit@{c.strip()}" for c in a.cockpit_caps.split(",") if c.strip()]
+                    if a.sides:
+                        order = sides_order(a.sides)
                     runs = []
                     for side in order:
                         expected = took.get(side, 0.0)
@@ -938,10 +1001,10 @@ def main(argv: list[str] | None = None) -> int:
                         t0 = time.time()
                         if side == "unsloth":
                             r = run_unsloth(row, a, a.workdir, log)
-                        elif side == "cockpit":
-                            r = run_cockpit(row, a, a.workdir, log)
-                        elif side != "cockpit@unsloth-memory":  # at a cap of --cockpit-caps
-                            r = run_cockpit(row, a, a.workdir, log, cap=float(side[8:]), side=side)
+                        elif side in ("cockpit", "cockpit-hf"):
+                            r = run_cockpit(row, a, a.workdir, log, side=side)
+                        elif not side.endswith("@unsloth-memory"):  # at a cap of --cockpit-caps
+                            r = run_cockpit(row, a, a.workdir, log, cap=float(side.split("@")[1]), side=side)
                         else:  # held to the memory unsloth used in this row
                             cap_m = matched_cap(runs)
                             if cap_m is None:

@@ -303,3 +303,32 @@ def test_the_suites_time_is_the_records():
     last = [line for line in record.splitlines() if " passed" in line][-1]
     passed, took = last.split(" passed")[0], last.rsplit("(", 1)[1].split(")")[0].lstrip("0:")
     assert f"{passed} tests in {took} on a" in FLAT and "2026-12-04-suite-2core.txt" in FLAT
+
+
+def test_the_fused_lora_figures_are_the_benchs():
+    records = {
+        n: _json(RESULTS / f"2026-12-04-vs-unsloth-{n}-full-fused-h200.json")["rows"][0] for n in ("7b", "8b")
+    }
+    s7, s8 = records["7b"]["summary"], records["8b"]["summary"]
+    assert f"{s7['ratio']:.2f}x on llama-2-7b and {s8['ratio']:.2f}x on llama-3.1-8b at the same cap" in FLAT
+    held = f"{s7['matched_ratio']:.2f}x and {s8['matched_ratio']:.2f}x"
+    assert f"{held} held to unsloth's memory" in FLAT
+    for s in (s7, s8):
+        assert f"{s['matched_used_gib']:.2f} of {s['matched_cap_gib']:.2f}" in FLAT
+    ragged = _json(RESULTS / "2026-12-04-fused-vs-hf-7b-ragged-h200.json")["rows"][0]["summary"]
+    assert f"{s7['fused_over_hf']:.2f}x over them on the 7B 2048-token row" in FLAT
+    spread = f"({ragged['fused_over_hf_min']:.2f}-{ragged['fused_over_hf_max']:.2f})"
+    assert f"{ragged['fused_over_hf']:.2f}x {spread} on its ragged one" in FLAT
+    memory = sorted(s["max_used_gib_cockpit"] / s["max_used_gib_unsloth"] for s in (s7, s8))
+    assert (
+        f"the fused LoRA layers {held} on the 2048-token rows, where at the same cap it is "
+        f"{s7['ratio']:.2f}x and {s8['ratio']:.2f}x with {memory[0]:.1f} to {memory[1]:.1f} times "
+        "unsloth's memory" in FLAT
+    )
+    fused = [
+        r
+        for row in records.values()
+        for r in row["runs"]
+        if r["side"] in ("cockpit", "cockpit@unsloth-memory")
+    ]
+    assert fused and all(r["lora_fused"] == {"fused": 224, "kept": {}} for r in fused)

@@ -353,3 +353,35 @@ def test_the_held_out_check_times_the_steps_sixteen_rows_where_the_split_has_roo
     (row,) = speed_heldout.rows(record)
     assert row["error"] == pytest.approx(0, abs=1e-3)
     assert row["predicted_step_s"] == pytest.approx(16 * 2048 / rate, abs=1e-3)
+
+
+def test_sides_name_the_runs_of_a_row_and_the_hf_side_runs_peft_layers(bench, tmp_path):
+    order = bench.sides_order("cockpit, cockpit-hf,unsloth,cockpit@unsloth-memory,cockpit-hf@9.5")
+    assert order == ["cockpit", "cockpit-hf", "unsloth", "cockpit@unsloth-memory", "cockpit-hf@9.5"]
+    for bad in ("unsloth@9", "cockpit@lots", "peft"):
+        with pytest.raises(SystemExit, match="--sides"):
+            bench.sides_order(bad)
+    path = tmp_path / "c.yaml"
+    bench.write_sequences(tmp_path / "d.jsonl", (32, 512), 2, 32000)
+    for backend in ("hf", "auto"):
+        path.write_text(
+            bench.cockpit_config(
+                "synthetic:llama-2-7b", tmp_path / "d.jsonl", 512, 5, 22.0, False, 0, backend
+            )
+        )
+        assert config_load.load_config(path).speed.backend == backend
+
+
+def test_the_fused_over_hf_ratio_and_the_step_times(bench):
+    runs = [
+        {"side": "cockpit", "tokens_per_s": 1200.0},
+        {"side": "cockpit-hf", "tokens_per_s": 1000.0},
+        {"side": "cockpit-hf", "tokens_per_s": 1100.0},
+        {"side": "cockpit", "tokens_per_s": 1300.0},
+    ]
+    s = bench.summarize(runs, flops_per_token=27e9, peak=None)
+    # means 1250 / 1050 = 1.190; pairs 1200/1100 = 1.091 .. 1300/1000 = 1.3
+    assert (s["fused_over_hf"], s["fused_over_hf_min"], s["fused_over_hf_max"]) == (1.19, 1.091, 1.3)
+    assert "ratio" not in s  # no unsloth run: no cockpit/unsloth ratio
+    marks = [{"step": i, "t": t} for i, t in enumerate([0.0, 1.0, 2.5, 3.0, 6.0], start=1)]
+    assert bench.step_times(marks, warmup=2) == [1.5, 0.5, 3.0]
