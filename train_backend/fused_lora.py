@@ -12,8 +12,8 @@ algebra written out):
               dx = dy W + g A              (W dequantised again; addmm into dx)
               dA = g^T x_d;  dB = s dy^T u
 
-x_d is the dropped input (the same tensor as x without dropout). It saves what peft's layer saves
-(x_d and u; x only where dropout made a copy) and never the 16-bit weight. The LoRA factors are
+x_d is the dropped input (the same tensor as x without dropout). It saves x_d and u, as peft's
+layer does, and neither x (W does not train) nor the 16-bit weight. The LoRA factors are
 used in the compute dtype (autocast's, else the input's) and their gradients returned in their
 own dtype, as autograd returns them through peft's casts.
 
@@ -106,6 +106,8 @@ class FusedLoraLinear(torch.autograd.Function):
 def why_not(layer) -> str | None:
     """Why a peft LoRA layer keeps peft's forward; None: it can be fused."""
     base = layer.get_base_layer()
+    if not isinstance(base, torch.nn.Linear):
+        return "not a linear"
     if len(layer.lora_A) != 1:
         return "more than one adapter"
     name = next(iter(layer.lora_A))
@@ -133,60 +135,48 @@ def why_not(layer) -> str | None:
     return None
 
 
-def _compute_dtype(layer, x: torch.Tensor) -> torch.dtype:
-    kind = x.device.type
-    if torch.is_autocast_enabled(kind):
-        return torch.get_autocast_dtype(kind)
-    base = layer.get_base_layer()
-    compute = getattr(base, "compute_dtype", None)  # bitsandbytes' Linear4bit
-    if compute is not None:
-        return compute
-    return base.weight.dtype if base.weight.is_floating_point() else x.dtype
-
-
 def _forward(self, x, *args, **kwargs):
+    active = self.active_adapters
     if (
         args
         or kwargs
         or not torch.is_grad_enabled()
         or self.disable_adapters
         or self.merged
-        or len(self.active_adapters) != 1
-        or self.active_adapters[0] not in self.lora_A
+        or len(active) != 1
+        or active[0] not in self.lora_A
     ):
         return getattr(self, ATTR)(x, *args, **kwargs)
-    name = self.active_adapters[0]
-    dtype = _compute_dtype(self, x)
+    name = active[0]
+    base = self.get_base_layer()
+    autocast = torch.is_autocast_enabled(x.device.type)
+    # the compute dtype: autocast's, else bitsandbytes' compute_dtype, the 16-bit weight's or the input's
+    if autocast:
+        dtype = torch.get_autocast_dtype(x.device.type)
+    elif getattr(base, "compute_dtype", None) is not None:
+        dtype = base.compute_dtype
+    else:
+        dtype = base.weight.dtype if base.weight.is_floating_point() else x.dtype
     out_dtype = x.dtype
     if x.dtype != dtype:
         x = x.to(dtype)
     x_d = self.lora_dropout[name](x)
     y = FusedLoraLinear.apply(
-        x,
-        x_d,
-        self.lora_A[name].weight,
-        self.lora_B[name].weight,
-        self.get_base_layer(),
-        self.scaling[name],
-        dtype,
+        x, x_d, self.lora_A[name].weight, self.lora_B[name].weight, base, self.scaling[name], dtype
     )
-    if not torch.is_autocast_enabled(x.device.type) and y.dtype != out_dtype:
-        y = y.to(out_dtype)
-    return y
+    return y if autocast or y.dtype == out_dtype else y.to(out_dtype)
 
 
-def apply(model) -> dict:
-    """Fuse every eligible peft LoRA linear of `model`: {"fused": n, "kept": {reason: count}}."""
+def apply(model, refuse: str | None = None) -> dict:
+    """Fuse every eligible peft LoRA linear of `model`: {"fused": n, "kept": {reason: count}}.
+    `refuse`: fuse none, every layer kept for that reason (one the layers cannot tell, e.g. FSDP)."""
     from peft.tuners.lora import LoraLayer
 
     fused, kept = 0, {}
     for module in model.modules():
         if not isinstance(module, LoraLayer) or not hasattr(module, "lora_A") or hasattr(module, ATTR):
             continue
-        if not isinstance(module.get_base_layer(), torch.nn.Linear):
-            kept["not a linear"] = kept.get("not a linear", 0) + 1
-            continue
-        reason = why_not(module)
+        reason = refuse or why_not(module)
         if reason is not None:
             kept[reason] = kept.get(reason, 0) + 1
             continue

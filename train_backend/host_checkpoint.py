@@ -15,6 +15,8 @@ forward's RNG state and autocast, like torch.utils.checkpoint, so dropout draws 
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 
@@ -48,8 +50,6 @@ class _Offloader:
         return stream
 
     def keep(self, tensors: list) -> _Kept:
-        import weakref
-
         kept = _Kept(tensors)
         self.order = [r for r in self.order if r() is not None]  # a graph freed without a backward
         self.order.append(weakref.ref(kept))
@@ -70,13 +70,13 @@ class _Offloader:
                 if done is not None:
                     torch.cuda.current_stream(device).wait_event(done)
                 out.append(host.to(device, non_blocking=True))
-        alive = [r() for r in self.order]
+        alive = [k for k in (r() for r in self.order) if k is not None]
         if kept in alive:
             at = alive.index(kept)
-            self.order = [r for r, k in zip(self.order, alive) if k is not None and k is not kept]
-            earlier = [k for k in alive[:at] if k is not None]
-            if earlier and earlier[-1].back is None:
-                self.prefetch(earlier[-1])
+            del alive[at]
+            self.order = [weakref.ref(k) for k in alive]
+            if at and alive[at - 1].back is None:  # the layer before it, recomputed next
+                self.prefetch(alive[at - 1])
         return out
 
     def prefetch(self, kept: _Kept) -> None:

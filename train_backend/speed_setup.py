@@ -18,7 +18,7 @@ from cockpit.config.schema import TrainConfig
 from cockpit.fmt import GIB
 from cockpit.models import speed as speed_model
 from cockpit.models.shape import ModelShape, ShapeError, from_config_dict
-from cockpit.plan import speed_auto
+from cockpit.plan import batch_choice, speed_auto
 from train_backend import host_speed, packing
 
 CACHE_DIR = "data-cache"
@@ -121,17 +121,13 @@ def apply_fused_kernels(plan, model) -> None:
 def apply_lora_backend(plan, model, sharded: bool) -> dict | None:
     """The fused LoRA layers (train_backend/fused_lora.py) on the peft model, when the plan chose
     them: {"fused": n, "kept": {reason: count}}; None when it did not."""
-    if getattr(plan, "lora_backend", "hf") != "fused":
+    if plan.lora_backend != "fused":
         return None
-    if sharded:  # the plan could not know: distributed.strategy auto chose FSDP at launch
-        layers = sum(1 for m in model.modules() if hasattr(m, "lora_A") and hasattr(m, "get_base_layer"))
-        return {
-            "fused": 0,
-            "kept": {"FSDP shards the base weights, which the fused backward reads again": layers},
-        }
     from train_backend import fused_lora
 
-    return fused_lora.apply(model)
+    # sharded: distributed.strategy auto chose FSDP at launch, which the plan could not know
+    refuse = batch_choice.FSDP_LORA_NOTE if sharded else None
+    return fused_lora.apply(model, refuse)
 
 
 def sft_kwargs(plan, dataset_kwargs: dict | None) -> dict:

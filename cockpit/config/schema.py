@@ -255,9 +255,9 @@ class ExportSection:
 class SpeedSection:
     mode: str = _f(
         "auto",
-        "auto: the trainer picks packing, micro-batch, checkpointing, attention kernel, fused kernels and "
-        "loader workers for this card and data, and logs each choice with its reason; off: run the "
-        "settings as written",
+        "auto: the trainer picks packing, micro-batch, checkpointing, attention kernel, fused kernels, "
+        "LoRA layers and loader workers for this card and data, and logs each choice with its reason; "
+        "off: run the settings as written",
         choices=("auto", "off"),
     )
     fused_kernels: str = _f(

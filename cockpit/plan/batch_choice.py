@@ -113,7 +113,7 @@ def fit_batch(
         precision=facts.precision,
         liger=uses_liger(cfg, facts),
         checkpoint_offload=False,
-        fused_lora=uses_fused_lora(cfg, facts),
+        fused_lora=fused_lora_note(cfg) is None,
     )
     if pinned_batch:
         splits = [(t.micro_batch_size, t.gradient_accumulation_steps)]
@@ -335,7 +335,10 @@ def uses_liger(cfg, facts: Facts) -> bool:
     )
 
 
-def fused_lora_note(cfg, facts: Facts) -> str | None:
+FSDP_LORA_NOTE = "FSDP shards the base weights, which the fused backward reads again"
+
+
+def fused_lora_note(cfg) -> str | None:
     """Why speed.backend runs peft's own LoRA layers; None: the fused ones (train_backend/fused_lora.py)."""
     if cfg.speed.mode != "auto":
         return "speed: off runs peft's layers as written"
@@ -346,12 +349,8 @@ def fused_lora_note(cfg, facts: Facts) -> str | None:
     if cfg.method == "qlora" and cfg.quantization.bits != 4:
         return "8-bit base weights (LLM.int8) keep peft's layer: the fused one dequantises 4-bit weights"
     if cfg.distributed.strategy == "fsdp":
-        return "FSDP shards the base weights, which the fused backward reads again"
+        return FSDP_LORA_NOTE
     return None
-
-
-def uses_fused_lora(cfg, facts: Facts) -> bool:
-    return fused_lora_note(cfg, facts) is None
 
 
 def _tokens_per_s(

@@ -41,7 +41,6 @@ from cockpit.plan.batch_choice import (
     fit_batch,
     fused_lora_note,
     offload_as_written,
-    uses_fused_lora,
     uses_liger,
 )
 
@@ -278,8 +277,8 @@ def plan(
                 "auto",
             )
         )
-    lora_backend = "fused" if uses_fused_lora(cfg, facts) else "hf"
-    choices.append(_lora_backend(cfg, facts))
+    lora_layers = _lora_backend(cfg)
+    choices.append(lora_layers)
     choices.append(_cross_entropy())
     # not the flattened rows of flash-attention's padding-free path: TRL counts their width as real tokens
     pad_multiple = PAD_MULTIPLE if gpu and packing != "flat" else 1
@@ -346,7 +345,7 @@ def plan(
         checkpoint_offload=fit.offload,
         num_layers=shape.num_layers if shape else None,
         liger=liger,
-        lora_backend=lora_backend,
+        lora_backend="fused" if lora_layers.value == "fused" else "hf",
         pad_multiple=pad_multiple,
         cache_tokens=cache,
         samples_per_row=round(per_row, 3) if packing != "none" else None,
@@ -360,9 +359,9 @@ def plan(
     )
 
 
-def _lora_backend(cfg: TrainConfig, facts: Facts) -> Choice:
+def _lora_backend(cfg: TrainConfig) -> Choice:
     """speed.backend: the fused LoRA layer (train_backend/fused_lora.py) or peft's own."""
-    note = fused_lora_note(cfg, facts)
+    note = fused_lora_note(cfg)
     if cfg.method not in ("lora", "qlora"):
         return Choice("LoRA layers", "none", note, "fixed")
     if note is not None:
