@@ -519,6 +519,12 @@ def sides_order(text: str) -> list[str]:
     return order
 
 
+def cap_free(side: str) -> bool:
+    """A side whose run does not depend on the row's cap: unsloth (its recipe uses what it uses, far
+    under 22 GiB) and the cockpit held to unsloth's memory (capped at that, not at the row's cap)."""
+    return side == "unsloth" or side.endswith("@unsloth-memory")
+
+
 def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: str = "cockpit") -> dict:
     cap = row["cap"] if cap is None else cap
     config = work / f"{side}-{row['id']}.yaml"
@@ -707,6 +713,52 @@ def run_unsloth(row: dict, a, work: Path, log) -> dict:
     }
 
 
+def run_row(
+    row: dict, order: list[str], a, log, shared: dict, took: dict, began: float, rows: list
+) -> list[dict]:
+    """The runs of one row, side by side in `order`. A side that does not depend on the cap
+    (cap_free) is taken from an earlier row of the same model and lengths under
+    --share-across-caps; a run that would end past --budget-s is skipped; after each run the rows
+    so far go to vs_unsloth.partial.json (kept if the call ends early)."""
+    runs: list[dict] = []
+    for side in order:
+        key = (row["arch"], row["lengths"], side)
+        if a.share_across_caps and cap_free(side) and key in shared:
+            first_row, first = shared[key]
+            runs.append({**first, "shared_from": first_row})
+            print(f"{row['id']} {side}: the run of {first_row}", file=sys.stderr, flush=True)
+            continue
+        if time.time() - began + took.get(side, 0.0) > a.budget_s:
+            print(f"skipping {side} {row['id']}: past --budget-s", file=sys.stderr)
+            continue
+        t0 = time.time()
+        if side == "unsloth":
+            r = run_unsloth(row, a, a.workdir, log)
+        elif side in ("cockpit", "cockpit-hf"):
+            r = run_cockpit(row, a, a.workdir, log, side=side)
+        elif not side.endswith("@unsloth-memory"):  # at a cap of --cockpit-caps
+            r = run_cockpit(row, a, a.workdir, log, cap=float(side.split("@")[1]), side=side)
+        else:  # held to the memory unsloth used in this row
+            cap_m = matched_cap(runs)
+            if cap_m is None:
+                continue
+            r = run_cockpit(row, a, a.workdir, log, cap=cap_m, side=side)
+        took_s = time.time() - t0
+        took[side] = max(took.get(side, 0.0), took_s)
+        runs.append(r)
+        if a.share_across_caps and cap_free(side):
+            shared[key] = (row["id"], r)
+        got = r.get("tokens_per_s") or r.get("no_rate") or r.get("failed") or r.get("skipped")
+        said = f"{row['id']} {side}: {got} tok/s, {r.get('device_used_gib')} GiB, {took_s:.0f} s"
+        print(said, file=sys.stderr, flush=True)
+        log.flush()
+        partial = {"id": row["id"], "runs": runs, "in_progress": True}
+        (a.out / "vs_unsloth.partial.json").write_text(  # kept if the call times out
+            json.dumps({"rows": [*rows, partial]}, indent=1, default=str) + "\n"
+        )
+    return runs
+
+
 def mfu_inputs(arch: str, lengths: list[int], max_length: int, device_name: str, total_bytes: int | None):
     """Model FLOPs per real token of this row (QLoRA: frozen base) and the card's dense bf16 peak."""
     sys.path.insert(0, str(ROOT))
@@ -807,6 +859,8 @@ def table(result: dict) -> str:
             side = r["side"] + (
                 f" (cap {r['cap_gib']:g} GiB)" if r["side"] != "unsloth" and r.get("cap_gib") else ""
             )
+            if r.get("shared_from"):
+                side += f" (the run of {r['shared_from']}, not repeated)"
             lines.append(
                 f"| {row['id']} | {side} | {rate} | {mfu} | "
                 f"{r.get('device_used_gib') or '-'} | {loss} | {plan_text} |"
@@ -908,6 +962,13 @@ def main(argv: list[str] | None = None) -> int:
         "(speed.backend auto), cockpit-hf (speed.backend hf: peft's layers), unsloth; a cockpit side may "
         "take @GIB or @unsloth-memory, e.g. cockpit,cockpit-hf,unsloth,unsloth,cockpit-hf,cockpit",
     )
+    ap.add_argument(
+        "--share-across-caps",
+        action="store_true",
+        help="run unsloth and the cockpit held to unsloth's memory once per model and lengths, in the "
+        "first row that asks for them; rows of other caps take those runs (marked shared_from): neither "
+        "depends on the row's cap (unsloth's peak is far under both caps)",
+    )
     ap.add_argument("--budget-s", type=float, default=510.0, help="start no run that would end after this")
     ap.add_argument("--run-timeout-s", type=int, default=400)
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "vs-unsloth")
@@ -938,7 +999,7 @@ def main(argv: list[str] | None = None) -> int:
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index())
         device_name, total = pynvml.nvmlDeviceGetName(handle), pynvml.nvmlDeviceGetMemoryInfo(handle).total
-    rows, took = [], {}
+    rows, took, shared = [], {}, {}
     with open(a.out / "vs_unsloth.log", "w") as log:
         for arch in a.archs.split(","):
             if a.smoke:
@@ -992,37 +1053,7 @@ def main(argv: list[str] | None = None) -> int:
                     order += [f"cockpit@{c.strip()}" for c in a.cockpit_caps.split(",") if c.strip()]
                     if a.sides:
                         order = sides_order(a.sides)
-                    runs = []
-                    for side in order:
-                        expected = took.get(side, 0.0)
-                        if time.time() - began + expected > a.budget_s:
-                            print(f"skipping {side} {row['id']}: past --budget-s", file=sys.stderr)
-                            continue
-                        t0 = time.time()
-                        if side == "unsloth":
-                            r = run_unsloth(row, a, a.workdir, log)
-                        elif side in ("cockpit", "cockpit-hf"):
-                            r = run_cockpit(row, a, a.workdir, log, side=side)
-                        elif not side.endswith("@unsloth-memory"):  # at a cap of --cockpit-caps
-                            r = run_cockpit(row, a, a.workdir, log, cap=float(side.split("@")[1]), side=side)
-                        else:  # held to the memory unsloth used in this row
-                            cap_m = matched_cap(runs)
-                            if cap_m is None:
-                                continue
-                            r = run_cockpit(row, a, a.workdir, log, cap=cap_m, side=side)
-                        took[side] = max(took.get(side, 0.0), time.time() - t0)
-                        runs.append(r)
-                        got = r.get("tokens_per_s") or r.get("no_rate") or r.get("failed") or r.get("skipped")
-                        took_s = time.time() - t0
-                        said = (
-                            f"{row['id']} {side}: {got} tok/s, {r.get('device_used_gib')} GiB, {took_s:.0f} s"
-                        )
-                        print(said, file=sys.stderr, flush=True)
-                        log.flush()
-                        partial = {"id": row["id"], "runs": runs, "in_progress": True}
-                        (a.out / "vs_unsloth.partial.json").write_text(  # kept if the call times out
-                            json.dumps({"rows": [*rows, partial]}, indent=1, default=str) + "\n"
-                        )
+                    runs = run_row(row, order, a, log, shared, took, began, rows)
                     rows.append(
                         {
                             "id": row["id"],

@@ -4,6 +4,8 @@ the ratio and its spread, the sequences, and a cockpit config the loader accepts
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import pytest
 from conftest import ROOT
@@ -385,3 +387,52 @@ def test_the_fused_over_hf_ratio_and_the_step_times(bench):
     assert "ratio" not in s  # no unsloth run: no cockpit/unsloth ratio
     marks = [{"step": i, "t": t} for i, t in enumerate([0.0, 1.0, 2.5, 3.0, 6.0], start=1)]
     assert bench.step_times(marks, warmup=2) == [1.5, 0.5, 3.0]
+
+
+def test_rows_of_other_caps_take_the_runs_that_do_not_depend_on_the_cap(bench, tmp_path, monkeypatch):
+    """--share-across-caps: unsloth and the cockpit held to unsloth's memory run once per model and
+    lengths; the 80 GiB row runs only the cockpit at its own cap and shows the others as shared."""
+    ran = []
+
+    def fake_cockpit(row, a, work, log, cap=None, side="cockpit"):
+        cap = row["cap"] if cap is None else cap
+        ran.append((row["id"], side, cap))
+        return {"side": side, "cap_gib": cap, "tokens_per_s": 1000.0 * cap, "device_used_gib": cap / 2}
+
+    def fake_unsloth(row, a, work, log):
+        ran.append((row["id"], "unsloth", None))
+        return {"side": "unsloth", "tokens_per_s": 9000.0, "device_used_gib": 7.11}
+
+    monkeypatch.setattr(bench, "run_cockpit", fake_cockpit)
+    monkeypatch.setattr(bench, "run_unsloth", fake_unsloth)
+    order = bench.sides_order("cockpit,unsloth,cockpit@unsloth-memory")
+
+    def table_of(share: bool) -> list[list[dict]]:
+        a = type("A", (), {"share_across_caps": share, "budget_s": 1e9, "out": tmp_path, "workdir": tmp_path})
+        shared, took, rows = {}, {}, []
+        with open(os.devnull, "w") as log:
+            for cap in (22.0, 80.0):
+                row = {"id": f"l7b full {cap:g} GiB", "arch": "l7b", "lengths": "full", "cap": cap}
+                runs = bench.run_row(row, order, a, log, shared, took, time.time(), rows)
+                rows.append({"id": row["id"], "runs": runs})
+        return [r["runs"] for r in rows]
+
+    first, second = table_of(share=True)
+    assert ran == [
+        ("l7b full 22 GiB", "cockpit", 22.0),
+        ("l7b full 22 GiB", "unsloth", None),
+        ("l7b full 22 GiB", "cockpit@unsloth-memory", 7.15),  # unsloth's peak rounded up to 0.05 GiB
+        ("l7b full 80 GiB", "cockpit", 80.0),
+    ]
+    assert [r["side"] for r in second] == ["cockpit", "unsloth", "cockpit@unsloth-memory"]
+    assert [r.get("shared_from") for r in second] == [None, "l7b full 22 GiB", "l7b full 22 GiB"]
+    assert second[1]["tokens_per_s"] == first[1]["tokens_per_s"] and "shared_from" not in first[1]
+    summary = bench.summarize(second, 27e9, 989e12)
+    assert summary["ratio"] == round(80000 / 9000, 3) and summary["matched_cap_gib"] == 7.15
+    text = bench.table({"rows": [{"id": "l7b full 80 GiB", "runs": second, "summary": summary}]})
+    assert "| l7b full 80 GiB | unsloth (the run of l7b full 22 GiB, not repeated) | 9000 |" in text
+    assert json.loads((tmp_path / "vs_unsloth.partial.json").read_text())["rows"][-1]["in_progress"]
+
+    ran.clear()
+    table_of(share=False)  # without the flag every row runs every side
+    assert [side for _, side, _ in ran] == [*order, *order]
