@@ -24,6 +24,7 @@ What the speed model needs (cockpit/models/speed.py), per adapted linear:
 
   python bench/lora_kernel_rate.py --out lora_kernel_rate.json
   python bench/lora_kernel_rate.py --solve bench/results/2026-12-04-lora-kernel-rate-h200.json
+  python bench/lora_kernel_rate.py --unpack-scales --out OUT.json   # the same, 4-bit scales unpacked
   python bench/lora_kernel_rate.py --smoke --out OUT.json      # CPU: tiny shapes, a check only
 """
 
@@ -260,6 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", default="llama-2-7b")
     ap.add_argument("--layers", type=int, default=4, help="decoder layers' worth of the seven linears")
     ap.add_argument("--lora", action="store_true", help="16-bit bases (LoRA) instead of 4-bit (QLoRA)")
+    ap.add_argument(
+        "--unpack-scales",
+        action="store_true",
+        help="4-bit bases with their double-quantised scales unpacked into fp32 "
+        "(quantization.unpack_scales): run with and without to time what it saves a dequantisation",
+    )
     ap.add_argument("--host-tokens", type=int, default=16)
     ap.add_argument("--device-tokens", type=int, default=8192)
     ap.add_argument("--iters", type=int, default=10)
@@ -277,6 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.smoke:
         a.arch, a.layers, a.host_tokens, a.device_tokens, a.iters, a.rounds = "tiny", 1, 4, 64, 2, 1
     model, linears = build(a.arch, a.layers, not a.lora, device)
+    unpacked = None
+    if a.unpack_scales and not a.lora:
+        from train_backend import quant_scales
+
+        unpacked = quant_scales.unpack(model)
     started = time.time()
     record = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -288,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         "linears": len(linears),
         "features": sum(n_in + n_out for _, n_in, n_out in linears),
         "four_bit": not a.lora,
+        "scales_unpacked": unpacked,
         "rank": RANK,
         "host_tokens": a.host_tokens,
         "device_tokens": a.device_tokens,

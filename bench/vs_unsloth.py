@@ -383,13 +383,16 @@ def cockpit_config(
     smoke: bool,
     profile_steps: int = 0,
     backend: str = "auto",
+    packed_scales: bool = False,
 ) -> str:
     """`steps` timed and warm-up steps; `profile_steps` more after them, profiled (debug.profile_steps);
-    `backend`: speed.backend (auto: the fused LoRA layers; hf: peft's own)."""
+    `backend`: speed.backend (auto: the fused LoRA layers; hf: peft's own); `packed_scales`: the 4-bit
+    scales kept double-quantised (quantization.unpack_scales: false, which speed: auto then keeps)."""
+    keep_packed = ", unpack_scales: false" if packed_scales else ""
     method = (
         "method: lora"
         if smoke
-        else "method: qlora\nquantization: {bits: 4, quant_type: nf4, double_quant: true}"
+        else f"method: qlora\nquantization: {{bits: 4, quant_type: nf4, double_quant: true{keep_packed}}}"
     )
     lines = [
         f'model: {{name: "{model}"}}',
@@ -497,7 +500,7 @@ def stalled_steps(marks: list[dict], warmup: int, factor: float = 2.0) -> list[i
     return [step for step, g in gaps if g > factor * median]
 
 
-SIDES = ("cockpit", "cockpit-hf", "unsloth")
+SIDES = ("cockpit", "cockpit-hf", "cockpit-packed", "unsloth")
 
 
 def sides_order(text: str) -> list[str]:
@@ -539,6 +542,7 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
             a.smoke,
             a.profile_steps,
             backend,
+            packed_scales=side.startswith("cockpit-packed"),
         )
     )
     sys.path.insert(0, str(ROOT / "bench"))
@@ -734,7 +738,7 @@ def run_row(
         t0 = time.time()
         if side == "unsloth":
             r = run_unsloth(row, a, a.workdir, log)
-        elif side in ("cockpit", "cockpit-hf"):
+        elif side in ("cockpit", "cockpit-hf", "cockpit-packed"):
             r = run_cockpit(row, a, a.workdir, log, side=side)
         elif not side.endswith("@unsloth-memory"):  # at a cap of --cockpit-caps
             r = run_cockpit(row, a, a.workdir, log, cap=float(side.split("@")[1]), side=side)
@@ -797,6 +801,14 @@ def summarize(runs: list[dict], flops_per_token: float, peak: float | None) -> d
             fused_over_hf=round(statistics.mean(got["cockpit"]) / statistics.mean(hf), 3),
             fused_over_hf_min=round(min(pairs), 3),
             fused_over_hf_max=round(max(pairs), 3),
+        )
+    packed = [r["tokens_per_s"] for r in runs if r["side"] == "cockpit-packed" and r.get("tokens_per_s")]
+    if packed and got["cockpit"]:  # the scales unpacked (speed: auto, where it has room) over packed
+        pairs = [c / p for c in got["cockpit"] for p in packed]
+        out.update(
+            unpacked_over_packed=round(statistics.mean(got["cockpit"]) / statistics.mean(packed), 3),
+            unpacked_over_packed_min=round(min(pairs), 3),
+            unpacked_over_packed_max=round(max(pairs), 3),
         )
     if got["cockpit"] and got["unsloth"]:
         pairs = [c / u for c in got["cockpit"] for u in got["unsloth"]]
@@ -959,7 +971,8 @@ def main(argv: list[str] | None = None) -> int:
         "--sides",
         default="",
         help="the runs of a row in this order, instead of --order/--matched/--cockpit-caps: cockpit "
-        "(speed.backend auto), cockpit-hf (speed.backend hf: peft's layers), unsloth; a cockpit side may "
+        "(speed.backend auto), cockpit-hf (speed.backend hf: peft's layers), cockpit-packed (the 4-bit "
+        "scales kept double-quantised), unsloth; a cockpit side may "
         "take @GIB or @unsloth-memory, e.g. cockpit,cockpit-hf,unsloth,unsloth,cockpit-hf,cockpit",
     )
     ap.add_argument(

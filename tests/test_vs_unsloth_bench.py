@@ -436,3 +436,31 @@ def test_rows_of_other_caps_take_the_runs_that_do_not_depend_on_the_cap(bench, t
     ran.clear()
     table_of(share=False)  # without the flag every row runs every side
     assert [side for _, side, _ in ran] == [*order, *order]
+
+
+def test_the_packed_side_keeps_the_scales_double_quantised_and_its_ratio_is_reported(bench, tmp_path):
+    """cockpit-packed: the same run with quantization.unpack_scales: false written (speed: auto keeps
+    it), so a row measures what unpacking the 4-bit scales gains on the same split."""
+    assert bench.sides_order("cockpit,cockpit-packed") == ["cockpit", "cockpit-packed"]
+    bench.write_sequences(tmp_path / "d.jsonl", (32, 512), 2, 32000)
+    path = tmp_path / "c.yaml"
+    for packed in (True, False):
+        path.write_text(
+            bench.cockpit_config(
+                "synthetic:llama-2-7b", tmp_path / "d.jsonl", 512, 5, 22.0, False, packed_scales=packed
+            )
+        )
+        cfg = config_load.load_config(path)
+        assert cfg.quantization.double_quant and cfg.quantization.unpack_scales is False
+        assert ("quantization.unpack_scales" in (cfg.speed.keep or [])) == packed
+    runs = [
+        {"side": "cockpit", "tokens_per_s": 1100.0},
+        {"side": "cockpit-packed", "tokens_per_s": 1000.0},
+        {"side": "cockpit", "tokens_per_s": 1050.0},
+    ]
+    s = bench.summarize(runs, 27e9, 989e12)
+    assert (s["unpacked_over_packed"], s["unpacked_over_packed_min"], s["unpacked_over_packed_max"]) == (
+        1.075,
+        1.05,
+        1.1,
+    )

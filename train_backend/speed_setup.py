@@ -118,6 +118,20 @@ def apply_fused_kernels(plan, model) -> None:
     )
 
 
+def apply_quant_scales(cfg: TrainConfig, model, sharded: bool) -> dict | None:
+    """quantization.unpack_scales (speed: auto sets it where the memory plan has room): the
+    double-quantised 4-bit scales unpacked once into fp32 (train_backend/quant_scales.py).
+    {"weights": n, "bytes": grown}, {"kept": why} under FSDP, None when not asked for."""
+    q = cfg.quantization
+    if not (cfg.method == "qlora" and q.bits == 4 and q.double_quant and q.unpack_scales):
+        return None
+    if sharded:  # distributed.strategy auto chose FSDP at launch, which the plan could not know
+        return {"kept": "FSDP shards the 4-bit weights with their scales"}
+    from train_backend import quant_scales
+
+    return quant_scales.unpack(model)
+
+
 def apply_lora_backend(plan, model, sharded: bool) -> dict | None:
     """The fused LoRA layers (train_backend/fused_lora.py) on the peft model, when the plan chose
     them: {"fused": n, "kept": {reason: count}}; None when it did not."""

@@ -197,6 +197,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         sharded = world is not None and world.strategy == "fsdp"
         model = model_mod.load_model(cfg, model_path, precision, device, sharded=sharded)
         fast.apply_fused_kernels(plan, model)
+        scales = fast.apply_quant_scales(cfg, model, sharded)
         load_s = time.time() - started
         controls.agree()
         if controls.stop.is_set():
@@ -262,6 +263,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             params_trainable=trainable,
             load_s=round(load_s, 2),
             lora_fused=lora_fused,
+            scales_unpacked=scales,
             **memory_fields(),
         )
         if device.kind == "cuda":

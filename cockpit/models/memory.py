@@ -59,6 +59,16 @@ LOSS_TILE_VOCAB = 32768  # trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
 UNSURE_LOGITS_BYTES = 6  # the band's top on TRL: the logits in 16 bits and their fp32 upcast, per entry
 UNSURE_SHARE = 0.03  # full logits below this share of the peak leave no band (inside the model's error)
 NF4_CONSTANTS_PER_PARAM = {True: 0.127 / 8, False: 0.5 / 8}  # bytes/param, with/without double quant
+
+
+def unpacked_scales_bytes(shape: ModelShape) -> int:
+    """What keeping a double-quantised 4-bit model's scales unpacked in fp32 adds: every 4-bit linear's
+    absmax as fp32 (4 bytes a block of 64) in place of a byte a block and the blocks' own fp32 absmax
+    (one per 256 blocks)."""
+    linear = shape.num_layers * shape.layer_linear_params
+    return int(linear * NF4_CONSTANTS_PER_PARAM[False]) - int(linear * NF4_CONSTANTS_PER_PARAM[True])
+
+
 OPTIMIZER_STATE_BYTES = {  # per trainable parameter; None: two states in the parameter's own dtype
     "adamw_torch": None,
     "adamw_torch_fused": None,
@@ -103,6 +113,9 @@ class Workload:
     liger: bool = False  # Liger's fused RMSNorm, RoPE and SwiGLU (speed: auto on a GPU where it imports)
     checkpoint_offload: bool = False  # checkpointed block inputs in host memory (two on the GPU at a time)
     fused_lora: bool = False  # each frozen linear and its adapter in one autograd function (speed.backend)
+    unpacked_scales: bool = (
+        False  # double-quantised 4-bit scales kept in fp32 after loading (quantization.unpack_scales)
+    )
 
     @property
     def tokens_per_micro_batch(self) -> int:
@@ -264,13 +277,19 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
             )
         )
         if w.quant_bits == 4:
-            const = NF4_CONSTANTS_PER_PARAM[w.double_quant]
+            packed = w.double_quant and not w.unpacked_scales
+            const = NF4_CONSTANTS_PER_PARAM[packed]
+            how = ""
+            if packed:
+                how = ", double-quantised"
+            elif w.double_quant:
+                how = ", double-quantised at load, kept unpacked in fp32"
             parts.append(
                 Part(
                     "quant_constants",
                     "quantisation constants",
                     int(linear * const),
-                    f"absmax per 64 weights{', double-quantised' if w.double_quant else ''}",
+                    f"absmax per 64 weights{how}",
                 )
             )
     elif w.method == "lora":
@@ -510,6 +529,7 @@ def workload_from_config(cfg, shape: ModelShape, trainer: str = "trl") -> Worklo
         method=cfg.method,
         quant_bits=cfg.quantization.bits,
         double_quant=cfg.quantization.double_quant,
+        unpacked_scales=cfg.quantization.unpack_scales,
         lora_r=cfg.lora.r,
         lora_targets=cfg.lora.target_modules,
         lora_dropout=cfg.lora.dropout,

@@ -154,6 +154,8 @@ def as_run(state, plan: dict | None) -> tuple[dict[str, Any], list[str]]:
             settings[key] = source[name]
     if plan is not None:
         settings["training.packing"] = plan.get("packing", "none") != "none"
+        if plan.get("unpack_scales"):  # memory the failed trainer held (a remedy may give it back)
+            settings["quantization.unpack_scales"] = True
         layers, total = plan.get("checkpoint_layers") or 0, plan.get("num_layers")
         if layers == 0 or (total and layers >= total):
             settings["training.gradient_checkpointing"] = layers > 0

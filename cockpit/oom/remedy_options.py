@@ -53,6 +53,7 @@ def knobs(cfg, base: Workload, observation, data: dict, device_kind: str) -> lis
         _checkpointing(base, gpu),
         _micro_batch(base),
         _optimizer(base) if gpu else None,
+        _scales(base),
         _base_weights(base, gpu),
         _targets(base),
         _rank(base),
@@ -151,6 +152,22 @@ def _optimizer(w: Workload) -> Knob | None:
             ),
         ),
     )
+
+
+def _scales(w: Workload) -> Knob | None:
+    """Scales unpacked into fp32 (speed: auto where the memory allowed): back to double-quantised."""
+    if not (w.method == "qlora" and w.quant_bits == 4 and w.double_quant and w.unpacked_scales):
+        return None
+    choice = Choice(
+        "unpack_scales",
+        "4-bit scales kept double-quantised",
+        {"quantization.unpack_scales": False},
+        {"unpacked_scales": False},
+        "none",
+        speed_reason="the same numbers; each 4-bit dequantisation turns its scales back into fp32 "
+        "first: two kernels more (the speed model does not count them)",
+    )
+    return Knob("unpack_scales", (choice,))
 
 
 def _base_weights(w: Workload, gpu: bool) -> Knob | None:

@@ -29,10 +29,12 @@ import bisect
 import copy
 from dataclasses import dataclass
 
+from cockpit import fmt
 from cockpit.config.schema import TrainConfig
 from cockpit.fmt import GIB
 from cockpit.models import flops as flops_model
 from cockpit.models import speed as speed_model
+from cockpit.models.memory import unpacked_scales_bytes
 from cockpit.models.shape import ModelShape
 from cockpit.plan.batch_choice import (
     Choice,
@@ -108,6 +110,7 @@ class SpeedPlan:
             "attn_implementation": self.config.model.attn_implementation,
             "liger": self.liger,
             "lora_backend": self.lora_backend,
+            "unpack_scales": self.config.quantization.unpack_scales,
             "pad_multiple": self.pad_multiple,
             "dataloader_num_workers": t.dataloader_num_workers,
             "cache_tokens": self.cache_tokens,
@@ -198,8 +201,8 @@ def plan(
     else:
         attn = "sdpa"
         why = (
-            "flash-attn is not installed; PyTorch's sdpa runs its flash kernel on plain rows and the "
-            "memory-efficient kernel with a block-diagonal mask on packed rows"
+            "flash-attn is not installed; PyTorch's sdpa picks its own kernel: on packed rows (a "
+            "block-diagonal mask) an H200 under torch 2.11 ran cuDNN's (profiled on 2026-12-02)"
             if gpu
             else "PyTorch's fused attention (flash-attn needs a CUDA GPU)"
         )
@@ -279,6 +282,9 @@ def plan(
         )
     lora_layers = _lora_backend(cfg)
     choices.append(lora_layers)
+    scales, scales_bytes = _scales(cfg, run, facts, shape, fit, keep)
+    if scales is not None:
+        choices.append(scales)
     choices.append(_cross_entropy())
     # not the flattened rows of flash-attention's padding-free path: TRL counts their width as real tokens
     pad_multiple = PAD_MULTIPLE if gpu and packing != "flat" else 1
@@ -350,7 +356,7 @@ def plan(
         cache_tokens=cache,
         samples_per_row=round(per_row, 3) if packing != "none" else None,
         budget_bytes=fit.budget,
-        predicted_peak_bytes=fit.peak,
+        predicted_peak_bytes=None if fit.peak is None else fit.peak + scales_bytes,
         predicted_tokens_per_s=fit.tokens_per_s,
         busy_tokens_per_micro_batch=advice.get("busy_tokens_per_micro_batch"),
         auto_split=advice.get("auto_split"),
@@ -377,6 +383,51 @@ def _lora_backend(cfg: TrainConfig) -> Choice:
         "(DoRA, several adapters) keeps peft's",
         "yours" if cfg.speed.backend == "fused" else "auto",
     )
+
+
+SCALES = "4-bit scales"
+
+
+def _scales(
+    cfg: TrainConfig, run: TrainConfig, facts: Facts, shape, fit, keep: set
+) -> tuple[Choice | None, int]:
+    """quantization.unpack_scales: a double-quantised 4-bit model's scales kept in fp32 after loading,
+    where the split's peak leaves room for them; sets it on `run`. (choice, bytes it adds to the
+    split's peak: 0 where the memory plan already counted them or they stay packed)."""
+    q = cfg.quantization
+    if cfg.method != "qlora" or q.bits != 4:
+        return None, 0
+    if not q.double_quant:
+        return Choice(SCALES, "fp32", "quantization.double_quant: false: fp32 as loaded", "yours"), 0
+    if "quantization.unpack_scales" in keep:  # the memory plan sized the split with them as written
+        value = "fp32, unpacked once" if q.unpack_scales else "double-quantised"
+        return Choice(SCALES, value, "quantization.unpack_scales is set in your config", "yours"), 0
+    packed = "double-quantised"
+    if facts.device_kind != "cuda":
+        return Choice(SCALES, packed, "no device memory to plan on the CPU: as loaded", "auto"), 0
+    if cfg.distributed.strategy == "fsdp":
+        return Choice(SCALES, packed, "FSDP shards the 4-bit weights with their scales", "auto"), 0
+    if shape is None or fit.peak is None or fit.budget is None:
+        return Choice(SCALES, packed, "the memory model did not size this run: as loaded", "auto"), 0
+    extra = unpacked_scales_bytes(shape)
+    peak = fit.peak + extra
+    if peak > fit.budget:
+        why = (
+            f"unpacked in fp32 they would take {fmt.gib(extra)} more, {fmt.gib(peak)} over the "
+            f"{fmt.gib(fit.budget)} budget of this split: kept as loaded"
+        )
+        return Choice(SCALES, packed, why, "auto"), 0
+    run.quantization.unpack_scales = True
+    per_micro_batch = len(shape.linear_shapes()) * (2 * shape.num_layers + fit.layers)
+    why = (
+        "bitsandbytes turns a double-quantised weight's scales back into fp32 (a kernel and an add) before "
+        f"every 4-bit dequantisation: {per_micro_batch * fit.accum:,} a step here (forward, backward and the "
+        "recomputed forward of each 4-bit linear). Unpacked once after loading, each dequantisation is one "
+        f"kernel on the same fp32 scales, the same numbers; {fmt.gib(extra)} more, the split's peak "
+        f"{fmt.gib(peak, unit='')} of {fmt.gib(fit.budget)}. The speed model does not count the saving "
+        "(not yet measured on a GPU)"
+    )
+    return Choice(SCALES, "fp32, unpacked once", why, "auto"), extra
 
 
 def flops_info(

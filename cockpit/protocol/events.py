@@ -101,6 +101,13 @@ class SpeedPlanEvent(TypedDict, total=False):
             "fused: each adapted linear in one autograd function (train_backend/fused_lora.py); hf: peft's"
         ),
     ]
+    unpack_scales: Annotated[
+        bool,
+        Meaning(
+            "QLoRA's double-quantised 4-bit scales unpacked into fp32 after loading "
+            "(quantization.unpack_scales)"
+        ),
+    ]
     pad_multiple: Annotated[int, Meaning("rows padded to a multiple of this many tokens (1: to the longest)")]
     dataloader_num_workers: Annotated[int, Meaning("loader worker processes")]
     cache_tokens: Annotated[bool, Meaning("the token cache in the run directory")]
@@ -159,6 +166,14 @@ class ModelEvent(TypedDict, total=False):
         dict | None,
         Meaning(
             "speed.backend fused: `fused` (adapted linears fused) and `kept` ({reason: count} left to peft)"
+        ),
+    ]
+    scales_unpacked: Annotated[
+        dict | None,
+        Meaning(
+            "quantization.unpack_scales: `weights` (4-bit weights whose double-quantised scales were "
+            "unpacked into fp32) and `bytes` (what the device memory grew by), or `kept` (why not); null "
+            "when not asked"
         ),
     ]
 
