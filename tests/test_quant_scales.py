@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import has_cuda  # noqa: F401 - has_cuda: skipif
 from fixtures_oom import ARTICLE_13B, DATA, H200, oom_event
 from test_fused_lora import peft_model, run
 from test_speed_auto import LLAMA7, RAGGED, choice, gpu, qlora
@@ -198,3 +199,27 @@ def test_the_layer_bench_times_the_linears_with_their_scales_unpacked(tmp_path, 
     record = json.loads(out.read_text())
     assert record["scales_unpacked"]["weights"] == 7 and record["scales_unpacked"]["bytes"] > 0
     assert all(record["agreement"][k] < 0.02 for k in ("output", "input_grad", "lora_A_grad", "lora_B_grad"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("not has_cuda()", reason="needs a CUDA GPU")
+@pytest.mark.parametrize("fused", [False, True], ids=["peft", "fused"])
+def test_on_the_gpu_unpacked_scales_train_bit_for_bit_and_take_what_they_report(fused):
+    """bitsandbytes' CUDA kernels, bf16 autocast as the trainer runs: the same outputs and gradients
+    with the scales unpacked, and the device memory grows by the bytes the unpacking reports."""
+    model = peft_model(four_bit=True, dropout=0.1, device="cuda")
+    if fused:
+        fused_lora.apply(model)
+    x = torch.randn(4, 9, 64, device="cuda")
+    packed = run(model, x, autocast=torch.bfloat16)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    got = quant_scales.unpack(model)
+    torch.cuda.synchronize()
+    grown = torch.cuda.memory_allocated() - before
+    unpacked = run(model, x, autocast=torch.bfloat16)
+    assert torch.equal(packed[0], unpacked[0]) and torch.equal(packed[1], unpacked[1])
+    assert all(torch.equal(packed[2][k], unpacked[2][k]) for k in packed[2])
+    # the allocator rounds each tensor up to 512 bytes: the fp32 scales of a 48 x 64 weight (48 of
+    # them) take one block where the packed ones took three (codes, their scales, their map)
+    assert got["weights"] == 1 and abs(grown - got["bytes"]) <= 3 * 512
