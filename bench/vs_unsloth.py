@@ -384,6 +384,7 @@ def cockpit_config(
     profile_steps: int = 0,
     backend: str = "auto",
     packed_scales: bool = False,
+    mlp_block: bool = False,
 ) -> str:
     """`steps` timed and warm-up steps; `profile_steps` more after them, profiled (debug.profile_steps);
     `backend`: speed.backend (auto: the fused LoRA layers; hf: peft's own); `packed_scales`: the 4-bit
@@ -412,8 +413,11 @@ def cockpit_config(
     ]
     if cap:
         lines.append(f"emulate_vram_gib: {cap:g}")
-    if backend != "auto":
-        lines.append(f"speed: {{backend: {backend}}}")
+    speed = ([f"backend: {backend}"] if backend != "auto" else []) + (
+        ["mlp_block: fused"] if mlp_block else []
+    )
+    if speed:
+        lines.append(f"speed: {{{', '.join(speed)}}}")
     if profile_steps:
         lines.append(f"debug: {{profile_steps: {profile_steps}, profile_from_step: {steps + 1}}}")
     return "\n".join(lines) + "\n"
@@ -500,7 +504,7 @@ def stalled_steps(marks: list[dict], warmup: int, factor: float = 2.0) -> list[i
     return [step for step, g in gaps if g > factor * median]
 
 
-SIDES = ("cockpit", "cockpit-hf", "cockpit-packed", "unsloth")
+SIDES = ("cockpit", "cockpit-hf", "cockpit-packed", "cockpit-mlp", "unsloth")
 
 
 def sides_order(text: str) -> list[str]:
@@ -543,6 +547,7 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
             a.profile_steps,
             backend,
             packed_scales=side.startswith("cockpit-packed"),
+            mlp_block=side.startswith("cockpit-mlp"),
         )
     )
     sys.path.insert(0, str(ROOT / "bench"))
@@ -738,7 +743,7 @@ def run_row(
         t0 = time.time()
         if side == "unsloth":
             r = run_unsloth(row, a, a.workdir, log)
-        elif side in ("cockpit", "cockpit-hf", "cockpit-packed"):
+        elif side in ("cockpit", "cockpit-hf", "cockpit-packed", "cockpit-mlp"):
             r = run_cockpit(row, a, a.workdir, log, side=side)
         elif not side.endswith("@unsloth-memory"):  # at a cap of --cockpit-caps
             r = run_cockpit(row, a, a.workdir, log, cap=float(side.split("@")[1]), side=side)
@@ -972,7 +977,7 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="the runs of a row in this order, instead of --order/--matched/--cockpit-caps: cockpit "
         "(speed.backend auto), cockpit-hf (speed.backend hf: peft's layers), cockpit-packed (the 4-bit "
-        "scales kept double-quantised), unsloth; a cockpit side may "
+        "scales kept double-quantised), cockpit-mlp (speed.mlp_block: fused), unsloth; a cockpit side may "
         "take @GIB or @unsloth-memory, e.g. cockpit,cockpit-hf,unsloth,unsloth,cockpit-hf,cockpit",
     )
     ap.add_argument(

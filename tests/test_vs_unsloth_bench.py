@@ -464,3 +464,19 @@ def test_the_packed_side_keeps_the_scales_double_quantised_and_its_ratio_is_repo
         1.05,
         1.1,
     )
+
+
+def test_the_mlp_side_runs_the_fused_mlp_block(bench, tmp_path):
+    assert bench.sides_order("cockpit-mlp,cockpit-mlp@unsloth-memory") == [
+        "cockpit-mlp",
+        "cockpit-mlp@unsloth-memory",
+    ]
+    bench.write_sequences(tmp_path / "d.jsonl", (32, 512), 2, 32000)
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        bench.cockpit_config(
+            "synthetic:llama-2-7b", tmp_path / "d.jsonl", 512, 5, 22.0, False, 0, "hf", mlp_block=True
+        )
+    )
+    cfg = config_load.load_config(path)
+    assert (cfg.speed.mlp_block, cfg.speed.backend, cfg.lora.dropout) == ("fused", "hf", 0.0)

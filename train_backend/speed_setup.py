@@ -132,6 +132,18 @@ def apply_quant_scales(cfg: TrainConfig, model, sharded: bool) -> dict | None:
     return quant_scales.unpack(model)
 
 
+def apply_mlp_block(plan, model, sharded: bool) -> dict | None:
+    """The fused MLP block (train_backend/fused_mlp.py) on the peft model, when the plan chose it:
+    {"fused": n, "kept": {reason: count}}; None when it did not."""
+    if plan.mlp_block != "fused":
+        return None
+    if sharded:
+        return {"fused": 0, "kept": {batch_choice.FSDP_LORA_NOTE: 1}}
+    from train_backend import fused_mlp
+
+    return fused_mlp.apply(model)
+
+
 def apply_lora_backend(plan, model, sharded: bool) -> dict | None:
     """The fused LoRA layers (train_backend/fused_lora.py) on the peft model, when the plan chose
     them: {"fused": n, "kept": {reason: count}}; None when it did not."""

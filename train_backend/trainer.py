@@ -246,6 +246,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             )
         fast.finish_trainer(plan, trainer, tokenizer, cache if owner else None)
         lora_fused = fast.apply_lora_backend(plan, trainer.model, sharded)
+        mlp_fused = fast.apply_mlp_block(plan, trainer.model, sharded)
         data_mod.burn_cpu_in_collator(trainer, cfg.debug.collate_cpu_ms)
         tracker.watch(trainer)
         if card is not None:
@@ -264,6 +265,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             load_s=round(load_s, 2),
             lora_fused=lora_fused,
             scales_unpacked=scales,
+            mlp_fused=mlp_fused,
             **memory_fields(),
         )
         if device.kind == "cuda":

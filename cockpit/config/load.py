@@ -165,7 +165,8 @@ def config_from_dict(raw: dict) -> TrainConfig:
         raw = {
             **raw,
             "speed": {
-                k: "off" if v is False and k in ("mode", "fused_kernels") else v for k, v in speed.items()
+                k: "off" if v is False and k in ("mode", "fused_kernels", "mlp_block") else v
+                for k, v in speed.items()
             },
         }
     cfg = _build(TrainConfig, raw, "")

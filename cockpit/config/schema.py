@@ -279,6 +279,15 @@ class SpeedSection:
         "allows it; hf: peft's own layers as they are",
         choices=("auto", "fused", "hf"),
     )
+    mlp_block: str = _f(
+        "off",
+        "fused: each SiLU MLP and its three LoRA adapters in one autograd function "
+        "(train_backend/fused_mlp.py), which recomputes down_proj's input in the backward instead of keeping "
+        "it: 2-4 x intermediate_size "
+        "bytes a token a layer less, given back to the split. Needs the fused LoRA layers and no LoRA "
+        "dropout; checked on the CPU, not yet measured on a GPU, so speed: auto does not choose it",
+        choices=("off", "fused"),
+    )
     cache_tokens: bool = _f(True, "keep the tokenized dataset in the run directory, so a restart skips it")
     keep: list[str] | None = _f(
         None,

@@ -113,9 +113,8 @@ class Workload:
     liger: bool = False  # Liger's fused RMSNorm, RoPE and SwiGLU (speed: auto on a GPU where it imports)
     checkpoint_offload: bool = False  # checkpointed block inputs in host memory (two on the GPU at a time)
     fused_lora: bool = False  # each frozen linear and its adapter in one autograd function (speed.backend)
-    unpacked_scales: bool = (
-        False  # double-quantised 4-bit scales kept in fp32 after loading (quantization.unpack_scales)
-    )
+    unpacked_scales: bool = False  # double-quantised 4-bit scales kept in fp32 (quantization.unpack_scales)
+    fused_mlp: bool = False  # the MLP and its adapters in one function, down_proj's input recomputed
 
     @property
     def tokens_per_micro_batch(self) -> int:
@@ -208,16 +207,19 @@ def check(w: Workload) -> None:
         )
 
 
-def block_saved_bytes_per_token(shape: ModelShape, full: bool) -> int:
+def block_saved_bytes_per_token(shape: ModelShape, full: bool, fused_mlp: bool = False) -> int:
     """Bytes one decoder block saves for backward, per token, in 16-bit activations.
 
     Two RMSNorms (their fp32 input and output), the normed input of q/k/v and of
     gate/up, q/k/v after rotary, the attention output and o_proj's input, SiLU's
     input, the gated product and down_proj's input. A full fine-tune also keeps each
-    trainable linear's input for its weight gradient.
+    trainable linear's input for its weight gradient. The fused MLP block
+    (train_backend/fused_mlp.py) keeps gate's and up's outputs only: two of the four
+    intermediate-sized tensors: on the CPU, by saved-tensor hooks, a block saves exactly that much
+    less (tests/test_fused_mlp.py).
     """
     h, i, q, kv = shape.hidden_size, shape.intermediate_size, shape.q_out, shape.kv_out
-    saved = 12 * h + 6 * q + 4 * kv + 8 * i
+    saved = 12 * h + 6 * q + 4 * kv + (4 if fused_mlp else 8) * i
     if full:
         saved += 2 * sum(d_in for d_in, _ in shape.linear_shapes().values())
     return saved
@@ -348,7 +350,10 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
         step_temp = foreach_step_bytes(w, trainable, adapter)
 
     tokens = w.tokens_per_micro_batch
-    per_block = block_saved_bytes_per_token(s, w.method == "full") * act_bytes / 2 * ACTIVATION_SCALE
+    fused_mlp = w.fused_mlp and w.method in ("lora", "qlora") and w.trainer == "trl"
+    per_block = (
+        block_saved_bytes_per_token(s, w.method == "full", fused_mlp) * act_bytes / 2 * ACTIVATION_SCALE
+    )
     if w.liger:
         per_block *= LIGER_ACTIVATION_SCALE
     if hf_kbit:

@@ -114,6 +114,7 @@ def fit_batch(
         liger=uses_liger(cfg, facts),
         checkpoint_offload=False,
         fused_lora=fused_lora_note(cfg) is None,
+        fused_mlp=mlp_block_note(cfg, shape) is None,
     )
     if pinned_batch:
         splits = [(t.micro_batch_size, t.gradient_accumulation_steps)]
@@ -336,6 +337,28 @@ def uses_liger(cfg, facts: Facts) -> bool:
 
 
 FSDP_LORA_NOTE = "FSDP shards the base weights, which the fused backward reads again"
+
+
+# model types whose MLP is down(silu(gate(x)) * up(x)): the fused MLP block's (train_backend/fused_mlp.py)
+SILU_MLP_MODELS = ("llama", "mistral", "qwen2", "qwen3")
+MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
+
+
+def mlp_block_note(cfg, shape=None) -> str | None:
+    """Why the MLPs keep their own forward; None: the fused MLP block (speed.mlp_block: fused)."""
+    if cfg.speed.mlp_block != "fused":
+        return "speed.mlp_block: off (the default: the fused block is not yet measured on a GPU)"
+    note = fused_lora_note(cfg)
+    if note is not None:
+        return f"it needs the fused LoRA layers: {note}"
+    if cfg.lora.dropout > 0:
+        return f"lora.dropout {cfg.lora.dropout:g}: the fused block runs without LoRA dropout"
+    targets = cfg.lora.target_modules
+    if targets != "all-linear" and not set(MLP_PARTS) <= set(targets):
+        return "lora.target_modules leaves out part of the MLP (gate_proj, up_proj, down_proj)"
+    if shape is not None and shape.model_type not in SILU_MLP_MODELS:
+        return f"model type {shape.model_type}: not known to have a SiLU MLP"
+    return None
 
 
 def fused_lora_note(cfg) -> str | None:

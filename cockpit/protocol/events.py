@@ -101,6 +101,12 @@ class SpeedPlanEvent(TypedDict, total=False):
             "fused: each adapted linear in one autograd function (train_backend/fused_lora.py); hf: peft's"
         ),
     ]
+    mlp_block: Annotated[
+        str,
+        Meaning(
+            "fused: each SiLU MLP and its adapters in one autograd function (train_backend/fused_mlp.py)"
+        ),
+    ]
     unpack_scales: Annotated[
         bool,
         Meaning(
@@ -166,6 +172,13 @@ class ModelEvent(TypedDict, total=False):
         dict | None,
         Meaning(
             "speed.backend fused: `fused` (adapted linears fused) and `kept` ({reason: count} left to peft)"
+        ),
+    ]
+    mlp_fused: Annotated[
+        dict | None,
+        Meaning(
+            "speed.mlp_block fused: `fused` (MLPs in one autograd function) and `kept` ({reason: count} "
+            "left to their own forward); null when not asked"
         ),
     ]
     scales_unpacked: Annotated[
