@@ -10,7 +10,12 @@ import torch
 from conftest import has_cuda  # noqa: F401 - has_cuda: skipif
 
 from cockpit.config import load as config_load
-from cockpit.models.memory import Workload, block_saved_bytes_per_token, estimate_memory
+from cockpit.models.memory import (
+    Workload,
+    block_saved_bytes_per_token,
+    estimate_memory,
+    fused_mlp_fewer_bytes_per_token,
+)
 from cockpit.models.shape import from_config_dict, load_shape
 from train_backend import fused_lora, fused_mlp
 
@@ -160,8 +165,7 @@ def test_a_block_saves_two_intermediate_tensors_fewer_as_the_memory_model_counts
     block = saved_per_token(model, 1)
     # SiLU's output and down_proj's input, two bf16 tensors of INTER a token: exactly the formula's step
     assert linears - block == 4 * INTER
-    fewer = block_saved_bytes_per_token(shape, False) - block_saved_bytes_per_token(shape, False, True)
-    assert fewer == 4 * INTER
+    assert fused_mlp_fewer_bytes_per_token(shape, liger=False) == 4 * INTER
     # and the formula counts the rest of the block to within the small tensors it leaves out (the
     # adapters' [tokens x r] products, rotary's cos and sin, the norms' fp32 scales)
     assert 0 < linears - block_saved_bytes_per_token(shape, False) < 0.2 * linears
@@ -212,7 +216,8 @@ def test_the_plan_takes_the_block_only_when_asked_and_gives_its_memory_to_the_sp
     fused = speed_auto.plan(cfg(**{"speed.mlp_block": "fused"}), gpu(22), RAGGED, LLAMA7)
     c = choice(fused, "MLP block")
     assert (fused.mlp_block, c.value, c.source) == ("fused", "fused", "yours")
-    assert f"{4 * LLAMA7.intermediate_size / 1024:.0f} KiB a token a layer less" in c.reason
+    # Liger's SwiGLU (on in these facts) keeps no SiLU output: down_proj's input is what goes
+    assert f"{2 * LLAMA7.intermediate_size / 1024:.0f} KiB a token less (down_proj's input)" in c.reason
     assert "not yet measured on a GPU" in c.reason and fused.to_event()["mlp_block"] == "fused"
     # the memory it frees goes to the split: no more layers recomputed, as fast or faster by the model
     assert fused.checkpoint_layers <= default.checkpoint_layers
@@ -225,18 +230,28 @@ def test_the_plan_takes_the_block_only_when_asked_and_gives_its_memory_to_the_sp
     assert hf.mlp_block == "off" and "fused LoRA layers" in choice(hf, "MLP block").reason
 
 
-def test_the_memory_model_counts_two_intermediate_tensors_fewer_a_layer():
+def test_the_memory_model_takes_the_tensors_out_of_the_block_before_its_fitted_scales():
     shape = load_shape("synthetic:llama-2-7b")
-    assert block_saved_bytes_per_token(shape, False) - block_saved_bytes_per_token(shape, False, True) == (
-        4 * shape.intermediate_size
-    )
-    w = Workload(shape=shape, micro_batch=4, grad_accum=4, gradient_checkpointing=False, lora_dropout=0.0)
-    plain, fused = estimate_memory(w), estimate_memory(Workload(**{**w.__dict__, "fused_mlp": True}))
-    act = {p.key: p.bytes for p in plain.parts}["activations"]
-    act_fused = {p.key: p.bytes for p in fused.parts}["activations"]
-    assert act - act_fused == pytest.approx(
-        w.tokens_per_micro_batch * shape.num_layers * 4 * shape.intermediate_size * 0.762, rel=1e-3
-    )
+    i = shape.intermediate_size
+    assert fused_mlp_fewer_bytes_per_token(shape, liger=False) == 4 * i
+    assert fused_mlp_fewer_bytes_per_token(shape, liger=True) == 2 * i  # Liger keeps no SiLU output
+    for liger, scale in ((False, 0.762), (True, 0.762 * 1.028)):
+        w = Workload(
+            shape=shape,
+            micro_batch=4,
+            grad_accum=4,
+            gradient_checkpointing=False,
+            lora_dropout=0.0,
+            liger=liger,
+        )
+        plain, fused = estimate_memory(w), estimate_memory(Workload(**{**w.__dict__, "fused_mlp": True}))
+        act = {p.key: p.bytes for p in plain.parts}["activations"]
+        act_fused = {p.key: p.bytes for p in fused.parts}["activations"]
+        fewer = fused_mlp_fewer_bytes_per_token(shape, liger)
+        # scaled as the block is: less than the tensors' own bytes (0.762 < 1), the safe side
+        assert act - act_fused == pytest.approx(
+            w.tokens_per_micro_batch * shape.num_layers * fewer * scale, rel=1e-3
+        )
 
 
 def test_a_bare_off_in_yaml_is_off(tmp_path):

@@ -207,22 +207,28 @@ def check(w: Workload) -> None:
         )
 
 
-def block_saved_bytes_per_token(shape: ModelShape, full: bool, fused_mlp: bool = False) -> int:
+def block_saved_bytes_per_token(shape: ModelShape, full: bool) -> int:
     """Bytes one decoder block saves for backward, per token, in 16-bit activations.
 
     Two RMSNorms (their fp32 input and output), the normed input of q/k/v and of
     gate/up, q/k/v after rotary, the attention output and o_proj's input, SiLU's
     input, the gated product and down_proj's input. A full fine-tune also keeps each
-    trainable linear's input for its weight gradient. The fused MLP block
-    (train_backend/fused_mlp.py) keeps gate's and up's outputs only: two of the four
-    intermediate-sized tensors: on the CPU, by saved-tensor hooks, a block saves exactly that much
-    less (tests/test_fused_mlp.py).
+    trainable linear's input for its weight gradient.
     """
     h, i, q, kv = shape.hidden_size, shape.intermediate_size, shape.q_out, shape.kv_out
-    saved = 12 * h + 6 * q + 4 * kv + (4 if fused_mlp else 8) * i
+    saved = 12 * h + 6 * q + 4 * kv + 8 * i
     if full:
         saved += 2 * sum(d_in for d_in, _ in shape.linear_shapes().values())
     return saved
+
+
+def fused_mlp_fewer_bytes_per_token(shape: ModelShape, liger: bool) -> int:
+    """Bytes per token one decoder block does not save with the fused MLP block
+    (train_backend/fused_mlp.py), in 16-bit activations: down_proj's input, and SiLU's output where
+    PyTorch's SiLU and multiply would keep it (Liger's SwiGLU does not). On the CPU, by saved-tensor
+    hooks, a block saves exactly the PyTorch figure less (tests/test_fused_mlp.py). The estimate
+    takes them out of the block's count before its fitted scales, so it credits less than this."""
+    return (2 if liger else 4) * shape.intermediate_size
 
 
 def hf_kbit_fp32_extra_bytes_per_token(shape: ModelShape) -> int:
@@ -351,9 +357,10 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
 
     tokens = w.tokens_per_micro_batch
     fused_mlp = w.fused_mlp and w.method in ("lora", "qlora") and w.trainer == "trl"
-    per_block = (
-        block_saved_bytes_per_token(s, w.method == "full", fused_mlp) * act_bytes / 2 * ACTIVATION_SCALE
-    )
+    saved = block_saved_bytes_per_token(s, w.method == "full")
+    if fused_mlp:
+        saved -= fused_mlp_fewer_bytes_per_token(s, w.liger)
+    per_block = saved * act_bytes / 2 * ACTIVATION_SCALE
     if w.liger:
         per_block *= LIGER_ACTIVATION_SCALE
     if hf_kbit:

@@ -34,7 +34,7 @@ from cockpit.config.schema import TrainConfig
 from cockpit.fmt import GIB
 from cockpit.models import flops as flops_model
 from cockpit.models import speed as speed_model
-from cockpit.models.memory import unpacked_scales_bytes
+from cockpit.models.memory import fused_mlp_fewer_bytes_per_token, unpacked_scales_bytes
 from cockpit.models.shape import ModelShape
 from cockpit.plan.batch_choice import (
     Choice,
@@ -285,7 +285,7 @@ def plan(
         )
     lora_layers = _lora_backend(cfg)
     choices.append(lora_layers)
-    mlp = _mlp_block(cfg, shape)
+    mlp = _mlp_block(cfg, facts, shape)
     if mlp is not None:
         choices.append(mlp)
     scales, scales_bytes = _scales(cfg, run, facts, shape, fit, keep)
@@ -392,21 +392,22 @@ def _lora_backend(cfg: TrainConfig) -> Choice:
     )
 
 
-def _mlp_block(cfg: TrainConfig, shape) -> Choice | None:
+def _mlp_block(cfg: TrainConfig, facts: Facts, shape) -> Choice | None:
     """speed.mlp_block: the MLP and its three adapters in one function (train_backend/fused_mlp.py)."""
     if cfg.method not in ("lora", "qlora") or cfg.speed.mlp_block != "fused":
         return None  # off, the default: no line
     note = mlp_block_note(cfg, shape)
     if note is not None:
         return Choice("MLP block", "the MLP's own", note, "yours")
-    i = shape.intermediate_size if shape is not None else None
-    saved = f"{4 * i / 1024:.0f} KiB" if i else "4 x intermediate_size bytes"
+    liger = uses_liger(cfg, facts)
+    what = "down_proj's input" if liger else "SiLU's output and down_proj's input"
+    fewer = f"{fused_mlp_fewer_bytes_per_token(shape, liger) / 1024:.0f} KiB" if shape is not None else what
     return Choice(
         "MLP block",
         "fused",
         "each SiLU MLP and its three adapters in one autograd function, down_proj's input recomputed in "
-        f"the backward: the memory plan keeps {saved} a token a layer less (two of its four "
-        "intermediate-sized tensors); checked on the CPU, not yet measured on a GPU",
+        f"the backward: a layer keeps {fewer} a token less ({what}), which the memory plan gives to the "
+        "split; checked on the CPU, not yet measured on a GPU",
         "yours",
     )
 
