@@ -299,10 +299,10 @@ def test_the_estimators_figures_are_docs_estimator():
 
 
 def test_the_suites_time_is_the_records():
-    record = (RESULTS / "2026-12-04-suite-2core.txt").read_text()
+    record = (RESULTS / "2026-12-05-suite-2core.txt").read_text()
     last = [line for line in record.splitlines() if " passed" in line][-1]
     passed, took = last.split(" passed")[0], last.rsplit("(", 1)[1].split(")")[0].lstrip("0:")
-    assert f"{passed} tests in {took} on a" in FLAT and "2026-12-04-suite-2core.txt" in FLAT
+    assert f"{passed} tests in {took} on a" in FLAT and "2026-12-05-suite-2core.txt" in FLAT
 
 
 def test_the_fused_lora_figures_are_the_benchs():
