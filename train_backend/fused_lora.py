@@ -149,14 +149,7 @@ def _forward(self, x, *args, **kwargs):
         return getattr(self, ATTR)(x, *args, **kwargs)
     name = active[0]
     base = self.get_base_layer()
-    autocast = torch.is_autocast_enabled(x.device.type)
-    # the compute dtype: autocast's, else bitsandbytes' compute_dtype, the 16-bit weight's or the input's
-    if autocast:
-        dtype = torch.get_autocast_dtype(x.device.type)
-    elif getattr(base, "compute_dtype", None) is not None:
-        dtype = base.compute_dtype
-    else:
-        dtype = base.weight.dtype if base.weight.is_floating_point() else x.dtype
+    autocast, dtype = compute_dtype(x, base)
     out_dtype = x.dtype
     if x.dtype != dtype:
         x = x.to(dtype)
@@ -167,31 +160,58 @@ def _forward(self, x, *args, **kwargs):
     return y if autocast or y.dtype == out_dtype else y.to(out_dtype)
 
 
-def apply(model, refuse: str | None = None) -> dict:
-    """Fuse every eligible peft LoRA linear of `model`: {"fused": n, "kept": {reason: count}}.
-    `refuse`: fuse none, every layer kept for that reason (one the layers cannot tell, e.g. FSDP)."""
-    from peft.tuners.lora import LoraLayer
+def compute_dtype(x, base) -> tuple[bool, torch.dtype]:
+    """(autocast on, the compute dtype): autocast's, else bitsandbytes' compute_dtype, the 16-bit
+    weight's or the input's."""
+    autocast = torch.is_autocast_enabled(x.device.type)
+    if autocast:
+        return True, torch.get_autocast_dtype(x.device.type)
+    if getattr(base, "compute_dtype", None) is not None:
+        return False, base.compute_dtype
+    return False, base.weight.dtype if base.weight.is_floating_point() else x.dtype
 
+
+def patch(model, candidate, why, forward, attr: str, refuse: str | None = None) -> dict:
+    """Give every module of `model` that is a `candidate` and has no `why` (a reason to keep its own)
+    the `forward`, its own kept on the instance as `attr`: {"fused": n, "kept": {reason: count}}.
+    Modules already patched are left alone; `refuse`: none, each kept for that reason."""
     fused, kept = 0, {}
     for module in model.modules():
-        if not isinstance(module, LoraLayer) or not hasattr(module, "lora_A") or hasattr(module, ATTR):
+        if not candidate(module) or hasattr(module, attr):
             continue
-        reason = refuse or why_not(module)
+        reason = refuse or why(module)
         if reason is not None:
             kept[reason] = kept.get(reason, 0) + 1
             continue
-        setattr(module, ATTR, module.forward)
-        module.forward = types.MethodType(_forward, module)
+        setattr(module, attr, module.forward)
+        module.forward = types.MethodType(forward, module)
         fused += 1
     return {"fused": fused, "kept": kept}
 
 
-def remove(model) -> int:
-    """Give every fused layer of `model` its peft forward back; the number of layers."""
+def unpatch(model, attr: str) -> int:
+    """Give every module `patch` changed its own forward back; how many."""
     n = 0
     for module in model.modules():
-        if ATTR in module.__dict__:
+        if attr in module.__dict__:
             del module.__dict__["forward"]
-            del module.__dict__[ATTR]
+            del module.__dict__[attr]
             n += 1
     return n
+
+
+def _lora_linear(module) -> bool:
+    from peft.tuners.lora import LoraLayer
+
+    return isinstance(module, LoraLayer) and hasattr(module, "lora_A")
+
+
+def apply(model, refuse: str | None = None) -> dict:
+    """Fuse every eligible peft LoRA linear of `model`: {"fused": n, "kept": {reason: count}}.
+    `refuse`: fuse none, every layer kept for that reason (one the layers cannot tell, e.g. FSDP)."""
+    return patch(model, _lora_linear, why_not, _forward, ATTR, refuse)
+
+
+def remove(model) -> int:
+    """Give every fused layer of `model` its peft forward back; the number of layers."""
+    return unpatch(model, ATTR)

@@ -27,11 +27,9 @@ adapters disabled or merged, the MLP's own forward runs (peft's layers, Liger's 
 
 from __future__ import annotations
 
-import types
-
 import torch
 
-from train_backend.fused_lora import _dense, why_not
+from train_backend.fused_lora import _dense, compute_dtype, patch, unpatch, why_not
 
 ATTR = "_cockpit_mlp_forward"  # the module's own forward, kept on the instance
 PARTS = ("gate_proj", "up_proj", "down_proj")
@@ -204,13 +202,7 @@ def _forward(self, x, *args, **kwargs):
     if any(part.active_adapters[0] != name for part in parts):
         return getattr(self, ATTR)(x, *args, **kwargs)
     gate, up, down = (part.get_base_layer() for part in parts)
-    autocast = torch.is_autocast_enabled(x.device.type)
-    if autocast:
-        dtype = torch.get_autocast_dtype(x.device.type)
-    elif getattr(gate, "compute_dtype", None) is not None:
-        dtype = gate.compute_dtype
-    else:
-        dtype = gate.weight.dtype if gate.weight.is_floating_point() else x.dtype
+    autocast, dtype = compute_dtype(x, gate)
     out_dtype = x.dtype
     if x.dtype != dtype:
         x = x.to(dtype)
@@ -224,26 +216,9 @@ def _forward(self, x, *args, **kwargs):
 
 def apply(model) -> dict:
     """Fuse every eligible MLP of `model`: {"fused": n, "kept": {reason: count}}."""
-    fused, kept = 0, {}
-    for module in model.modules():
-        if not all(hasattr(module, name) for name in PARTS) or hasattr(module, ATTR):
-            continue
-        reason = why_not_mlp(module)
-        if reason is not None:
-            kept[reason] = kept.get(reason, 0) + 1
-            continue
-        setattr(module, ATTR, module.forward)
-        module.forward = types.MethodType(_forward, module)
-        fused += 1
-    return {"fused": fused, "kept": kept}
+    return patch(model, lambda m: all(hasattr(m, name) for name in PARTS), why_not_mlp, _forward, ATTR)
 
 
 def remove(model) -> int:
     """Give every fused MLP of `model` its own forward back; the number of MLPs."""
-    n = 0
-    for module in model.modules():
-        if ATTR in module.__dict__:
-            del module.__dict__["forward"]
-            del module.__dict__[ATTR]
-            n += 1
-    return n
+    return unpatch(model, ATTR)
