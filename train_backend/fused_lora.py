@@ -45,6 +45,13 @@ def _dense(base, dtype: torch.dtype) -> torch.Tensor:
     return weight if weight.dtype == dtype else weight.to(dtype)
 
 
+def base_linear(x2, base, dtype: torch.dtype) -> torch.Tensor:
+    """x2 W^T (+ bias) of the frozen base layer, W dense in `dtype` only for the matmul."""
+    weight = _dense(base, dtype)
+    bias = base.bias
+    return torch.mm(x2, weight.t()) if bias is None else torch.addmm(bias.to(dtype), x2, weight.t())
+
+
 class FusedLoraLinear(torch.autograd.Function):
     """y = x W^T + b + s (x_d A^T) B^T with W frozen; see the module's docstring."""
 
@@ -56,10 +63,7 @@ class FusedLoraLinear(torch.autograd.Function):
         xd2 = x2 if same else x_d.reshape(-1, in_f)
         a = lora_a.to(dtype)
         b = lora_b.to(dtype)
-        weight = _dense(base, dtype)
-        bias = base.bias
-        y = torch.mm(x2, weight.t()) if bias is None else torch.addmm(bias.to(dtype), x2, weight.t())
-        del weight
+        y = base_linear(x2, base, dtype)
         u = torch.mm(xd2, a.t())
         y.addmm_(u, b.t(), alpha=scaling)
         ctx.base, ctx.scaling, ctx.dtype, ctx.same = base, scaling, dtype, same
@@ -200,16 +204,15 @@ def unpatch(model, attr: str) -> int:
     return n
 
 
-def _lora_linear(module) -> bool:
-    from peft.tuners.lora import LoraLayer
-
-    return isinstance(module, LoraLayer) and hasattr(module, "lora_A")
-
-
 def apply(model, refuse: str | None = None) -> dict:
     """Fuse every eligible peft LoRA linear of `model`: {"fused": n, "kept": {reason: count}}.
     `refuse`: fuse none, every layer kept for that reason (one the layers cannot tell, e.g. FSDP)."""
-    return patch(model, _lora_linear, why_not, _forward, ATTR, refuse)
+    from peft.tuners.lora import LoraLayer
+
+    def lora_linear(module) -> bool:
+        return isinstance(module, LoraLayer) and hasattr(module, "lora_A")
+
+    return patch(model, lora_linear, why_not, _forward, ATTR, refuse)
 
 
 def remove(model) -> int:

@@ -27,15 +27,18 @@ adapters disabled or merged, the MLP's own forward runs (peft's layers, Liger's 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from train_backend.fused_lora import _dense, compute_dtype, patch, unpatch, why_not
+from train_backend.fused_lora import _dense, base_linear, compute_dtype, patch, unpatch, why_not
 
 ATTR = "_cockpit_mlp_forward"  # the module's own forward, kept on the instance
 PARTS = ("gate_proj", "up_proj", "down_proj")
 
 
-def _swiglu():
+@functools.cache
+def swiglu():
     """(forward(a, b) -> c, backward(a, b, dc) -> (da, db)): Liger's kernels where they import on a
     GPU, else PyTorch's ops. Liger's backward writes da, db over a, b (they are not needed after)."""
     try:
@@ -59,22 +62,6 @@ def _swiglu():
     return forward, backward
 
 
-_SWIGLU = None
-
-
-def swiglu():
-    global _SWIGLU
-    if _SWIGLU is None:
-        _SWIGLU = _swiglu()
-    return _SWIGLU
-
-
-def _linear(x2, base, dtype):
-    weight = _dense(base, dtype)
-    bias = base.bias
-    return torch.mm(x2, weight.t()) if bias is None else torch.addmm(bias.to(dtype), x2, weight.t())
-
-
 class FusedLoraMLP(torch.autograd.Function):
     """down(silu(gate(x)) * up(x)) with LoRA on all three, W frozen; see the module's docstring."""
 
@@ -84,15 +71,15 @@ class FusedLoraMLP(torch.autograd.Function):
         h = x.shape[-1]
         x2 = x.reshape(-1, h)
         ag_, bg_, au_, bu_, ad_, bd_ = (t.to(dtype) for t in (ag, bg, au, bu, ad, bd))
-        a = _linear(x2, gate, dtype)
+        a = base_linear(x2, gate, dtype)
         ug = torch.mm(x2, ag_.t())
         a.addmm_(ug, bg_.t(), alpha=sg)
-        b = _linear(x2, up, dtype)
+        b = base_linear(x2, up, dtype)
         uu = torch.mm(x2, au_.t())
         b.addmm_(uu, bu_.t(), alpha=su)
         forward, _ = swiglu()
         c = forward(a, b)
-        y = _linear(c, down, dtype)
+        y = base_linear(c, down, dtype)
         ud = torch.mm(c, ad_.t())
         y.addmm_(ud, bd_.t(), alpha=sd)
         del c  # recomputed in the backward: the memory this function exists to save

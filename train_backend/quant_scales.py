@@ -23,13 +23,11 @@ def unpack(model) -> dict:
     import torch
 
     count, grown = 0, 0
-    seen: set[int] = set()
-    for module in model.modules():
+    for module in model.modules():  # peft's wrapper shows its base's weight too: unpacked by then
         weight = getattr(module, "weight", None)
         state = getattr(weight, "quant_state", None)
-        if state is None or not getattr(state, "nested", False) or id(state) in seen:
+        if state is None or not getattr(state, "nested", False):
             continue
-        seen.add(id(state))
         before = _bytes(state.absmax) + _bytes(state.state2.absmax) + _bytes(state.state2.code)
         with torch.no_grad():
             # exactly what dequantize_4bit does with a nested state at every call

@@ -59,16 +59,6 @@ LOSS_TILE_VOCAB = 32768  # trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
 UNSURE_LOGITS_BYTES = 6  # the band's top on TRL: the logits in 16 bits and their fp32 upcast, per entry
 UNSURE_SHARE = 0.03  # full logits below this share of the peak leave no band (inside the model's error)
 NF4_CONSTANTS_PER_PARAM = {True: 0.127 / 8, False: 0.5 / 8}  # bytes/param, with/without double quant
-
-
-def unpacked_scales_bytes(shape: ModelShape) -> int:
-    """What keeping a double-quantised 4-bit model's scales unpacked in fp32 adds: every 4-bit linear's
-    absmax as fp32 (4 bytes a block of 64) in place of a byte a block and the blocks' own fp32 absmax
-    (one per 256 blocks)."""
-    linear = shape.num_layers * shape.layer_linear_params
-    return int(linear * NF4_CONSTANTS_PER_PARAM[False]) - int(linear * NF4_CONSTANTS_PER_PARAM[True])
-
-
 OPTIMIZER_STATE_BYTES = {  # per trainable parameter; None: two states in the parameter's own dtype
     "adamw_torch": None,
     "adamw_torch_fused": None,
@@ -220,6 +210,14 @@ def block_saved_bytes_per_token(shape: ModelShape, full: bool) -> int:
     if full:
         saved += 2 * sum(d_in for d_in, _ in shape.linear_shapes().values())
     return saved
+
+
+def unpacked_scales_bytes(shape: ModelShape) -> int:
+    """What keeping a double-quantised 4-bit model's scales unpacked in fp32 adds: every 4-bit linear's
+    absmax as fp32 (4 bytes a block of 64) in place of a byte a block and the blocks' own fp32 absmax
+    (one per 256 blocks)."""
+    linear = shape.num_layers * shape.layer_linear_params
+    return int(linear * NF4_CONSTANTS_PER_PARAM[False]) - int(linear * NF4_CONSTANTS_PER_PARAM[True])
 
 
 def fused_mlp_fewer_bytes_per_token(shape: ModelShape, liger: bool) -> int:
