@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How fast the trainer's attention kernel runs, by row length and head width (one GPU, CUDA).
 
-The speed model (cockpit/models/speed.py) costs causal attention by its FLOPs over a share of the
+The speed model (cockpit/speed/model.py) costs causal attention by its FLOPs over a share of the
 card's dense bf16 peak. One share for every row length left the fit to guess how that share moves
 with the row: fitted on rows of 8,192 tokens at most, it missed the one 16,384-token run by a third
 held out (docs/estimator.md). This measures the share directly, on the kernel the product's models
@@ -20,7 +20,7 @@ Writes one JSON object: machine, versions, and one row per (heads, kv heads, hea
 `--fit` fits, for each head width and pass, the speed model's kernel model (speed.AttentionKernel: a
 fixed time per call, then the FLOPs at share_max x seq / (seq + half_seq) of the peak) to a record's
 rows by least squares of the log error (no GPU needed), and prints the constants with each row's
-error: the speed model's ATTENTION_KERNELS (cockpit/models/speed.py), which a training step's
+error: the speed model's ATTENTION_KERNELS (cockpit/speed/model.py), which a training step's
 attention takes times one fitted ATTENTION_SCALE (docs/estimator.md).
 """
 
@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cockpit.models.shape import load_shape  # noqa: E402
-from cockpit.models.speed import REFERENCE_BF16_TFLOPS, AttentionKernel  # noqa: E402
+from cockpit.speed.model import REFERENCE_BF16_TFLOPS, AttentionKernel  # noqa: E402
 
 # the shipped shapes' distinct attention layouts (heads, kv heads, head_dim), one architecture each
 ARCHS = ("llama-3.2-1b", "qwen2.5-1.5b", "llama-2-7b", "llama-3.1-8b")

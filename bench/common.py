@@ -73,7 +73,7 @@ def read_events(run_dir: Path) -> list[dict]:
 
 
 def host_probes(events: list[dict]) -> dict:
-    """The run's host probe (train_backend/host_speed.py) before the weights loaded and after the last
+    """The run's host probe (train_backend/speed/host_probe.py) before the weights loaded and after the last
     step: the host's speed at feeding the GPU around the run, which moves between and within calls."""
     plan = next((e for e in events if e.get("type") == "speed_plan"), {})
     done = next((e for e in events if e.get("type") == "done"), {})

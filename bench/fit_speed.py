@@ -5,13 +5,13 @@ The points are runs of the product on an H200 (bench/speed_sweep.py, bench/memor
 real `cockpit train --no-ui`, full-length sequences, one micro-batch per optimizer step (one run
 with 4, ACCUMULATED), the median step time of the steady steps, each with what its speed plan
 applied (Liger's kernels, the layer inputs in host memory). The model
-(cockpit/models/speed.py) is not linear in its coefficients, so they are fitted by
+(cockpit/speed/model.py) is not linear in its coefficients, so they are fitted by
 Levenberg-Marquardt on the squared log error (a relative error: a 10% miss on a 2k tokens/s run
 weighs as much as on a 40k one), the best of STARTS starts: its max() terms leave several local
 optima, and a fit from one start point (Nelder-Mead from the shipped coefficients, before) gave
 held-out figures that depended on that point. Every left-out refit runs the same way.
 
-A run with the host probe (train_backend/host_speed.py: `host_probe_ms` and `host_probe_end_ms` in
+A run with the host probe (train_backend/speed/host_probe.py: `host_probe_ms` and `host_probe_end_ms` in
 its record) is predicted at its own host's speed, the host terms scaled by its probe over
 HOST_PROBE_REFERENCE_MS, which is fitted with the rest (the runs before the probe count as one host
 of that figure); a configuration with probed runs counts by those only, and left-one-out leaves
@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fit_estimator import held_out_line, point_workload  # noqa: E402
 
-from cockpit.models import speed  # noqa: E402
-from cockpit.plan.catalog import load_catalog  # noqa: E402
+from cockpit.gpus.catalog import load_catalog  # noqa: E402
+from cockpit.speed import model as speed  # noqa: E402
 
 COEFFICIENTS = (
     "EFF_MAX",
@@ -94,7 +94,7 @@ MIN_STEPS = 10  # runs of a configuration with at least this many steps replace 
 @dataclasses.dataclass(frozen=True)
 class Point:
     """One measured figure to fit: a configuration's runs on one host (a geometric mean where they
-    were several), `probe_ms` the host probe's figure (train_backend/host_speed.py) or None for the
+    were several), `probe_ms` the host probe's figure (train_backend/speed/host_probe.py) or None for the
     runs made before the probe existed; `key`: the configuration, which left-one-out leaves out
     whole (every host it was measured on)."""
 

@@ -37,9 +37,9 @@ from common import cockpit_env  # noqa: E402
 
 from cockpit.doctor.engine import Doctor  # noqa: E402
 from cockpit.live.replay import sample_of_bin  # noqa: E402
-from cockpit.live.state import RunState  # noqa: E402
 from cockpit.run import process  # noqa: E402
 from cockpit.run.rundir import RunDir  # noqa: E402
+from cockpit.run.state import RunState  # noqa: E402
 from cockpit.telemetry.history import TELEMETRY_NAME, read_history  # noqa: E402
 
 TUI_SIZE = (100, 30)  # columns, rows

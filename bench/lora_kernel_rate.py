@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The fused LoRA layer (train_backend/fused_lora.py) against peft's, timed alone on one GPU.
+"""The fused LoRA layer (train_backend/speed/fused_lora.py) against peft's, timed alone on one GPU.
 
 One model shape's adapted linears (`--layers` decoder layers' worth of the seven: q, k, v, o,
 gate, up, down), 4-bit nf4 bases (bitsandbytes' Linear4bit, double quant, bf16 compute; `--lora`:
@@ -10,7 +10,7 @@ runs. Three ways, in turns (base, peft, fused; `--rounds` times; medians):
 - peft: peft's LoRA layers as they are (speed.backend: hf);
 - fused: the same layers through fused_lora.apply (speed.backend: auto).
 
-What the speed model needs (cockpit/models/speed.py), per adapted linear:
+What the speed model needs (cockpit/speed/model.py), per adapted linear:
 
 - host: a forward and a forward + backward of every linear at `--host-tokens` (16: the device
   idles, the wall time is the host's), per linear and pass, each way less the base;
@@ -118,7 +118,7 @@ def step(model, linears, x, dy, way: str, backward: bool, device: str):
 
 
 def set_way(model, way: str) -> None:
-    from train_backend import fused_lora
+    from train_backend.speed import fused_lora
 
     fused_lora.remove(model)
     if way == "fused":
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     model, linears = build(a.arch, a.layers, not a.lora, device)
     unpacked = None
     if a.unpack_scales and not a.lora:
-        from train_backend import quant_scales
+        from train_backend.speed import quant_scales
 
         unpacked = quant_scales.unpack(model)
     started = time.time()
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": device_times(model, linears, a.device_tokens, a.iters, a.rounds, device),
     }
     if device == "cuda":
-        from train_backend import host_speed
+        from train_backend.speed import host_probe as host_speed
 
         probe = host_speed.measure()
         record["host_probe_ms"] = probe["ms"] if probe else None

@@ -334,7 +334,7 @@ def _on_core_zero() -> None:
 def slow_host_burner() -> subprocess.Popen:
     """A busy loop on CPU core 0, where --slow-host pins the trainer (every thread it starts): the
     trainer's host work gets about half of a core, a slower host by a known mechanism, which its own
-    host probe (train_backend/host_speed.py, run in the trainer) measures as it is."""
+    host probe (train_backend/speed/host_probe.py, run in the trainer) measures as it is."""
     return subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=_on_core_zero)
 
 
@@ -379,7 +379,7 @@ def measure(name: str, workdir: Path, env: dict) -> dict:
         "wall_s": round(time.time() - started, 1),
     }
     plan = next((e for e in events if e["type"] == "speed_plan"), {})
-    result.update(host_probes(events))  # train_backend/host_speed.py, before the load and after the end
+    result.update(host_probes(events))  # train_backend/speed/host_probe.py, before the load and after the end
     result["slow_host"] = SLOW_HOST
     result["liger"] = bool(plan.get("liger"))
     result["checkpoint_offload"] = bool(plan.get("checkpoint_offload"))

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How fast the trainer's optimizer step runs, by optimizer, on the GPU (one GPU, CUDA).
 
-The speed model (cockpit/models/speed.py) costs an optimizer step as the bytes its kernels move
+The speed model (cockpit/speed/model.py) costs an optimizer step as the bytes its kernels move
 (OPTIMIZER_BYTES, counted from the sources, with HF Trainer's gradient clipping) at the card's
 bandwidth, plus, for bitsandbytes' optimizers, a host time per tensor (they synchronise the device
 after each). This times the step as HF Trainer runs it, `clip_grad_norm_` then `step()`, on fp32
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cockpit.models.shape import load_shape  # noqa: E402
-from cockpit.models.speed import OPTIMIZER_BYTES  # noqa: E402
+from cockpit.speed.model import OPTIMIZER_BYTES  # noqa: E402
 
 REFERENCE_BANDWIDTH_GBS = 4800.0  # the H200's datasheet HBM3e bandwidth (the catalog's figure)
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")

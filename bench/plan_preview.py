@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What `speed: auto` would choose for a bench row, before the row runs (no GPU, no torch).
 
-The plan (cockpit/plan/speed_auto.py) for bench/vs_unsloth.py's cockpit side: QLoRA nf4 with double
+The plan (cockpit/speed/auto.py) for bench/vs_unsloth.py's cockpit side: QLoRA nf4 with double
 quantisation, r 16 / alpha 16 / no dropout on all seven linears, adamw_8bit, 16 samples a step, the
 row's token lengths (seed 0, as the bench draws them), on an H200 at the speed model's reference
 host, with Liger, at a memory cap. `--set KEY=VALUE` adds config keys (e.g. speed.mlp_block=fused).
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cockpit.config import load as config_load  # noqa: E402
 from cockpit.fmt import GIB  # noqa: E402
 from cockpit.models.shape import load_shape  # noqa: E402
-from cockpit.plan import speed_auto  # noqa: E402
+from cockpit.speed import auto as speed_auto  # noqa: E402
 
 
 def plan_for(arch: str, lengths: str, cap_gib: float, extra: dict) -> speed_auto.SpeedPlan:

@@ -2,7 +2,7 @@
 """The speed model against the cockpit runs of bench/vs_unsloth.py: points it was never fitted on.
 
 For each cockpit run of the records given (`speed: auto`'s own split, as its `plan` field says),
-the plan's prediction (`cockpit.plan.batch_choice._tokens_per_s`, the H200 SXM's catalog figures,
+the plan's prediction (`cockpit.speed.batch_choice._tokens_per_s`, the H200 SXM's catalog figures,
 as the plan computes it) against the measured rate. The model predicts processed tokens (whole
 rows of max_length: ragged samples are packed into rows); the bench measures real ones, so the
 comparison is by the time of a step:
@@ -35,7 +35,7 @@ from cockpit.config.load import config_from_dict  # noqa: E402
 from cockpit.models import memory as est  # noqa: E402
 from cockpit.models.shape import load_shape  # noqa: E402
 from cockpit.oom.remedies import REFERENCE_CARD  # noqa: E402
-from cockpit.plan.batch_choice import _tokens_per_s  # noqa: E402
+from cockpit.speed.batch_choice import _tokens_per_s  # noqa: E402
 
 DEFAULT = [
     ROOT / "bench" / "results" / f"2026-12-02-vs-unsloth-{name}-h200.json"

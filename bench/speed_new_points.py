@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The speed model on new points: runs it was not fitted on, predicted by a model as committed.
 
-A held-out check by construction: the model (cockpit/models/speed.py) is taken as it stood at
+A held-out check by construction: the model (cockpit/speed/model.py) is taken as it stood at
 `--model-commit` (read with `git show`, so later refits cannot leak in), and each run of the
 records given (bench/speed_sweep.py or bench/memory_points.py lines) is predicted from its
 config, with Liger and host-memory checkpointing as the run's speed plan applied them, on the run's
-own host: a run that recorded the host probe (train_backend/host_speed.py) is predicted with the host
+own host: a run that recorded the host probe (train_backend/speed/host_probe.py) is predicted with the host
 terms scaled by it, as its speed plan and the fit (bench/fit_speed.py) scale them.
 
   python bench/speed_new_points.py --model-commit cfe35f0 \\
@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fit_speed import record_workload, run_probe_ms  # noqa: E402
 
-from cockpit.plan.catalog import load_catalog  # noqa: E402
+from cockpit.gpus.catalog import load_catalog  # noqa: E402
 
 
-def module_at(commit: str, path: str = "cockpit/models/speed.py"):
+def module_at(commit: str, path: str = "cockpit/speed/model.py"):
     """A file of the project as it stood at `commit` (read with `git show`), as a module of its own."""
     source = subprocess.run(
         ["git", "-C", str(ROOT), "show", f"{commit}:{path}"], capture_output=True, text=True, check=True

@@ -24,7 +24,7 @@ architectures, full fine-tune, LoRA and QLoRA), then the memory points still tim
 `--points long`: rows of 4096 to 16384 tokens, where attention weighs most. `--points retime`: the
 configurations still timed over 5-8 steps only, at 12, the worst missed first. `--points probe`: the
 host-bound configurations the model missed most, with the host probe every run now records
-(train_backend/host_speed.py); with `--slow-host` the trainer shares CPU core 0 with a busy loop.
+(train_backend/speed/host_probe.py); with `--slow-host` the trainer shares CPU core 0 with a busy loop.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ _EARLIER = {"sw-l32-1b-full-mb1": point("llama-3.2-1b", "full", 1, False)}  # th
 RETIME = {name: {**mp.CONFIGS, **SWEEP, **_EARLIER}[name] for name in RETIME_NAMES}
 
 # The configurations the model missed most held out that the host's speed sets (the 7B ones first: one
-# synthetic build), re-timed with the host probe the trainer now records (train_backend/host_speed.py),
+# synthetic build), re-timed with the host probe the trainer now records (train_backend/speed/host_probe.py),
 # then two host-bound anchors; `--slow-host` runs them with the trainer sharing a core with a busy loop.
 PROBE_NAMES = (
     "l2-7b-qlora-liger-2x512-ckpt",
@@ -215,7 +215,7 @@ LONG_MORE = {
     "long-l32-1b-lora-1x16384": point("llama-3.2-1b", "lora", 1, False, seq=16384, **_LONG),
     "long-q25-1.5b-lora-1x16384-ckpt": point("qwen2.5-1.5b", "lora", 1, True, seq=16384, **_LONG),
 }
-# New configurations for the model with the measured attention kernel (cockpit/models/speed.py
+# New configurations for the model with the measured attention kernel (cockpit/speed/model.py
 # ATTENTION_KERNELS), run after it was committed: held out by construction (bench/speed_new_points.py
 # --model-commit). Both head widths, rows of 1024-8192, LoRA, a full fine-tune and a 7B QLoRA
 HELDOUT_LONG = {

@@ -21,7 +21,7 @@ lowered again at each step's begin).
 Measured the same way on both sides: real tokens/s over the timed steps (from the end of the
 last warm-up step to the end of the last step; never padding), the peak of
 NVML 'used' memory (what nvidia-smi shows) above the idle baseline, sampled from this process
-every 10 ms, the loss logged at the last step, and the MFU of each run (cockpit.models.flops:
+every 10 ms, the loss logged at the last step, and the MFU of each run (cockpit.speed.flops:
 model FLOPs per real token, the same for both sides of a row, over the card's dense bf16 peak).
 The cockpit side's tokens are TRL's count in its `log` events. The unsloth side's are counted by
 this bench from the data it wrote (`TokenCounter`): unsloth replaces SFTTrainer.compute_loss with
@@ -771,16 +771,16 @@ def run_row(
 def mfu_inputs(arch: str, lengths: list[int], max_length: int, device_name: str, total_bytes: int | None):
     """Model FLOPs per real token of this row (QLoRA: frozen base) and the card's dense bf16 peak."""
     sys.path.insert(0, str(ROOT))
-    from cockpit.models import flops
     from cockpit.models.shape import load_shape
-    from cockpit.plan import speed_auto
+    from cockpit.speed import auto as speed_auto
+    from cockpit.speed import flops
 
     shape = load_shape(f"synthetic:{arch}")
     context = flops.attention_context(lengths, max_length)
     per_token = flops.flops_per_token(shape, "qlora", RANK, TARGETS, context).model
     if not device_name:
         return per_token, None, "no GPU"
-    from cockpit.telemetry.nvml_state import find_card
+    from cockpit.gpus.catalog import find_card
 
     card = find_card(device_name)  # the NVML name's card ("H100 80GB HBM3" is the SXM)
     if card is not None:

@@ -14,13 +14,13 @@ from conftest import ROOT
 
 from cockpit.cli.main import main
 from cockpit.fmt import GIB
+from cockpit.gpus.catalog import load_catalog
 from cockpit.models.memory import Workload, estimate_memory
 from cockpit.models.shape import load_shape
-from cockpit.models.speed import estimate_speed
 from cockpit.plan.cards_inputs import CardsError, RunSize, parse_count, parse_dataset
 from cockpit.plan.cards_text import row_cells, table_text
-from cockpit.plan.catalog import load_catalog
 from cockpit.plan.table import TIE_SHARE, card_table
+from cockpit.speed.model import estimate_speed
 
 TODAY = date(2026, 12, 1)
 QV = ["q_proj", "v_proj"]

@@ -10,16 +10,16 @@ from datetime import date
 import pytest
 
 from cockpit.fmt import GIB
+from cockpit.gpus.catalog import load_catalog
 from cockpit.models import shape as modelshape
-from cockpit.models import speed
 from cockpit.models.memory import Workload, estimate_memory
-from cockpit.models.speed import estimate_speed
-from cockpit.models.speed_multi import CALIBRATION, estimate_multi_speed, interconnect
 from cockpit.plan.cards_inputs import CardsError, parse_dataset
 from cockpit.plan.cards_text import table_text
-from cockpit.plan.catalog import load_catalog
 from cockpit.plan.multi_rows import parse_gpu_counts
 from cockpit.plan.table import card_table
+from cockpit.speed import model as speed
+from cockpit.speed.model import estimate_speed
+from cockpit.speed.multi_gpu import CALIBRATION, estimate_multi_speed, interconnect
 
 TODAY = date(2026, 12, 1)
 

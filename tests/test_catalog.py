@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from cockpit.plan.card import USER_PRICE_SOURCE, Card, CatalogError, price_age_days, price_label
-from cockpit.plan.catalog import load_catalog
-from cockpit.plan.user_cards import user_cards_path
+from cockpit.gpus.card import USER_PRICE_SOURCE, Card, CatalogError, price_age_days, price_label
+from cockpit.gpus.catalog import load_catalog
+from cockpit.gpus.user_cards import user_cards_path
 
 TODAY = date(2026, 11, 30)
 
@@ -457,7 +457,7 @@ def test_price_dated_after_today_warns(tmp_path):
 
 def test_catalog_imports_only_yaml_and_the_standard_library():
     probe = (
-        "import sys, json; before = set(sys.modules); import cockpit.plan.catalog; "
+        "import sys, json; before = set(sys.modules); import cockpit.gpus.catalog; "
         "print(json.dumps(sorted({m.split('.')[0] for m in set(sys.modules) - before})))"
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)

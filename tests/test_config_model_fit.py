@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.cli.exit_codes import exit_code
 from cockpit.cli.main import main
 from cockpit.config.load import config_from_dotted
 from cockpit.config.model_fit import check_against_model
 from cockpit.config.schema import ConfigError
-from cockpit.live.state import RunState
+from cockpit.run.exit_codes import exit_code
+from cockpit.run.state import RunState
 from tests.conftest import cockpit, has_cuda, write_config
 
 
@@ -74,8 +74,8 @@ def test_train_check_and_estimate_warn_of_max_length_past_the_context(tmp_path, 
 def test_the_picker_notes_max_length_past_the_context():
     from datetime import date
 
+    from cockpit.gpus.catalog import load_catalog
     from cockpit.models.shape import load_shape
-    from cockpit.plan.catalog import load_catalog
     from screens.picker.inputs import Base, evaluate, initial_fields
 
     base = Base.of(tiny())

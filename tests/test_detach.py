@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 
 from cockpit.cli import main as cli
-from cockpit.cli.exit_codes import EXIT_DETACHED
 from cockpit.live import headless
 from cockpit.live.headless import detached_text, follow
 from cockpit.live.session import RunSession
 from cockpit.protocol.wire import encode
+from cockpit.run.exit_codes import EXIT_DETACHED
 from cockpit.run.rundir import RunDir
 
 RUN_ID = "20261203-090911-tiny"

@@ -10,7 +10,7 @@ import pytest
 from cockpit.doctor.engine import Doctor
 from cockpit.doctor.window import Finding, Window
 from cockpit.fmt import GIB
-from cockpit.live.state import Attempt, RunState
+from cockpit.run.state import Attempt, RunState
 
 TRAINER_PID = 1000
 

@@ -20,9 +20,9 @@ from test_replay import Clock, event
 
 from cockpit.doctor.engine import Doctor
 from cockpit.live.replay import ReplaySession
-from cockpit.live.state import RunState
 from cockpit.live.watch import SAMPLE_INTERVAL_S, LiveWatch
 from cockpit.run.rundir import RunDir
+from cockpit.run.state import RunState
 from cockpit.telemetry.history import TELEMETRY_NAME, TelemetryRecorder
 from cockpit.telemetry.sampler import GpuSample, HostSample, Sample
 

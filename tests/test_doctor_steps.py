@@ -119,7 +119,7 @@ def test_a_run_without_measurements_keeps_the_old_input_bound_rule():
 
 
 def test_the_log_event_fills_the_state_the_rules_read():
-    from cockpit.live.state import RunState
+    from cockpit.run.state import RunState
 
     state = RunState()
     state.apply({"type": "speed_plan", "ts": 1.0, **SPEED_PLAN})

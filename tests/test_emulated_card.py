@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from cockpit.fmt import GIB
-from cockpit.oom.messages import parse_oom_message
+from cockpit.run.oom_messages import parse_oom_message
 from train_backend.emulated_card import MARK, EmulatedCard
 
 

@@ -147,7 +147,7 @@ def test_gguf_round_trip_gives_the_merged_models_logits(exported, tmp_path):
     """The GGUF, loaded back by transformers, against the merged safetensors (same prompt, fp32)."""
     result = _python(_ROUND_TRIP.format(out=str(exported["out"]), alone=str(tmp_path)), exported["env"])
     assert result["same_ids"], result
-    assert result["relative"] <= 8e-2, result  # q8_0: ROUND_TRIP_TOLERANCE in cockpit/finish/check.py
+    assert result["relative"] <= 8e-2, result  # q8_0: ROUND_TRIP_TOLERANCE in cockpit/results/merge_check.py
     assert result["top1_same"], result
 
 
@@ -231,7 +231,7 @@ def test_a_run_without_final_adapter_exports_its_last_checkpoint(trained, tmp_pa
 
 
 def test_too_little_disk_is_refused_before_anything_is_written(trained, tmp_path, monkeypatch, capsys):
-    from cockpit.finish import needs
+    from cockpit.results import export_needs as needs
 
     monkeypatch.setattr(needs, "free_disk_bytes", lambda path: 1_000_000)
     out = tmp_path / "never"
@@ -245,7 +245,7 @@ def test_too_little_disk_is_refused_before_anything_is_written(trained, tmp_path
 
 
 def test_too_little_ram_is_refused_with_the_numbers(trained, tmp_path, monkeypatch, capsys):
-    from cockpit.finish import needs
+    from cockpit.results import export_needs as needs
 
     monkeypatch.setattr(needs, "available_ram_bytes", lambda: 100 * 2**20)
     assert main(["export", str(trained["run"]), "--merge", "--to", str(tmp_path / "x")]) == 1
@@ -304,7 +304,7 @@ def test_a_refused_push_says_why_and_keeps_the_export(exported, monkeypatch, cap
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refuse)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        from cockpit.finish.push import push
+        from cockpit.results.push import push
 
         monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token_123")
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")

@@ -14,7 +14,7 @@ import yaml
 from conftest import cockpit, events, only_run, wait_for, write_config
 from test_finish_cost_e2e import make_env
 
-from cockpit.finish import end_runner
+from cockpit.money import end_runner
 from cockpit.run.rundir import RunDir
 
 pytestmark = pytest.mark.slow
@@ -72,7 +72,7 @@ def test_a_failing_export_is_said_and_on_end_still_runs(exported_at_end, tmp_pat
     dead_pid = 2**22 + 17  # above the default pid_max: no process has it
     with open(copy / "backend.log", "ab") as log:  # as end_launch starts it: its output on backend.log
         runner = subprocess.run(
-            [sys.executable, "-m", "cockpit.finish.end_runner", str(copy), str(dead_pid)],
+            [sys.executable, "-m", "cockpit.money.end_runner", str(copy), str(dead_pid)],
             stdout=log,
             stderr=log,
             cwd=copy,

@@ -29,9 +29,9 @@ from support.pilot import (
     wait_for,
 )
 
-from cockpit.finish import export as exporter
-from cockpit.finish import needs as needs_mod
 from cockpit.live.session import RunSession
+from cockpit.results import export as exporter
+from cockpit.results import export_needs as needs_mod
 from cockpit.run.rundir import COMPLETE_MARKER, RunDir
 from screens.run.app import CockpitApp
 from screens.run.export import ExportScreen

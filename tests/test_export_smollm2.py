@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from cockpit.finish.check import ROUND_TRIP_TOLERANCE
 from cockpit.models import packaged
+from cockpit.results.merge_check import ROUND_TRIP_TOLERANCE
 from tests.conftest import ROOT, cockpit, offline_env, only_run, write_config
 
 pytestmark = [

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cockpit.finish import check, needs
 from cockpit.models import packaged
+from cockpit.results import export_needs as needs
+from cockpit.results import merge_check as check
 from train_backend.export import to_gguf
 
 TINY = {

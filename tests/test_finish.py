@@ -19,10 +19,11 @@ from support.nvml_fake import FakeGpu, FakeNvml
 from cockpit.cli.main import main
 from cockpit.config import load as config_load
 from cockpit.config.schema import ConfigError
-from cockpit.finish import budget, end_launch, end_runner, idle, runs_list, summary
-from cockpit.live.state import RunState
+from cockpit.money import budget, end_runner, idle
 from cockpit.protocol.wire import encode
-from cockpit.run import journal, process, rundir
+from cockpit.results import runs_list, summary
+from cockpit.run import end_launch, journal, process, rundir
+from cockpit.run.state import RunState
 from cockpit.telemetry.sampler import Sampler
 
 T0 = 1_796_000_000.0
@@ -489,7 +490,7 @@ async def test_the_run_view_rings_once_says_so_and_runs_on_idle(tmp_path):
 def test_nothing_to_export_offers_a_restart_only_to_a_run_that_can_be_restarted(home):
     """A finished run whose weights are gone was told to `cockpit restart` it, which refuses a
     finished run."""
-    from cockpit.finish import export as exporter
+    from cockpit.results import export as exporter
 
     finished = make_run([encode("hello", pid=1), encode("done", status="finished", step=88)])
     with pytest.raises(exporter.ExportError) as said:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SUPPORT, cockpit, events, only_run, wait_for, write_config
 
-from cockpit.finish import end_runner
+from cockpit.money import end_runner
 from cockpit.run.rundir import RunDir
 
 pytestmark = pytest.mark.slow

@@ -11,9 +11,9 @@ import shutil
 import time
 from pathlib import Path
 
-from cockpit.finish.chat_client import Done, Token
-from cockpit.finish.targets import ChatTarget
 from cockpit.live.session import RunSession
+from cockpit.results.chat_client import Done, Token
+from cockpit.results.targets import ChatTarget
 from cockpit.run.rundir import RunDir
 from screens.chat.app import ChatApp
 from screens.run.app import CockpitApp

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from cockpit.finish import samples as samples_mod
-from cockpit.finish import targets
 from cockpit.live import headless
-from cockpit.live.state import RunState
+from cockpit.results import samples as samples_mod
+from cockpit.results import targets
 from cockpit.run import rundir
+from cockpit.run.state import RunState
 from train_backend import generation
 from widgets.loss_plot import plot_lines
 

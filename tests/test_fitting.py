@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from cockpit.gpus.catalog import load_catalog
 from cockpit.models.memory import Workload, estimate_memory
 from cockpit.models.shape import load_shape
-from cockpit.plan.catalog import load_catalog
 from cockpit.plan.fits import fit_card, fit_cards, fit_phrase, single_changes
 
 QV = ["q_proj", "v_proj"]

@@ -1,4 +1,4 @@
-"""FLOPs per token and MFU (cockpit.models.flops) against cases computed by hand, the speed plan's
+"""FLOPs per token and MFU (cockpit.speed.flops) against cases computed by hand, the speed plan's
 `flops`, and where MFU shows: the run state, the --no-ui status line, the speed plan's lines, the
 doctor's low-MFU finding."""
 
@@ -12,9 +12,9 @@ from cockpit.doctor.engine import Doctor
 from cockpit.fmt import GIB
 from cockpit.live.event_text import describe
 from cockpit.live.headless import status_line
-from cockpit.models import flops
 from cockpit.models.shape import ModelShape, load_shape
-from cockpit.plan import speed_auto
+from cockpit.speed import auto as speed_auto
+from cockpit.speed import flops
 
 # a toy decoder: 2 layers, hidden 8, MLP 16, 2 query heads and 1 KV head of 4, vocabulary 100
 TOY = ModelShape(

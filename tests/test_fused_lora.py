@@ -1,4 +1,4 @@
-"""The fused LoRA layer (train_backend/fused_lora.py): the same numbers as peft's layer, forward and
+"""The fused LoRA layer (train_backend/speed/fused_lora.py): the same numbers as peft's layer, forward and
 backward, on 16-bit and 4-bit bases, with dropout, bias, gradient checkpointing; peft's own forward
 wherever the fused one does not apply; the plan's choice and its reasons."""
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import has_cuda  # noqa: F401 - has_cuda: skipif
 
-from train_backend import fused_lora
+from train_backend.speed import fused_lora
 
 ROOT = Path(__file__).resolve().parent.parent
 

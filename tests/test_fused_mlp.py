@@ -1,4 +1,4 @@
-"""The fused MLP block (train_backend/fused_mlp.py, speed.mlp_block: fused): the same numbers as
+"""The fused MLP block (train_backend/speed/fused_mlp.py, speed.mlp_block: fused): the same numbers as
 peft's layers, forward and backward, on 16- and 4-bit bases, with gradient checkpointing; the
 tensors a block saves for its backward counted against the memory model's formula, both ways;
 the MLP's own forward wherever the block does not apply; the plan's choice and its memory."""
@@ -17,7 +17,7 @@ from cockpit.models.memory import (
     fused_mlp_fewer_bytes_per_token,
 )
 from cockpit.models.shape import from_config_dict, load_shape
-from train_backend import fused_lora, fused_mlp
+from train_backend.speed import fused_lora, fused_mlp
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 H, INTER, T = 64, 172, 24
@@ -205,7 +205,7 @@ def test_the_mlps_own_forward_runs_where_the_block_does_not_apply():
 def test_the_plan_takes_the_block_only_when_asked_and_gives_its_memory_to_the_split():
     from test_speed_auto import LLAMA7, RAGGED, choice, gpu
 
-    from cockpit.plan import speed_auto
+    from cockpit.speed import auto as speed_auto
 
     def cfg(**dotted):
         base = {"model.name": "synthetic:llama-2-7b", "lora.dropout": 0.0, "lora.target_modules": TARGETS}

@@ -7,12 +7,12 @@ import shutil
 
 from conftest import FIXTURES
 
-from cockpit.cli.exit_codes import EXIT_FAILED, EXIT_FINISHED, EXIT_STOPPED
 from cockpit.live.headless import follow, status_line
 from cockpit.live.session import RunSession
-from cockpit.live.state import RunState
 from cockpit.protocol.wire import encode
+from cockpit.run.exit_codes import EXIT_FAILED, EXIT_FINISHED, EXIT_STOPPED
 from cockpit.run.rundir import RunDir
+from cockpit.run.state import RunState
 
 
 def replay_run(tmp_path, extra: bytes = b"") -> RunDir:
@@ -74,7 +74,7 @@ def test_exit_codes_follow_the_ending(tmp_path):
     assert "ERROR (oom): CUDA out of memory" in out.getvalue() and "fix: turn on" in out.getvalue()
     state = RunState()
     state.apply({"v": 1, "type": "done", "ts": 1.0, "status": "stopped"})
-    from cockpit.cli.exit_codes import exit_code
+    from cockpit.run.exit_codes import exit_code
 
     assert exit_code(state) == EXIT_STOPPED
 
@@ -126,7 +126,7 @@ def test_ctrl_c_on_a_replay_does_not_say_training_goes_on(tmp_path):
     import os
     import signal
 
-    from cockpit.cli.exit_codes import EXIT_DETACHED
+    from cockpit.run.exit_codes import EXIT_DETACHED
 
     session = RunSession(replay_run(tmp_path), recorded=True)
     session.poll = lambda: os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while it plays

@@ -1,4 +1,4 @@
-"""Checkpointed layers with their inputs in host memory (train_backend/host_checkpoint.py): the same
+"""Checkpointed layers with their inputs in host memory (train_backend/speed/host_checkpoint.py): the same
 loss and gradients as transformers' own checkpointing, dropout included; and when the plan picks it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
-from train_backend import host_checkpoint  # noqa: E402
+from train_backend.speed import host_checkpoint  # noqa: E402
 
 
 def _loss_and_grads(install: bool, dropout: float, input_grads: bool = True, device: str = "cpu", spy=None):

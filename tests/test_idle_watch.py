@@ -1,4 +1,4 @@
-"""The idle watch with no client attached (cockpit.finish.idle_watch): the end runner's watch of the
+"""The idle watch with no client attached (cockpit.money.idle_watch): the end runner's watch of the
 GPUs through the fake NVML, on a clock the test moves (no minutes are slept): cost.on_idle runs once
 after cost.idle_minutes of idle GPUs with no client and no run training, never while a GPU works or
 a client is attached, and the watch leaves when a run trains or NVML cannot be read. Then the end
@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 from support.nvml_fake import FakeGpu, FakeNvml
 
-from cockpit.finish import end_runner, idle, idle_watch
 from cockpit.live.session import RunSession
-from cockpit.run import process
+from cockpit.money import end_runner, idle, idle_watch
+from cockpit.run import clients, process
 from cockpit.run.rundir import RunDir
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval_run_events.jsonl"
@@ -101,7 +101,7 @@ def test_an_attached_client_holds_the_watch_until_it_leaves(tmp_path):
 
     def client(t: float) -> None:
         if t == 60.0:
-            holder["ctx"] = idle_watch.attached(other)  # this test's process: alive
+            holder["ctx"] = clients.attached(other)  # this test's process: alive
             holder["ctx"].__enter__()
         if t == 600.0:
             holder["ctx"].__exit__(None, None, None)
@@ -119,7 +119,7 @@ def test_a_dead_clients_presence_file_does_not_count(tmp_path):
     run = ended_run(tmp_path)
     (run.path / "clients").mkdir()
     (run.path / "clients" / "4194321.json").write_text(json.dumps({"pid": 4194321, "create_time": 1.0}))
-    assert idle_watch.attached_clients([run]) == []
+    assert clients.attached_clients([run]) == []
     assert watch(run, FakeNvml(gpus=[FakeGpu(util_pct=0)]), Clock()).reason == "on_idle_ran"
 
 
@@ -170,9 +170,9 @@ def test_the_end_runner_watches_after_the_runs_end(tmp_path, monkeypatch):
 def test_a_live_client_is_attached_until_it_closes(tmp_path):
     run = ended_run(tmp_path)
     session = RunSession(run)
-    assert idle_watch.attached_clients([run]) == [f"{run.run_id} (pid {__import__('os').getpid()})"]
+    assert clients.attached_clients([run]) == [f"{run.run_id} (pid {__import__('os').getpid()})"]
     session.close()
-    assert idle_watch.attached_clients([run]) == []
+    assert clients.attached_clients([run]) == []
     recorded = RunSession(run, recorded=True)
-    assert idle_watch.attached_clients([run]) == []
+    assert clients.attached_clients([run]) == []
     recorded.close()

@@ -71,7 +71,7 @@ def test_a_full_fine_tune_holds_what_its_trainer_holds():
 
 
 def test_the_cross_entropy_choice_no_longer_claims_the_logits_are_never_built():
-    from cockpit.plan.speed_auto import _cross_entropy
+    from cockpit.speed.auto import _cross_entropy
 
     reason = _cross_entropy().reason
     assert "never materialised" not in reason and "tiles of 4096 tokens x 32768" in reason

@@ -18,6 +18,7 @@ from cockpit.fmt import GIB
 from cockpit.models import memory as est
 from cockpit.models import memory_report as estimate_report
 from cockpit.models import shape as modelshape
+from cockpit.models.sharding import choose_strategy
 from cockpit.preflight.checks import perf
 from cockpit.run import ranks as dist
 from cockpit.telemetry.nvml_state import read_nvml
@@ -101,12 +102,12 @@ def test_nvlink_multicast_stays_off_unless_the_user_says(monkeypatch):
 
 
 def test_strategy_ddp_for_adapters_fsdp_for_a_full_fine_tune_that_does_not_fit():
-    assert dist.choose_strategy("auto", "qlora", None, None).strategy == "ddp"
-    assert dist.choose_strategy("auto", "full", 30 * GIB, 80 * GIB).strategy == "ddp"
-    too_big = dist.choose_strategy("auto", "full", 141 * GIB, 80 * GIB)
+    assert choose_strategy("auto", "qlora", None, None).strategy == "ddp"
+    assert choose_strategy("auto", "full", 30 * GIB, 80 * GIB).strategy == "ddp"
+    too_big = choose_strategy("auto", "full", 141 * GIB, 80 * GIB)
     assert too_big.strategy == "fsdp" and "141.0 GiB" in too_big.reason and "80.0 GiB" in too_big.reason
-    assert dist.choose_strategy("auto", "full", None, 80 * GIB).strategy == "fsdp"  # unknown: shard
-    assert dist.choose_strategy("fsdp", "lora", 1, 80 * GIB).strategy == "fsdp"  # asked for: done
+    assert choose_strategy("auto", "full", None, 80 * GIB).strategy == "fsdp"  # unknown: shard
+    assert choose_strategy("fsdp", "lora", 1, 80 * GIB).strategy == "fsdp"  # asked for: done
 
 
 # ---------------------------------------------------------------- rank errors

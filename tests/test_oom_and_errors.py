@@ -7,7 +7,7 @@ import errno
 import pytest
 
 from cockpit.config.schema import ConfigError
-from cockpit.oom.messages import parse_oom_message
+from cockpit.run.oom_messages import parse_oom_message
 from train_backend.errors import DataError, ModelLoadError, classify
 
 NEW = (

@@ -9,8 +9,8 @@ import signal
 
 import pytest
 
-from cockpit.oom.messages import cgroup_memory, parse_oom_message, silent_oom
 from cockpit.protocol.wire import encode
+from cockpit.run.oom_messages import cgroup_memory, parse_oom_message, silent_oom
 from cockpit.run.rundir import RunDir
 from cockpit.run.status import record_exit
 from train_backend.data import length_stats

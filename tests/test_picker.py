@@ -16,8 +16,8 @@ import yaml
 from support.pilot import screen_text as rendered_text
 
 from cockpit.config import load as config_load
+from cockpit.gpus.catalog import load_catalog
 from cockpit.models import shape as modelshape
-from cockpit.plan.catalog import load_catalog
 from screens.picker.app import PickerApp
 from screens.picker.inputs import default_path
 from screens.picker.save import SaveConfig

@@ -9,7 +9,7 @@ import yaml
 from test_picker import make_app, notices, screen_text, table_of
 
 from cockpit.config import load as config_load
-from cockpit.plan.catalog import load_catalog
+from cockpit.gpus.catalog import load_catalog
 from screens.picker.inputs import default_path
 from screens.picker.save import SaveConfig
 from widgets.card_table import CardTableView

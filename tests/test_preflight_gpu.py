@@ -14,6 +14,7 @@ from preflight_fakes import probe_as_h200s
 from support.nvml_fake import FakeGpu, FakeNvml
 
 from cockpit.fmt import GIB
+from cockpit.gpus.catalog import find_card
 from cockpit.preflight.checks import gpu as cg
 from cockpit.preflight.checks import gpu_probe as gp
 from cockpit.preflight.checks import perf
@@ -171,10 +172,10 @@ def test_pcie_idle_downclock_is_not_a_fault_but_under_load_is():
 
 
 def test_card_lookup_and_unknown_card():
-    assert nvml_state.find_card("NVIDIA GeForce RTX 4090").id == "rtx-4090"
-    assert nvml_state.find_card("NVIDIA H100 PCIe").id == "h100-pcie"
-    assert nvml_state.find_card("NVIDIA A100-SXM4-80GB").id == "a100-80gb-sxm"
-    assert nvml_state.find_card("NVIDIA H100 NVL") is None and nvml_state.find_card("Tesla T4") is None
+    assert find_card("NVIDIA GeForce RTX 4090").id == "rtx-4090"
+    assert find_card("NVIDIA H100 PCIe").id == "h100-pcie"
+    assert find_card("NVIDIA A100-SXM4-80GB").id == "a100-80gb-sxm"
+    assert find_card("NVIDIA H100 NVL") is None and find_card("Tesla T4") is None
     answer = {"matmul": [{"device": 0, "tflops": 60.0, "n": 4096, "dtype": "float16"}]}
     assert perf.check_matmul(answer, state([FakeGpu(name="Tesla T4")]))[0].status == "skip"
     assert perf.check_matmul({}, state())[0].status == "skip"
@@ -277,7 +278,7 @@ def test_host_launch_judged_against_the_speed_models_reference_host(monkeypatch)
     """performance.host_launch: the host probe's figure over the host the speed model was fitted on;
     a host more than HOST_SLOW_SCALE slower warns (host-bound runs go that much slower than the
     picker says), a failed probe warns, no probe skips."""
-    from cockpit.models import speed
+    from cockpit.speed import model as speed
 
     monkeypatch.setattr(speed, "HOST_PROBE_REFERENCE_MS", 4.0)
     ok = perf.check_host_launch({"host_launch": {"ms": 4.4}})

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import math
 
-from cockpit.live.state import RunState
 from cockpit.protocol.wire import PROTOCOL_VERSION, Fault, LineDecoder, decode_line, encode, number
 from cockpit.run.journal import EventFollower
+from cockpit.run.state import RunState
 
 
 def kinds(items) -> list[str]:

@@ -1,5 +1,5 @@
 """quantization.unpack_scales: a double-quantised 4-bit model's scales unpacked once into fp32
-(train_backend/quant_scales.py) give the same weights and the same training numbers bit for bit;
+(train_backend/speed/quant_scales.py) give the same weights and the same training numbers bit for bit;
 the memory model counts what they add; speed: auto takes them only where the split's peak has
 room; the OOM wizard counts them in what ran and offers them back."""
 
@@ -14,6 +14,7 @@ from test_speed_auto import LLAMA7, RAGGED, choice, gpu, qlora
 
 from cockpit.config.load import config_from_dotted
 from cockpit.fmt import GIB
+from cockpit.gpus.catalog import load_catalog
 from cockpit.models.memory import (
     NF4_CONSTANTS_PER_PARAM,
     estimate_memory,
@@ -23,10 +24,9 @@ from cockpit.models.memory import (
 from cockpit.models.shape import load_shape
 from cockpit.oom.relaunch import as_run
 from cockpit.oom.remedies import analyse
-from cockpit.plan import speed_auto
-from cockpit.plan.catalog import load_catalog
-from train_backend import fused_lora, quant_scales
-from train_backend.speed_setup import apply_quant_scales
+from cockpit.speed import auto as speed_auto
+from train_backend.speed import fused_lora, quant_scales
+from train_backend.speed.setup import apply_quant_scales
 
 
 def four_bit(n_out=256, n_in=256, double=True):

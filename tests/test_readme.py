@@ -261,7 +261,7 @@ def test_the_estimators_figures_are_docs_estimator():
     assert float(median.rstrip("%")) <= 10 and float(worst) <= 25  # "goals 10% and 25%: met"
     assert "(goals 10% and 25%: met;" in FLAT
     # the shipped coefficients are that fit's first line, as docs/estimator.md prints it
-    from cockpit.models import speed
+    from cockpit.speed import model as speed
 
     first = (RESULTS / "2026-12-04-fit-speed-loo-final.txt").read_text().splitlines()[0]
     for name, value in re.findall(r"(\w+) = ([0-9.e+-]+)", first):

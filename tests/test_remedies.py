@@ -10,11 +10,11 @@ from fixtures_oom import ARTICLE_13B, DATA, H200, oom_event
 
 from cockpit.config.load import config_from_dotted
 from cockpit.fmt import GIB
+from cockpit.gpus.catalog import load_catalog
 from cockpit.models.memory import SAFETY_MARGIN, estimate_memory
 from cockpit.models.shape import load_shape
 from cockpit.oom.remedies import analyse, rank_key
 from cockpit.oom.remedy_options import FRAGMENTED_MIN_BYTES
-from cockpit.plan.catalog import load_catalog
 
 
 @pytest.fixture(scope="module")

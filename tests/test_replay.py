@@ -259,7 +259,7 @@ def test_cockpit_replay_no_ui_prints_the_recorded_lines(tmp_path, capsys):
 
 def test_the_no_ui_checkpoint_line_gives_its_size_as_the_checkpoints_box_does(tmp_path, capsys):
     """13,542,335 bytes: the run screen's checkpoints box says 12.9 MiB, and so do the lines."""
-    from cockpit.live.state import RunState
+    from cockpit.run.state import RunState
     from screens.run.figures import checkpoint_rows
 
     run = demo_run(tmp_path)

@@ -10,8 +10,8 @@ from support.pilot import EVENTS, FIXTURE, events_until_step
 from cockpit.live.headless import describe
 from cockpit.live.replay import ReplaySession
 from cockpit.live.session import RunSession
-from cockpit.live.state import RunState
 from cockpit.run.rundir import RunDir
+from cockpit.run.state import RunState
 from screens.run.figures import phase_text, stat_rows
 from widgets.progress import progress_label
 
@@ -124,7 +124,7 @@ async def test_the_learning_rate_line_is_legible_in_colour_and_with_no_color(tmp
 
 
 def test_a_cuda_device_row_is_its_name_and_fits_the_run_panel_at_80_columns():
-    from cockpit.live.state import RunState
+    from cockpit.run.state import RunState
     from screens.run.figures import stat_rows
 
     state = RunState(run_id="r")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.models import speed
+from cockpit.gpus.catalog import load_catalog
 from cockpit.models.memory import EstimateError, Workload
 from cockpit.models.shape import load_shape
-from cockpit.plan.catalog import load_catalog
+from cockpit.speed import model as speed
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = sorted((ROOT / "bench" / "results").glob("*speed-sweep*.jsonl"))

@@ -14,7 +14,7 @@ from cockpit.fmt import GIB
 from cockpit.live.event_text import describe
 from cockpit.models.memory import SAFETY_MARGIN, Workload, estimate_memory, workload_from_config
 from cockpit.models.shape import load_shape
-from cockpit.plan import speed_auto
+from cockpit.speed import auto as speed_auto
 
 LLAMA7 = load_shape("synthetic:llama-2-7b")
 H200, _ = speed_auto.card_for("NVIDIA H200", int(139.8 * GIB))
@@ -57,7 +57,7 @@ def test_fixed_length_data_is_not_packed_and_the_micro_batch_grows_inside_the_bu
     assert 16 <= t.micro_batch_size * t.gradient_accumulation_steps < 16 + t.gradient_accumulation_steps
     assert plan.predicted_peak_bytes <= 22 * GIB * (1 - SAFETY_MARGIN)
     seed_like = Workload(shape=LLAMA7, micro_batch=4, grad_accum=4, gradient_checkpointing=True)
-    from cockpit.models.speed import estimate_speed
+    from cockpit.speed.model import estimate_speed
 
     assert plan.predicted_tokens_per_s > 1.5 * estimate_speed(seed_like, H200).tokens_per_s
     # the fewest checkpointed layers: one step fewer and the same micro-batch would not fit
@@ -208,10 +208,10 @@ def test_the_plan_is_an_event_the_headless_view_prints():
 
 
 def test_the_plan_carries_the_hosts_probe_and_scales_its_prediction_by_it():
-    """The trainer's host probe (train_backend/host_speed.py) reaches the plan as the card's
+    """The trainer's host probe (train_backend/speed/host_probe.py) reaches the plan as the card's
     host_scale: the event says both, the headless view prints them, and a slower host predicts a
     slower host-bound run."""
-    from cockpit.models import speed
+    from cockpit.speed import model as speed
 
     slow_card = replace(H200, host_scale=speed.host_scale_for(2 * speed.HOST_PROBE_REFERENCE_MS))
     small = {"training.micro_batch_size": 1, "training.gradient_accumulation_steps": 1}
@@ -268,7 +268,7 @@ def test_the_benchmark_smoke_run_writes_its_table(tmp_path, env):
 
 
 def test_rows_are_padded_to_a_multiple_of_16_on_a_gpu_only():
-    from train_backend.speed_setup import sft_kwargs
+    from train_backend.speed.setup import sft_kwargs
 
     plan = speed_auto.plan(qlora(), gpu(22), RAGGED, LLAMA7)
     assert plan.pad_multiple == speed_auto.PAD_MULTIPLE == 16
@@ -332,7 +332,7 @@ def test_checkpoint_offload_in_the_config_is_kept_either_way():
 
 
 def test_the_lora_layers_are_fused_where_they_can_be_and_the_plan_says_why():
-    from cockpit.models import speed
+    from cockpit.speed import model as speed
 
     plan = speed_auto.plan(qlora(), gpu(22), RAGGED, LLAMA7)
     fused = choice(plan, "LoRA layers")

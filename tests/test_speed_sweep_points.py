@@ -77,7 +77,7 @@ def test_a_probed_new_point_is_predicted_at_its_own_hosts_speed(tmp_path, capsys
 
     import speed_new_points
 
-    from cockpit.models import speed
+    from cockpit.speed import model as speed
 
     point = _qlora_7b_point("n-slow", micro_batch=1, tokens_per_s=1000)
     probed = dict(point, name="n-probed", host_probe_ms=2 * speed.HOST_PROBE_REFERENCE_MS)

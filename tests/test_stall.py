@@ -7,10 +7,10 @@ import io
 
 from support.pilot import EVENTS, event, events_until_step, running, screen_text, scripted, shown, wait_for
 
-from cockpit.finish import idle
 from cockpit.live import headless
 from cockpit.live.stall import STALL_FLOOR_S, StallNotices, find_stall
-from cockpit.live.state import RunState
+from cockpit.money import idle
+from cockpit.run.state import RunState
 from screens.run.app import CockpitApp
 
 

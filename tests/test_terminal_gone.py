@@ -28,7 +28,7 @@ import psutil
 import pytest
 from conftest import FIXTURES, ROOT
 
-from cockpit.cli.exit_codes import EXIT_DETACHED
+from cockpit.run.exit_codes import EXIT_DETACHED
 from cockpit.run.process import boot_id
 from screens.hangup import GRACE_S
 

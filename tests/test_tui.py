@@ -46,12 +46,12 @@ import screens.run.app
 import screens.run.view
 from cockpit.fmt import GIB
 from cockpit.live.replay import ReplaySession
-from cockpit.live.state import RunState
 from cockpit.live.watch import LiveWatch
 from cockpit.protocol.wire import Fault
 from cockpit.run import process
 from cockpit.run.control import NotRunning
 from cockpit.run.rundir import RunDir
+from cockpit.run.state import RunState
 from cockpit.telemetry.sampler import Sampler
 from screens.confirm import Confirm
 from screens.run.app import CockpitApp

@@ -32,13 +32,13 @@ from support.pilot import (
 )
 
 from cockpit.doctor.window import Finding
+from cockpit.gpus.catalog import find_card
 from cockpit.live.replay import ReplaySession
 from cockpit.live.session import RunSession
-from cockpit.live.state import RunState
-from cockpit.models import flops
 from cockpit.models.shape import load_shape
 from cockpit.run.rundir import RunDir
-from cockpit.telemetry.nvml_state import find_card
+from cockpit.run.state import RunState
+from cockpit.speed import flops
 from screens.run.app import CockpitApp
 from screens.run.figures import tokens_text
 

@@ -11,8 +11,8 @@ from support.nvml_fake import FakeGpu, FakeNvml
 
 from cockpit.doctor.window import Finding
 from cockpit.live.headless import _print_changes, _render
-from cockpit.live.state import RunState
 from cockpit.live.watch import JUDGE_EVERY_S, LiveWatch, gpu_status
+from cockpit.run.state import RunState
 from cockpit.telemetry.sampler import Sampler
 
 

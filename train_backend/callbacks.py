@@ -10,7 +10,7 @@ import time
 
 from cockpit import fmt
 from cockpit.config.schema import TrainConfig
-from cockpit.finish.budget import Budget
+from cockpit.money.budget import Budget
 from cockpit.protocol.wire import Fault
 from train_backend import oom_watch
 from train_backend.channel import Emitter

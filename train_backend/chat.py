@@ -3,7 +3,7 @@ device, answering conversations token by token over the JSON-lines channel.
 
     python -m train_backend.chat RUN_DIR --target PATH --kind adapter|model --style STYLE [--prefix P]
 
-Started by `cockpit.finish.chat_client`; the UI process never imports torch. Requests come one a line
+Started by `cockpit.results.chat_client`; the UI process never imports torch. Requests come one a line
 on stdin (`chat` with `messages` and `max_new_tokens`, or `quit`); the answers are `chat_ready` once
 loaded, then for each request `chat_token` pieces and one `chat_done` (docs/protocol.md). Library
 output goes to stderr (the client points it at the run's chat.log).

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cockpit.models.sharding import choose_strategy as choose_sharding
 from cockpit.run import ranks as plan
 from train_backend.callbacks import Controls
 from train_backend.channel import Emitter, take_stdout
@@ -186,7 +187,7 @@ def choose_strategy(world: World, cfg, model_path: str, card_bytes: int | None) 
     emulated = getattr(cfg, "emulate_vram_gib", None)
     if emulated and card_bytes:
         card_bytes = min(card_bytes, int(emulated * 2**30))
-    choice = plan.choose_strategy(cfg.distributed.strategy, cfg.method, replica, card_bytes)
+    choice = choose_sharding(cfg.distributed.strategy, cfg.method, replica, card_bytes)
     world.strategy, world.strategy_reason = choice.strategy, choice.reason
     if world.strategy == "fsdp" and world.backend == "gloo":  # accelerate shards on GPUs only
         world.strategy = "ddp"

@@ -6,7 +6,7 @@ paged (managed) optimizer states, NCCL buffers, kernels loaded by the first step
 above the emulated size on the real card and finish where a real card of that size runs out.
 `EmulatedCard` reads the process's own device memory from NVML (the figure nvidia-smi prints
 for the pid) after every micro-batch and at each step's begin, from the first step, and raises an
-out-of-memory error shaped like CUDA's (cockpit.oom.messages parses it) as soon as it passes the
+out-of-memory error shaped like CUDA's (cockpit.run.oom_messages parses it) as soon as it passes the
 emulated size: the OOM wizard then sees the case a real card would have shown it.
 """
 

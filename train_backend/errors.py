@@ -11,9 +11,9 @@ from pathlib import Path
 import yaml
 
 from cockpit.config.schema import ConfigError
-from cockpit.oom.messages import parse_oom_message
 from cockpit.run import disk_guard as checkpoint_space
 from cockpit.run import rundir
+from cockpit.run.oom_messages import parse_oom_message
 
 EXIT_CODES = {"other": 1, "config": 2, "data": 3, "model_load": 4, "oom": 5, "disk": 6, "gpu": 7}
 # CUDA errors that mean the device itself failed or went away, not the program

@@ -20,8 +20,8 @@ import time
 import traceback
 
 from cockpit.fmt import GIB
-from train_backend import host_speed
 from train_backend.channel import Emitter, take_stdout
+from train_backend.speed import host_probe as host_speed
 
 PACKAGES = ("torch", "transformers", "peft", "trl", "bitsandbytes", "datasets", "accelerate")
 

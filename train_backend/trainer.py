@@ -12,25 +12,26 @@ import time
 
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, TrainConfig
-from cockpit.finish import budget as budget_mod
+from cockpit.money import budget as budget_mod
 from cockpit.run import rundir
 from train_backend import data as data_mod
-from train_backend import emulated_card, generation, host_speed, oom_watch, step_meter
+from train_backend import emulated_card, generation, oom_watch, step_meter
 from train_backend import evaluation as eval_mod
 from train_backend import model as model_mod
-from train_backend import speed_setup as fast
 from train_backend.callbacks import Controls, make_callback, memory_fields
 from train_backend.channel import CommandListener, Emitter
 from train_backend.checkpoints import clean_unfinished, fsync_tree, make_trainer_class
 from train_backend.distributed import RankControls, World, choose_strategy, local_first
 from train_backend.errors import classify, format_traceback
 from train_backend.rundir_watch import RunDirectoryGone, RunDirWatch
+from train_backend.speed import host_probe as host_speed
+from train_backend.speed import setup as fast
 
 
 def build_sft_config(
     cfg: TrainConfig, run: rundir.RunDir, precision: str, device_kind: str, extra: dict | None = None
 ):
-    """`extra`: arguments the speed plan adds or replaces (train_backend.speed_setup.sft_kwargs)."""
+    """`extra`: arguments the speed plan adds or replaces (train_backend.speed.setup.sft_kwargs)."""
     from trl import SFTConfig
 
     t = cfg.training

@@ -10,18 +10,18 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from cockpit.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from cockpit.plain import output_width
 from cockpit.run import rundir
+from cockpit.run.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:  # the commands import what they use when they run: their parsers are built at
     # every start of the CLI (`cockpit train` included, whose process draws the live view)
-    from cockpit.finish import targets
-    from cockpit.finish.chat_client import ChatSession, Done
+    from cockpit.results import targets
+    from cockpit.results.chat_client import ChatSession, Done
 
 
 def cmd_samples(args) -> int:
-    from cockpit.finish import samples as samples_mod
+    from cockpit.results import samples as samples_mod
 
     run = rundir.find(args.run)
     state = samples_mod.read_state(run)
@@ -41,9 +41,9 @@ def cmd_samples(args) -> int:
 
 
 def cmd_chat(args) -> int:
-    from cockpit.finish import samples as samples_mod
-    from cockpit.finish import targets
-    from cockpit.finish.chat_client import ChatError, ChatSession, ready_line
+    from cockpit.results import samples as samples_mod
+    from cockpit.results import targets
+    from cockpit.results.chat_client import ChatError, ChatSession, ready_line
 
     run = rundir.find(args.run)
     state = samples_mod.read_state(run)
@@ -85,7 +85,7 @@ def _what(run: rundir.RunDir, target: targets.ChatTarget, state) -> str:
 
 
 def _answer(session: ChatSession, text: str) -> Done | None:
-    from cockpit.finish.chat_client import Token
+    from cockpit.results.chat_client import Token
 
     done = None
     for piece in session.ask(text):

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from cockpit import paths
 from cockpit.cli.args import build_parser
-from cockpit.cli.exit_codes import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.config import load as config_load
 from cockpit.config import schema as config
 from cockpit.config.secrets import ScrubbedOutput, secret_values
@@ -23,6 +22,7 @@ from cockpit.models import packaged
 from cockpit.plain import output_width, wrapped
 from cockpit.run import process, rundir
 from cockpit.run.control import NotRunning, send_command
+from cockpit.run.exit_codes import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.run.status import run_status
 
 DEMO_CONFIG = "demo.yaml"
@@ -231,7 +231,7 @@ def _show(run: rundir.RunDir, proc, args, recorded: bool = False, preflight_prob
     watch = None
     if not recorded:  # a live trainer: sample its GPUs and host now; the app stops the watch on exit
         pid = proc.pid if proc is not None else (run.read_trainer() or {}).get("pid")
-        from cockpit.finish.idle import settings_of
+        from cockpit.money.idle import settings_of
 
         watch = LiveWatch(pid, doctor=settings_of(run.config_path).doctor()).start()
     app = CockpitApp(session, watch=watch, preflight_problems=list(preflight_problems))
@@ -306,7 +306,7 @@ def cmd_restart(args) -> int:
         _check_against_model(cfg)
     except config.ConfigError as exc:
         raise config.ConfigError(f"{run.config_path}: {exc}") from None
-    from cockpit.finish.budget import already_spent
+    from cockpit.money.budget import already_spent
     from cockpit.run import journal
 
     if args.max_usd is not None:  # judged before it is written into the run's config
@@ -334,7 +334,7 @@ def cmd_restart(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    from cockpit.finish import runs_list
+    from cockpit.results import runs_list
 
     if args.rm or args.prune:
         return _free_disk(args)
@@ -366,7 +366,7 @@ def cmd_runs(args) -> int:
 
 def _free_disk(args) -> int:
     """`cockpit runs --rm RUN` / `--prune`: say what goes and what it frees, ask, delete."""
-    from cockpit.finish import runs_list
+    from cockpit.results import runs_list
 
     try:
         if args.rm:
@@ -458,11 +458,11 @@ def cmd_resume(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from cockpit.finish import export as exporter
+    from cockpit.results import export as exporter
 
     run = rundir.find(args.run)
     if args.push_to_hub:
-        from cockpit.finish.push import valid_repo_id
+        from cockpit.results.push import valid_repo_id
 
         if not valid_repo_id(args.push_to_hub):
             print(f"--push-to-hub: {args.push_to_hub!r} is not a repo id; give ORG/NAME", file=sys.stderr)
@@ -476,7 +476,7 @@ def cmd_export(args) -> int:
         return EXIT_FAILED
     print("\n".join(exporter.summary_lines(out, info)))
     if args.push_to_hub:
-        from cockpit.finish.push import push
+        from cockpit.results.push import push
 
         result = push(out, args.push_to_hub, private=not args.public)
         print(result.message, file=sys.stdout if result.ok else sys.stderr)

@@ -10,9 +10,9 @@ import sys
 
 from cockpit import fmt
 from cockpit.cli.args import dataset_text, workload_overrides
-from cockpit.cli.exit_codes import EXIT_USAGE
 from cockpit.config import load as config_load
 from cockpit.plain import output_width, wrapped
+from cockpit.run.exit_codes import EXIT_USAGE
 
 
 def load_workload(args):
@@ -103,9 +103,10 @@ def estimate_part_lines(parts, width: int) -> list[str]:
 
 
 def cmd_cards(args) -> int:
+    from cockpit.gpus import catalog
     from cockpit.models import memory as est
     from cockpit.models import shape as modelshape
-    from cockpit.plan import cards_inputs, catalog, table
+    from cockpit.plan import cards_inputs, table
     from cockpit.plan import multi_rows as cards_multi
     from cockpit.plan.cards_text import table_text
 
@@ -131,7 +132,8 @@ def cmd_cards(args) -> int:
 def cmd_pick(args) -> int:
     import datetime as dt
 
-    from cockpit.plan import cards_inputs, catalog
+    from cockpit.gpus import catalog
+    from cockpit.plan import cards_inputs
 
     cfg = config_load.load_config(args.config, workload_overrides(args))
     try:

@@ -28,7 +28,7 @@ OPTIMIZERS = (
 )
 SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr", "polynomial")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
-# the keys `speed: auto` chooses unless your config sets them (cockpit/plan/speed_auto.py)
+# the keys `speed: auto` chooses unless your config sets them (cockpit/speed/auto.py)
 SPEED_AUTO_KEYS = (
     "model.attn_implementation",
     "training.micro_batch_size",
@@ -275,14 +275,14 @@ class SpeedSection:
     backend: str = _f(
         "auto",
         "how LoRA's adapted linears run. auto and fused: each frozen linear and its adapter in one autograd "
-        "function (train_backend/fused_lora.py: the adapter added by the matmul, no copies), where the layer "
+        "function (the adapter added by the matmul, no copies), where the layer "
         "allows it; hf: peft's own layers as they are",
         choices=("auto", "fused", "hf"),
     )
     mlp_block: str = _f(
         "off",
         "fused: each SiLU MLP and its three LoRA adapters in one autograd function "
-        "(train_backend/fused_mlp.py), which recomputes down_proj's input in the backward instead of keeping "
+        "which recomputes down_proj's input in the backward instead of keeping "
         "it: 2-4 x intermediate_size bytes a token a layer less, given back to the split. Needs the fused "
         "LoRA layers and no LoRA dropout; checked on the CPU, not yet measured on a GPU, so speed: auto "
         "does not choose it",

@@ -1,7 +1,7 @@
-"""A run far below what its card can do: model FLOPs utilisation (cockpit.models.flops) under 20%.
+"""A run far below what its card can do: model FLOPs utilisation (cockpit.speed.flops) under 20%.
 
 Large bf16 matrix products reach ~57% of a card's dense peak (the speed model's EFF_MAX, fitted
-on H200 runs, cockpit/models/speed.py); a training step also runs norms, the loss, the optimizer
+on H200 runs, cockpit/speed/model.py); a training step also runs norms, the loss, the optimizer
 and, with QLoRA, dequantisation, so a well-fed run lands between the two. Under 20% most of the
 rented card is unused. The finding names the measured MFU and, where the cockpit has the
 evidence, the change it predicts would help most: speed: auto's split (speed model), a larger
@@ -15,7 +15,7 @@ from typing import Any
 from cockpit import fmt
 from cockpit.doctor.step_rules import auto_fitted
 from cockpit.doctor.window import Finding, Observation, Window, field, phrase
-from cockpit.models import flops
+from cockpit.speed import flops
 
 LOW_MFU = 0.20
 RECOMPUTE_SHARE = 1.15  # hardware FLOPs at least this many times model FLOPs: recomputation is worth naming

@@ -15,7 +15,7 @@ causes, told apart by those measurements, not by the CPU gauge alone:
   saturated: the host's per-step work (Python, un-fused kernels, logging) holds the GPU back.
 
 Each fix says what it is predicted to gain: from the measured wait, or from the speed model
-(cockpit/models/speed.py through the speed plan).
+(cockpit/speed/model.py through the speed plan).
 """
 
 from __future__ import annotations

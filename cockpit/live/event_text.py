@@ -4,8 +4,8 @@ TUI's event log say the same thing (log events are throttled by their callers)."
 from __future__ import annotations
 
 from cockpit import fmt
-from cockpit.live.state import notice_text
 from cockpit.protocol.wire import Fault
+from cockpit.run.state import notice_text
 
 
 def describe(item: dict | Fault) -> str | None:
@@ -106,7 +106,7 @@ def sample_line(item: dict) -> str:
 
 
 def flops_text(flops: dict) -> str:
-    """The speed plan's FLOPs per token and the peak MFU is measured against (cockpit.models.flops)."""
+    """The speed plan's FLOPs per token and the peak MFU is measured against (cockpit.speed.flops)."""
     model, hardware = flops.get("model_per_token") or 0, flops.get("hardware_per_token") or 0
     text = f"MFU counts {model / 1e9:.3g} GFLOP a real token (forward + backward"
     if hardware > model:

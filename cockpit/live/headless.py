@@ -17,16 +17,17 @@ from rich.table import Table
 from rich.text import Text
 
 from cockpit import fmt
-from cockpit.cli.exit_codes import EXIT_DETACHED, exit_code
 from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.doctor.window import Finding
-from cockpit.finish import idle, summary
 from cockpit.live.event_text import describe
 from cockpit.live.session import RunSession
 from cockpit.live.stall import StallNotices, find_stall
-from cockpit.live.state import RunState
 from cockpit.live.watch import LiveWatch, finding_line, gpu_status
+from cockpit.money import idle
 from cockpit.plain import wrapped
+from cockpit.results import summary
+from cockpit.run.exit_codes import EXIT_DETACHED, exit_code
+from cockpit.run.state import RunState
 
 POLL_S = 0.1
 REFRESH_PER_S = 2

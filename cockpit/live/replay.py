@@ -30,11 +30,11 @@ from collections.abc import Callable
 from cockpit import fmt
 from cockpit.doctor.engine import Doctor
 from cockpit.doctor.window import Finding
-from cockpit.live.state import RunState
 from cockpit.protocol.wire import Fault, number
 from cockpit.run.control import NotRunning
 from cockpit.run.journal import EventFollower
 from cockpit.run.rundir import RunDir
+from cockpit.run.state import RunState
 from cockpit.telemetry.gpu import GPU_LOST_TEXT, GpuSample
 from cockpit.telemetry.history import TELEMETRY_NAME, read_history
 from cockpit.telemetry.sampler import HostSample, Sample

@@ -9,13 +9,12 @@ from __future__ import annotations
 import subprocess
 import time
 
-from cockpit.finish import idle_watch
-from cockpit.live.state import RunState
 from cockpit.protocol.wire import Fault
-from cockpit.run import process
+from cockpit.run import clients, process
 from cockpit.run.control import send_command
 from cockpit.run.journal import EventFollower
 from cockpit.run.rundir import RunDir
+from cockpit.run.state import RunState
 from cockpit.run.status import record_exit
 
 
@@ -36,7 +35,7 @@ class RunSession:
         self._alive_checked = 0.0
         self._alive = True
         # a live client says it is attached, so the end runner's idle watch leaves the alarm to it
-        self._presence = None if recorded else idle_watch.attached(run)
+        self._presence = None if recorded else clients.attached(run)
         if self._presence is not None:
             self._presence.__enter__()
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from cockpit.live.state import RunState
 from cockpit.protocol.wire import Fault
 from cockpit.run.rundir import RunDir
+from cockpit.run.state import RunState
 
 MODES = ("live", "recorded", "playback")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cockpit import fmt
-from cockpit.live.state import RunState
+from cockpit.run.state import RunState
 
 STALL_FLOOR_S = 10.0  # never sooner: a checkpoint save or a slow step is no stall
 STALL_FACTOR = 3.0  # silent for this many times the usual gap between events

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from cockpit.doctor.engine import Doctor
 from cockpit.doctor.window import Finding
 from cockpit.fmt import GIB
-from cockpit.live.state import RunState
+from cockpit.run.state import RunState
 from cockpit.telemetry import spread as gpu_spread
 from cockpit.telemetry.sampler import BackgroundSampler, Sample, Sampler
 

@@ -222,7 +222,7 @@ def unpacked_scales_bytes(shape: ModelShape) -> int:
 
 def fused_mlp_fewer_bytes_per_token(shape: ModelShape, liger: bool) -> int:
     """Bytes per token one decoder block does not save with the fused MLP block
-    (train_backend/fused_mlp.py), in 16-bit activations: down_proj's input, and SiLU's output where
+    (train_backend/speed/fused_mlp.py), in 16-bit activations: down_proj's input, and SiLU's output where
     PyTorch's SiLU and multiply would keep it (Liger's SwiGLU does not). On the CPU, by saved-tensor
     hooks, a block saves exactly the PyTorch figure less (tests/test_fused_mlp.py). The estimate
     takes them out of the block's count before its fitted scales, so it credits less than this."""

@@ -37,9 +37,9 @@ def multi_gpu_options(
     w: Workload, vram_bytes: int, counts: tuple[int, ...] = (2, 4, 8)
 ) -> list[GpuCountOption]:
     """The card picker's 2x/4x/8x rows: for each GPU count, the strategy `distributed.strategy: auto`
-    runs (cockpit.run.ranks.choose_strategy: DDP when its per-GPU share fits the card) and the
+    runs (cockpit.models.sharding.choose_strategy: DDP when its per-GPU share fits the card) and the
     per-GPU estimate under it."""
-    from cockpit.run.ranks import choose_strategy
+    from cockpit.models.sharding import choose_strategy
 
     options = []
     for n in counts:

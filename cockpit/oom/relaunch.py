@@ -172,8 +172,8 @@ def as_run(state, plan: dict | None) -> tuple[dict[str, Any], list[str]]:
 def analyse_run(run: RunDir, state) -> Analysis:
     """The remedies for a run whose state ended in an OOM error: from its config with the settings
     it ran with, the model's shape and the GPU catalog (what cannot be read leaves a note)."""
+    from cockpit.gpus import catalog as catalog_mod
     from cockpit.models import shape as modelshape
-    from cockpit.plan import catalog as catalog_mod
 
     raw = yaml_text.safe_load(run.config_path.read_text(encoding="utf-8")) or {}
     pinned, notes = as_run(state, last_speed_plan(run))

@@ -9,7 +9,7 @@ for, than the model predicts), the shortfall is added to every prediction, so a 
 never judged against a figure the run has already exceeded. What the failure says and the card
 the run must fit are read in `cockpit.oom.remedy_inputs`.
 
-Speed is relative tokens/s from the speed model (`cockpit.models.speed`) on the card the run is on
+Speed is relative tokens/s from the speed model (`cockpit.speed.model`) on the card the run is on
 (or the reference H200 where that card is unknown). Ranking (`rank_key`): what fits first;
 then what keeps the results before what changes them; then the fastest.
 """
@@ -20,6 +20,8 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cockpit.gpus.card import Card
+from cockpit.gpus.catalog import Catalog
 from cockpit.models.memory import (
     GIB,
     SAFETY_MARGIN,
@@ -30,11 +32,9 @@ from cockpit.models.memory import (
     workload_from_config,
 )
 from cockpit.models.shape import ModelShape
-from cockpit.models.speed import CardSpeed, estimate_speed
 from cockpit.oom.remedy_inputs import Observation, Target, device_card, observe, target_card, verdict_of
 from cockpit.oom.remedy_options import Choice, Knob, knobs
-from cockpit.plan.card import Card
-from cockpit.plan.catalog import Catalog
+from cockpit.speed.model import CardSpeed, estimate_speed
 
 VERDICT_ORDER = {"fits": 0, "tight": 1, "no": 2, "unknown": 3}
 MAX_COMBINATIONS_SHOWN = 3

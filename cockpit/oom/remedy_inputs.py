@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cockpit.fmt import GIB
+from cockpit.gpus.card import Card
+from cockpit.gpus.catalog import Catalog
 from cockpit.models.memory import CUDA_CONTEXT_BYTES, SAFETY_MARGIN
-from cockpit.plan.card import Card
-from cockpit.plan.catalog import Catalog
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 A choice says which config keys it sets, which memory-model inputs it changes, its effect on
 the results (ranked: 0 none, 1 near-identical, 2 quality, 3 truncation, 4 adapter capacity),
 whether the relaunch can resume from the last checkpoint, and why it changes the speed (the
-speed model, `cockpit.models.speed`, gives the figure). Pure Python; `cockpit.oom.remedies` predicts,
+speed model, `cockpit.speed.model`, gives the figure). Pure Python; `cockpit.oom.remedies` predicts,
 combines and ranks them.
 """
 

@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from datetime import date
 
 from cockpit import fmt
+from cockpit.gpus.card import Card, price_label
 from cockpit.models.memory import (
     GIB,
     SAFETY_MARGIN,
     Workload,
 )
-from cockpit.models.speed import SpeedEstimate, estimate_run, estimate_speed, speed_inputs
-from cockpit.plan.card import Card, price_label
 from cockpit.plan.cards_inputs import RunSize
 from cockpit.plan.fits import CardFit, Change
+from cockpit.speed.model import SpeedEstimate, estimate_run, estimate_speed, speed_inputs
 
 # ---------------------------------------------------------------- rows
 

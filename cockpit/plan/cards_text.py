@@ -11,12 +11,12 @@ from datetime import date
 
 from cockpit import fmt
 from cockpit.fmt import GIB
+from cockpit.gpus.card import price_age_days
 from cockpit.models.memory import SAFETY_MARGIN
-from cockpit.models.speed import CALIBRATED_ON
 from cockpit.plain import wrapped
-from cockpit.plan.card import price_age_days
 from cockpit.plan.cards import CardRow
 from cockpit.plan.table import CardTable
+from cockpit.speed.model import CALIBRATED_ON
 
 MULTI_NOTE = (
     "rows xN: N GPUs of the card above, run as distributed.strategy auto would (DDP or FSDP); peak and "

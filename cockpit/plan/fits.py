@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from cockpit.fmt import GIB
+from cockpit.gpus.card import Card
 from cockpit.models.memory import Workload, estimate_memory, verdict
-from cockpit.plan.card import Card
 
 PAGED_8BIT = "paged_adamw_8bit"
 

@@ -5,7 +5,7 @@ For each count, the strategy is what `distributed.strategy: auto` runs on that c
 (`cockpit.models.memory_report.multi_gpu_options`: DDP for LoRA/QLoRA, and for a full fine-tune whose replica
 fits one card; FSDP otherwise). The fit (and the single change that makes a run fit) is per GPU,
 by the memory model's per-GPU parts; tokens/s are all GPUs together, from the communication model
-(`cockpit.models.speed_multi`, not calibrated on a measured multi-GPU run: marked so); the cost is
+(`cockpit.speed.multi_gpu`, not calibrated on a measured multi-GPU run: marked so); the cost is
 the GPUs x the price per GPU-hour x the time.
 """
 
@@ -15,13 +15,13 @@ import re
 from dataclasses import replace
 from datetime import date
 
+from cockpit.gpus.card import Card, price_label
 from cockpit.models.memory import Workload
 from cockpit.models.memory_report import multi_gpu_options
-from cockpit.models.speed_multi import estimate_multi_speed, multi_speed_inputs
-from cockpit.plan.card import Card, price_label
 from cockpit.plan.cards import CardRow, RunFigures, figures_of, within
 from cockpit.plan.cards_inputs import CardsError, RunSize
 from cockpit.plan.fits import card_vram_bytes, fit_card
+from cockpit.speed.multi_gpu import estimate_multi_speed, multi_speed_inputs
 
 MULTI_COUNTS = (1, 2, 4, 8)  # what the picker's toggle and `cockpit cards --gpus multi` show
 MAX_GPUS = 64  # one job's GPUs in this table: several machines are more than a card choice

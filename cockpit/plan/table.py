@@ -16,16 +16,16 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 
 from cockpit import fmt
+from cockpit.gpus.card import price_label
+from cockpit.gpus.catalog import Catalog
 from cockpit.models.memory import SAFETY_MARGIN, MemoryEstimate, Workload, estimate_memory
 from cockpit.models.memory_report import to_dict as estimate_dict
 from cockpit.models.memory_report import workload_inputs
-from cockpit.models.speed import CALIBRATED_ON
-from cockpit.plan.card import price_label
 from cockpit.plan.cards import CardRow, figures_for, within
 from cockpit.plan.cards_inputs import RunSize, check_budget
-from cockpit.plan.catalog import Catalog
 from cockpit.plan.fits import fit_card
 from cockpit.plan.multi_rows import check_gpu_counts, multi_row
+from cockpit.speed.model import CALIBRATED_ON
 
 TIE_SHARE = 0.005  # cards this close to the fastest tie (the model is not closer than that)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cockpit.config.schema import TrainConfig
+from cockpit.gpus.catalog import find_card
 from cockpit.telemetry import nvml_state
 
 NVML_WAIT_S = 0.8
@@ -48,7 +49,7 @@ def _capability(gpu: dict) -> tuple[int, int] | None:
     cap = gpu.get("cuda_capability")
     if isinstance(cap, (tuple, list)) and len(cap) == 2:
         return int(cap[0]), int(cap[1])
-    card = nvml_state.find_card(gpu.get("name"))
+    card = find_card(gpu.get("name"))
     if card is not None and card.compute_capability:
         major, _, minor = str(card.compute_capability).partition(".")
         return int(major), int(minor or 0)

@@ -98,13 +98,13 @@ class SpeedPlanEvent(TypedDict, total=False):
     lora_backend: Annotated[
         str,
         Meaning(
-            "fused: each adapted linear in one autograd function (train_backend/fused_lora.py); hf: peft's"
+            "fused: each adapted linear in one autograd function (train_backend.speed.fused_lora); hf: peft's"
         ),
     ]
     mlp_block: Annotated[
         str,
         Meaning(
-            "fused: each SiLU MLP and its adapters in one autograd function (train_backend/fused_mlp.py)"
+            "fused: each SiLU MLP and its adapters in one autograd function (train_backend.speed.fused_mlp)"
         ),
     ]
     unpack_scales: Annotated[
@@ -136,7 +136,7 @@ class SpeedPlanEvent(TypedDict, total=False):
     flops: Annotated[
         dict | None,
         Meaning(
-            "for MFU (cockpit.models.flops): `model_per_token` (forward + backward, frozen weights without "
+            "for MFU (cockpit.speed.flops): `model_per_token` (forward + backward, frozen weights without "
             "their weight gradient), `hardware_per_token` (+ the recomputed forward), `attention_context` "
             "(mean causal positions per token, within its sample), `checkpoint_layers`, `peak_flops` (the "
             "card's dense bf16 peak from the catalog, null when unknown) and `peak_source`"
@@ -146,7 +146,7 @@ class SpeedPlanEvent(TypedDict, total=False):
         float | None,
         Meaning(
             "on a GPU, the host's ms per iteration of a fixed host-bound forward and backward "
-            "(train_backend/host_speed.py); null without one"
+            "(train_backend/speed/host_probe.py); null without one"
         ),
     ]
     host_scale: Annotated[
@@ -337,7 +337,7 @@ class BudgetEvent(TypedDict, total=False):
 
 
 class EndCommandEvent(TypedDict, total=False):
-    """Written by the end runner (cockpit.finish.end_runner) around cost.on_end, after the run's end."""
+    """Written by the end runner (cockpit.money.end_runner) around cost.on_end, after the run's end."""
 
     state: Annotated[str, Meaning("started, then finished or failed")]
     command: Annotated[str, Meaning("the shell command (cost.on_end)")]
@@ -417,7 +417,7 @@ class ExportCheckEvent(TypedDict, total=False):
     ]
     relative: Annotated[float, Meaning("rms_diff / ref_rms")]
     tolerance: Annotated[
-        float, Meaning("the largest relative difference that passes (cockpit/finish/check.py)")
+        float, Meaning("the largest relative difference that passes (cockpit/results/merge_check.py)")
     ]
     top1_agree: Annotated[float, Meaning("fraction of positions with the same most likely token")]
     passed: Annotated[bool, Meaning("relative <= tolerance and rms_diff below the adapter's effect")]

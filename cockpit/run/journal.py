@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from cockpit.protocol.wire import LineDecoder, encode
 
 if TYPE_CHECKING:
-    from cockpit.live.state import RunState
+    from cockpit.run.state import RunState
 
 
 def open_for_trainer(path: Path) -> int:
@@ -104,7 +104,7 @@ def read_all(path: Path) -> list:
 
 def fold(path: Path, state: RunState | None = None) -> RunState:
     """The run's state from its whole history."""
-    from cockpit.live.state import RunState
+    from cockpit.run.state import RunState
 
     state = state if state is not None else RunState()
     for item in read_all(path):

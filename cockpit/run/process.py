@@ -19,9 +19,9 @@ from pathlib import Path
 
 import psutil
 
-from cockpit.oom.messages import cgroup_memory
 from cockpit.run import control, journal, pids
 from cockpit.run import ranks as distributed
+from cockpit.run.oom_messages import cgroup_memory
 from cockpit.run.rundir import EVENTS_NAME, RunDir
 
 STOP_GRACE_S = 60.0  # a checkpoint of a 7B QLoRA adapter takes seconds; of a full model, longer
@@ -89,10 +89,10 @@ def launch(run: RunDir, extra_env: dict[str, str] | None = None) -> subprocess.P
 
 
 def _start_end_runner(run: RunDir, trainer_pid: int) -> None:
-    """cost.on_end: the process that runs it once this trainer's run has ended (cockpit.finish)."""
+    """cost.on_end: the process that runs it once this trainer's run has ended (cockpit.money.end_runner)."""
     from cockpit.config.load import load_config
     from cockpit.config.schema import ConfigError
-    from cockpit.finish import end_launch
+    from cockpit.run import end_launch
 
     try:
         cfg = load_config(run.config_path)

@@ -19,11 +19,8 @@ import json
 import os
 import signal
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-STRATEGIES = ("ddp", "fsdp")
-DDP_MARGIN = 0.05  # what a DDP replica must leave free on the card (the estimate's own error)
 LAUNCHER_MODULE = "train_backend.launcher"
 # NVLink SHARP (multicast) stays off unless the user turns it on: on shared hosts a program
 # using it can take every GPU of the host out of service (see docs/multi_gpu.md)
@@ -132,39 +129,6 @@ def launch_env(cfg, environ: dict[str, str] | None = None) -> dict[str, str]:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         env["OMP_NUM_THREADS"] = str(max(1, cores // max(1, cfg.gpus)))
     return env
-
-
-# ---------------------------------------------------------------- strategy
-
-
-@dataclass(frozen=True)
-class StrategyChoice:
-    strategy: str  # ddp | fsdp
-    reason: str
-
-
-def choose_strategy(
-    requested: str, method: str, ddp_bytes: int | None, card_bytes: int | None
-) -> StrategyChoice:
-    """DDP for LoRA/QLoRA; for a full fine-tune DDP only when its per-GPU memory fits one card.
-
-    `ddp_bytes`: the memory model's per-GPU peak under DDP (a whole replica, its gradient buckets
-    and NCCL's buffers; None: unknown shape); `card_bytes`: what one card offers (None: unknown).
-    Unknowns make auto shard a full fine-tune, the choice that fits more.
-    """
-    if requested in STRATEGIES:
-        return StrategyChoice(requested, f"distributed.strategy: {requested}")
-    if method in ("lora", "qlora"):
-        return StrategyChoice(
-            "ddp", f"{method}: the frozen base and the adapter fit one card; ddp copies them"
-        )
-    if ddp_bytes is None or card_bytes is None:
-        return StrategyChoice("fsdp", "full fine-tune, replica size unknown: sharded to be safe")
-    need = f"full fine-tune: a DDP replica needs ~{ddp_bytes / 2**30:.1f} GiB per GPU, one card has "
-    need += f"{card_bytes / 2**30:.1f} GiB"
-    if ddp_bytes <= card_bytes * (1 - DDP_MARGIN):
-        return StrategyChoice("ddp", need)
-    return StrategyChoice("fsdp", need + "; sharded over the GPUs")
 
 
 # ---------------------------------------------------------------- ranks

@@ -7,9 +7,9 @@ import signal
 import sys
 from dataclasses import dataclass
 
-from cockpit.oom.messages import silent_oom
 from cockpit.protocol.wire import LineDecoder, encode
 from cockpit.run import journal, process
+from cockpit.run.oom_messages import silent_oom
 from cockpit.run.rundir import RunDir
 
 

@@ -1,11 +1,10 @@
 """NVML as plain data for the GPU checks: `read_nvml(source)` turns an `NvmlSource` (real or `FakeNvml`)
 plus the few system/ECC fields outside `NVML_FIELDS` (`extras`) into an `NvmlState`; `sample_load()`
-reads what changes under load. Also the catalog card an NVML name denotes (`find_card`).
+reads what changes under load.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,15 +12,6 @@ from cockpit.telemetry.nvml import NVML_NOT_SUPPORTED, nvml_code
 
 # achievable host->device copy over PCIe x16, GB/s, by generation (practical, not the line rate)
 PCIE_X16_PRACTICAL_GBS = {3: 12.0, 4: 25.0, 5: 50.0, 6: 100.0}
-# NVML name -> catalog id, first match wins (the NVL variants are not in the catalog)
-CARD_PATTERNS = (
-    (r"h200 nvl|h100 nvl", None), (r"h200", "h200-sxm"), (r"h100.*pcie", "h100-pcie"), (r"h100", "h100-sxm"),
-    (r"a100.*sxm.*80|a100.*80.*sxm", "a100-80gb-sxm"), (r"a100.*sxm", "a100-40gb-sxm"),
-    (r"a100.*80gb", "a100-80gb-pcie"), (r"a100", "a100-40gb-pcie"), (r"b200", "b200"),
-    (r"a10g", "a10g"), (r"\ba10\b", "a10"), (r"l40s", "l40s"), (r"\bl4\b", "l4"),
-    (r"rtx 6000 ada", "rtx-6000-ada"), (r"rtx a6000", "rtx-a6000"), (r"rtx 3090", "rtx-3090"),
-    (r"rtx 4090", "rtx-4090"), (r"rtx 5090", "rtx-5090"),
-)  # fmt: skip
 
 
 @dataclass
@@ -142,17 +132,3 @@ def _pynvml_extras(count: int) -> dict:
             }
         )
     return extras
-
-
-def find_card(nvml_name: str | None, catalog=None):
-    """The catalog card an NVML name denotes ("NVIDIA H200" -> h200-sxm), else None."""
-    from cockpit.plan.catalog import load_catalog
-
-    name = (nvml_name or "").lower()
-    for pattern, card_id in CARD_PATTERNS:
-        if re.search(pattern, name):
-            if card_id is None:
-                return None
-            catalog = catalog or load_catalog()
-            return next((c for c in catalog.cards if c.id == card_id), None)
-    return None

@@ -1,6 +1,6 @@
 """The chat screen: a conversation with a run's model, its answer streamed as the backend writes it.
 
-The session (`cockpit.finish.chat_client.ChatSession`, or a test double with the same `start`,
+The session (`cockpit.results.chat_client.ChatSession`, or a test double with the same `start`,
 `ask`, `reset` and `close`) is handed in. A worker thread loads the model and reads each answer;
 it posts messages, and only their handlers touch the widgets.
 """
@@ -17,7 +17,7 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Input, Static
 
-from cockpit.finish.chat_client import ChatError, Done, Token, ready_line
+from cockpit.results.chat_client import ChatError, Done, Token, ready_line
 from screens.hangup import leave_when_terminal_goes
 from widgets.footer import Footer
 

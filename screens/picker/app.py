@@ -13,8 +13,8 @@ from pathlib import Path
 from textual.app import App
 
 from cockpit.config import schema as config_mod
+from cockpit.gpus.catalog import Catalog
 from cockpit.models import shape as modelshape
-from cockpit.plan.catalog import Catalog
 from screens.hangup import leave_when_terminal_goes
 from screens.picker.inputs import Base, initial_fields
 from screens.picker.picker import PickerScreen

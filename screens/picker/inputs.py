@@ -24,12 +24,12 @@ from cockpit.config import load as config_load
 from cockpit.config import schema as config_mod
 from cockpit.config.model_fit import context_warning
 from cockpit.fmt import GIB
+from cockpit.gpus.catalog import Catalog
 from cockpit.models import shape as modelshape
 from cockpit.models import shipped as shapes
 from cockpit.models.memory import EstimateError, workload_from_config
 from cockpit.plan.cards import CardRow
 from cockpit.plan.cards_inputs import CardsError, parse_dataset
-from cockpit.plan.catalog import Catalog
 from cockpit.plan.table import CardTable, card_table
 
 # field id -> the config key it sets

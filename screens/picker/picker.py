@@ -26,14 +26,14 @@ from textual.worker import Worker, WorkerState
 from cockpit import fmt
 from cockpit.config import schema as config_mod
 from cockpit.fmt import GIB
+from cockpit.gpus.card import age_words, price_age_days
 from cockpit.models import shape as modelshape
 from cockpit.models import shipped as shapes
 from cockpit.models.memory import estimate_memory
-from cockpit.models.speed import speed_inputs
-from cockpit.plan.card import age_words, price_age_days
 from cockpit.plan.cards import CardRow
 from cockpit.plan.cards_text import CHEAPEST_MARK, FASTEST_MARK, tie_words
 from cockpit.plan.multi_rows import MULTI_COUNTS, row_workload
+from cockpit.speed.model import speed_inputs
 from screens.picker.inputs import (
     FORM,
     Evaluation,

@@ -36,9 +36,9 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.worker import get_current_worker
 
-from cockpit.cli.exit_codes import EXIT_DETACHED, exit_code
-from cockpit.finish import summary
 from cockpit.live.sources import RunSource, Watch
+from cockpit.results import summary
+from cockpit.run.exit_codes import EXIT_DETACHED, exit_code
 from cockpit.telemetry.history import TELEMETRY_NAME, read_history
 from screens.hangup import TerminalWatch, leave_when_terminal_goes
 from screens.run.telemetry_feed import LogTailReader, WatchNews, WatchSlot

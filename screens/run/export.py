@@ -3,7 +3,7 @@ with keys, checked before it starts and followed while it runs.
 
 The choices: the weights (final, the best checkpoint by eval loss, or any complete checkpoint),
 merge on or off, the merged dtype, GGUF none/f16/q8_0, and the destination (empty: the default
-folder under the run's exports/). Each change re-checks RAM and disk (cockpit.finish.export.prepare,
+folder under the run's exports/). Each change re-checks RAM and disk (cockpit.results.export.prepare,
 in a thread: the base's shape may be read from the hub) and shows the numbers. Enter starts the
 export process (`python -m train_backend.export`, which alone imports torch) from a thread that
 posts its progress; only the handlers here draw.
@@ -25,8 +25,8 @@ from textual.screen import Screen
 from textual.widgets import Input, Static
 
 from cockpit import fmt
-from cockpit.finish import export as exporter
-from cockpit.finish.check import describe_event
+from cockpit.results import export as exporter
+from cockpit.results.merge_check import describe_event
 from cockpit.run.rundir import RunDir
 from widgets.footer import Footer
 
@@ -64,7 +64,7 @@ def shown_path(path: str | Path, run: RunDir) -> str:
 
 
 class ScreenProgress:
-    """The `Progress` interface of cockpit.finish.export, posting to the screen from the export thread."""
+    """The `Progress` interface of cockpit.results.export, posting to the screen from the export thread."""
 
     def __init__(self, screen: ExportScreen) -> None:
         self.screen = screen

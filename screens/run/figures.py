@@ -11,8 +11,8 @@ from rich.text import Text
 
 from cockpit import fmt
 from cockpit.live.event_text import describe
-from cockpit.live.state import RunState
 from cockpit.protocol.wire import Fault
+from cockpit.run.state import RunState
 from widgets.stats import Row
 
 ERROR_MESSAGE_CHARS = 300

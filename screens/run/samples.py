@@ -13,7 +13,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
-from cockpit.finish.samples import Answer, SampleBook, count_of, finish_text
+from cockpit.results.samples import Answer, SampleBook, count_of, finish_text
 from widgets.footer import Footer
 
 

@@ -27,12 +27,13 @@ from textual.worker import Worker, WorkerState
 
 from cockpit import fmt
 from cockpit.doctor.multi_gpu import rank_pids
-from cockpit.finish import idle, summary
-from cockpit.finish.samples import collect as collect_samples
-from cockpit.finish.samples import no_samples_reason
 from cockpit.live.replay import sample_of_bin
 from cockpit.live.sources import RunSource
 from cockpit.live.stall import Stall, StallNotices, find_stall
+from cockpit.money import idle
+from cockpit.results import summary
+from cockpit.results.samples import collect as collect_samples
+from cockpit.results.samples import no_samples_reason
 from cockpit.run import process
 from cockpit.run.control import NotRunning
 from cockpit.run.rundir import RunDir
@@ -73,7 +74,7 @@ NOTHING_TO_EXPORT = (
 
 def has_weights(run: RunDir) -> bool:
     """The run's folder has weights `cockpit export` can start from (final/ or a complete checkpoint)."""
-    from cockpit.finish import export as exporter  # imported once a recording has ended, not at every start
+    from cockpit.results import export as exporter  # imported once a recording has ended, not at every start
 
     try:
         exporter.pick_source(run, None)

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 from cockpit.doctor.window import Finding
 from cockpit.fmt import GIB
 from cockpit.live.session import RunSession
-from cockpit.live.state import RunState
 from cockpit.run.rundir import RunDir
+from cockpit.run.state import RunState
 from cockpit.telemetry.host import HostCounters
 from cockpit.telemetry.sampler import Sample, Sampler
 from screens.run.app import CockpitApp

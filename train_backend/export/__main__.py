@@ -1,4 +1,4 @@
-"""Entry point of the export process, started by `cockpit export` (cockpit.finish.export).
+"""Entry point of the export process, started by `cockpit export` (cockpit.results.export).
 
     python -m train_backend.export REQUEST_JSON
 

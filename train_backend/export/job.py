@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from cockpit.config.load import load_config
-from cockpit.finish import check as merge_check
+from cockpit.results import merge_check
 from train_backend import model as model_mod
 from train_backend.channel import Emitter
 from train_backend.export import to_gguf, tokens

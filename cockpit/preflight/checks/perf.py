@@ -11,10 +11,11 @@ import re
 from collections.abc import Callable
 from functools import partial
 
-from cockpit.models import speed as speed_model
+from cockpit.gpus.catalog import find_card
 from cockpit.preflight.checks.base import CheckResult
 from cockpit.preflight.checks.gpu_probe import make_result, parse_version
-from cockpit.telemetry.nvml_state import PCIE_X16_PRACTICAL_GBS, NvmlState, find_card
+from cockpit.speed import model as speed_model
+from cockpit.telemetry.nvml_state import PCIE_X16_PRACTICAL_GBS, NvmlState
 
 # Known-bad combinations beyond what each package's own metadata declares (those are checked too).
 # (package, installed range, other package, minimum, why)
@@ -146,7 +147,7 @@ HOST_SLOW_SCALE = 1.5  # a host this much slower than the speed model's referenc
 
 
 def check_host_launch(probe: dict) -> CheckResult:
-    """The host's speed at feeding the GPU (train_backend/host_speed.py) against the host the speed
+    """The host's speed at feeding the GPU (train_backend/speed/host_probe.py) against the host the speed
     model was fitted on: a slow or busy CPU slows every run bound by the host (QLoRA, small
     micro-batches) by as much, whatever the card."""
     result = partial(make_result, "performance.host_launch", "performance", "Host feeding the GPU")

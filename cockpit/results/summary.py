@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cockpit import fmt
-from cockpit.live.state import RunState
 from cockpit.protocol.wire import number
+from cockpit.run.state import RunState
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from cockpit.live.state import RunState
 from cockpit.run import rundir
+from cockpit.run.state import RunState
 
 
 class TargetError(ValueError):

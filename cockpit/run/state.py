@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-from cockpit.models import flops
 from cockpit.protocol.events import (
     BudgetEvent,
     CheckpointEvent,
@@ -31,6 +30,7 @@ from cockpit.protocol.events import (
     TrainBeginEvent,
 )
 from cockpit.protocol.wire import EVENT_TYPES, Fault, number
+from cockpit.speed import flops
 
 MAX_NOTICES = 200
 INPUT_FIELDS = ("data_wait_s", "compute_s", "data_wait_share", "tokens_per_micro_batch")
@@ -346,7 +346,7 @@ class RunState:
 
     @property
     def mfu(self) -> float | None:
-        """Model FLOPs utilisation of the last log window (cockpit.models.flops): its real tokens/s
+        """Model FLOPs utilisation of the last log window (cockpit.speed.flops): its real tokens/s
         (over every GPU of the run) times the plan's model FLOPs per token, over the cards' dense
         bf16 peak; None before the first window or without a catalog peak."""
         gpus = self.distributed.get("world_size") if isinstance(self.distributed, dict) else None

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from cockpit import fmt
 from cockpit.config.load import load_config
-from cockpit.finish import card as card_mod
-from cockpit.finish import needs as needs_mod
-from cockpit.finish.check import describe_event
 from cockpit.protocol.wire import Fault, LineDecoder
+from cockpit.results import export_needs as needs_mod
+from cockpit.results import model_card as card_mod
+from cockpit.results.merge_check import describe_event
 from cockpit.run import rundir
 from cockpit.run.process import is_alive, project_root
 

@@ -1,7 +1,7 @@
 """The model card (README.md of an export), filled from the run: its config and its events.
 
 Every figure comes from the run directory: config.yaml (base, data, method, hyperparameters)
-and events.jsonl folded by `cockpit.live.state.RunState` (steps, losses, tokens, wall time,
+and events.jsonl folded by `cockpit.run.state.RunState` (steps, losses, tokens, wall time,
 cost, hardware, library versions), plus what the export itself measured. A figure the run
 did not record is written as "not recorded", never guessed.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 import yaml
 
 from cockpit import __version__, fmt, yaml_text
-from cockpit.live.state import RunState
 from cockpit.run import journal, rundir
+from cockpit.run.state import RunState
 
 NOT_RECORDED = "not recorded"
 
@@ -172,7 +172,7 @@ def render(facts: RunFacts, export: dict) -> str:
         lines.append(f"- `{f['name']}` ({fmt.size(f['bytes'])})")
     check = export.get("check")
     if check:
-        from cockpit.finish.check import describe_event
+        from cockpit.results.merge_check import describe_event
 
         lines += ["", "## Merge check", "", describe_event(check) + "."]
         if export.get("quantised_check"):

@@ -14,9 +14,9 @@ import, the samples' token lengths) and `plan` decides, giving a reason for ever
 - micro-batch, accumulation and gradient checkpointing: every split of the effective batch
   into micro-batch x accumulation, each with the fewest checkpointed decoder layers
   (transformers' every_n_layers) whose peak, by the memory model, stays inside the card's
-  memory less SAFETY_MARGIN; the one the speed model (cockpit/models/speed.py) rates fastest wins.
+  memory less SAFETY_MARGIN; the one the speed model (cockpit/speed/model.py) rates fastest wins.
   A split that does not fit even with every layer recomputed may keep the layers' inputs in
-  pinned host memory (train_backend/host_checkpoint.py), when the host has room;
+  pinned host memory (train_backend/speed/host_checkpoint.py), when the host has room;
 - fused kernels (Liger: RMSNorm, RoPE, SwiGLU), loader workers, the token cache, and what
   is fixed: TRL's fused LM head (the loss in tiles), the precision.
 
@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from cockpit import fmt
 from cockpit.config.schema import TrainConfig
 from cockpit.fmt import GIB
-from cockpit.models import flops as flops_model
-from cockpit.models import speed as speed_model
 from cockpit.models.memory import fused_mlp_fewer_bytes_per_token, unpacked_scales_bytes
 from cockpit.models.shape import ModelShape
-from cockpit.plan.batch_choice import (
+from cockpit.speed import flops as flops_model
+from cockpit.speed import model as speed_model
+from cockpit.speed.batch_choice import (
     Choice,
     Facts,
     batch_advice,
@@ -81,8 +81,8 @@ class SpeedPlan:
     checkpoint_offload: bool = False  # the checkpointed layers' inputs wait in pinned host memory
     num_layers: int | None = None
     liger: bool = False
-    lora_backend: str = "hf"  # fused: train_backend/fused_lora.py; hf: peft's own layers
-    mlp_block: str = "off"  # fused: train_backend/fused_mlp.py; off: the MLP's own forward
+    lora_backend: str = "hf"  # fused: train_backend/speed/fused_lora.py; hf: peft's own layers
+    mlp_block: str = "off"  # fused: train_backend/speed/fused_mlp.py; off: the MLP's own forward
     pad_multiple: int = 1  # rows padded to a multiple of this many tokens
     cache_tokens: bool = False
     samples_per_row: float | None = None
@@ -91,8 +91,8 @@ class SpeedPlan:
     predicted_tokens_per_s: float | None = None
     busy_tokens_per_micro_batch: int | None = None
     auto_split: dict | None = None
-    flops: dict | None = None  # FLOPs per token and the card's peak, for MFU (cockpit.models.flops)
-    host_probe_ms: float | None = None  # the host's probe (train_backend/host_speed.py)
+    flops: dict | None = None  # FLOPs per token and the card's peak, for MFU (cockpit.speed.flops)
+    host_probe_ms: float | None = None  # the host's probe (train_backend/speed/host_probe.py)
 
     def to_event(self) -> dict:
         t = self.config.training
@@ -373,7 +373,7 @@ def plan(
 
 
 def _lora_backend(cfg: TrainConfig) -> Choice:
-    """speed.backend: the fused LoRA layer (train_backend/fused_lora.py) or peft's own."""
+    """speed.backend: the fused LoRA layer (train_backend/speed/fused_lora.py) or peft's own."""
     note = fused_lora_note(cfg)
     if cfg.method not in ("lora", "qlora"):
         return Choice("LoRA layers", "none", note, "fixed")
@@ -393,7 +393,7 @@ def _lora_backend(cfg: TrainConfig) -> Choice:
 
 
 def _mlp_block(cfg: TrainConfig, facts: Facts, shape) -> Choice | None:
-    """speed.mlp_block: the MLP and its three adapters in one function (train_backend/fused_mlp.py)."""
+    """speed.mlp_block: the MLP and its three adapters in one function (train_backend/speed/fused_mlp.py)."""
     if cfg.method not in ("lora", "qlora") or cfg.speed.mlp_block != "fused":
         return None  # off, the default: no line
     note = mlp_block_note(cfg, shape)
@@ -460,7 +460,7 @@ def _scales(
 def flops_info(
     cfg: TrainConfig, facts: Facts, lengths: list[int], shape: ModelShape | None, checkpoint_layers: int
 ) -> dict | None:
-    """The speed plan's `flops`: FLOPs per real token (model and hardware, cockpit.models.flops) and
+    """The speed plan's `flops`: FLOPs per real token (model and hardware, cockpit.speed.flops) and
     the card's dense bf16 peak, from which a client computes MFU; None without a shape."""
     if shape is None:
         return None
@@ -481,10 +481,10 @@ def flops_info(
 
 def _peak(facts: Facts) -> tuple[float | None, str]:
     """The card's dense bf16 peak in FLOP/s and where it comes from: the catalog card its NVML name
-    denotes (telemetry's find_card: "H100 80GB HBM3" is the SXM card), else the speed model's match."""
+    denotes (the catalog's find_card: "H100 80GB HBM3" is the SXM card), else the speed model's match."""
     if facts.device_kind != "cuda":
         return None, "no catalog peak for the CPU"
-    from cockpit.telemetry.nvml_state import find_card
+    from cockpit.gpus.catalog import find_card
 
     card = find_card(facts.device_name)
     if card is not None:
@@ -523,7 +523,7 @@ def _precision(cfg: TrainConfig, facts: Facts) -> Choice:
 def card_for(device_name: str, total_bytes: int | None) -> tuple[speed_model.CardSpeed, str]:
     """The catalog card behind a torch device name, for the speed model; the H200 (the model's
     calibration card) when there is none, which then only ranks the options."""
-    from cockpit.plan import catalog
+    from cockpit.gpus import catalog
 
     cards = catalog.load_catalog().cards
     words = [

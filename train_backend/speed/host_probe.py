@@ -2,7 +2,7 @@
 
 A small micro-batch, QLoRA's 4-bit linears and LoRA's wrappers leave the GPU waiting for the host:
 Python, torch's dispatcher and the kernel launches (the speed model's host terms,
-cockpit/models/speed.py). How fast a rented box does that work differs between boxes of the same
+cockpit/speed/model.py). How fast a rented box does that work differs between boxes of the same
 card, and within a day on one box (the same 7B QLoRA step took 0.43-0.60 s on one H200 machine and
 0.52-0.77 s on another, bench/results/2026-12-0[23]-*). This probe times the same kind of work with
 nothing else in it: PROBE_LAYERS small linear layers (bf16, PROBE_WIDTH features, PROBE_ROWS rows)

@@ -1,4 +1,4 @@
-"""The micro-batch, gradient accumulation and checkpointing of `speed: auto` (cockpit/plan/speed_auto.py).
+"""The micro-batch, gradient accumulation and checkpointing of `speed: auto` (cockpit/speed/auto.py).
 
 Every split of the optimizer step into micro-batch x accumulation is tried, each with the
 fewest checkpointed decoder layers (transformers' every_n_layers: every n-th layer, so
@@ -18,7 +18,6 @@ import math
 from dataclasses import dataclass, replace
 
 from cockpit import fmt
-from cockpit.models import speed as speed_model
 from cockpit.models.memory import (
     SAFETY_MARGIN,
     EstimateError,
@@ -26,6 +25,7 @@ from cockpit.models.memory import (
     estimate_memory,
     workload_from_config,
 )
+from cockpit.speed import model as speed_model
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Facts:
     liger_note: str = ""  # why liger is not usable, when it is not
     card: speed_model.CardSpeed | None = None  # for the speed model
     card_note: str = ""
-    host_probe_ms: float | None = None  # the host's probe (train_backend/host_speed.py), None without one
+    host_probe_ms: float | None = None  # the host's probe (train_backend.speed.host_probe); None: none
 
 
 @dataclass(frozen=True)
@@ -339,7 +339,7 @@ def uses_liger(cfg, facts: Facts) -> bool:
 FSDP_LORA_NOTE = "FSDP shards the base weights, which the fused backward reads again"
 
 
-# model types whose MLP is down(silu(gate(x)) * up(x)): the fused MLP block's (train_backend/fused_mlp.py)
+# model types whose MLP is down(silu(gate(x)) * up(x)): the fused MLP block's
 SILU_MLP_MODELS = ("llama", "mistral", "qwen2", "qwen3")
 MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 
@@ -362,7 +362,7 @@ def mlp_block_note(cfg, shape=None) -> str | None:
 
 
 def fused_lora_note(cfg) -> str | None:
-    """Why speed.backend runs peft's own LoRA layers; None: the fused ones (train_backend/fused_lora.py)."""
+    """Why speed.backend runs peft's own LoRA layers; None: the fused ones."""
     if cfg.speed.mode != "auto":
         return "speed: off runs peft's layers as written"
     if cfg.speed.backend == "hf":

@@ -59,7 +59,7 @@ HOST_LAYER_S = 0.002276  # host time per decoder layer per forward pass (fitted)
 HOST_LIGER_SHARE = 1.285
 HOST_KBIT_LINEAR_S = 2.197e-05  # more host time per quantised linear per pass (fitted: small since the probe)
 HOST_ADAPTER_S = 0.0002763  # more host time per LoRA-adapted linear per pass (fitted)
-# the fused LoRA layer (train_backend/fused_lora.py, speed.backend: auto) as a share of peft's own,
+# the fused LoRA layer (train_backend/speed/fused_lora.py, speed.backend: auto) as a share of peft's own,
 # by method: its extra host time per adapted linear over a forward and backward, and its extra
 # device time (ADAPTER_BYTES), each over the bare base, timed in one run against peft's on one H200
 # (bench/lora_kernel_rate.py --solve; measured, not fitted). 4-bit bases: the mean of two machines'
@@ -75,7 +75,7 @@ STEP_OVERHEAD_S = 1.16e-13
 # the backward's host time per layer, as a share of the forward's: autograd's engine runs it in C++,
 # with Python only in custom autograd functions (bitsandbytes' MatMul4Bit) (fitted)
 BACKWARD_HOST_SHARE = 0.9972
-# the host's speed: train_backend/host_speed.py times a fixed host-bound forward and backward (ms per
+# the host's speed: train_backend/speed/host_probe.py times a fixed host-bound forward and backward (ms per
 # iteration); the host terms above are for a host that takes HOST_PROBE_REFERENCE_MS, and scale by a
 # box's own figure over it (CardSpeed.host_scale). Fitted with them: the runs measured before the probe
 # existed count as one host of that speed, those after it at their own probe's figure (fitted: the
@@ -172,7 +172,7 @@ class CardSpeed:
 
 
 def host_scale_for(probe_ms: float | None) -> float:
-    """The host terms' scale for a box whose probe (train_backend/host_speed.py) took `probe_ms`: its
+    """The host terms' scale for a box whose probe (train_backend/speed/host_probe.py) took `probe_ms`: its
     time over the reference host's, 1.0 without a probe or for a figure outside HOST_SCALE_RANGE."""
     if not probe_ms or probe_ms <= 0:
         return 1.0

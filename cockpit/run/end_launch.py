@@ -1,4 +1,4 @@
-"""Starting the end runner (cockpit.finish.end_runner) beside a trainer: called by the launcher
+"""Starting the end runner (cockpit.money.end_runner) beside a trainer: called by the launcher
 (cockpit.run.process.launch), so it imports nothing that imports the launcher."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def start(run: RunDir, trainer_pid: int) -> subprocess.Popen | None:
         return None
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "cockpit.finish.end_runner", str(run.path), str(trainer_pid)],
+            [sys.executable, "-m", "cockpit.money.end_runner", str(run.path), str(trainer_pid)],
             stdin=subprocess.DEVNULL,
             stdout=log_fd,
             stderr=log_fd,

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from cockpit import yaml_text
-from cockpit.plan.card import (
+from cockpit.gpus.card import (
     Card,
     CatalogError,
     card_from_entry,

@@ -1,6 +1,6 @@
 """The end runner: runs `cost.on_end` once the run has ended and everything it wrote is on disk.
 
-    python -m cockpit.finish.end_runner RUN_DIR TRAINER_PID
+    python -m cockpit.money.end_runner RUN_DIR TRAINER_PID
 
 The supervisor (cockpit.run.process.launch) starts one beside each trainer it launches, when the
 config has an end command or an export at the end, in a session of its own, with stdout and
@@ -17,7 +17,7 @@ SIGKILLed --no-ui) and is out of reach of `cockpit stop`'s signals to the traine
    export asked for with the run, `export.at_end`), then the command, with its output in
    backend.log and an `end_command` event before and after it in events.jsonl;
 5. with `cost.on_idle` set, watches the GPUs while no client is attached
-   (cockpit.finish.idle_watch) and runs on_idle once they have idled `cost.idle_minutes`.
+   (cockpit.money.idle_watch) and runs on_idle once they have idled `cost.idle_minutes`.
 
 A failing command is said (backend.log, the event, `cockpit runs`); nothing in the run
 directory is touched by it.
@@ -38,7 +38,7 @@ import psutil
 
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, TrainConfig
-from cockpit.finish import idle, idle_watch
+from cockpit.money import idle, idle_watch
 from cockpit.run import journal, pids
 from cockpit.run import process as supervisor
 from cockpit.run.rundir import RunDir

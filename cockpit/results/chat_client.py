@@ -18,11 +18,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from cockpit.finish.targets import ChatTarget
-from cockpit.live.state import RunState
 from cockpit.protocol.wire import PROTOCOL_VERSION, Fault, LineDecoder
+from cockpit.results.targets import ChatTarget
 from cockpit.run.process import project_root
 from cockpit.run.rundir import RunDir
+from cockpit.run.state import RunState
 
 CHAT_LOG_NAME = "chat.log"
 LOAD_TIMEOUT_S = 1800.0  # a 70B base from a slow disk

@@ -1,6 +1,6 @@
-"""The trainer's side of `speed: auto`: find the facts, ask cockpit.plan.speed_auto, apply its plan.
+"""The trainer's side of `speed: auto`: find the facts, ask cockpit.speed.auto, apply its plan.
 
-cockpit/plan/speed_auto.py decides (pure Python); this module detects what it needs (device
+cockpit/speed/auto.py decides (pure Python); this module detects what it needs (device
 memory, which kernels import, the model's shape) and carries the plan out: Liger kernels on
 the model, SFTConfig arguments, packed rows and the token cache in the run directory.
 """
@@ -16,10 +16,12 @@ from pathlib import Path
 
 from cockpit.config.schema import TrainConfig
 from cockpit.fmt import GIB
-from cockpit.models import speed as speed_model
 from cockpit.models.shape import ModelShape, ShapeError, from_config_dict
-from cockpit.plan import batch_choice, speed_auto
-from train_backend import host_speed, packing
+from cockpit.speed import auto as speed_auto
+from cockpit.speed import batch_choice
+from cockpit.speed import model as speed_model
+from train_backend import packing
+from train_backend.speed import host_probe as host_speed
 
 CACHE_DIR = "data-cache"
 
@@ -120,36 +122,36 @@ def apply_fused_kernels(plan, model) -> None:
 
 def apply_quant_scales(cfg: TrainConfig, model, sharded: bool) -> dict | None:
     """quantization.unpack_scales (speed: auto sets it where the memory plan has room): the
-    double-quantised 4-bit scales unpacked once into fp32 (train_backend/quant_scales.py).
+    double-quantised 4-bit scales unpacked once into fp32 (train_backend/speed/quant_scales.py).
     {"weights": n, "bytes": grown}, {"kept": why} under FSDP, None when not asked for."""
     q = cfg.quantization
     if not (cfg.method == "qlora" and q.bits == 4 and q.double_quant and q.unpack_scales):
         return None
     if sharded:  # distributed.strategy auto chose FSDP at launch, which the plan could not know
         return {"kept": "FSDP shards the 4-bit weights with their scales"}
-    from train_backend import quant_scales
+    from train_backend.speed import quant_scales
 
     return quant_scales.unpack(model)
 
 
 def apply_mlp_block(plan, model, sharded: bool) -> dict | None:
-    """The fused MLP block (train_backend/fused_mlp.py) on the peft model, when the plan chose it:
+    """The fused MLP block (train_backend/speed/fused_mlp.py) on the peft model, when the plan chose it:
     {"fused": n, "kept": {reason: count}}; None when it did not."""
     if plan.mlp_block != "fused":
         return None
     if sharded:
         return {"fused": 0, "kept": {batch_choice.FSDP_LORA_NOTE: 1}}
-    from train_backend import fused_mlp
+    from train_backend.speed import fused_mlp
 
     return fused_mlp.apply(model)
 
 
 def apply_lora_backend(plan, model, sharded: bool) -> dict | None:
-    """The fused LoRA layers (train_backend/fused_lora.py) on the peft model, when the plan chose
+    """The fused LoRA layers (train_backend/speed/fused_lora.py) on the peft model, when the plan chose
     them: {"fused": n, "kept": {reason: count}}; None when it did not."""
     if plan.lora_backend != "fused":
         return None
-    from train_backend import fused_lora
+    from train_backend.speed import fused_lora
 
     # sharded: distributed.strategy auto chose FSDP at launch, which the plan could not know
     refuse = batch_choice.FSDP_LORA_NOTE if sharded else None
@@ -174,7 +176,7 @@ def extra_callbacks(plan, emitter) -> list:
     """Trainer callbacks the plan needs: the host-memory checkpointing of its layers' inputs."""
     if not plan.checkpoint_offload:
         return []
-    from train_backend import host_checkpoint
+    from train_backend.speed import host_checkpoint
 
     return [host_checkpoint.make_callback(emitter)]
 

@@ -1,7 +1,7 @@
 """The budget: `cost.max_usd` against what a run has cost, over all its attempts.
 
 A run's cost is `cost.price_per_hour` times the wall time of its trainer attempts (each from its
-`hello` to its last event; cockpit.live.state.RunState.billed_s), the figure the run view shows.
+`hello` to its last event; cockpit.run.state.RunState.billed_s), the figure the run view shows.
 The trainer checks it at every step end and, once it reaches the budget, saves a checkpoint and
 stops; a restart whose budget is already spent is refused before anything loads.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from cockpit import fmt
 from cockpit.config.schema import TrainConfig
-from cockpit.live.state import RunState
 from cockpit.run import journal
+from cockpit.run.state import RunState
 
 
 def history_state(events_path: Path) -> RunState:

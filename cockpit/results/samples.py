@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from cockpit.live.state import RunState
 from cockpit.plain import PLAIN_WIDTH, hanging
 from cockpit.run import journal
 from cockpit.run.rundir import RunDir
+from cockpit.run.state import RunState
 
 
 @dataclass

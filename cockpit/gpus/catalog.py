@@ -2,8 +2,8 @@
 
 The shipped file (`cockpit/data/gpus.yaml`) holds datasheet figures from
 shared/reference/gpus.md and default prices: ranges seen in public price lists, dated.
-The user's `cards.yaml` (cockpit.plan.user_cards) sets what they actually pay and adds cards
-of their own. One card, its checks and its price's age are in cockpit.plan.card.
+The user's `cards.yaml` (cockpit.gpus.user_cards) sets what they actually pay and adds cards
+of their own. One card, its checks and its price's age are in cockpit.gpus.card.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from cockpit import yaml_text
-from cockpit.plan.card import (
+from cockpit.gpus.card import (
     Card,
     CatalogError,
     age_words,
@@ -27,7 +27,7 @@ from cockpit.plan.card import (
     norm,
     price_age_days,
 )
-from cockpit.plan.user_cards import apply_user_file, read_yaml, user_cards_path
+from cockpit.gpus.user_cards import apply_user_file, read_yaml, user_cards_path
 
 __all__ = ["Card", "Catalog", "CatalogError", "load_catalog"]
 
@@ -137,3 +137,26 @@ def _parse_shipped(text: str) -> list[Card]:
         check_unique(card, cards, f"{SHIPPED_NAME}: cards[{index}]")
         cards.append(card)
     return cards
+
+
+# NVML name -> catalog id, first match wins (the NVL variants are not in the catalog)
+CARD_PATTERNS = (
+    (r"h200 nvl|h100 nvl", None), (r"h200", "h200-sxm"), (r"h100.*pcie", "h100-pcie"), (r"h100", "h100-sxm"),
+    (r"a100.*sxm.*80|a100.*80.*sxm", "a100-80gb-sxm"), (r"a100.*sxm", "a100-40gb-sxm"),
+    (r"a100.*80gb", "a100-80gb-pcie"), (r"a100", "a100-40gb-pcie"), (r"b200", "b200"),
+    (r"a10g", "a10g"), (r"\ba10\b", "a10"), (r"l40s", "l40s"), (r"\bl4\b", "l4"),
+    (r"rtx 6000 ada", "rtx-6000-ada"), (r"rtx a6000", "rtx-a6000"), (r"rtx 3090", "rtx-3090"),
+    (r"rtx 4090", "rtx-4090"), (r"rtx 5090", "rtx-5090"),
+)  # fmt: skip
+
+
+def find_card(nvml_name: str | None, catalog=None):
+    """The catalog card an NVML name denotes ("NVIDIA H200" -> h200-sxm), else None."""
+    name = (nvml_name or "").lower()
+    for pattern, card_id in CARD_PATTERNS:
+        if re.search(pattern, name):
+            if card_id is None:
+                return None
+            catalog = catalog or load_catalog()
+            return next((c for c in catalog.cards if c.id == card_id), None)
+    return None

@@ -1,6 +1,6 @@
 """The idle watch with no client attached: the end runner's last duty when `cost.on_idle` is set.
 
-A client watching a run (the run view, `--no-ui`) rings the idle alarm itself (cockpit.finish.idle).
+A client watching a run (the run view, `--no-ui`) rings the idle alarm itself (cockpit.money.idle).
 Once the SSH link has dropped there is none, and the box bills on. So the end runner, which outlives
 every client, then reads the GPUs' utilisation through NVML (cockpit.telemetry.nvml) every POLL_S:
 every GPU under IDLE_UTIL_PCT for `cost.idle_minutes` in a row, with no cockpit client attached to
@@ -17,63 +17,20 @@ SIGHUP) does not count.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
-from cockpit.finish import idle
-from cockpit.run import pids, rundir
+from cockpit.money import idle
 from cockpit.run import process as supervisor
+from cockpit.run import rundir
+from cockpit.run.clients import attached_clients
 from cockpit.telemetry.nvml import PynvmlSource
 
-CLIENTS_DIR = "clients"
 IDLE_UTIL_PCT = 5  # as the doctor's idle_billed rule
 POLL_S = 15.0
 NVML_SOURCE: Callable[[], object] = PynvmlSource  # tests put a FakeNvml here
-
-
-# ---------------------------------------------------------------- clients' presence
-
-
-@contextlib.contextmanager
-def attached(run: rundir.RunDir) -> Iterator[None]:
-    """While inside, this process counts as a client watching `run` (best effort: a read-only run
-    directory only means the watch cannot see this client)."""
-    path = run.path / CLIENTS_DIR / f"{os.getpid()}.json"
-    try:
-        path.parent.mkdir(mode=0o700, exist_ok=True)
-        path.write_text(json.dumps({"pid": os.getpid(), **pids.identity(os.getpid())}))
-    except OSError:
-        path = None
-    try:
-        yield
-    finally:
-        if path is not None:
-            with contextlib.suppress(OSError):
-                path.unlink()
-
-
-def attached_clients(runs: list[rundir.RunDir]) -> list[str]:
-    """'RUN_ID (pid N)' for each live client of these runs; stale presence files are left alone."""
-    found = []
-    for run in runs:
-        for path in sorted((run.path / CLIENTS_DIR).glob("*.json")):
-            try:
-                record = json.loads(path.read_text())
-                proc = psutil.Process(int(record["pid"]))
-                if not pids.same_process(proc, record):
-                    continue  # the pid is someone else's now
-                if proc.status() == psutil.STATUS_ZOMBIE:
-                    continue
-            except (OSError, ValueError, KeyError, TypeError, psutil.Error):
-                continue
-            found.append(f"{run.run_id} (pid {record['pid']})")
-    return found
 
 
 def training_runs(runs: list[rundir.RunDir], leaving_out: rundir.RunDir) -> list[str]:

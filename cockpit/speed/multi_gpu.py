@@ -2,7 +2,7 @@
 communication each optimizer step needs that compute does not hide.
 
 Pure Python, no torch. Every GPU runs its own micro-batches at the one-GPU rate
-(`cockpit.models.speed.estimate_speed`); on top of that, per GPU (docs/estimator.md, "Several GPUs",
+(`cockpit.speed.model.estimate_speed`); on top of that, per GPU (docs/estimator.md, "Several GPUs",
 derives the byte counts):
 
 - DDP all-reduces the trainable gradients once per optimizer step (HF Trainer skips the gradient
@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, replace
 
 from cockpit.models.memory import Workload, estimate_memory
-from cockpit.models.speed import (
+from cockpit.speed.model import (
     OPTIMIZER_BYTES,
     CardSpeed,
     SpeedEstimate,
@@ -34,7 +34,7 @@ from cockpit.models.speed import (
     optimizer_step_s,
     trainable_tensors,
 )
-from cockpit.models.speed import trainable_params as count_trainable
+from cockpit.speed.model import trainable_params as count_trainable
 
 # share of a link's one-way rate that NCCL's collectives reach (an assumption: nccl-tests' bus
 # bandwidth is typically 75-85% of the link); not measured here
@@ -184,7 +184,7 @@ def estimate_multi_speed(w: Workload, card: CardSpeed) -> MultiSpeed:
     """Training throughput of `w` on `w.gpus` GPUs of `card` (sharding `w.sharding`), all GPUs
     together, in tokens processed per second."""
     if w.gpus < 2:
-        raise ValueError(f"{w.gpus} GPU: use cockpit.models.speed.estimate_speed for one GPU")
+        raise ValueError(f"{w.gpus} GPU: use cockpit.speed.model.estimate_speed for one GPU")
     one = estimate_speed(replace(w, gpus=1, sharding="ddp"), card)
     comm = communication(w, card, one)
     optimizer_s = one.optimizer_step_s

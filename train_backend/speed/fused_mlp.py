@@ -1,6 +1,6 @@
 """speed.mlp_block: fused: a LLaMA-style MLP and its three LoRA adapters in one autograd function.
 
-The MLP is `down(silu(gate(x)) * up(x))`. With the fused LoRA linears (train_backend/fused_lora.py)
+The MLP is `down(silu(gate(x)) * up(x))`. With the fused LoRA linears (train_backend/speed/fused_lora.py)
 and Liger's SwiGLU, a layer saves for its backward x, gate's output a, up's output b (Liger's
 SwiGLU) and the product c = silu(a) * b (down_proj's input, for its adapter's gradient); with
 PyTorch's SiLU and multiply also silu(a). Here one function saves x, a and b and the adapters'
@@ -31,7 +31,7 @@ import functools
 
 import torch
 
-from train_backend.fused_lora import _dense, base_linear, compute_dtype, patch, unpatch, why_not
+from train_backend.speed.fused_lora import _dense, base_linear, compute_dtype, patch, unpatch, why_not
 
 ATTR = "_cockpit_mlp_forward"  # the module's own forward, kept on the instance
 PARTS = ("gate_proj", "up_proj", "down_proj")

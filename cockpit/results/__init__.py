@@ -1,0 +1,1 @@
+"""Results: samples, chat, export, the model card, the runs list and the end summary."""
