@@ -17,6 +17,7 @@ from typing import Any, Union, get_args, get_origin
 import yaml
 
 from cockpit import yaml_text
+from cockpit.config import sources as dataset_sources
 from cockpit.config.schema import (
     REPORTER_PACKAGES,
     REPORTERS,
@@ -169,8 +170,10 @@ def config_from_dict(raw: dict) -> TrainConfig:
                 for k, v in speed.items()
             },
         }
+    raw = dataset_sources.short_form(raw)
     cfg = _build(TrainConfig, raw, "")
     _check_combinations(cfg)
+    dataset_sources.check(cfg, raw)
     _pin_explicit_speed_keys(cfg, raw)
     return cfg
 
@@ -212,6 +215,10 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
         hint = hints[name]
         if is_section(hint):
             values[name] = _build(hint, raw.get(name, {}) if raw.get(name) is not None else {}, f"{full}.")
+            continue
+        element = dataset_sources.section_list_element(hint)
+        if element is not None and raw.get(name) is not None:
+            values[name] = dataset_sources.build_list(element, raw[name], full, _build)
             continue
         if name not in raw:
             continue
@@ -347,12 +354,8 @@ def _check_combinations(cfg: TrainConfig) -> None:
             f"model.name: {_quote(name)} is neither a local path, a hub id (org/name) nor synthetic:<arch>"
         )
 
-    ds = cfg.dataset.path
-    if ds != "demo" and looks_like_path(ds) and not _exists(ds):
-        raise ConfigError(
-            f"dataset.path: {_quote(ds)} does not exist. Give a .json/.jsonl/.csv/.parquet file, a folder "
-            "written by datasets' save_to_disk, a hub id, or 'demo'."
-        )
+    if cfg.dataset.sources is None:
+        dataset_sources.check_path("dataset.path", cfg.dataset.path)
     targets = cfg.lora.target_modules
     if isinstance(targets, str) and targets != "all-linear":
         raise ConfigError(
@@ -497,6 +500,9 @@ def with_absolute_paths(cfg: TrainConfig, base: Path | None = None) -> TrainConf
         cfg.model.name = str((base / Path(cfg.model.name).expanduser()).resolve())
     if cfg.dataset.path != "demo" and looks_like_path(cfg.dataset.path):
         cfg.dataset.path = str((base / Path(cfg.dataset.path).expanduser()).resolve())
+    for source in cfg.dataset.sources or []:
+        if source.path != "demo" and looks_like_path(source.path):
+            source.path = str((base / Path(source.path).expanduser()).resolve())
     split = cfg.dataset.eval_split
     if split is not None and (
         looks_like_path(split) or Path(split).suffix.lower() in (".json", ".jsonl", ".csv")

@@ -75,6 +75,27 @@ class ModelSection:
 
 
 @dataclass
+class DatasetSource:
+    """One source of several (`dataset: [...]`); a single source is the dataset section itself."""
+
+    path: str | None = _f(None, "as dataset.path: 'demo', a hub id, a local file or a save_to_disk folder")
+    split: str = _f("train", "split to train on (a local file has only train)")
+    format: str = _f("auto", "as dataset.format", choices=("auto", "text", "messages", "tokens"))
+    text_field: str = _f("text", "column holding the text when format is text")
+    messages_field: str = _f("messages", "column holding the chat turns when format is messages")
+    weight: float | None = _f(
+        None,
+        "share of the mix: the weighted sources' rows together are redrawn in these proportions "
+        "(seeded with training.seed; a source with fewer rows than its share repeats them)",
+        min=0,
+        exclusive_min=True,
+    )
+    samples: int | None = _f(
+        None, "take exactly this many rows of this source (seeded; repeated when it has fewer)", min=1
+    )
+
+
+@dataclass
 class DatasetSection:
     path: str = _f(
         "demo",
@@ -103,6 +124,23 @@ class DatasetSection:
         exclusive_min=True,
         max=0.5,
     )
+    sources: list[DatasetSource] | None = _f(
+        None,
+        "several sources in one run, mixed: a list of {path, split, format, text_field, messages_field, "
+        "weight or samples}; `dataset: [...]` is short for `dataset: {sources: [...]}` (docs/data.md)",
+    )
+
+    def source_list(self) -> list[DatasetSource]:
+        """The sources this run trains on: the list, or the section itself as one source."""
+        if self.sources:
+            return list(self.sources)
+        return [DatasetSource(self.path, self.split, self.format, self.text_field, self.messages_field)]
+
+    def where(self) -> str:
+        """The data in a few words: its path, or `3 sources: a.jsonl, b.jsonl, org/name`."""
+        if not self.sources:
+            return self.path
+        return f"{len(self.sources)} sources: " + ", ".join(str(s.path) for s in self.sources)
 
 
 @dataclass
@@ -459,6 +497,10 @@ def dump_config(cfg: TrainConfig) -> str:
     """
     data = cfg.to_dict()
     defaults = TrainConfig().to_dict()
+    # one source: the keys as ever; several: the list alone, not a single source's defaults beside it
+    single = ("path", "split", "format", "text_field", "messages_field", "max_samples")
+    for key in ("sources",) if cfg.dataset.sources is None else single:
+        del data["dataset"][key]
     for key in SPEED_AUTO_KEYS:
         section, name = key.split(".")
         if key not in (cfg.speed.keep or []) and data[section][name] == defaults[section][name]:
