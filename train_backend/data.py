@@ -14,6 +14,7 @@ from cockpit.config.schema import DatasetSection
 from train_backend.errors import DataError
 
 LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+LONG_ROW_FACTOR = 64  # a row of more than this x max_length characters is refused, never read whole
 
 
 def demo_dataset_path() -> str:
@@ -29,8 +30,9 @@ class PreparedData:
     dropped_note: str | None = None  # "dropped 3 of 345 rows: empty or missing 'text' (rows 4, 9, 12)"
 
 
-def load_raw(section: DatasetSection, split_key: str = "dataset.split"):
-    """`split_key`: the config key that named `section.split`, for the error that it is missing."""
+def load_raw(section: DatasetSection, split_key: str = "dataset.split", long_row_bytes: int | None = None):
+    """`split_key`: the config key that named `section.split`, for the error that it is missing.
+    `long_row_bytes`: a JSON-lines row longer than this is refused before datasets reads it whole."""
     import datasets
 
     path = demo_dataset_path() if section.path == "demo" else section.path
@@ -45,6 +47,11 @@ def load_raw(section: DatasetSection, split_key: str = "dataset.split"):
                         f"{', '.join(loaded.keys())}"
                     )
                 loaded = loaded[section.split]
+            elif section.split != "train":
+                raise DataError(
+                    f"{split_key}: {section.split!r}, but {str(local)!r} holds one dataset, no splits: "
+                    "set the split to train (or save a DatasetDict with that split)"
+                )
             return loaded
         if local.is_file():
             builder = LOCAL_BUILDERS.get(local.suffix.lower())
@@ -53,8 +60,16 @@ def load_raw(section: DatasetSection, split_key: str = "dataset.split"):
                     f"dataset.path: {str(local)!r} has suffix {local.suffix!r}; expected one of "
                     f"{', '.join(LOCAL_BUILDERS)} or a folder written by save_to_disk"
                 )
-            if not local.read_bytes().strip():
+            if local.stat().st_size == 0 or not _has_bytes(local):
                 raise DataError(f"dataset.path: {str(local)!r} is empty; give a file with one sample per row")
+            if section.split != "train":  # a file has one split; datasets would call it train
+                raise DataError(
+                    f"{split_key}: {section.split!r}, but {str(local)!r} is one file: its rows are all the "
+                    "split 'train'. Set the split to train; to evaluate on held-out rows, set "
+                    "dataset.eval_fraction: 0.05, or give them as a file: dataset.eval_split: eval.jsonl"
+                )
+            if long_row_bytes is not None and builder == "json":
+                guard_lines(local, long_row_bytes)
             return datasets.load_dataset(builder, data_files=str(local), split="train")
         return datasets.load_dataset(path, split=section.split)
     except DataError:
@@ -65,6 +80,35 @@ def load_raw(section: DatasetSection, split_key: str = "dataset.split"):
         bad_line = _first_bad_json_line(local) if local.suffix.lower() == ".jsonl" else None
         reason = bad_line or _reason(exc)
         raise DataError(f"could not load dataset {path!r} as a {where}: {reason}") from exc
+
+
+def _has_bytes(path: Path) -> bool:
+    """Whether the file holds more than whitespace (read in chunks: it may be large)."""
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 16):
+            if chunk.strip():
+                return True
+    return False
+
+
+def guard_lines(path: Path, limit_bytes: int) -> None:
+    """Refuse a JSON-lines file with a line over `limit_bytes` or a byte that is not UTF-8, with its
+    line and offset, before datasets reads each line whole (one 100 MB line: GBs of memory)."""
+    from train_backend.datacheck.reader import decode, lines
+
+    for line in lines(str(path), limit_bytes):
+        if line.data is None:
+            raise DataError(
+                f"{path}: line {line.number} is {line.size:,} bytes, far longer than training.max_length "
+                f"allows (rows of at most {limit_bytes:,} characters): split that row, remove it, or raise "
+                "training.max_length. cockpit data CONFIG lists every such row"
+            )
+        text, byte, bad = decode(line)
+        if text is None:
+            raise DataError(
+                f"{path}: line {line.number}, byte {byte} ({bad}) is not UTF-8 (the file looks like Latin-1 "
+                f"or Windows-1252); convert it, e.g. iconv -f latin1 -t utf-8 {path} > utf8.jsonl"
+            )
 
 
 def _reason(exc: BaseException) -> str:
@@ -111,7 +155,8 @@ def detect_format(columns: list[str], section: DatasetSection) -> str:
 def prepare(
     section: DatasetSection, tokenizer, max_length: int, split_key: str = "dataset.split"
 ) -> PreparedData:
-    raw = load_raw(section, split_key)
+    """One source's training rows (several are mixed by `train_backend.data_mix.prepare_all`)."""
+    raw = load_raw(section, split_key, long_row_bytes=LONG_ROW_FACTOR * max_length)
     columns = list(raw.column_names)
     fmt = detect_format(columns, section)
     column = {"text": section.text_field, "messages": section.messages_field, "tokens": "input_ids"}[fmt]

@@ -93,6 +93,7 @@ def _load_split(cfg: TrainConfig, prepared: data_mod.PreparedData, tokenizer) ->
         path=split if as_file else ds.path,
         split="train" if as_file else split,
         max_samples=cfg.eval.max_samples,
+        sources=None,  # the eval rows are one file or split, whatever the training mix is
     )
     if ds.format == "auto":
         section.format = prepared.format

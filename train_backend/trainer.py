@@ -15,7 +15,7 @@ from cockpit.config.schema import ConfigError, TrainConfig
 from cockpit.money import budget as budget_mod
 from cockpit.run import rundir
 from train_backend import data as data_mod
-from train_backend import emulated_card, generation, oom_watch, step_meter
+from train_backend import data_mix, emulated_card, generation, oom_watch, step_meter
 from train_backend import evaluation as eval_mod
 from train_backend import model as model_mod
 from train_backend.callbacks import Controls, make_callback, memory_fields
@@ -176,8 +176,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             choose_strategy(world, cfg, model_path, device.total_bytes)
         tokenizer = model_mod.load_tokenizer(cfg, model_path)
 
-        enter("preparing_data", f"loading {cfg.dataset.path}")
-        prepared = data_mod.prepare(cfg.dataset, tokenizer, cfg.training.max_length)
+        enter("preparing_data", f"loading {cfg.dataset.where()}")
+        prepared = data_mix.prepare_all(cfg.dataset, tokenizer, cfg.training.max_length, cfg.training.seed)
         prepared, held_out = eval_mod.split_eval(cfg, prepared, tokenizer)
         style, prefix = _prompt_style(prepared, tokenizer)
         prompts = eval_mod.build_prompts(cfg, held_out, tokenizer, style, prefix)
