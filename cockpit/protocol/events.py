@@ -366,6 +366,22 @@ class ProbeEvent(TypedDict, total=False):
     data: Annotated[dict, Meaning("plain numbers and strings; `error` when a measurement failed")]
 
 
+class DataCheckProgressEvent(TypedDict, total=False):
+    """The data check subprocess, while it reads (on its pipe, not in a run): at most once a second."""
+
+    source: Annotated[int, Meaning("the source being read, from 1")]
+    rows_read: Annotated[int, Meaning("rows read of it so far")]
+    bytes_read: Annotated[int, Meaning("bytes read of it so far")]
+    bytes_total: Annotated[int | None, Meaning("its size; null when unknown (the hub)")]
+
+
+class DataCheckEvent(TypedDict, total=False):
+    """The data check's answer (on its pipe, not in a run): docs/data.md describes the report."""
+
+    report: Annotated[dict | None, Meaning("the report; null when the check itself failed")]
+    error: Annotated[str | None, Meaning("why the check failed (not a data error: those are in the report)")]
+
+
 class ConfigChangeEvent(TypedDict, total=False):
     """Written by a client that changed the run's config (OOM remedy, --emulate-vram)."""
 
@@ -534,6 +550,8 @@ EVENTS: dict[str, type] = {
     "done": DoneEvent,
     "exit": ExitEvent,
     "probe": ProbeEvent,
+    "data_check_progress": DataCheckProgressEvent,
+    "data_check": DataCheckEvent,
     "config_change": ConfigChangeEvent,
     "budget": BudgetEvent,
     "end_command": EndCommandEvent,

@@ -1,0 +1,359 @@
+"""Each row of one source, as the trainer would take it: the format and its column, the rows it
+drops (and why), the rows it cannot train on (data errors), empty answers, exact duplicates,
+and the texts handed to the tokenizer in batches.
+
+The format is decided as `train_backend.data.detect_format` decides it, from the columns of the
+first FORMAT_ROWS rows (all of them, for a source with a schema).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Callable
+
+from train_backend.data import CHAT_ROLES, _chat_problem
+from train_backend.datacheck.lengths import Lengths, Named
+from train_backend.datacheck.opening import Opened, Problem
+from train_backend.datacheck.reader import RawRow
+
+FORMAT_ROWS = 200
+BATCH = 256
+COLUMNS_MAX = 200  # column names kept per source (a row of a million keys is not a schema)
+DUPLICATES_MAX_ROWS = 8_000_000  # rows whose hashes are kept to find duplicates (12 bytes each)
+PREVIEW_ROWS = 2  # kept rows of each source shown through the template
+
+
+def ref_of(raw: RawRow) -> dict:
+    return {"row": raw.row, "line": raw.line} if raw.line is not None else {"row": raw.row}
+
+
+class Duplicates:
+    """Exact duplicates across every source, by an 8-byte hash of what a row trains on."""
+
+    def __init__(self) -> None:
+        self.hashes = array("Q")
+        self.refs = array("Q")  # source << 40 | row
+        self.full = False
+
+    def add(self, source: int, row: int, text: str) -> None:
+        if len(self.hashes) >= DUPLICATES_MAX_ROWS:
+            self.full = True
+            return
+        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        self.hashes.append(int.from_bytes(digest, "little"))
+        self.refs.append(source << 40 | row)
+
+    def found(self) -> dict:
+        import numpy as np
+
+        hashes = np.frombuffer(self.hashes, dtype=np.uint64) if len(self.hashes) else np.zeros(0, np.uint64)
+        order = np.argsort(hashes, kind="stable")
+        ordered = hashes[order]
+        repeat = np.nonzero(ordered[1:] == ordered[:-1])[0] + 1 if len(ordered) > 1 else np.zeros(0, int)
+        pairs = []
+        for at in repeat[:200]:
+            first = at - 1
+            while first > 0 and ordered[first - 1] == ordered[at]:
+                first -= 1
+            pairs.append((int(self.refs[order[at]]), int(self.refs[order[first]])))
+        pairs.sort()
+        named = [{"copy": _ref(c), "of": _ref(o)} for c, o in pairs[:5]]
+        return {
+            "count": len(repeat),
+            "rows": named,
+            "checked_rows": len(self.hashes),
+            "capped": self.full,
+        }
+
+
+def _ref(packed: int) -> dict:
+    return {"source": packed >> 40, "row": packed & ((1 << 40) - 1)}
+
+
+class SourceRows:
+    """One source's rows: counted, checked, rendered and measured."""
+
+    def __init__(
+        self,
+        opened: Opened,
+        tokenizer,
+        lengths: Lengths,
+        duplicates: Duplicates,
+        limit_chars: int,
+        max_rows: int | None,
+        answers: Callable | None,
+    ) -> None:
+        self.opened, self.spec = opened, opened.spec
+        self.tokenizer = tokenizer
+        self.lengths = lengths
+        self.duplicates = duplicates
+        self.limit_chars = limit_chars
+        self.max_rows = max_rows  # dataset.max_samples: the rows past it are read, not trained on
+        self.answers = answers  # (turns, max_length) -> (answer tokens cut, all cut), or None
+        self.format: str | None = None
+        self.format_why = ""
+        self.column = ""
+        self.columns: dict[str, int] = {}  # name -> rows that have it
+        self.read = self.kept = self.unused = 0
+        self.bytes_read = 0
+        self.errors: dict[str, Named] = {}
+        self.error_detail: dict[str, str] = {}
+        self.dropped: dict[str, Named] = {}
+        self.empty_answers = Named()
+        self.no_answer = Named()
+        self.both_columns = Named()
+        self.problems: list[Problem] = []
+        self.preview: list[tuple[dict, dict]] = []  # (ref, row) of the first kept rows
+        self.first_truncated: tuple[dict, dict] | None = None
+        self._waiting: list[RawRow] = []
+        self._batch: list[tuple[dict, object]] = []
+
+    # ------------------------------------------------------------ reading
+
+    def run(self, progress: Callable[[int, int], None] | None = None) -> None:
+        for raw in self.opened.rows():
+            self.feed(raw)
+            if progress is not None and self.read % 4096 == 0:
+                progress(self.read, self.bytes_read)
+        self.finish()
+
+    def feed(self, raw: RawRow) -> None:
+        self.read += 1
+        self.bytes_read += raw.size + 1
+        if raw.problem is not None:
+            self.error(raw.problem, ref_of(raw), raw.detail, byte=raw.byte)
+            return
+        if self.format is None:
+            self._waiting.append(raw)
+            if len(self._waiting) >= FORMAT_ROWS:
+                self._decide()
+            return
+        self._row(raw)
+
+    def finish(self) -> None:
+        if self.format is None:
+            self._decide()
+        self._flush()
+
+    def _decide(self) -> None:
+        seen: dict[str, None] = dict.fromkeys(self.opened.columns or [])
+        for raw in self._waiting:
+            seen.update(dict.fromkeys(raw.value or {}))
+        self.format, self.format_why = detect(list(seen), self.spec)
+        self.column = {"text": self.spec.text_field, "messages": self.spec.messages_field}.get(
+            self.format or "", "input_ids"
+        )
+        if self.format is None:
+            self.problems.append(
+                Problem(
+                    "format",
+                    f"no column the trainer can use: the rows have {_names(list(seen))}",
+                    expected=f"'{self.spec.text_field}' (text), '{self.spec.messages_field}' (chat turns) or "
+                    "'input_ids' (tokens)",
+                    fix="set text_field or messages_field to the right column, or the format",
+                )
+            )
+        waiting, self._waiting = self._waiting, []
+        for raw in waiting:
+            self._row(raw)
+
+    # ------------------------------------------------------------ one row
+
+    def _row(self, raw: RawRow) -> None:
+        value = raw.value or {}
+        for key in value:
+            if key in self.columns:
+                self.columns[key] += 1
+            elif len(self.columns) < COLUMNS_MAX:
+                self.columns[key] = 1
+        if self.format is None:
+            return
+        ref = ref_of(raw)
+        if self.format == "messages" and self.spec.text_field in value and self.column in value:
+            self.both_columns.add(ref)
+        if self.column not in value:
+            keys = ", ".join(map(str, list(value)[:8])) or "none"
+            self.error("missing_column", ref, f"it has no {self.column!r} (its keys: {keys})")
+            return
+        cell = value[self.column]
+        checked = self._check_cell(cell, ref)
+        if checked is None:
+            return
+        if self.max_rows is not None and self.kept >= self.max_rows:
+            self.unused += 1
+            return
+        self.kept += 1
+        if len(self.preview) < PREVIEW_ROWS:
+            self.preview.append((ref, {self.format: cell}))
+        self._batch.append((ref, checked))
+        if len(self._batch) >= BATCH:
+            self._flush()
+
+    def _check_cell(self, cell, ref: dict):
+        """The cell, ready to render, or None when the row is dropped or refused."""
+        fmt = self.format
+        if fmt == "text":
+            if cell is None:
+                self.drop("null", ref)
+                return None
+            if not isinstance(cell, str):
+                self.error("bad_value", ref, f"{self.column!r} is a {type(cell).__name__}, not text")
+                return None
+            if not cell.strip():
+                self.drop("empty", ref)
+                return None
+            if len(cell) > self.limit_chars:
+                self.error("too_long", ref, f"{len(cell):,} characters")
+                return None
+            return cell
+        if fmt == "tokens":
+            if cell is None or (isinstance(cell, list) and not cell):
+                self.drop("empty", ref)
+                return None
+            if not isinstance(cell, list) or not all(isinstance(t, int) for t in cell):
+                self.error("bad_value", ref, f"{self.column!r} is not a list of token ids")
+                return None
+            return cell
+        if cell is None:
+            self.drop("null", ref)
+            return None
+        if isinstance(cell, list) and not cell:
+            self.drop("no_turns", ref)
+            return None
+        problem = _chat_problem(cell)
+        if problem is not None:
+            self.error("bad_chat", ref, problem)
+            return None
+        chars = sum(len(str(t.get("content") or "")) for t in cell)
+        if chars > self.limit_chars:
+            self.error("too_long", ref, f"{chars:,} characters")
+            return None
+        answers = [t for t in cell if t.get("role") == "assistant"]
+        if not answers:
+            self.no_answer.add(ref)
+        elif any(not str(t.get("content") or "").strip() for t in answers):
+            self.empty_answers.add(ref)
+        return cell
+
+    def drop(self, why: str, ref: dict) -> None:
+        self.dropped.setdefault(why, Named()).add(ref)
+
+    def error(self, code: str, ref: dict, detail: str, byte: int | None = None) -> None:
+        named = self.errors.setdefault(code, Named())
+        if not named.count:
+            self.error_detail[code] = detail
+            if byte is not None:
+                self.error_detail[f"{code}:byte"] = str(byte)
+        named.add(ref)
+
+    # ------------------------------------------------------------ tokens
+
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, []
+        if not batch:
+            return
+        if self.format == "tokens":
+            for ref, ids in batch:
+                self.lengths.wanted(len(ids))
+                self.duplicates.add(self.opened.number, ref["row"], ",".join(map(str, ids)))
+                if self.lengths.add_exact(ref, len(ids), len(ids), True) and self.first_truncated is None:
+                    self.first_truncated = (ref, {"input_ids": ids})
+            return
+        texts = self._render(batch)
+        chosen: list[tuple[dict, object, str, bool]] = []
+        for (ref, cell), text in zip(batch, texts):
+            if text is None:
+                continue
+            self.duplicates.add(self.opened.number, ref["row"], text)
+            in_sample, tokenize = self.lengths.wanted(len(text))
+            if tokenize and self.tokenizer is not None:
+                chosen.append((ref, cell, text, in_sample))
+            else:
+                self.lengths.add_estimated(len(text))
+        if not chosen:
+            return
+        special = self.format == "text"
+        encoded = self.tokenizer(
+            [text for _, _, text, _ in chosen], add_special_tokens=special, return_attention_mask=False
+        )["input_ids"]
+        for (ref, cell, text, in_sample), ids in zip(chosen, encoded):
+            if self.lengths.add_exact(ref, len(ids), len(text), in_sample):
+                if self.first_truncated is None:
+                    self.first_truncated = (ref, {self.format: cell})
+                if self.format == "messages":
+                    self._answer_cut(ref, cell)
+
+    def _render(self, batch: list[tuple[dict, object]]) -> list[str | None]:
+        """What the tokenizer is given: the text with its end-of-sequence token (as TRL adds it),
+        or the chat rendered by the template (a row it refuses is a data error)."""
+        if self.format == "text":
+            eos = getattr(self.tokenizer, "eos_token", None) or ""
+            return [c if c.endswith(eos) else c + eos for _, c in batch]
+        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+            return [_plain_chat(c) for _, c in batch]
+        try:
+            return list(self.tokenizer.apply_chat_template([c for _, c in batch], tokenize=False))
+        except Exception:  # one row the template refuses: find it (and any other) row by row
+            pass
+        texts: list[str | None] = []
+        for ref, cell in batch:
+            try:
+                texts.append(self.tokenizer.apply_chat_template(cell, tokenize=False))
+            except Exception as exc:  # jinja's TemplateError: the template's own words
+                self.error("template", ref, f"{type(exc).__name__}: {str(exc)[:300]}")
+                self.kept -= 1
+                texts.append(None)
+        return texts
+
+    def _answer_cut(self, ref: dict, turns) -> None:
+        if self.answers is None or self.lengths.answers_looked_at >= _answer_rows_max():
+            return
+        self.lengths.answers_looked_at += 1
+        try:
+            cut, lost = self.answers({"messages": turns})
+        except Exception:  # a template the mask cannot read: said by the preview, not here
+            return
+        if lost:
+            self.lengths.answer_lost.add(ref)
+        elif cut:
+            self.lengths.answer_cut.add(ref)
+
+    # ------------------------------------------------------------ the source's part of the report
+
+    def used_columns(self) -> list[str]:
+        return [self.column] if self.format else []
+
+    def ignored_columns(self) -> list[str]:
+        return [c for c in self.columns if c not in self.used_columns()]
+
+
+def _answer_rows_max() -> int:
+    from train_backend.datacheck.lengths import ANSWER_CUT_ROWS_MAX
+
+    return ANSWER_CUT_ROWS_MAX
+
+
+def _plain_chat(turns) -> str:
+    """A chat row as text when there is no template to render it (only its length is used)."""
+    return "\n".join(f"{t.get('role')}: {t.get('content')}" for t in turns)
+
+
+def detect(columns: list[str], spec) -> tuple[str | None, str]:
+    """(format, why) as the trainer detects it; (None, why) when no column fits."""
+    if spec.format != "auto":
+        return spec.format, f"format: {spec.format} (set)"
+    if "input_ids" in columns:
+        return "tokens", "auto: column 'input_ids'"
+    if spec.messages_field in columns:
+        return "messages", f"auto: column {spec.messages_field!r} (chat turns)"
+    if spec.text_field in columns:
+        return "text", f"auto: column {spec.text_field!r}"
+    return None, "auto: no known column"
+
+
+def _names(columns: list[str]) -> str:
+    return ", ".join(repr(c) for c in columns[:10]) or "no columns"
+
+
+ALLOWED_ROLES = ", ".join(CHAT_ROLES)
