@@ -91,6 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
         )
         with_ui(sp)
 
+    sp = sub.add_parser(
+        "data", help="read the dataset as the trainer will: formats, rows, token lengths, errors, a preview"
+    )
+    sp.add_argument("config", help="YAML config (cockpit init writes one)")
+    sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
+    sp.add_argument("--json", action="store_true", help="the report as JSON")
+    sp.add_argument("--card", metavar="ID", help="time and cost on this card (default: this machine's GPU)")
+    sp.add_argument("--fresh", action="store_true", help="check again, even if the files have not changed")
+
     sp = sub.add_parser("estimate", help="predict peak GPU memory of a config, in parts (no GPU needed)")
     workload_args(sp)
     sp.add_argument(

@@ -58,8 +58,8 @@ def _main(argv: list[str] | None) -> int:
     handler = COMMANDS[args.command]
     try:
         return handler(args)
-    except config.ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+    except config.ConfigError as exc:  # a dataset path not found is a data error (kind "data")
+        print(f"{getattr(exc, 'kind', 'config')} error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except rundir.RunNotFound as exc:
         print(str(exc), file=sys.stderr)
@@ -120,7 +120,7 @@ def _load(path: str, args) -> config.TrainConfig:
     except config.ConfigError as exc:
         if str(exc).startswith((str(path), "config file ")):
             raise
-        raise config.ConfigError(f"{path}: {exc}") from None
+        raise type(exc)(f"{path}: {exc}") from None
 
 
 def _machine_check(cfg: config.TrainConfig, source: str) -> tuple[bool, str]:
@@ -146,6 +146,10 @@ def _start(cfg: config.TrainConfig, args, source: str) -> int:
         print(said, file=sys.stderr)
         return EXIT_USAGE
     _check_against_model(cfg)
+    from cockpit.cli.data_commands import data_ok_to_start
+
+    if not data_ok_to_start(cfg, source):
+        return EXIT_USAGE
     if args.check:
         print(said)
         return 0
@@ -513,6 +517,7 @@ COMMANDS = {
     "init": cmd_init,
     "train": cmd_train,
     "demo": cmd_demo,
+    "data": _later("cockpit.cli.data_commands", "cmd_data"),
     "estimate": _later("cockpit.cli.plan_commands", "cmd_estimate"),
     "cards": _later("cockpit.cli.plan_commands", "cmd_cards"),
     "pick": _later("cockpit.cli.plan_commands", "cmd_pick"),

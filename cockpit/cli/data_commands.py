@@ -1,0 +1,128 @@
+"""`cockpit data CONFIG`: the dataset read as the trainer will read it (the data check), and the
+same check before `cockpit train` makes a run directory, and for `cockpit cards` / `pick` the
+data's real tokens per epoch."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from cockpit import fmt, yaml_text
+from cockpit.config import load as config_load
+from cockpit.config import schema as config
+from cockpit.plain import output_width, wrapped
+from cockpit.run.exit_codes import EXIT_FAILED, EXIT_USAGE
+
+PROGRESS_AFTER_S = 3.0  # a check this long says how far it has read
+
+
+def cmd_data(args) -> int:
+    from cockpit.datacheck.cache import cached_check
+    from cockpit.datacheck.run_cost import run_figures
+    from cockpit.datacheck.text import report_lines
+
+    try:
+        cfg = config_load.load_config(args.config, args.overrides)
+    except config.ConfigError as exc:
+        raise type(exc)(f"{args.config}: {exc}") from None
+    answer = cached_check(cfg, fresh=args.fresh, on_progress=_progress_printer())
+    if answer.report is None:
+        print(f"{args.config}: {answer.problem()}", file=sys.stderr)
+        return EXIT_FAILED
+    report = answer.report
+    report["cached"] = answer.cached
+    report["run"] = run_figures(cfg, (report.get("totals") or {}).get("tokens_per_epoch"), args.card)
+    if args.json:
+        print(json.dumps(report, indent=1, ensure_ascii=False))
+    else:
+        print("\n".join(report_lines(report, args.config, output_width())))
+    return EXIT_USAGE if report.get("problems") else 0
+
+
+def data_ok_to_start(cfg: config.TrainConfig, source: str) -> bool:
+    """The data check before a run starts (before its directory is made): the errors and warnings
+    on stderr; False when there are errors. A check that itself fails is said, not a refusal: the
+    trainer checks the data again as it loads it."""
+    from cockpit.datacheck.cache import cached_check
+    from cockpit.datacheck.text import start_lines
+
+    answer = cached_check(cfg, on_progress=_progress_printer())
+    if answer.report is None:
+        _say([f"data: not checked before the start ({answer.problem()}); the trainer checks it as it loads"])
+        return True
+    _say(start_lines(answer.report, source))
+    if answer.report.get("problems"):
+        _say(["Nothing was started and no run directory was made; fix the data, then run again."])
+        return False
+    return True
+
+
+def config_tokens(args) -> tuple[str, dict | None]:
+    """(the dataset size as the picker's field reads it, the data check's report) when the config
+    names a dataset and no --tokens or --samples were given; else ("", None)."""
+    if not names_dataset(args):
+        return "", None
+    from cockpit.datacheck.cache import cached_check
+
+    cfg = config_load.load_config(args.config, args.overrides)
+    answer = cached_check(cfg, on_progress=_progress_printer())
+    report = answer.report
+    if report is None:
+        _say([f"dataset size: not counted ({answer.problem()}); give --tokens for time and cost"])
+        return "", None
+    tokens = (report.get("totals") or {}).get("tokens_per_epoch")
+    if report.get("problems") or not tokens:
+        found = len(report.get("problems") or [])
+        _say(
+            [f"dataset size: not counted: the data check found {found} error(s); cockpit data {args.config}"]
+        )
+        return "", report
+    _say([f"dataset: {tokens:,} tokens per epoch, counted by the data check (cockpit data {args.config})"])
+    return str(tokens), report
+
+
+def names_dataset(args) -> bool:
+    """Whether the command's config (or a --set) names a dataset, and no size flag was given."""
+    if getattr(args, "tokens", None) is not None or getattr(args, "samples", None) is not None:
+        return False
+    if any(item.strip().startswith("dataset") for item in getattr(args, "overrides", []) or []):
+        return True
+    if not getattr(args, "config", None):
+        return False
+    try:
+        raw = yaml_text.safe_load(Path(args.config).read_text(encoding="utf-8"))
+    except (OSError, ValueError, Exception):  # the config's own load says what is wrong with it
+        return False
+    return isinstance(raw, dict) and raw.get("dataset") is not None
+
+
+def _say(lines: list[str]) -> None:
+    print("\n".join(wrapped(lines, output_width())), file=sys.stderr, flush=True)
+
+
+def _progress_printer():
+    """Progress on stderr once the check has taken PROGRESS_AFTER_S: in place on a terminal, a line
+    every few seconds otherwise."""
+    started = time.monotonic()
+    last = [0.0]
+    terminal = sys.stderr.isatty()
+
+    def show(message: dict) -> None:
+        now = time.monotonic()
+        if now - started < PROGRESS_AFTER_S or (not terminal and now - last[0] < 10):
+            return
+        last[0] = now
+        total = message.get("bytes_total")
+        read = message.get("bytes_read") or 0
+        share = f" ({read / total:.0%})" if total else ""
+        text = (
+            f"checking the data: source {message.get('source')}, {message.get('rows_read', 0):,} rows, "
+            f"{fmt.size(read)}{f' of {fmt.size(total)}' if total else ''}{share}"
+        )
+        print(
+            f"\r{text}\033[K" if terminal else text, end="" if terminal else "\n", file=sys.stderr, flush=True
+        )
+
+    return show
