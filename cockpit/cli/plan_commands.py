@@ -113,7 +113,7 @@ def cmd_cards(args) -> int:
     try:
         cfg, _shape, workload = load_workload(args)
         epochs = cfg.training.epochs if args.epochs is None else args.epochs
-        size = cards_inputs.parse_dataset(dataset_text(args), epochs, cfg.training.max_steps)
+        size = cards_inputs.parse_dataset(_dataset_size(args), epochs, cfg.training.max_steps)
         counts = cards_multi.parse_gpu_counts(args.gpus)
         table = table.card_table(workload, catalog.load_catalog(), size, args.budget, gpu_counts=counts)
     except (modelshape.ShapeError, est.EstimateError) as exc:
@@ -136,8 +136,13 @@ def cmd_pick(args) -> int:
     from cockpit.plan import cards_inputs
 
     cfg = config_load.load_config(args.config, workload_overrides(args))
+    from cockpit.cli.data_commands import config_tokens
+
+    report = None
     try:
         dataset = dataset_text(args)
+        if not dataset:  # the config's dataset, counted by the data check (cached)
+            dataset, report = config_tokens(args)
         cards_catalog = catalog.load_catalog()
     except cards_inputs.CardsError as exc:
         print(f"{exc}", file=sys.stderr)
@@ -156,11 +161,35 @@ def cmd_pick(args) -> int:
         epochs=args.epochs,
         budget=args.budget,
         multi=args.multi,
+        data_report=report,
+        data_loader=_data_loader(cfg),
+        data_source=args.config or "the default config",
     )
     app.run()
     for path in app.written:
         print(f"wrote {path}; set dataset.path in it, then start it: cockpit train {path}")
     return 0
+
+
+def _dataset_size(args) -> str:
+    """--tokens or --samples x --mean-tokens; else the config's dataset, counted by the data check."""
+    given = dataset_text(args)
+    if given:
+        return given
+    from cockpit.cli.data_commands import config_tokens
+
+    return config_tokens(args)[0]
+
+
+def _data_loader(cfg):
+    """The picker's `d` without a report in hand: the data check of the config's dataset."""
+
+    def load() -> dict | None:
+        from cockpit.datacheck.cache import cached_check
+
+        return cached_check(cfg).report
+
+    return load
 
 
 def cmd_preflight(args) -> int:

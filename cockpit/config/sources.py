@@ -16,6 +16,8 @@ from cockpit.config.schema import ConfigError, DatasetSource, TrainConfig, is_se
 LOCAL_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 SINGLE_SOURCE_KEYS = ("path", "split", "format", "text_field", "messages_field", "max_samples")
 CLOSEST_NAMES = 3
+NAME_MAX = 255  # a file name's longest on the file systems a run meets
+QUOTED_CHARS = 120
 LISTED_NAMES_MAX = 10_000  # a folder of millions of files is not read whole for a suggestion
 
 
@@ -74,7 +76,7 @@ def check_path(key: str, path: str | None) -> None:
     if path is None or not path.strip():
         raise ConfigError(f"{key}: empty; give a local file, a save_to_disk folder, a hub id or 'demo'")
     if looks_local(path) and not _exists(path):
-        raise DataPathError(f"{key}: {path!r} does not exist ({not_found_words(path)}). {PATH_FIX}")
+        raise DataPathError(f"{key}: {quoted(path)} does not exist ({not_found_words(path)}). {PATH_FIX}")
 
 
 PATH_FIX = (
@@ -87,8 +89,10 @@ def not_found_words(path: str) -> str:
     """`file not found in /data; closest names there: train.jsonl, test.jsonl`."""
     full = Path(path).expanduser()
     folder = full.parent if full.is_absolute() else (Path.cwd() / full).parent
-    if not folder.is_dir():
-        return f"file not found: its folder {folder} does not exist"
+    if len(full.name) > NAME_MAX:
+        return f"a file name has at most {NAME_MAX} characters"
+    if not _is_dir(folder):
+        return f"file not found: its folder {quoted(str(folder))} does not exist"
     names = []
     try:
         with os.scandir(folder) as entries:
@@ -156,6 +160,21 @@ def mix_counts(kept: list[int], sources: list[DatasetSource]) -> list[int]:
         else:
             counts.append(n)
     return counts
+
+
+def quoted(value: str) -> str:
+    """A path as a message quotes it: whole up to QUOTED_CHARS, else its start and end."""
+    text = repr(value)
+    return (
+        text if len(text) <= QUOTED_CHARS else f"{text[: QUOTED_CHARS // 2]}...{text[-QUOTED_CHARS // 3 :]}"
+    )
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def _exists(name: str) -> bool:

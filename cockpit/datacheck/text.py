@@ -23,8 +23,8 @@ def report_lines(report: dict, source: str, width: int) -> list[str]:
     """The whole report: sources, tokens, the run's time and cost, errors, warnings, the preview."""
     lines = [_head(report, source)]
     for entry in report["sources"]:
-        lines += _source_lines(entry, report)
-    lines += _token_lines(report, width)
+        lines += source_lines(entry, report)
+    lines += token_lines(report, width)
     lines += run_lines(report.get("run"))
     lines += problem_lines(report)
     lines += warning_lines(report)
@@ -54,7 +54,7 @@ def where(refs: list[dict], count: int) -> str:
     return f"{word}{'s' if count > 1 else ''} {numbers}{more}"
 
 
-def _source_lines(entry: dict, report: dict) -> list[str]:
+def source_lines(entry: dict, report: dict) -> list[str]:
     kind = KINDS.get(entry["kind"], entry["kind"])
     size = f", {fmt.size(entry['bytes'])}" if entry.get("bytes") else ""
     splits = ", ".join(entry.get("splits") or []) or "-"
@@ -99,7 +99,9 @@ def _source_lines(entry: dict, report: dict) -> list[str]:
     return lines
 
 
-def _token_lines(report: dict, width: int) -> list[str]:
+def token_lines(report: dict, width: int, duplicates: bool = True) -> list[str]:
+    """Tokens per epoch and how they were counted, the lengths' percentiles and histogram, and
+    (with `duplicates`) the line that none were found."""
     totals = report.get("totals") or {}
     if totals.get("tokens_per_epoch") is None:
         return []
@@ -112,12 +114,12 @@ def _token_lines(report: dict, width: int) -> list[str]:
     lines = [
         f"tokens per epoch: {totals['tokens_per_epoch']:,} over {rows}, each cut at max_length ({how})",
         f"token lengths: p50 {totals.get('p50')}, p90 {totals.get('p90')}, p99 {totals.get('p99')}, "
-        f"max {totals.get('max', 0):,}; {totals.get('truncated', 0):,} rows cut at max_length "
+        f"max {totals.get('max', 0):,}; {_rows(totals.get('truncated', 0))} cut at max_length "
         f"{report['max_length']}",
     ]
     lines += histogram_lines(totals.get("histogram") or [], width)
     dupes = report.get("duplicates") or {}
-    if not dupes.get("count"):
+    if duplicates and not dupes.get("count"):
         lines.append(f"exact duplicates: none among {dupes.get('checked_rows', 0):,} rows")
     return lines
 

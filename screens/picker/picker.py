@@ -7,7 +7,8 @@ marked and explained under its row of fields, and the table keeps the last valid
 dimmed. A hub model's config.json is fetched in a worker (Enter in the model field) and the
 answer comes back as a worker message. `g` adds (or hides) rows of 2, 4 and 8 GPUs under each
 card, with per-GPU memory. Enter on a card writes a training config for it (with `gpus` and
-`distributed.strategy` on a row of several GPUs).
+`distributed.strategy` on a row of several GPUs). `d` opens the Data screen over the config's
+data check (screens/data).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class PickerScreen(Screen[None]):
         Binding("e", "edit", "Edit inputs"),
         Binding("b", "breakdown", "Breakdown"),
         Binding("g", "multi", "2/4/8 GPUs"),
+        Binding("d", "app.data", "Data"),
         Binding("escape", "cards", "Cards"),
         Binding("q", "app.quit", "Quit"),
     ]

@@ -218,9 +218,9 @@ def _errors(rows: SourceRows, max_length: int, limit: int) -> list[Problem]:
             "not_csv": (f"{where}: {detail}", "a CSV file with a header line", "fix the quoting there"),
             "too_long": (
                 f"{where} {'is' if named.count == 1 else 'are'} far longer than training.max_length "
-                f"({max_length} tokens): more than {limit:,} characters ({LONG_ROW_FACTOR} x max_length)"
-                + (f"; the first: {detail}" if detail else "")
-                + ". The trainer would read and tokenize all of it to keep its first tokens",
+                f"({max_length} tokens) allows: more than {limit:,} characters ({LONG_ROW_FACTOR} x "
+                f"max_length){f'; {_at(first)} is {detail}' if detail else ''}. The trainer would read and "
+                f"tokenize all of it to keep its first {max_length} tokens",
                 f"rows of at most {limit:,} characters",
                 "split such a row into several, remove it, or raise training.max_length",
             ),
@@ -282,7 +282,8 @@ def _warnings(rows: SourceRows, cfg: TrainConfig) -> list[Problem]:
         out.append(
             Problem(
                 "both_columns",
-                f"{_rows(rows.both_columns.count)} have both {text!r} and {column!r}: training uses "
+                f"{_rows(rows.both_columns.count)} {_have(rows.both_columns.count)} both {text!r} and "
+                f"{column!r}: training uses "
                 f"{column!r} (chat turns) and ignores {text!r}",
                 fix=f"set format: text to train on {text!r} instead, or drop the column you do not mean",
                 source=number,
@@ -295,7 +296,8 @@ def _warnings(rows: SourceRows, cfg: TrainConfig) -> list[Problem]:
         out.append(
             Problem(
                 "empty_answers",
-                f"{rows.empty_answers.count:,} rows have an empty or whitespace-only assistant turn "
+                f"{_rows(rows.empty_answers.count)} {_have(rows.empty_answers.count)} an empty or "
+                "whitespace-only assistant turn "
                 f"({_where(rows.empty_answers.rows, rows.empty_answers.count)}): trained on the answers, "
                 "such a turn teaches the model to answer with nothing",
                 fix="write those answers, or remove the empty turns",
@@ -309,7 +311,7 @@ def _warnings(rows: SourceRows, cfg: TrainConfig) -> list[Problem]:
         out.append(
             Problem(
                 "no_answer",
-                f"{rows.no_answer.count:,} rows have no assistant turn "
+                f"{_rows(rows.no_answer.count)} {_have(rows.no_answer.count)} no assistant turn "
                 f"({_where(rows.no_answer.rows, rows.no_answer.count)}): on the answers they train nothing",
                 fix="add the answers, or remove those rows",
                 source=number,
@@ -329,8 +331,9 @@ def _warnings(rows: SourceRows, cfg: TrainConfig) -> list[Problem]:
         )
         if lengths.answer_lost.count:
             message += (
-                f". In {lengths.answer_lost.count:,} of them the cut takes every answer token: they train "
-                f"nothing ({_where(lengths.answer_lost.rows, lengths.answer_lost.count)})"
+                f". In {lengths.answer_lost.count:,} of them the cut takes every answer token: "
+                f"{'it trains' if lengths.answer_lost.count == 1 else 'they train'} nothing "
+                f"({_where(lengths.answer_lost.rows, lengths.answer_lost.count)})"
             )
         if lengths.answer_cut.count:
             message += (
@@ -409,3 +412,7 @@ def _round_up(tokens: int) -> int:
 
 def _rows(count: int) -> str:
     return f"{count:,} row{'' if count == 1 else 's'}"
+
+
+def _have(count: int) -> str:
+    return "has" if count == 1 else "have"

@@ -225,22 +225,32 @@ def percentiles(counts: Counter) -> dict:
     return out
 
 
-def histogram(counts: Counter, max_length: int, bins: int = 10) -> list[dict]:
-    """Rows by length: `bins` equal bins up to the longest row that max_length keeps whole, and
-    one past max_length (the rows it cuts)."""
+NICE_WIDTHS = [m * 10**e for e in range(8) for m in (1, 2, 4, 5, 8)]  # a histogram's bin widths
+
+
+def histogram(counts: Counter, max_length: int, bins: int = 12) -> list[dict]:
+    """Rows by length: at most `bins` equal bins from the shortest row to the longest that
+    max_length keeps whole, and one past max_length (the rows it cuts)."""
     if not counts:
         return []
     top = min(max_length, max(counts))
-    width = max(1, math.ceil(top / bins))
-    out = [{"low": i * width + 1 if i else 0, "high": (i + 1) * width, "count": 0} for i in range(bins)]
-    out = [b for b in out if b["low"] <= top]
-    out[-1]["high"] = top
+    bottom = min(min(counts), top)
+
+    def bin_of(length: int, width: int) -> int:
+        return max(0, (length - 1) // width)
+
+    width = next((w for w in NICE_WIDTHS if bin_of(top, w) - bin_of(bottom, w) < bins), top or 1)
+    first, last = bin_of(bottom, width), bin_of(top, width)
+    out = [
+        {"low": i * width + 1 if i else 0, "high": min((i + 1) * width, max_length), "count": 0}
+        for i in range(first, last + 1)
+    ]
     over = {"low": max_length + 1, "high": max(counts), "count": 0}
     for length, count in counts.items():
         if length > max_length:
             over["count"] += count
         else:
-            out[min(len(out) - 1, max(0, (length - 1) // width))]["count"] += count
+            out[bin_of(length, width) - first]["count"] += count
     return out + ([over] if over["count"] else [])
 
 

@@ -1,0 +1,1 @@
+"""The Data screen: the data check's report (cockpit data) on screen."""
