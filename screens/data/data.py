@@ -36,13 +36,14 @@ class DataScreen(Screen[None]):
         Binding("p", "jump('data-preview')", "Preview"),
     ]
 
-    def __init__(self, report: dict, source: str = "the config", width: int = 78) -> None:
+    def __init__(self, report: dict, source: str = "the config", width: int | None = None) -> None:
         super().__init__()
         self.report = report
         self.source = source
-        self.text_width = width  # columns the plain parts are wrapped to
+        self.text_width = width or 78  # columns the plain parts are wrapped to (the screen's, once known)
 
     def compose(self) -> ComposeResult:
+        self.text_width = max(40, self.app.size.width - 4)
         yield Static(self._summary(), id="data-summary")
         with VerticalScroll(id="data-body"):
             yield Static(self._problems(), id="data-problems")

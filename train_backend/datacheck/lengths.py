@@ -20,7 +20,7 @@ from cockpit.config.schema import TrainConfig
 from cockpit.models import packaged
 from cockpit.models import shipped as shapes
 
-SAMPLE_BYTES = 16 << 20  # of a source's bytes are tokenized whole; past it, every k-th row
+SAMPLE_BYTES = 8 << 20  # of a source's bytes are tokenized whole; past it, every k-th row
 SAMPLE_ROWS = 40_000  # the same for a source whose size is counted in rows
 NEAR_SHARE = 0.8  # a row whose characters could make this share of max_length is tokenized
 CPT_MARGIN = 0.6  # characters per token assumed for that: this share of the sample's

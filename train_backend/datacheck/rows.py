@@ -22,6 +22,7 @@ BATCH = 256
 COLUMNS_MAX = 200  # column names kept per source (a row of a million keys is not a schema)
 DUPLICATES_MAX_ROWS = 8_000_000  # rows whose hashes are kept to find duplicates (12 bytes each)
 PREVIEW_ROWS = 2  # kept rows of each source shown through the template
+TEMPLATES_MAX = 10_000  # sequences of roles whose rendering is remembered
 
 
 def ref_of(raw: RawRow) -> dict:
@@ -107,6 +108,7 @@ class SourceRows:
         self.preview: list[tuple[dict, dict]] = []  # (ref, row) of the first kept rows
         self.first_truncated: tuple[dict, dict] | None = None
         self._waiting: list[RawRow] = []
+        self.templates: dict[tuple, int | str] = {}  # roles -> what the template adds, or its refusal
         self._batch: list[tuple[dict, object]] = []
 
     # ------------------------------------------------------------ reading
@@ -221,18 +223,22 @@ class SourceRows:
         if isinstance(cell, list) and not cell:
             self.drop("no_turns", ref)
             return None
-        problem = _chat_problem(cell)
-        if problem is not None:
+        if not _plain_turns(cell):  # the trainer's own check, for its words
+            problem = _chat_problem(cell) or "turns of an unexpected shape"
             self.error("bad_chat", ref, problem)
             return None
-        chars = sum(len(str(t.get("content") or "")) for t in cell)
+        chars = sum(len(t["content"]) for t in cell)
         if chars > self.limit_chars:
             self.error("too_long", ref, f"{chars:,} characters")
             return None
-        answers = [t for t in cell if t.get("role") == "assistant"]
-        if not answers:
+        answered = empty = False
+        for turn in cell:
+            if turn["role"] == "assistant":
+                answered = True
+                empty = empty or not turn["content"].strip()
+        if not answered:
             self.no_answer.add(ref)
-        elif any(not str(t.get("content") or "").strip() for t in answers):
+        elif empty:
             self.empty_answers.add(ref)
         return cell
 
@@ -250,39 +256,74 @@ class SourceRows:
     # ------------------------------------------------------------ tokens
 
     def _flush(self) -> None:
+        """Measure the batch: every row's characters (a chat row's from its turns and what the
+        template adds to turns of its roles); the rows the sample takes and the long ones rendered
+        and tokenized, the others counted from their characters."""
         batch, self._batch = self._batch, []
         if not batch:
             return
-        if self.format == "tokens":
-            for ref, ids in batch:
-                self.lengths.wanted(len(ids))
-                self.duplicates.add(self.opened.number, ref["row"], ",".join(map(str, ids)))
-                if self.lengths.add_exact(ref, len(ids), len(ids), True) and self.first_truncated is None:
-                    self.first_truncated = (ref, {"input_ids": ids})
-            return
-        texts = self._render(batch)
-        chosen: list[tuple[dict, object, str, bool]] = []
-        for (ref, cell), text in zip(batch, texts):
-            if text is None:
+        chosen: list[tuple[dict, object, bool]] = []
+        for ref, cell in batch:
+            if self.format == "tokens":
+                self.lengths.wanted(len(cell))
+                self.duplicates.add(self.opened.number, ref["row"], ",".join(map(str, cell)))
+                if self.lengths.add_exact(ref, len(cell), len(cell), True) and self.first_truncated is None:
+                    self.first_truncated = (ref, {"input_ids": cell})
                 continue
-            self.duplicates.add(self.opened.number, ref["row"], text)
-            in_sample, tokenize = self.lengths.wanted(len(text))
-            if tokenize and self.tokenizer is not None:
-                chosen.append((ref, cell, text, in_sample))
+            if self.format == "messages":
+                overhead = self._template_overhead(ref, cell)
+                if overhead is None:
+                    continue
+                key = "\x00".join(f"{t['role']}\x01{t['content']}" for t in cell)
+                chars = sum(len(t["content"]) for t in cell) + overhead
             else:
-                self.lengths.add_estimated(len(text))
-        if not chosen:
+                key, chars = cell, len(cell)
+            self.duplicates.add(self.opened.number, ref["row"], key)
+            in_sample, tokenize = self.lengths.wanted(chars)
+            if tokenize and self.tokenizer is not None:
+                chosen.append((ref, cell, in_sample))
+            else:
+                self.lengths.add_estimated(chars)
+        if chosen:
+            self._tokenize(chosen)
+
+    def _tokenize(self, chosen: list[tuple[dict, object, bool]]) -> None:
+        texts = self._render([(ref, cell) for ref, cell, _ in chosen])
+        kept = [(c, t) for c, t in zip(chosen, texts) if t is not None]
+        if not kept:
             return
         special = self.format == "text"
         encoded = self.tokenizer(
-            [text for _, _, text, _ in chosen], add_special_tokens=special, return_attention_mask=False
+            [text for _, text in kept], add_special_tokens=special, return_attention_mask=False
         )["input_ids"]
-        for (ref, cell, text, in_sample), ids in zip(chosen, encoded):
+        for ((ref, cell, in_sample), text), ids in zip(kept, encoded):
             if self.lengths.add_exact(ref, len(ids), len(text), in_sample):
                 if self.first_truncated is None:
                     self.first_truncated = (ref, {self.format: cell})
                 if self.format == "messages":
                     self._answer_cut(ref, cell)
+
+    def _template_overhead(self, ref: dict, turns) -> int | None:
+        """Characters the chat template adds to turns of these roles (rendered once per sequence of
+        roles, which is what a template refuses: an order, a role); None when it refuses them."""
+        roles = tuple(t["role"] for t in turns)
+        known = self.templates.get(roles)
+        if known is None:
+            if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+                known = 10 * len(turns)
+            else:
+                try:
+                    rendered = self.tokenizer.apply_chat_template(turns, tokenize=False)
+                    known = len(rendered) - sum(len(t["content"]) for t in turns)
+                except Exception as exc:  # jinja's TemplateError: the template's own words
+                    known = f"{type(exc).__name__}: {str(exc)[:300]}"
+            if len(self.templates) < TEMPLATES_MAX:
+                self.templates[roles] = known
+        if isinstance(known, str):
+            self.error("template", ref, known)
+            self.kept -= 1
+            return None
+        return known
 
     def _render(self, batch: list[tuple[dict, object]]) -> list[str | None]:
         """What the tokenizer is given: the text with its end-of-sequence token (as TRL adds it),
@@ -332,6 +373,20 @@ def _answer_rows_max() -> int:
     from train_backend.datacheck.lengths import ANSWER_CUT_ROWS_MAX
 
     return ANSWER_CUT_ROWS_MAX
+
+
+def _plain_turns(turns) -> bool:
+    """Whether every turn is an object with a known role and text content (the common case, checked
+    fast; anything else goes to the trainer's own check for its words)."""
+    if not isinstance(turns, list):
+        return False
+    for turn in turns:
+        if type(turn) is not dict or turn.get("role") not in ROLES or type(turn.get("content")) is not str:
+            return False
+    return True
+
+
+ROLES = frozenset(CHAT_ROLES)
 
 
 def _plain_chat(turns) -> str:
