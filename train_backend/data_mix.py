@@ -27,6 +27,9 @@ def prepare_all(section: DatasetSection, tokenizer, max_length: int, seed: int) 
             format=source.format,
             text_field=source.text_field,
             messages_field=source.messages_field,
+            prompt_field=source.prompt_field,
+            completion_field=source.completion_field,
+            train_on=section.train_on,
         )
         try:
             prepared.append(data_mod.prepare(one, tokenizer, max_length, f"dataset.sources[{number}].split"))

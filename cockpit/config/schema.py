@@ -80,9 +80,13 @@ class DatasetSource:
 
     path: str | None = _f(None, "as dataset.path: 'demo', a hub id, a local file or a save_to_disk folder")
     split: str = _f("train", "split to train on (a local file has only train)")
-    format: str = _f("auto", "as dataset.format", choices=("auto", "text", "messages", "tokens"))
+    format: str = _f(
+        "auto", "as dataset.format", choices=("auto", "text", "messages", "prompt_completion", "tokens")
+    )
     text_field: str = _f("text", "column holding the text when format is text")
     messages_field: str = _f("messages", "column holding the chat turns when format is messages")
+    prompt_field: str = _f("prompt", "column holding the prompt when format is prompt_completion")
+    completion_field: str = _f("completion", "column holding the completion when format is prompt_completion")
     weight: float | None = _f(
         None,
         "share of the mix: the weighted sources' rows together are redrawn in these proportions "
@@ -105,11 +109,21 @@ class DatasetSection:
     format: str = _f(
         "auto",
         "'text' (one field of ready text, the article's guanaco format), 'messages' (chat, rendered with "
-        "the tokenizer's chat template), 'tokens' (pre-tokenized input_ids), or auto",
-        choices=("auto", "text", "messages", "tokens"),
+        "the tokenizer's chat template), 'prompt_completion' (a prompt and its completion: strings, or "
+        "lists of chat turns), 'tokens' (pre-tokenized input_ids), or auto",
+        choices=("auto", "text", "messages", "prompt_completion", "tokens"),
     )
     text_field: str = _f("text", "column holding the text when format is text")
     messages_field: str = _f("messages", "column holding the chat turns when format is messages")
+    prompt_field: str = _f("prompt", "column holding the prompt when format is prompt_completion")
+    completion_field: str = _f("completion", "column holding the completion when format is prompt_completion")
+    train_on: str = _f(
+        "auto",
+        "which tokens the loss counts: answers (the assistant turns of chat rows, the completion of "
+        "prompt/completion rows, each with its end-of-turn), all (every token: continued pretraining), "
+        "or auto (answers for chat and prompt/completion data, all for text and tokens)",
+        choices=("auto", "answers", "all"),
+    )
     max_samples: int | None = _f(None, "use only the first N samples", min=1)
     eval_split: str | None = _f(
         None,
@@ -127,14 +141,25 @@ class DatasetSection:
     sources: list[DatasetSource] | None = _f(
         None,
         "several sources in one run, mixed: a list of {path, split, format, text_field, messages_field, "
-        "weight or samples}; `dataset: [...]` is short for `dataset: {sources: [...]}` (docs/data.md)",
+        "prompt_field, completion_field, weight or samples}; `dataset: [...]` is short for "
+        "`dataset: {sources: [...]}` (docs/data.md)",
     )
 
     def source_list(self) -> list[DatasetSource]:
         """The sources this run trains on: the list, or the section itself as one source."""
         if self.sources:
             return list(self.sources)
-        return [DatasetSource(self.path, self.split, self.format, self.text_field, self.messages_field)]
+        return [
+            DatasetSource(
+                path=self.path,
+                split=self.split,
+                format=self.format,
+                text_field=self.text_field,
+                messages_field=self.messages_field,
+                prompt_field=self.prompt_field,
+                completion_field=self.completion_field,
+            )
+        ]
 
     def where(self) -> str:
         """The data in a few words: its path, or `3 sources: a.jsonl, b.jsonl, org/name`."""
@@ -498,7 +523,8 @@ def dump_config(cfg: TrainConfig) -> str:
     data = cfg.to_dict()
     defaults = TrainConfig().to_dict()
     # one source: the keys as ever; several: the list alone, not a single source's defaults beside it
-    single = ("path", "split", "format", "text_field", "messages_field", "max_samples")
+    single = ("path", "split", "format", "text_field", "messages_field", "prompt_field", "completion_field")
+    single += ("max_samples",)
     for key in ("sources",) if cfg.dataset.sources is None else single:
         del data["dataset"][key]
     for key in SPEED_AUTO_KEYS:

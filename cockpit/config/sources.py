@@ -14,7 +14,16 @@ from typing import Any, Union, get_args, get_origin
 from cockpit.config.schema import ConfigError, DatasetSource, TrainConfig, is_section
 
 LOCAL_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
-SINGLE_SOURCE_KEYS = ("path", "split", "format", "text_field", "messages_field", "max_samples")
+SINGLE_SOURCE_KEYS = (
+    "path",
+    "split",
+    "format",
+    "text_field",
+    "messages_field",
+    "prompt_field",
+    "completion_field",
+    "max_samples",
+)
 CLOSEST_NAMES = 3
 NAME_MAX = 255  # a file name's longest on the file systems a run meets
 QUOTED_CHARS = 120
