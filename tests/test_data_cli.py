@@ -88,7 +88,8 @@ def test_a_row_without_messages_among_two_is_an_error_not_a_drop(tmp_path, env, 
     code, said = train(env, config, capsys, "--check")
     flat = " ".join(said.split())
     assert code == 2 and no_run_dir(env)
-    assert f"({data}): line 2 has no 'messages'" in flat and "add 'messages' to those rows" in flat
+    assert f"({data}): line 2 lacks a column the format messages trains on" in flat
+    assert "it has no 'messages' (its keys: text)" in flat and "add 'messages' to those rows" in flat
 
 
 def test_cockpit_data_says_what_the_trainer_would_do_with_each_row(tmp_path, env, capsys):

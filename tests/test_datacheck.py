@@ -116,7 +116,8 @@ def test_a_row_without_the_column_is_refused_with_its_keys(tmp_path):
     assert not report["ok"]
     (problem,) = report["problems"]
     assert problem["code"] == "missing_column" and problem["rows"] == [{"row": 2, "line": 2}]
-    assert "line 2 has no 'messages'" in problem["message"] and "its keys: text" in problem["message"]
+    assert problem["message"].startswith("line 2 lacks a column the format messages trains on")
+    assert "it has no 'messages' (its keys: text)" in problem["message"]
     assert "remove them" in problem["fix"]
 
 

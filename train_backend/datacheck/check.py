@@ -25,6 +25,7 @@ REASONS = {
     "null": "null {column}",
     "empty": "empty or whitespace-only {column}",
     "no_turns": "no turns in {column}",
+    "empty_completion": "an empty completion",
 }
 
 
@@ -87,6 +88,16 @@ def run_check(cfg: TrainConfig, progress: Callable[[dict], None] | None = None) 
                 f"the sources are in different formats ({named}); one run trains on one format",
                 expected="every source in the same format",
                 fix="convert the odd source's rows, or set each source's format and fields so they agree",
+            )
+        )
+    if train_on == "answers" and formats & {"text", "tokens"}:
+        problems.append(
+            Problem(
+                "train_on",
+                f"dataset.train_on: answers, but the rows are {', '.join(sorted(formats))}: text and tokens "
+                "have no answers to tell from prompts",
+                expected="chat rows (messages) or prompt/completion rows",
+                fix="set dataset.train_on: all (every token trains), or give chat or prompt/completion rows",
             )
         )
     if tokenizer is None:
@@ -225,11 +236,11 @@ def _errors(rows: SourceRows, max_length: int, limit: int) -> list[Problem]:
                 "split such a row into several, remove it, or raise training.max_length",
             ),
             "missing_column": (
-                f"{where} {'has' if named.count == 1 else 'have'} no {column!r}, the column the format "
-                f"{rows.format} trains on ({_at(first)}: {detail.split('(', 1)[-1].rstrip(')')})",
-                f"every row with {column!r} ({rows.format_why})",
-                f"add {column!r} to those rows or remove them; if another column holds the data, set the "
-                "source's text_field or messages_field",
+                f"{where} {'lacks' if named.count == 1 else 'lack'} a column the format {rows.format} trains "
+                f"on ({_at(first)}: {detail})",
+                f"every row with {_names(rows.needed)} ({rows.format_why})",
+                f"add {_names(rows.needed)} to those rows or remove them; if another column holds the data, "
+                "set the source's text_field, messages_field, prompt_field or completion_field",
             ),
             "bad_value": (f"{where}: {detail}", f"{column!r} as {rows.format}", "fix those rows"),
             "bad_chat": (
@@ -416,3 +427,7 @@ def _rows(count: int) -> str:
 
 def _have(count: int) -> str:
     return "has" if count == 1 else "have"
+
+
+def _names(columns: list[str]) -> str:
+    return " and ".join(repr(c) for c in columns)

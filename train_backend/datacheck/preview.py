@@ -54,14 +54,14 @@ def segments(text: str, spans: list[tuple[int, int]]) -> list[dict]:
 
 
 def answer_cut_reader(tokenizer, train_on: str, max_length: int):
-    """(turns row) -> (answer tokens cut, every answer token cut), or None without the mask."""
+    """(row, format) -> (answer tokens cut, every answer token cut), or None without the mask."""
     try:
         from train_backend import answer_mask
     except ImportError:
         return None
 
-    def read(row: dict) -> tuple[int, bool]:
-        sample = answer_mask.tokenize_with_mask(tokenizer, row, "messages", train_on, max_length)
+    def read(row: dict, fmt: str) -> tuple[int, bool]:
+        sample = answer_mask.tokenize_with_mask(tokenizer, row, fmt, train_on, max_length)
         return sample.answer_tokens_cut, sample.answers_cut_off
 
     return read

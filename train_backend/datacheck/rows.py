@@ -12,12 +12,14 @@ import hashlib
 from array import array
 from collections.abc import Callable
 
+from train_backend import prompt_completion as pc
 from train_backend.data import CHAT_ROLES, _chat_problem
 from train_backend.datacheck.lengths import Lengths, Named
 from train_backend.datacheck.opening import Opened, Problem
 from train_backend.datacheck.reader import RawRow
 
 FORMAT_ROWS = 200
+PC = pc.FORMAT
 BATCH = 256
 COLUMNS_MAX = 200  # column names kept per source (a row of a million keys is not a schema)
 DUPLICATES_MAX_ROWS = 8_000_000  # rows whose hashes are kept to find duplicates (12 bytes each)
@@ -95,6 +97,7 @@ class SourceRows:
         self.format: str | None = None
         self.format_why = ""
         self.column = ""
+        self.needed: list[str] = []  # the columns the format trains on
         self.columns: dict[str, int] = {}  # name -> rows that have it
         self.read = self.kept = self.unused = 0
         self.bytes_read = 0
@@ -143,9 +146,12 @@ class SourceRows:
         for raw in self._waiting:
             seen.update(dict.fromkeys(raw.value or {}))
         self.format, self.format_why = detect(list(seen), self.spec)
-        self.column = {"text": self.spec.text_field, "messages": self.spec.messages_field}.get(
-            self.format or "", "input_ids"
-        )
+        self.column = {
+            "text": self.spec.text_field,
+            "messages": self.spec.messages_field,
+            PC: self.spec.prompt_field,
+        }.get(self.format or "", "input_ids")
+        self.needed = [self.column] + ([self.spec.completion_field] if self.format == PC else [])
         if self.format is None:
             self.problems.append(
                 Problem(
@@ -174,11 +180,15 @@ class SourceRows:
         ref = ref_of(raw)
         if self.format == "messages" and self.spec.text_field in value and self.column in value:
             self.both_columns.add(ref)
-        if self.column not in value:
+        missing = [c for c in self.needed if c not in value]
+        if missing:
             keys = ", ".join(map(str, list(value)[:8])) or "none"
-            self.error("missing_column", ref, f"it has no {self.column!r} (its keys: {keys})")
+            self.error("missing_column", ref, f"it has no {missing[0]!r} (its keys: {keys})")
             return
-        cell = value[self.column]
+        if self.format == PC:
+            cell = {"prompt": value[self.spec.prompt_field], "completion": value[self.spec.completion_field]}
+        else:
+            cell = value[self.column]
         checked = self._check_cell(cell, ref)
         if checked is None:
             return
@@ -187,7 +197,7 @@ class SourceRows:
             return
         self.kept += 1
         if len(self.preview) < PREVIEW_ROWS:
-            self.preview.append((ref, {self.format: cell}))
+            self.preview.append((ref, cell if self.format == PC else {self.format: cell}))
         self._batch.append((ref, checked))
         if len(self._batch) >= BATCH:
             self._flush()
@@ -209,6 +219,8 @@ class SourceRows:
                 self.error("too_long", ref, f"{len(cell):,} characters")
                 return None
             return cell
+        if fmt == PC:
+            return self._check_prompt_completion(cell, ref)
         if fmt == "tokens":
             if cell is None or (isinstance(cell, list) and not cell):
                 self.drop("empty", ref)
@@ -242,6 +254,21 @@ class SourceRows:
             self.empty_answers.add(ref)
         return cell
 
+    def _check_prompt_completion(self, cell: dict, ref: dict):
+        """A prompt and its completion, both text or both turns (train_backend.prompt_completion)."""
+        if pc.is_empty(cell):
+            self.drop("empty_completion", ref)
+            return None
+        problem = pc.problem(cell, _chat_problem)
+        if problem is not None:
+            self.error("bad_chat", ref, problem)
+            return None
+        chars = sum(len(_content(part)) for part in (cell["prompt"], cell["completion"]))
+        if chars > self.limit_chars:
+            self.error("too_long", ref, f"{chars:,} characters")
+            return None
+        return cell
+
     def drop(self, why: str, ref: dict) -> None:
         self.dropped.setdefault(why, Named()).add(ref)
 
@@ -270,12 +297,16 @@ class SourceRows:
                 if self.lengths.add_exact(ref, len(cell), len(cell), True) and self.first_truncated is None:
                     self.first_truncated = (ref, {"input_ids": cell})
                 continue
-            if self.format == "messages":
-                overhead = self._template_overhead(ref, cell)
+            turns = _turns(cell, self.format)
+            if turns is not None:
+                overhead = self._template_overhead(ref, turns)
                 if overhead is None:
                     continue
-                key = "\x00".join(f"{t['role']}\x01{t['content']}" for t in cell)
-                chars = sum(len(t["content"]) for t in cell) + overhead
+                key = "\x00".join(f"{t['role']}\x01{t['content']}" for t in turns)
+                chars = sum(len(t["content"]) for t in turns) + overhead
+            elif self.format == PC:
+                key = f"{cell['prompt']}\x00{cell['completion']}"
+                chars = len(cell["prompt"]) + len(cell["completion"])
             else:
                 key, chars = cell, len(cell)
             self.duplicates.add(self.opened.number, ref["row"], key)
@@ -292,16 +323,23 @@ class SourceRows:
         kept = [(c, t) for c, t in zip(chosen, texts) if t is not None]
         if not kept:
             return
-        special = self.format == "text"
-        encoded = self.tokenizer(
-            [text for _, text in kept], add_special_tokens=special, return_attention_mask=False
-        )["input_ids"]
-        for ((ref, cell, in_sample), text), ids in zip(kept, encoded):
-            if self.lengths.add_exact(ref, len(ids), len(text), in_sample):
+        lengths: list[int] = [0] * len(kept)
+        for special in (True, False):  # text takes the tokenizer's specials; a template writes its own
+            at = [i for i, ((_, c, _), _) in enumerate(kept) if (_turns(c, self.format) is None) == special]
+            if not at:
+                continue
+            encoded = self.tokenizer(
+                [kept[i][1] for i in at], add_special_tokens=special, return_attention_mask=False
+            )["input_ids"]
+            for i, ids in zip(at, encoded):
+                lengths[i] = len(ids)
+        for ((ref, cell, in_sample), text), length in zip(kept, lengths):
+            if self.lengths.add_exact(ref, length, len(text), in_sample):
+                row = cell if self.format == PC else {self.format: cell}
                 if self.first_truncated is None:
-                    self.first_truncated = (ref, {self.format: cell})
-                if self.format == "messages":
-                    self._answer_cut(ref, cell)
+                    self.first_truncated = (ref, row)
+                if self.format in ("messages", PC):
+                    self._answer_cut(ref, row)
 
     def _template_overhead(self, ref: dict, turns) -> int | None:
         """Characters the chat template adds to turns of these roles (rendered once per sequence of
@@ -326,33 +364,47 @@ class SourceRows:
         return known
 
     def _render(self, batch: list[tuple[dict, object]]) -> list[str | None]:
-        """What the tokenizer is given: the text with its end-of-sequence token (as TRL adds it),
-        or the chat rendered by the template (a row it refuses is a data error)."""
-        if self.format == "text":
-            eos = getattr(self.tokenizer, "eos_token", None) or ""
-            return [c if c.endswith(eos) else c + eos for _, c in batch]
+        """What the tokenizer is given: a text with its end-of-sequence token (as TRL adds it; a
+        prompt and its completion joined), or the chat rendered by the template (a row it refuses
+        is a data error)."""
+        eos = getattr(self.tokenizer, "eos_token", None) or ""
+        texts: list[str | None] = [None] * len(batch)
+        chats: list[int] = []
+        for i, (_, cell) in enumerate(batch):
+            if self.format == "text":
+                texts[i] = cell if cell.endswith(eos) else cell + eos
+            elif self.format == PC and _turns(cell, PC) is None:
+                completion = cell["completion"]
+                texts[i] = cell["prompt"] + completion + ("" if completion.endswith(eos) else eos)
+            else:
+                chats.append(i)
+        if not chats:
+            return texts
+        turns = [_turns(batch[i][1], self.format) for i in chats]
         if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-            return [_plain_chat(c) for _, c in batch]
+            for i, chat in zip(chats, turns):
+                texts[i] = _plain_chat(chat)
+            return texts
         try:
-            return list(self.tokenizer.apply_chat_template([c for _, c in batch], tokenize=False))
+            for i, text in zip(chats, self.tokenizer.apply_chat_template(turns, tokenize=False)):
+                texts[i] = text
+            return texts
         except Exception:  # one row the template refuses: find it (and any other) row by row
             pass
-        texts: list[str | None] = []
-        for ref, cell in batch:
+        for i, chat in zip(chats, turns):
             try:
-                texts.append(self.tokenizer.apply_chat_template(cell, tokenize=False))
+                texts[i] = self.tokenizer.apply_chat_template(chat, tokenize=False)
             except Exception as exc:  # jinja's TemplateError: the template's own words
-                self.error("template", ref, f"{type(exc).__name__}: {str(exc)[:300]}")
+                self.error("template", batch[i][0], f"{type(exc).__name__}: {str(exc)[:300]}")
                 self.kept -= 1
-                texts.append(None)
         return texts
 
-    def _answer_cut(self, ref: dict, turns) -> None:
+    def _answer_cut(self, ref: dict, row: dict) -> None:
         if self.answers is None or self.lengths.answers_looked_at >= _answer_rows_max():
             return
         self.lengths.answers_looked_at += 1
         try:
-            cut, lost = self.answers({"messages": turns})
+            cut, lost = self.answers(row, self.format)
         except Exception:  # a template the mask cannot read: said by the preview, not here
             return
         if lost:
@@ -363,7 +415,7 @@ class SourceRows:
     # ------------------------------------------------------------ the source's part of the report
 
     def used_columns(self) -> list[str]:
-        return [self.column] if self.format else []
+        return list(self.needed) if self.format else []
 
     def ignored_columns(self) -> list[str]:
         return [c for c in self.columns if c not in self.used_columns()]
@@ -389,6 +441,21 @@ def _plain_turns(turns) -> bool:
 ROLES = frozenset(CHAT_ROLES)
 
 
+def _turns(cell, fmt: str) -> list | None:
+    """A row's chat turns: a chat row's, or a conversational prompt/completion's; None for text."""
+    if fmt == "messages":
+        return cell
+    if fmt == PC and isinstance(cell["prompt"], list):
+        return [*cell["prompt"], *cell["completion"]]
+    return None
+
+
+def _content(part) -> str:
+    if isinstance(part, str):
+        return part
+    return "".join(str(t.get("content") or "") for t in part if isinstance(t, dict))
+
+
 def _plain_chat(turns) -> str:
     """A chat row as text when there is no template to render it (only its length is used)."""
     return "\n".join(f"{t.get('role')}: {t.get('content')}" for t in turns)
@@ -402,6 +469,8 @@ def detect(columns: list[str], spec) -> tuple[str | None, str]:
         return "tokens", "auto: column 'input_ids'"
     if spec.messages_field in columns:
         return "messages", f"auto: column {spec.messages_field!r} (chat turns)"
+    if spec.prompt_field in columns and spec.completion_field in columns:
+        return PC, f"auto: columns {spec.prompt_field!r} and {spec.completion_field!r}"
     if spec.text_field in columns:
         return "text", f"auto: column {spec.text_field!r}"
     return None, "auto: no known column"
