@@ -7,11 +7,13 @@ by the process that then draws the live view.
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def safe_load(text: str):
+def safe_load(text: str) -> Any:
     """yaml.safe_load(text), through libyaml when there is one."""
     return yaml.load(text, Loader=SafeLoader)
