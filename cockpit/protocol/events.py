@@ -314,7 +314,7 @@ class ErrorEvent(TypedDict, total=False):
     signal: Annotated[int | None, Meaning("the signal that ended it (client-written)")]
     log_tail: Annotated[str | None, Meaning("the end of backend.log (client-written)")]
     rank: Annotated[int | None, Meaning("several GPUs: the rank whose failure caused it")]
-    failed_ranks: Annotated[list[int] | None, Meaning("several GPUs: the other failed ranks")]
+    failed_ranks: Annotated[list[dict[str, Any]] | None, Meaning("several GPUs: the other failed ranks")]
 
 
 class DoneEvent(TypedDict, total=False):
