@@ -150,7 +150,8 @@ def stop(
     proc = trainer_process(run)
     if proc is None:
         return "not running"
-    pgid = run.read_trainer().get("pgid", proc.pid)
+    # trainer.json may be gone or unreadable since trainer_process read it: the process is its group's leader
+    pgid = (run.read_trainer() or {}).get("pgid", proc.pid)
     try:
         control.send_command(run, "stop")
         say(f"asked the trainer to stop (up to {grace_s:.0f} s for its checkpoint)")
