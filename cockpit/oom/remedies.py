@@ -17,13 +17,14 @@ then what keeps the results before what changes them; then the fastest.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from cockpit.fmt import GIB
 from cockpit.gpus.card import Card
 from cockpit.gpus.catalog import Catalog
 from cockpit.models.memory import (
-    GIB,
     SAFETY_MARGIN,
     EstimateError,
     MemoryEstimate,
@@ -35,6 +36,9 @@ from cockpit.models.shape import ModelShape
 from cockpit.oom.remedy_inputs import Observation, Target, device_card, observe, target_card, verdict_of
 from cockpit.oom.remedy_options import Choice, Knob, knobs
 from cockpit.speed.model import CardSpeed, estimate_speed
+
+if TYPE_CHECKING:
+    from cockpit.config.schema import TrainConfig
 
 VERDICT_ORDER = {"fits": 0, "tight": 1, "no": 2, "unknown": 3}
 MAX_COMBINATIONS_SHOWN = 3
@@ -91,6 +95,7 @@ class Analysis:
         """Several remedies at once, predicted together. ValueError when they cannot combine."""
         if self.workload is None:
             raise ValueError("no predictions for this run: nothing to combine")
+        assert self.speed_card is not None  # analyse() sets it with the workload
         choices: dict[str, Choice] = {}
         for option in options:
             if not option.applicable:
@@ -113,11 +118,11 @@ class Analysis:
 
 
 def analyse(
-    cfg,
-    error: dict,
+    cfg: TrainConfig,
+    error: dict[str, Any],
     shape: ModelShape | None,
-    data: dict | None = None,
-    device: dict | None = None,
+    data: dict[str, Any] | None = None,
+    device: dict[str, Any] | None = None,
     catalog: Catalog | None = None,
     precision: str | None = None,
 ) -> Analysis:
@@ -168,7 +173,7 @@ def analyse(
         )
     device_kind = str(device.get("kind") or "cuda")
     card = device_card(device, catalog) if device_kind == "cuda" else None
-    speed_card = card or REFERENCE_CARD
+    speed_card = REFERENCE_CARD if card is None else card_speed(card)
     notes.append(f"speed: the speed model's tokens/s on {speed_card.name}, relative to the failed run")
     all_knobs = knobs(cfg, base, observation, data, device_kind)
     options = [_option(base, (c,), gap, target, speed_card) for k in all_knobs for c in k.choices]
@@ -184,7 +189,7 @@ def analyse(
     return Analysis(target, observation, base, estimate, gap, ranked, notes, speed_card)
 
 
-def rank_key(option: Option) -> tuple:
+def rank_key(option: Option) -> tuple[int, int, float, int, int]:
     """What fits first; then what keeps the results (or nearly: 8-bit optimizer states, a few
     outliers cut) before what changes them, least first; then the fastest; then the fewest changes
     and the lowest peak. What does not fit comes last, closest to fitting first."""
@@ -198,6 +203,12 @@ def rank_key(option: Option) -> tuple:
         len(option.keys),
         option.peak_bytes or 0,
     )
+
+
+def card_speed(card: Card) -> CardSpeed:
+    """What the speed model reads of a catalog card (the speed model takes a Card's fields as they are:
+    no FP32 figure, the reference host)."""
+    return CardSpeed(card.name, card.bf16_dense_tflops, card.bandwidth_gbs)
 
 
 def relative_speed(base: Workload, changed: Workload, card: CardSpeed) -> float:
@@ -266,7 +277,9 @@ def _best_per_knob(options: list[Option]) -> list[Option]:
     return chosen
 
 
-def _combinations(base: Workload, all_knobs: list[Knob], gap: int, target: Target, card: CardSpeed):
+def _combinations(
+    base: Workload, all_knobs: list[Knob], gap: int, target: Target, card: CardSpeed
+) -> Iterator[Option]:
     """Every combination of two or more knobs (one choice each): both models are cheap."""
     for size in range(2, len(all_knobs) + 1):
         for group in itertools.combinations(all_knobs, size):
@@ -284,7 +297,7 @@ def _distinct(options: list[Option]) -> list[Option]:
 
 
 def _bigger_card(
-    cfg, base: Workload, peak: int, target: Target, current: Card | None, catalog: Catalog | None
+    cfg: TrainConfig, base: Workload, peak: int, target: Target, current: Card | None, catalog: Catalog | None
 ) -> list[Option]:
     """The cheapest catalog card the unchanged run fits with the margin."""
     if catalog is None:
@@ -296,7 +309,8 @@ def _bigger_card(
         return []
     card = min(fitting, key=lambda c: (c.price_per_hour, c.vram_gib))
     if current is not None and cfg.emulate_vram_gib is None:
-        speed = round(estimate_speed(base, card).tokens_per_s / estimate_speed(base, current).tokens_per_s, 3)
+        on_card = estimate_speed(base, card_speed(card)).tokens_per_s
+        speed = round(on_card / estimate_speed(base, card_speed(current)).tokens_per_s, 3)
         reason = f"the speed model on {card.name} against {current.name}"
     else:
         speed, reason = None, "the card the run is on is emulated or unknown"
@@ -321,7 +335,7 @@ def _bigger_card(
     ]
 
 
-def _host_analysis(cfg, observation: Observation, target: Target, notes: list[str]) -> Analysis:
+def _host_analysis(cfg: TrainConfig, observation: Observation, target: Target, notes: list[str]) -> Analysis:
     """Host RAM ran out: the GPU memory model does not apply; fewer loader processes is the lever here."""
     notes.append("host RAM ran out, not GPU memory: the memory model predicts GPU memory only")
     options = []
