@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import IO
 
 from cockpit.doctor.engine import Doctor
 from cockpit.doctor.window import Finding
@@ -118,7 +118,7 @@ class IdleAlarm:
                 pass
 
 
-def ring(out: TextIO) -> None:
+def ring(out: IO[str]) -> None:
     """The terminal bell, on a terminal only (a log file gets no control character)."""
     if getattr(out, "isatty", lambda: False)():
         out.write(BELL)
