@@ -88,7 +88,7 @@ class Analysis:
     gap_bytes: int  # added to every prediction: how far the OOM proves the model low
     options: list[Option]
     notes: list[str] = field(default_factory=list)
-    speed_card: CardSpeed | None = None  # what the speeds were computed on
+    speed_card: CardSpeed | Card | None = None  # what the speeds were computed on
     pinned: dict[str, Any] = field(default_factory=dict)  # settings the failed run ran with (speed: auto)
 
     def combine(self, options: list[Option]) -> Option:
@@ -173,7 +173,7 @@ def analyse(
         )
     device_kind = str(device.get("kind") or "cuda")
     card = device_card(device, catalog) if device_kind == "cuda" else None
-    speed_card = REFERENCE_CARD if card is None else card_speed(card)
+    speed_card = card or REFERENCE_CARD
     notes.append(f"speed: the speed model's tokens/s on {speed_card.name}, relative to the failed run")
     all_knobs = knobs(cfg, base, observation, data, device_kind)
     options = [_option(base, (c,), gap, target, speed_card) for k in all_knobs for c in k.choices]
@@ -205,17 +205,13 @@ def rank_key(option: Option) -> tuple[int, int, float, int, int]:
     )
 
 
-def card_speed(card: Card) -> CardSpeed:
-    """What the speed model reads of a catalog card (the speed model takes a Card's fields as they are:
-    no FP32 figure, the reference host)."""
-    return CardSpeed(card.name, card.bf16_dense_tflops, card.bandwidth_gbs)
-
-
-def relative_speed(base: Workload, changed: Workload, card: CardSpeed) -> float:
+def relative_speed(base: Workload, changed: Workload, card: CardSpeed | Card) -> float:
     return estimate_speed(changed, card).tokens_per_s / estimate_speed(base, card).tokens_per_s
 
 
-def _option(base: Workload, choices: tuple[Choice, ...], gap: int, target: Target, card: CardSpeed) -> Option:
+def _option(
+    base: Workload, choices: tuple[Choice, ...], gap: int, target: Target, card: CardSpeed | Card
+) -> Option:
     workload, config, saved = base, {}, 0
     for choice in choices:
         workload = replace(workload, **choice.fields)
@@ -278,7 +274,7 @@ def _best_per_knob(options: list[Option]) -> list[Option]:
 
 
 def _combinations(
-    base: Workload, all_knobs: list[Knob], gap: int, target: Target, card: CardSpeed
+    base: Workload, all_knobs: list[Knob], gap: int, target: Target, card: CardSpeed | Card
 ) -> Iterator[Option]:
     """Every combination of two or more knobs (one choice each): both models are cheap."""
     for size in range(2, len(all_knobs) + 1):
@@ -309,8 +305,7 @@ def _bigger_card(
         return []
     card = min(fitting, key=lambda c: (c.price_per_hour, c.vram_gib))
     if current is not None and cfg.emulate_vram_gib is None:
-        on_card = estimate_speed(base, card_speed(card)).tokens_per_s
-        speed = round(on_card / estimate_speed(base, card_speed(current)).tokens_per_s, 3)
+        speed = round(estimate_speed(base, card).tokens_per_s / estimate_speed(base, current).tokens_per_s, 3)
         reason = f"the speed model on {card.name} against {current.name}"
     else:
         speed, reason = None, "the card the run is on is emulated or unknown"
