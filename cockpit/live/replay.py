@@ -337,7 +337,7 @@ class ReplayWatch:
     def subscribe(
         self,
         state_of: Callable[[], RunState],
-        on_news: Callable[[Any, list[Finding], str | None], None],
+        on_news: Callable[[Sample | None, list[Finding], str | None], None],
     ) -> None:
         raise TypeError("a replay's samples follow its playback clock: ask update(), it does not push")
 
