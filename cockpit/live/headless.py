@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from types import FrameType
-from typing import NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -23,7 +23,6 @@ from cockpit import fmt
 from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.doctor.window import Finding
 from cockpit.live.event_text import describe
-from cockpit.live.session import RunSession
 from cockpit.live.stall import Stall, StallNotices, find_stall
 from cockpit.live.watch import LiveWatch, finding_line, gpu_status
 from cockpit.money import idle
@@ -32,6 +31,9 @@ from cockpit.results import summary
 from cockpit.run.exit_codes import EXIT_DETACHED, exit_code
 from cockpit.run.state import RunState
 from cockpit.telemetry.sampler import Sample
+
+if TYPE_CHECKING:
+    from cockpit.live.sources import RunSource
 
 POLL_S = 0.1
 REFRESH_PER_S = 2
@@ -83,7 +85,7 @@ class _Detach(Exception):
 
 
 def follow(
-    session: RunSession,
+    session: RunSource,
     out: TextIO | None = None,
     log_every_s: float = 10.0,
     force_terminal: bool | None = None,
@@ -137,7 +139,7 @@ def _alarm(alarm: idle.IdleAlarm, findings: list[Finding], out: TextIO) -> None:
         print(f"{stamp} {text}", file=out, flush=True)
 
 
-def _after_end(session: RunSession, out: TextIO, watch: LiveWatch | None, alarm: idle.IdleAlarm) -> None:
+def _after_end(session: RunSource, out: TextIO, watch: LiveWatch | None, alarm: idle.IdleAlarm) -> None:
     """The end command's first word (it runs once the trainer's processes are gone), the summary,
     then, with cost.on_idle set, the idle watch until its alarm went off or Ctrl-C."""
     end_command = summary.configured_on_end(session.run)
@@ -170,7 +172,7 @@ def _after_end(session: RunSession, out: TextIO, watch: LiveWatch | None, alarm:
 
 
 def _follow_plain(
-    session: RunSession, out: TextIO, log_every_s: float, watch: LiveWatch | None, alarm: idle.IdleAlarm
+    session: RunSource, out: TextIO, log_every_s: float, watch: LiveWatch | None, alarm: idle.IdleAlarm
 ) -> int:
     # lines are printed message by message, so a replayed history reads as it happened
     view = RunState(run_id=session.run.run_id)
@@ -209,7 +211,7 @@ def _follow_plain(
             time.sleep(POLL_S)
 
 
-def _stall(session: RunSession) -> Stall | None:
+def _stall(session: RunSource) -> Stall | None:
     """A live trainer gone quiet (cockpit.live.stall); a replay's silences are in its recording."""
     if session.mode != "live" or session.trainer_gone:
         return None
@@ -263,9 +265,7 @@ def _render(
     return Group(*lines)
 
 
-def _follow_live(
-    session: RunSession, console: Console, watch: LiveWatch | None, alarm: idle.IdleAlarm
-) -> int:
+def _follow_live(session: RunSource, console: Console, watch: LiveWatch | None, alarm: idle.IdleAlarm) -> int:
     stalls = StallNotices()
     with Live(console=console, refresh_per_second=REFRESH_PER_S, transient=False) as live:
         while True:
