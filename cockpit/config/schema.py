@@ -419,7 +419,7 @@ class TrainConfig:
     )
     debug: DebugSection = field(default_factory=DebugSection)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -438,7 +438,7 @@ def is_section(cls: Any) -> bool:
 
 
 def all_keys() -> list[str]:
-    keys = []
+    keys: list[str] = []
     for f in fields(TrainConfig):
         hint = type_hints(TrainConfig)[f.name]
         if is_section(hint):
