@@ -7,11 +7,16 @@ by the process that then draws the live view.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import yaml
 
-SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+if TYPE_CHECKING:  # the checker sees one class it can derive from; libyaml's has the same methods
+    SafeLoader = yaml.SafeLoader
+else:
+    SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def safe_load(text: str):
+def safe_load(text: str) -> Any:
     """yaml.safe_load(text), through libyaml when there is one."""
     return yaml.load(text, Loader=SafeLoader)

@@ -24,7 +24,7 @@ def documented_layers() -> list[set[str]]:
     for line in table.splitlines():
         row = re.match(r"\| (\d+) \| (.+?) \|", line)
         if row:
-            floors.setdefault(int(row.group(1)), set()).update(re.findall(r"`(\w+)`", row.group(2)))
+            floors.setdefault(int(row.group(1)), set()).update(re.findall(r"`(\w+)/?`", row.group(2)))
     return [floors[f] for f in sorted(floors, reverse=True)]
 
 

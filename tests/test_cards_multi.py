@@ -137,7 +137,7 @@ def test_the_link_follows_the_catalog(catalog, card_id, gpus, kind, one_way_gbs)
 
 
 def test_one_gpu_is_not_a_multi_gpu_estimate(catalog, llama7b):
-    with pytest.raises(ValueError, match=r"use cockpit\.models\.speed\.estimate_speed"):
+    with pytest.raises(ValueError, match=r"use cockpit\.speed\.model\.estimate_speed"):
         estimate_multi_speed(full_7b(llama7b), catalog.get("h200-sxm"))
 
 

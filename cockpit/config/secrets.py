@@ -17,6 +17,7 @@ import io
 import os
 import re
 from functools import lru_cache
+from typing import Any, TextIO
 
 SECRET_ENV_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|PRIVATE_KEY", re.IGNORECASE)
 NOT_SECRET_NAME = re.compile(r"^TOKENIZERS?_", re.IGNORECASE)  # TOKENIZERS_PARALLELISM=false
@@ -45,7 +46,7 @@ def secret_values(environ: dict[str, str] | None = None) -> list[str]:
 
 
 @lru_cache(maxsize=64)
-def _pattern(value: str) -> re.Pattern:
+def _pattern(value: str) -> re.Pattern[str]:
     escaped = re.escape(value)
     if len(value) >= WHOLE_MATCH_BELOW:
         return re.compile(escaped)
@@ -63,12 +64,14 @@ def scrub(text: str, secrets: list[str]) -> str:
     return text
 
 
-def secret_in_values(raw, environ: dict[str, str] | None = None, prefix: str = "") -> tuple[str, str] | None:
+def secret_in_values(
+    raw: Any, environ: dict[str, str] | None = None, prefix: str = ""
+) -> tuple[str, str] | None:
     """(dotted key, variable name) of the first config value that holds a secret's value, or None."""
     named = secret_env(environ)
     if not named:
         return None
-    stack = [(prefix, raw)]
+    stack: list[tuple[str, Any]] = [(prefix, raw)]
     while stack:
         key, node = stack.pop()
         if isinstance(node, dict):
@@ -86,7 +89,7 @@ class ScrubbedOutput(io.TextIOBase):
     """A client's stdout or stderr that scrubs what it writes; anything else (isatty, fileno,
     encoding) is the wrapped stream's, so terminals are still recognised."""
 
-    def __init__(self, inner, secrets: list[str]):
+    def __init__(self, inner: TextIO, secrets: list[str]):
         self._inner, self._secrets = inner, secrets
 
     def write(self, text: str) -> int:
@@ -102,5 +105,5 @@ class ScrubbedOutput(io.TextIOBase):
     def fileno(self) -> int:
         return self._inner.fileno()
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

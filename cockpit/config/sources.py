@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
@@ -36,7 +37,7 @@ class DataPathError(ConfigError):
     kind = "data"
 
 
-def short_form(raw: dict) -> dict:
+def short_form(raw: dict[str, Any]) -> dict[str, Any]:
     """`dataset: [a, b]` -> `dataset: {sources: [a, b]}`."""
     if isinstance(raw.get("dataset"), list):
         return {**raw, "dataset": {"sources": raw["dataset"]}}
@@ -48,11 +49,12 @@ def section_list_element(hint: Any) -> type | None:
     options = get_args(hint) if get_origin(hint) is Union or type(hint).__name__ == "UnionType" else (hint,)
     for option in options:
         if get_origin(option) is list and get_args(option) and is_section(get_args(option)[0]):
-            return get_args(option)[0]
+            element: type = get_args(option)[0]
+            return element
     return None
 
 
-def build_list(element: type, value: Any, key: str, build) -> list:
+def build_list(element: type, value: Any, key: str, build: Callable[[type, Any, str], Any]) -> list[Any]:
     """Each item of a list of sections validated as its section (`build`, the loader's own); a
     plain string stands for `{path: it}`."""
     if not isinstance(value, list) or not value:
@@ -119,13 +121,13 @@ def not_found_words(path: str) -> str:
     return f"file not found in {folder}; closest names there: {', '.join(close)}"
 
 
-def check(cfg: TrainConfig, raw: dict) -> None:
+def check(cfg: TrainConfig, raw: dict[str, Any]) -> None:
     """Several sources: each with a path that exists when local, a weight or a sample count (not
     both), and the single source's keys left out beside them."""
     ds = cfg.dataset
     if ds.sources is None:
         return
-    given = raw.get("dataset") if isinstance(raw.get("dataset"), dict) else {}
+    given = raw["dataset"] if isinstance(raw.get("dataset"), dict) else {}
     beside = [k for k in SINGLE_SOURCE_KEYS if given.get(k) is not None]
     if beside:
         raise ConfigError(

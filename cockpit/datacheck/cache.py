@@ -9,7 +9,9 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from cockpit import __version__, paths
 from cockpit.config.schema import TrainConfig
@@ -39,7 +41,7 @@ def cache_key(cfg: TrainConfig) -> tuple[str, bool]:
             stats.append(_stats(Path(str(source.path)).expanduser()))
         else:
             hub = True
-            stats.append(["hub", source.path])
+            stats.append(["hub", str(source.path)])
     key = {
         "check": CHECK_VERSION,
         "cockpit": __version__,
@@ -53,7 +55,7 @@ def cache_key(cfg: TrainConfig) -> tuple[str, bool]:
     return hashlib.sha256(text.encode()).hexdigest()[:24], hub
 
 
-def _tokenizer_stats(name: str) -> list:
+def _tokenizer_stats(name: str) -> list[Any]:
     if shapes.is_synthetic(name):
         return ["shipped", __version__]
     folder = packaged.model_dir(name) if packaged.is_packaged(name) else Path(name).expanduser()
@@ -62,7 +64,7 @@ def _tokenizer_stats(name: str) -> list:
     return ["hub", name]
 
 
-def _stats(path: Path, pattern: str = "*") -> list:
+def _stats(path: Path, pattern: str = "*") -> list[Any]:
     try:
         resolved = path.resolve()
         if resolved.is_file():
@@ -80,7 +82,13 @@ def _stats(path: Path, pattern: str = "*") -> list:
         return [str(path), None]
 
 
-def cached_check(cfg: TrainConfig, *, fresh: bool = False, runner=run_datacheck, **kwargs) -> DataCheckAnswer:
+def cached_check(
+    cfg: TrainConfig,
+    *,
+    fresh: bool = False,
+    runner: Callable[..., DataCheckAnswer] = run_datacheck,
+    **kwargs: Any,
+) -> DataCheckAnswer:
     """The report of this config's data: from the cache when its files are unchanged (and `fresh`
     is off), else from a new check (kept for next time)."""
     key, hub = cache_key(cfg)
@@ -95,7 +103,7 @@ def cached_check(cfg: TrainConfig, *, fresh: bool = False, runner=run_datacheck,
     return answer
 
 
-def _read(path: Path, keep_s: float | None) -> dict | None:
+def _read(path: Path, keep_s: float | None) -> dict[str, Any] | None:
     try:
         if keep_s is not None and time.time() - path.stat().st_mtime > keep_s:
             return None
@@ -105,7 +113,7 @@ def _read(path: Path, keep_s: float | None) -> dict | None:
     return report if isinstance(report, dict) and report.get("version") is not None else None
 
 
-def _write(path: Path, report: dict) -> None:
+def _write(path: Path, report: dict[str, Any]) -> None:
     """Written aside and renamed: a report in the cache is whole or absent. A cache that cannot
     be written costs only the next check's time."""
     try:

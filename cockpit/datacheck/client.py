@@ -16,8 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from cockpit.config import load as config_load
 from cockpit.config.schema import TrainConfig, dump_config
@@ -30,7 +31,7 @@ MAX_REPORT_BYTES = 16 << 20
 
 @dataclass
 class DataCheckAnswer:
-    report: dict | None = None
+    report: dict[str, Any] | None = None
     error: str | None = None  # the check itself failed (not a data error: those are in the report)
     returncode: int | None = None
     timed_out: bool = False
@@ -63,7 +64,7 @@ def run_datacheck(
     cfg: TrainConfig,
     *,
     timeout_s: float | None = None,
-    on_progress: Callable[[dict], None] | None = None,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
     command: list[str] | None = None,
 ) -> DataCheckAnswer:
     """Run the check on `cfg` and wait for its report (at most `timeout_s`; None: as long as it
@@ -107,7 +108,8 @@ def run_datacheck(
         finally:
             if proc.poll() is None:
                 _kill_group(proc)
-            proc.stdout.close()
+            if proc.stdout is not None:
+                proc.stdout.close()
         answer.returncode = proc.returncode
         answer.duration_s = round(time.monotonic() - started, 2)
         stderr_file.seek(0, os.SEEK_END)
@@ -116,8 +118,11 @@ def run_datacheck(
     return answer
 
 
-def _messages(proc: subprocess.Popen, decoder: LineDecoder, deadline: float | None):
+def _messages(
+    proc: subprocess.Popen[bytes], decoder: LineDecoder, deadline: float | None
+) -> Iterator[dict[str, Any] | Fault]:
     """Every message the child writes until it closes stdout or the deadline passes."""
+    assert proc.stdout is not None  # started with stdout=PIPE
     fd = proc.stdout.fileno()
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
@@ -134,7 +139,7 @@ def _messages(proc: subprocess.Popen, decoder: LineDecoder, deadline: float | No
             yield from decoder.feed(data)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

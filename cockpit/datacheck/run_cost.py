@@ -6,9 +6,11 @@ second model. The card is `--card`, else this machine's GPU (NVML); the price is
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from cockpit.config.schema import TrainConfig
 from cockpit.gpus import catalog as catalog_mod
+from cockpit.gpus.card import Card
 from cockpit.models import memory as est
 from cockpit.models import shape as modelshape
 from cockpit.plan.cards import figures_for
@@ -16,7 +18,7 @@ from cockpit.plan.cards_inputs import CardsError, RunSize
 from cockpit.plan.fits import fit_card
 
 
-def this_machines_card(catalog: catalog_mod.Catalog):
+def this_machines_card(catalog: catalog_mod.Catalog) -> tuple[Card | None, str]:
     """The catalog card of the first GPU NVML lists here, or (None, why)."""
     from cockpit.preflight import machine_fit, quick
 
@@ -28,19 +30,21 @@ def this_machines_card(catalog: catalog_mod.Catalog):
     return card, "" if card is not None else f"this machine's {name} is not in the card catalog"
 
 
-def run_figures(cfg: TrainConfig, tokens_per_epoch: int | None, card_query: str | None = None) -> dict:
+def run_figures(
+    cfg: TrainConfig, tokens_per_epoch: int | None, card_query: str | None = None
+) -> dict[str, Any]:
     """Time and cost of the run on the chosen card, with every input stated; or `why_none`."""
     if tokens_per_epoch is None and cfg.training.max_steps is None:
         return {"why_none": "no token count (the tokenizer could not be loaded)"}
     try:
         catalog = catalog_mod.load_catalog()
-        if card_query:
-            card, card_from = catalog.get(card_query), "--card"
-        else:
-            card, why = this_machines_card(catalog)
-            if card is None:
-                return {"why_none": f"no card: {why}; give --card ID (cockpit cards lists them)"}
+        found, why, card_from = (catalog.get(card_query), "", "--card") if card_query else (None, "", "")
+        if found is None:
+            found, why = this_machines_card(catalog)
             card_from = "this machine's GPU"
+        if found is None:
+            return {"why_none": f"no card: {why}; give --card ID (cockpit cards lists them)"}
+        card: Card = found
         shape = modelshape.load_shape(cfg.model.name, cfg.model.revision or "main")
         workload = est.workload_from_config(cfg, shape, "trl")
         size = RunSize(

@@ -4,6 +4,8 @@ wrapped in «...»; ✂ marks where max_length cuts it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from cockpit import fmt
 from cockpit.plain import wrapped
 
@@ -19,7 +21,7 @@ KINDS = {
 BAR_WIDTH = 40
 
 
-def report_lines(report: dict, source: str, width: int) -> list[str]:
+def report_lines(report: dict[str, Any], source: str, width: int) -> list[str]:
     """The whole report: sources, tokens, the run's time and cost, errors, warnings, the preview."""
     lines = [_head(report, source)]
     for entry in report["sources"]:
@@ -33,7 +35,7 @@ def report_lines(report: dict, source: str, width: int) -> list[str]:
     return wrapped(lines, width)
 
 
-def _head(report: dict, source: str) -> str:
+def _head(report: dict[str, Any], source: str) -> str:
     count = len(report["sources"])
     what = report.get("format") or "no single format"
     tok = report["tokenizer"]
@@ -44,7 +46,7 @@ def _head(report: dict, source: str) -> str:
     )
 
 
-def where(refs: list[dict], count: int) -> str:
+def where(refs: list[dict[str, Any]], count: int) -> str:
     """`line 7`, `rows 3, 9 and 12 more`."""
     if not refs:
         return ""
@@ -54,7 +56,7 @@ def where(refs: list[dict], count: int) -> str:
     return f"{word}{'s' if count > 1 else ''} {numbers}{more}"
 
 
-def source_lines(entry: dict, report: dict) -> list[str]:
+def source_lines(entry: dict[str, Any], report: dict[str, Any]) -> list[str]:
     kind = KINDS.get(entry["kind"], entry["kind"])
     size = f", {fmt.size(entry['bytes'])}" if entry.get("bytes") else ""
     splits = ", ".join(entry.get("splits") or []) or "-"
@@ -99,7 +101,7 @@ def source_lines(entry: dict, report: dict) -> list[str]:
     return lines
 
 
-def token_lines(report: dict, width: int, duplicates: bool = True) -> list[str]:
+def token_lines(report: dict[str, Any], width: int, duplicates: bool = True) -> list[str]:
     """Tokens per epoch and how they were counted, the lengths' percentiles and histogram, and
     (with `duplicates`) the line that none were found."""
     totals = report.get("totals") or {}
@@ -124,7 +126,7 @@ def token_lines(report: dict, width: int, duplicates: bool = True) -> list[str]:
     return lines
 
 
-def _sampled_words(report: dict) -> str:
+def _sampled_words(report: dict[str, Any]) -> str:
     parts = []
     for entry in report["sources"]:
         tokens = entry.get("tokens") or {}
@@ -137,7 +139,7 @@ def _sampled_words(report: dict) -> str:
     return "; ".join(parts) or "every row tokenized"
 
 
-def histogram_lines(bins: list[dict], width: int) -> list[str]:
+def histogram_lines(bins: list[dict[str, Any]], width: int) -> list[str]:
     """One line per bin: its range, a bar, the rows; the bars fit `width` (80 by default)."""
     if not bins:
         return []
@@ -154,11 +156,11 @@ def histogram_lines(bins: list[dict], width: int) -> list[str]:
     return out
 
 
-def _range(b: dict) -> str:
+def _range(b: dict[str, Any]) -> str:
     return f"{b['low']}-{b['high']}" if b["low"] <= b["high"] else f"{b['low']}+"
 
 
-def run_lines(run: dict | None) -> list[str]:
+def run_lines(run: dict[str, Any] | None) -> list[str]:
     if not run:
         return []
     if run.get("why_none"):
@@ -178,7 +180,7 @@ def _fit_words(verdict: str | None) -> str:
     )
 
 
-def problem_lines(report: dict) -> list[str]:
+def problem_lines(report: dict[str, Any]) -> list[str]:
     """Each data error: where (file, rows, byte), what, what was expected, the fix."""
     problems = report.get("problems") or []
     if not problems:
@@ -194,7 +196,7 @@ def problem_lines(report: dict) -> list[str]:
     return lines
 
 
-def warning_lines(report: dict) -> list[str]:
+def warning_lines(report: dict[str, Any]) -> list[str]:
     lines = []
     for w in report.get("warnings") or []:
         head = f"source {w['source']}: " if w.get("source") is not None and len(report["sources"]) > 1 else ""
@@ -202,7 +204,7 @@ def warning_lines(report: dict) -> list[str]:
     return ["warnings:", *lines] if lines else []
 
 
-def preview_lines(report: dict, width: int) -> list[str]:
+def preview_lines(report: dict[str, Any], width: int) -> list[str]:
     rows = report.get("preview") or []
     if not rows:
         return []
@@ -225,7 +227,7 @@ def preview_lines(report: dict, width: int) -> list[str]:
     return lines
 
 
-def marked_text(row: dict) -> str:
+def marked_text(row: dict[str, Any]) -> str:
     """The preview row's text with «» around what trains and ✂ where max_length cuts."""
     out, at, cut = [], 0, row.get("cut_at")
     for segment in row.get("segments") or []:
@@ -237,7 +239,7 @@ def marked_text(row: dict) -> str:
     return "".join(out)
 
 
-def _verdict(report: dict) -> str:
+def _verdict(report: dict[str, Any]) -> str:
     took = f"checked in {report.get('elapsed_s', 0):.1f} s"
     if report.get("problems"):
         return f"data: {len(report['problems'])} error(s); nothing can train on it as it is ({took})"
@@ -245,7 +247,7 @@ def _verdict(report: dict) -> str:
     return f"data: OK{f' with {warned} warning(s)' if warned else ''} ({took})"
 
 
-def start_lines(report: dict, source: str) -> list[str]:
+def start_lines(report: dict[str, Any], source: str) -> list[str]:
     """What `cockpit train` says before it starts: one line when the data is clean, the errors
     (and what to run for the whole report) when not, the warnings either way."""
     if report.get("problems"):

@@ -90,7 +90,7 @@ def straggler(window: Window, state: Any) -> Finding | None:
 def _link_bytes_s(gpu: Any) -> float:
     gen, width = field(gpu, "pcie_gen") or field(gpu, "pcie_gen_max"), field(gpu, "pcie_width")
     if gen in PCIE_X16_PRACTICAL_GBS and width:
-        return ALLREDUCE_LINK_SHARE * PCIE_X16_PRACTICAL_GBS[gen] * 1e9 * width / 16
+        return float(ALLREDUCE_LINK_SHARE * PCIE_X16_PRACTICAL_GBS[gen] * 1e9 * width / 16)
     return ALLREDUCE_UNKNOWN_LINK_BYTES_S
 
 

@@ -310,7 +310,7 @@ def _lists_trusted(o: Observation) -> bool:
     )
 
 
-def _foreign(o: Observation) -> list[tuple[Any, dict]]:
+def _foreign(o: Observation) -> list[tuple[Any, dict[str, Any]]]:
     """(GPU index, process) for GPU processes not the trainer's, where the lists are trusted."""
     gpus = o.gpus
     if not _lists_trusted(o):
@@ -347,7 +347,7 @@ def foreign_process(window: Window, state: Any) -> Finding | None:
         return None
     parts = []
     if holds_memory:
-        seen: dict[int, tuple[Any, dict]] = {}
+        seen: dict[int, tuple[Any, dict[str, Any]]] = {}
         for o in window:
             for index, p in _foreign(o):
                 seen[p["pid"]] = (index, p)
@@ -357,7 +357,7 @@ def foreign_process(window: Window, state: Any) -> Finding | None:
         if len(seen) > 3:
             parts.append(f"{len(seen) - 3} more")
     if busy:
-        utils = [_max_util(o) for o in window if _busy_without_us(o)]
+        utils = [u for o in window if _busy_without_us(o) and (u := _max_util(o)) is not None]
         status = window.observations[-1].status
         doing = f"the run is {status}" if status else "no run is attached"
         parts.append(f"GPU util {fmean(utils):.0f}% (mean of {window.span_text()}) while {doing}")

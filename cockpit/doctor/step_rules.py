@@ -31,7 +31,7 @@ INPUT_WAIT_SHARE = 0.25  # the step waits for data this share of its time: the l
 WORTH_GAIN = 1.1  # a predicted gain below this is not worth a finding's fix
 
 
-def measured(state: Any) -> dict | None:
+def measured(state: Any) -> dict[str, Any] | None:
     """The trainer's step measurements, when it made them (a run from an older trainer has none)."""
     got = field(state, "input") or {}
     return got if got.get("data_wait_share") is not None else None
@@ -52,7 +52,7 @@ def _cpu_saturated(o: Observation) -> bool:
     return trainer is not None and trainer >= CPU_SATURATED_PCT
 
 
-def _common(window: Window, state: Any) -> tuple[dict, float, float | None] | None:
+def _common(window: Window, state: Any) -> tuple[dict[str, Any], float, float | None] | None:
     """The step measurements, the mean util and trainer CPU of the time the run trained with its
     steps measured, when the GPU waited for most of that time (and >= MIN_HELD_S)."""
     m = measured(state)
@@ -69,7 +69,7 @@ def _util_text(window: Window, util: float) -> str:
     return f"GPU util {util:.0f}% (mean of {window.span_text(_stepping)} of steps)"
 
 
-def _step_text(m: dict) -> str:
+def _step_text(m: dict[str, Any]) -> str:
     wait, compute = m.get("data_wait_s"), m.get("compute_s")
     share = f"data wait {m['data_wait_share']:.0%} of the step"
     if wait is not None and compute is not None:
@@ -81,7 +81,7 @@ def _busy(state: Any) -> int | None:
     return (field(state, "speed_plan") or {}).get("busy_tokens_per_micro_batch")
 
 
-def _processed_tokens_per_s(m: dict, state: Any) -> float | None:
+def _processed_tokens_per_s(m: dict[str, Any], state: Any) -> float | None:
     """Tokens per second the GPU computed (padding included, as the speed model counts them)."""
     tokens, wait, compute = m.get("tokens_per_micro_batch"), m.get("data_wait_s"), m.get("compute_s")
     accum = (field(state, "plan") or {}).get("gradient_accumulation_steps") or (
@@ -89,7 +89,7 @@ def _processed_tokens_per_s(m: dict, state: Any) -> float | None:
     ).get("gradient_accumulation_steps")
     if not tokens or wait is None or compute is None or not accum or wait + compute <= 0:
         return None
-    return tokens * accum / (wait + compute)
+    return float(tokens * accum / (wait + compute))
 
 
 def _since(window: Window) -> float | None:
@@ -196,7 +196,7 @@ def gpu_underfed(window: Window, state: Any) -> Finding | None:
     )
 
 
-def auto_fitted(sp: dict) -> bool:
+def auto_fitted(sp: dict[str, Any]) -> bool:
     """speed: auto chose the micro-batch itself, as the fastest split its memory budget holds."""
     chosen = next((c for c in sp.get("choices") or [] if c.get("name") == "micro-batch"), None)
     return (

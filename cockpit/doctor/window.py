@@ -248,7 +248,7 @@ def gpu_at(o: Observation, index: Any) -> Any:
     return next((g for g in o.gpus if field(g, "index") == index), None)
 
 
-def pids_on(gpu: Any) -> set[int]:
+def pids_on(gpu: Any) -> set[int | None]:
     return {p.get("pid") for p in field(gpu, "processes") or [] if isinstance(p, dict)}
 
 

@@ -180,7 +180,7 @@ def card_from_entry(entry: Any, where: str, shipped: bool, today: date | None) -
     return Card(**values)
 
 
-def _card_price(entry: dict, where: str, shipped: bool, today: date | None) -> dict[str, Any]:
+def _card_price(entry: dict[str, Any], where: str, shipped: bool, today: date | None) -> dict[str, Any]:
     """The price fields of a card: a dated default range (shipped) or the user's price."""
     price_where = f"{where}.price_usd_per_hour"
     raw = entry["price_usd_per_hour"]

@@ -93,8 +93,9 @@ def load_catalog(user_file: Path | None = None, today: date | None = None) -> Ca
     cards = _parse_shipped(shipped_text)
     warnings: list[str] = []
 
+    path: Path | None
     if user_file is None:
-        path: Path | None = user_cards_path()
+        path = user_cards_path()
         if not path.exists():
             path = None
     else:
@@ -150,7 +151,7 @@ CARD_PATTERNS = (
 )  # fmt: skip
 
 
-def find_card(nvml_name: str | None, catalog=None):
+def find_card(nvml_name: str | None, catalog: Catalog | None = None) -> Card | None:
     """The catalog card an NVML name denotes ("NVIDIA H200" -> h200-sxm), else None."""
     name = (nvml_name or "").lower()
     for pattern, card_id in CARD_PATTERNS:

@@ -16,6 +16,7 @@ import os
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -51,7 +52,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return f" at line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
-def read_yaml(path: Path, where: str) -> dict:
+def read_yaml(path: Path, where: str) -> dict[str, Any]:
     """The mapping at the top of a cards.yaml (empty for an empty file). Raises CatalogError."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -72,7 +73,9 @@ def read_yaml(path: Path, where: str) -> dict:
     return raw
 
 
-def apply_user_file(cards: list[Card], raw: dict, where: str, today: date, warnings: list[str]) -> list[Card]:
+def apply_user_file(
+    cards: list[Card], raw: dict[str, Any], where: str, today: date, warnings: list[str]
+) -> list[Card]:
     """`cards` with the user's cards added and their prices set; odd dates go to `warnings`."""
     for key in raw:
         if key not in USER_FILE_KEYS:

@@ -3,12 +3,14 @@ TUI's event log say the same thing (log events are throttled by their callers)."
 
 from __future__ import annotations
 
+from typing import Any
+
 from cockpit import fmt
 from cockpit.protocol.wire import Fault
 from cockpit.run.state import notice_text
 
 
-def describe(item: dict | Fault) -> str | None:
+def describe(item: dict[str, Any] | Fault) -> str | None:
     """One plain line for a message worth a line of its own (log events are throttled elsewhere)."""
     notice = notice_text(item)
     if isinstance(item, Fault) or (notice and item.get("type") != "hello"):
@@ -75,7 +77,7 @@ def describe(item: dict | Fault) -> str | None:
 SAMPLE_LINE_CHARS = 100
 
 
-def eval_line(item: dict) -> str:
+def eval_line(item: dict[str, Any]) -> str:
     """`eval: step 20: loss 1.2345 on 35 samples (best so far)`, or which step holds the best."""
     step, loss = item.get("step"), fmt.loss(item.get("eval_loss"))
     where = "base model, before step 1" if item.get("stage") == "base" else f"step {step}"
@@ -95,10 +97,10 @@ def eval_line(item: dict) -> str:
     )
 
 
-def sample_line(item: dict) -> str:
+def sample_line(item: dict[str, Any]) -> str:
     """One line per sample: which weights, which prompt, the answer's start and how it ended."""
     stage = item.get("stage")
-    who = {"base": "base", "final": "final"}.get(stage, item.get("checkpoint") or f"step {item.get('step')}")
+    who = stage if stage in ("base", "final") else item.get("checkpoint") or f"step {item.get('step')}"
     answer = " ".join(str(item.get("output") or "").split())
     if len(answer) > SAMPLE_LINE_CHARS:
         answer = answer[: SAMPLE_LINE_CHARS - 1] + "…"
@@ -106,7 +108,7 @@ def sample_line(item: dict) -> str:
     return f"sample {number_of} ({who}, {item.get('finish')}): {answer!r}"
 
 
-def flops_text(flops: dict) -> str:
+def flops_text(flops: dict[str, Any]) -> str:
     """The speed plan's FLOPs per token and the peak MFU is measured against (cockpit.speed.flops)."""
     model, hardware = flops.get("model_per_token") or 0, flops.get("hardware_per_token") or 0
     text = f"MFU counts {model / 1e9:.3g} GFLOP a real token (forward + backward"
@@ -119,7 +121,7 @@ def flops_text(flops: dict) -> str:
     return f"{text}; no MFU: {flops.get('peak_source')}"
 
 
-def trained_text(item: dict) -> str:
+def trained_text(item: dict[str, Any]) -> str:
     """The data line's end: what the loss counts ("trained tokens (answers): 41% of 12,345") and the
     rows whose answers max_length cut or dropped, named."""
     share, total = item.get("trained_share"), item.get("tokens_total")
@@ -129,7 +131,7 @@ def trained_text(item: dict) -> str:
     return text + (f"\n  {item['note']}" if item.get("note") else "")
 
 
-def speed_plan_lines(item: dict) -> str:
+def speed_plan_lines(item: dict[str, Any]) -> str:
     """The speed plan: one line per choice, with its reason (who chose it: auto, yours, fixed)."""
     lines = [f"speed: {item.get('mode')}"]
     for choice in item.get("choices") or []:

@@ -8,9 +8,12 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime
+from types import FrameType
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
@@ -20,14 +23,17 @@ from cockpit import fmt
 from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.doctor.window import Finding
 from cockpit.live.event_text import describe
-from cockpit.live.session import RunSession
-from cockpit.live.stall import StallNotices, find_stall
+from cockpit.live.stall import Stall, StallNotices, find_stall
 from cockpit.live.watch import LiveWatch, finding_line, gpu_status
 from cockpit.money import idle
 from cockpit.plain import wrapped
 from cockpit.results import summary
 from cockpit.run.exit_codes import EXIT_DETACHED, exit_code
 from cockpit.run.state import RunState
+from cockpit.telemetry.sampler import Sample
+
+if TYPE_CHECKING:
+    from cockpit.live.sources import RunSource
 
 POLL_S = 0.1
 REFRESH_PER_S = 2
@@ -79,13 +85,16 @@ class _Detach(Exception):
 
 
 def follow(
-    session: RunSession, out=None, log_every_s: float = 10.0, force_terminal: bool | None = None
+    session: RunSource,
+    out: TextIO | None = None,
+    log_every_s: float = 10.0,
+    force_terminal: bool | None = None,
 ) -> int:
     """Show the run until it ends (exit code by its ending) or the user detaches (Ctrl-C)."""
     out = out or sys.stdout
     console = Console(file=out, force_terminal=force_terminal)
 
-    def on_interrupt(_signum, _frame):
+    def on_interrupt(_signum: int, _frame: FrameType | None) -> NoReturn:
         raise _Detach
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
@@ -122,7 +131,7 @@ def follow(
         session.close()
 
 
-def _alarm(alarm: idle.IdleAlarm, findings: list[Finding], out) -> None:
+def _alarm(alarm: idle.IdleAlarm, findings: list[Finding], out: TextIO) -> None:
     text = alarm.update(findings)
     if text:
         idle.ring(out)
@@ -130,7 +139,7 @@ def _alarm(alarm: idle.IdleAlarm, findings: list[Finding], out) -> None:
         print(f"{stamp} {text}", file=out, flush=True)
 
 
-def _after_end(session: RunSession, out, watch: LiveWatch | None, alarm: idle.IdleAlarm) -> None:
+def _after_end(session: RunSource, out: TextIO, watch: LiveWatch | None, alarm: idle.IdleAlarm) -> None:
     """The end command's first word (it runs once the trainer's processes are gone), the summary,
     then, with cost.on_idle set, the idle watch until its alarm went off or Ctrl-C."""
     end_command = summary.configured_on_end(session.run)
@@ -163,7 +172,7 @@ def _after_end(session: RunSession, out, watch: LiveWatch | None, alarm: idle.Id
 
 
 def _follow_plain(
-    session: RunSession, out, log_every_s: float, watch: LiveWatch | None, alarm: idle.IdleAlarm
+    session: RunSource, out: TextIO, log_every_s: float, watch: LiveWatch | None, alarm: idle.IdleAlarm
 ) -> int:
     # lines are printed message by message, so a replayed history reads as it happened
     view = RunState(run_id=session.run.run_id)
@@ -202,14 +211,14 @@ def _follow_plain(
             time.sleep(POLL_S)
 
 
-def _stall(session: RunSession):
+def _stall(session: RunSource) -> Stall | None:
     """A live trainer gone quiet (cockpit.live.stall); a replay's silences are in its recording."""
     if session.mode != "live" or session.trainer_gone:
         return None
     return find_stall(session.state, time.time())
 
 
-def _print_changes(shown: dict[str, Finding], findings: list[Finding], out) -> None:
+def _print_changes(shown: dict[str, Finding], findings: list[Finding], out: TextIO) -> None:
     """A line when the doctor finds something, and one when it no longer holds."""
     stamp = datetime.now().isoformat(timespec="seconds")
     current = {f.rule: f for f in findings}
@@ -230,9 +239,9 @@ def _trainer_pids(watch: LiveWatch | None, state: RunState) -> set[int]:
 
 def _render(
     state: RunState,
-    now_ts: float,
-    sample=None,
-    findings=(),
+    now_ts: float | None,
+    sample: Sample | None = None,
+    findings: Sequence[Finding] = (),
     watching: bool = False,
     pids: set[int] | frozenset[int] = frozenset(),
 ) -> Group:
@@ -247,7 +256,7 @@ def _render(
         bar,
         f"{state.step}/{total or '?'}",
     )
-    lines = [head, Text(status_line(state, now_ts))]
+    lines: list[RenderableType] = [head, Text(status_line(state, now_ts))]
     if watching:
         lines.append(Text(gpu_status(sample, pids)))
         for finding in findings:
@@ -256,9 +265,7 @@ def _render(
     return Group(*lines)
 
 
-def _follow_live(
-    session: RunSession, console: Console, watch: LiveWatch | None, alarm: idle.IdleAlarm
-) -> int:
+def _follow_live(session: RunSource, console: Console, watch: LiveWatch | None, alarm: idle.IdleAlarm) -> int:
     stalls = StallNotices()
     with Live(console=console, refresh_per_second=REFRESH_PER_S, transient=False) as live:
         while True:

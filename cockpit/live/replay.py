@@ -26,6 +26,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from cockpit import fmt
 from cockpit.doctor.engine import Doctor
@@ -50,7 +51,7 @@ _NVML_DETAIL = {
 }
 
 
-def sample_of_bin(line: dict) -> Sample:
+def sample_of_bin(line: dict[str, Any]) -> Sample:
     """A telemetry sample rebuilt from one bin of `telemetry.jsonl`: its means and maxima, at its end."""
     gpus = []
     for g in line.get("gpus") or []:
@@ -147,8 +148,8 @@ class ReplaySession:
         self.watch = ReplayWatch(self)
         self._lock = threading.Lock()
         self._loaded = False
-        self._events: list[tuple[float, dict | Fault]] = []  # (offset, item), in recorded order
-        self._bins: list[tuple[float, dict]] = []
+        self._events: list[tuple[float, dict[str, Any] | Fault]] = []  # (offset, item), in recorded order
+        self._bins: list[tuple[float, dict[str, Any]]] = []
         self._timeline = Timeline([])
         self._started_at: float | None = None
         self._next_event = 0
@@ -242,7 +243,7 @@ class ReplaySession:
 
     # ------------------------------------------------------------ the RunSession interface
 
-    def poll(self) -> list[dict | Fault]:
+    def poll(self) -> list[dict[str, Any] | Fault]:
         """The events the replay has reached since the last poll, already applied to `state`."""
         at = self.position_s()
         with self._lock:
@@ -280,7 +281,7 @@ class ReplaySession:
     def close(self) -> None:
         self.watch.stop()
 
-    def bins_until(self, start: int, at: float) -> tuple[list[dict], int]:
+    def bins_until(self, start: int, at: float) -> tuple[list[dict[str, Any]], int]:
         """The telemetry bins from index `start` that the replay has reached at `at`, and the next index."""
         end = start
         while end < len(self._bins) and self._bins[end][0] <= at:
@@ -288,7 +289,7 @@ class ReplaySession:
         return [line for _, line in self._bins[start:end]], end
 
 
-def _ts(item: dict | Fault) -> float | None:
+def _ts(item: dict[str, Any] | Fault) -> float | None:
     return number(item.get("ts")) if isinstance(item, dict) else None
 
 
@@ -333,7 +334,11 @@ class ReplayWatch:
     def start(self) -> ReplayWatch:
         return self
 
-    def subscribe(self, state_of, on_news) -> None:
+    def subscribe(
+        self,
+        state_of: Callable[[], RunState],
+        on_news: Callable[[Sample | None, list[Finding], str | None], None],
+    ) -> None:
         raise TypeError("a replay's samples follow its playback clock: ask update(), it does not push")
 
     def stop(self) -> None:

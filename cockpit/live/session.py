@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from typing import Any
 
 from cockpit.protocol.wire import Fault
 from cockpit.run import clients, process
@@ -24,7 +25,7 @@ class RunSession:
 
     playing = False  # not a timed playback: there is never more to play
 
-    def __init__(self, run: RunDir, proc: subprocess.Popen | None = None, recorded: bool = False):
+    def __init__(self, run: RunDir, proc: subprocess.Popen[bytes] | None = None, recorded: bool = False):
         self.run = run
         self.proc = proc
         self.mode = "recorded" if recorded else "live"
@@ -39,7 +40,7 @@ class RunSession:
         if self._presence is not None:
             self._presence.__enter__()
 
-    def poll(self) -> list[dict | Fault]:
+    def poll(self) -> list[dict[str, Any] | Fault]:
         """New messages since the last poll, already applied to `state`."""
         items = self.follower.poll()
         if not self.trainer_gone and not self._trainer_alive():
@@ -52,7 +53,7 @@ class RunSession:
         self._apply(items)
         return items
 
-    def _apply(self, items: list) -> None:
+    def _apply(self, items: list[dict[str, Any] | Fault]) -> None:
         for item in items:
             self.state.apply(item)
         if items:
@@ -76,7 +77,7 @@ class RunSession:
             self._alive = process.is_alive(self.run)
         return self._alive
 
-    def _after_exit(self) -> list:
+    def _after_exit(self) -> list[dict[str, Any] | Fault]:
         """The trainer ended; if it said nothing final, write down how it ended."""
         if self.state.settle_from_remains(self.run.final_dir.is_dir()) or self.state.ended:
             return []  # finished, as its final adapter says, though its last event was cut

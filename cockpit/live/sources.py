@@ -14,16 +14,20 @@ the copy it publishes after each poll.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from cockpit.protocol.wire import Fault
 from cockpit.run.rundir import RunDir
 from cockpit.run.state import RunState
 
+if TYPE_CHECKING:
+    from cockpit.doctor.window import Finding
+    from cockpit.telemetry.sampler import Sample
+
 MODES = ("live", "recorded", "playback")
 
 # called with (sample, findings, None), or (None, [], why) when judging a sample failed
-OnNews = Callable[[Any, list, "str | None"], None]
+OnNews = Callable[["Sample | None", "list[Finding]", "str | None"], None]
 
 
 @runtime_checkable
@@ -54,7 +58,7 @@ class RunSource(Protocol):
         None: the wall clock is "now"."""
         ...
 
-    def poll(self) -> list[dict | Fault]: ...
+    def poll(self) -> list[dict[str, Any] | Fault]: ...
 
     def send(self, command: str, sender: str = "cockpit") -> None: ...
 
@@ -70,8 +74,8 @@ class Watch(Protocol):
 
     def stop(self) -> None: ...
 
-    def update(self, state: RunState) -> tuple[Any, list]: ...
+    def update(self, state: RunState) -> tuple[Sample | None, list[Finding]]: ...
 
-    def pop_samples(self) -> list: ...
+    def pop_samples(self) -> list[Sample]: ...
 
     def subscribe(self, state_of: Callable[[], RunState], on_news: OnNews) -> None: ...

@@ -59,12 +59,11 @@ class StallNotices:
         self.current: Stall | None = None
 
     def update(self, stall: Stall | None) -> str | None:
-        began, ended = stall is not None and self.current is None, stall is None and self.current is not None
         was = self.current
         self.current = stall
-        if began:
+        if stall is not None and was is None:  # began
             return stall.text()
-        if ended:
+        if stall is None and was is not None:  # ended
             return f"events again, after {_seconds(was.silent_s)} without one"
         return None
 

@@ -41,6 +41,7 @@ form) is in cockpit.models.memory_report.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from cockpit import fmt
 from cockpit.fmt import GIB
@@ -531,8 +532,9 @@ def verdict(estimate: MemoryEstimate, vram_bytes: int) -> str:
     return "fits" if estimate.high_bytes <= vram_bytes * (1 - SAFETY_MARGIN) else "tight"
 
 
-def workload_from_config(cfg, shape: ModelShape, trainer: str = "trl") -> Workload:
-    """The estimate's inputs from a training config (precision auto is taken as bf16)."""
+def workload_from_config(cfg: Any, shape: ModelShape, trainer: str = "trl") -> Workload:
+    """The estimate's inputs from a training config (precision auto is taken as bf16). `cfg` is a
+    cockpit.config TrainConfig, typed Any: config is a room above models, which does not import it."""
     t = cfg.training
     return Workload(
         shape=shape,
@@ -556,7 +558,7 @@ def workload_from_config(cfg, shape: ModelShape, trainer: str = "trl") -> Worklo
     )
 
 
-def _config_sharding(cfg) -> str:
+def _config_sharding(cfg: Any) -> str:
     """What the trainer runs: the strategy asked for, else auto's rule without the card
     (a full fine-tune counts as sharded: the trainer picks DDP only when a replica fits)."""
     if cfg.distributed.strategy in SHARDINGS:

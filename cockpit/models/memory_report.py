@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from cockpit.models.memory import (
     CUDA_CONTEXT_BYTES,
@@ -64,7 +65,7 @@ def estimate_inference(shape: ModelShape, bits: int, context_tokens: int, batch:
     return MemoryEstimate(parts, parts[0].bytes + CUDA_CONTEXT_BYTES)
 
 
-def workload_inputs(w: Workload) -> dict:
+def workload_inputs(w: Workload) -> dict[str, Any]:
     """The stated inputs of a training estimate, for `--json` and the screens."""
     return {
         "model": w.shape.name,
@@ -84,7 +85,7 @@ def workload_inputs(w: Workload) -> dict:
     }
 
 
-def to_dict(estimate: MemoryEstimate, inputs: dict) -> dict:
+def to_dict(estimate: MemoryEstimate, inputs: dict[str, Any]) -> dict[str, Any]:
     """The estimate's parts and peaks with its stated inputs, as plain data."""
     return {
         "inputs": inputs,

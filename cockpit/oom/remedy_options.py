@@ -10,9 +10,13 @@ combines and ranks them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.models.memory import Workload
+from cockpit.oom.remedy_inputs import Observation
+
+if TYPE_CHECKING:
+    from cockpit.config.schema import TrainConfig
 
 # expandable segments is offered when the allocator holds at least this much reserved but unallocated
 FRAGMENTED_MIN_BYTES = 256 * 2**20
@@ -45,7 +49,9 @@ class Knob:
     choices: tuple[Choice, ...] = field(default_factory=tuple)
 
 
-def knobs(cfg, base: Workload, observation, data: dict, device_kind: str) -> list[Knob]:
+def knobs(
+    cfg: TrainConfig, base: Workload, observation: Observation, data: dict[str, Any], device_kind: str
+) -> list[Knob]:
     """Every knob that can lower the peak of `base`, with its choices, mildest first."""
     gpu = device_kind == "cuda"
     found = [
@@ -62,7 +68,7 @@ def knobs(cfg, base: Workload, observation, data: dict, device_kind: str) -> lis
     return [k for k in found if k is not None and k.choices]
 
 
-def _fragmentation(cfg, observation) -> Knob | None:
+def _fragmentation(cfg: TrainConfig, observation: Observation) -> Knob | None:
     free_able = observation.reserved_unallocated_bytes
     held = observation.in_use_bytes or observation.allocated_bytes or 0
     if cfg.expandable_segments or not free_able:
@@ -234,7 +240,7 @@ def _target_set(w: Workload) -> set[str]:
 def _rank(w: Workload) -> Knob | None:
     if w.method == "full":
         return None
-    choices = []
+    choices: list[Choice] = []
     rank = w.lora_r // 2
     while rank >= MIN_RANK and len(choices) < 2:
         choices.append(
@@ -253,10 +259,10 @@ def _rank(w: Workload) -> Knob | None:
     return Knob("rank", tuple(choices))
 
 
-def _max_length(cfg, w: Workload, data: dict) -> Knob:
+def _max_length(cfg: TrainConfig, w: Workload, data: dict[str, Any]) -> Knob:
     over = data.get("tokens_over") or {}
     samples = data.get("samples")
-    choices = []
+    choices: list[Choice] = []
     length = 1 << ((w.seq_len - 1).bit_length() - 1)  # the largest power of two below seq_len
     while length >= MIN_LENGTH and len(choices) < 4:
         rank = 3

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date
+from typing import Any
 
 from cockpit import fmt
+from cockpit.fmt import GIB
 from cockpit.gpus.card import Card, price_label
 from cockpit.models.memory import (
-    GIB,
     SAFETY_MARGIN,
     Workload,
 )
@@ -41,7 +42,7 @@ class RunFigures:
     time_s: float | None
     cost_usd: float | None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "tokens_per_s": round(self.speed.tokens_per_s, 1),
             "step_s": round(self.speed.step_s, 4),
@@ -65,7 +66,7 @@ class CardRow:
     fastest: bool = False
     gpus: int = 1  # a row of several GPUs of the card (cockpit.plan.multi_rows)
     sharding: str | None = None  # with gpus > 1: what distributed.strategy auto runs (ddp | fsdp)
-    multi: dict | None = None  # with gpus > 1: the communication model's stated inputs and figures
+    multi: dict[str, Any] | None = None  # with gpus > 1: the communication model's stated inputs and figures
 
     @property
     def key(self) -> str:
@@ -77,6 +78,7 @@ class CardRow:
         """`A100 80GB SXM`, or `A100 80GB SXM x4 (FSDP)`."""
         if self.gpus == 1:
             return self.card.name
+        assert self.sharding is not None  # set on a row of several GPUs
         return f"{self.card.name} x{self.gpus} ({self.sharding.upper()})"
 
     @property
@@ -88,6 +90,11 @@ class CardRow:
     def shown(self) -> RunFigures | None:
         """The figures of the row: as given where it runs, else with the change that makes it fit."""
         return self.as_given if self.fit.verdict != "no" else self.with_change
+
+    def runs_as_given(self) -> RunFigures:
+        """`as_given` of a row that runs as given (fits or tight): the rows a table flags or ranks."""
+        assert self.as_given is not None, f"{self.key} does not run as given"
+        return self.as_given
 
     @property
     def shown_workload_is_changed(self) -> bool:
@@ -109,7 +116,7 @@ class CardRow:
         figures = self.with_change if fit.change is not None else self.as_given
         return head if figures is None else f"{head}: {figures_text(figures)}"
 
-    def to_dict(self, today: date) -> dict:
+    def to_dict(self, today: date) -> dict[str, Any]:
         change: Change | None = self.fit.change
         vram = int(self.card.vram_gib * GIB)
         return {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 from cockpit.models.memory import Workload
 
@@ -88,6 +89,7 @@ class RunSize:
         if self.max_steps is not None:
             return self.max_steps * w.grad_accum * w.tokens_per_micro_batch
         if self.samples is not None:  # each sample is cut at the max length
+            assert self.mean_tokens is not None  # given with the samples (__post_init__)
             return int(self.samples * min(self.mean_tokens, w.seq_len) * self.epochs)
         if self.dataset_tokens is not None:
             return int(self.dataset_tokens * self.epochs)
@@ -100,13 +102,14 @@ class RunSize:
         if self.max_steps is not None:
             return f"max_steps {self.max_steps} x {w.grad_accum * w.tokens_per_micro_batch} tokens/step"
         if self.samples is not None:
+            assert self.mean_tokens is not None  # given with the samples (__post_init__)
             cut = " (cut at max length)" if self.mean_tokens > w.seq_len else ""
             size = f"{self.samples:,} samples x {min(self.mean_tokens, w.seq_len):g} tokens{cut}"
         else:
             size = f"{_tokens(self.dataset_tokens)} tokens"
         return f"{size} x {self.epochs:g} epoch{'s' if self.epochs != 1 else ''} = {_tokens(tokens)} tokens"
 
-    def to_dict(self, w: Workload) -> dict:
+    def to_dict(self, w: Workload) -> dict[str, Any]:
         return {
             "dataset_tokens": self.dataset_tokens,
             "samples": self.samples,

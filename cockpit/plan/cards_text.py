@@ -69,7 +69,10 @@ def flag_cell(row: CardRow) -> str:
 
 def card_cell(row: CardRow) -> str:
     """The card's name; a row of several GPUs follows its card's row: `  x4 FSDP`."""
-    return row.card.name if row.gpus == 1 else f"  x{row.gpus} {row.sharding.upper()}"
+    if row.gpus == 1:
+        return row.card.name
+    assert row.sharding is not None  # set on a row of several GPUs
+    return f"  x{row.gpus} {row.sharding.upper()}"
 
 
 def price_cell(row: CardRow, today: date) -> str:
@@ -86,8 +89,10 @@ def price_cell(row: CardRow, today: date) -> str:
 def row_cells(row: CardRow, today: date) -> dict[str, str]:
     """Every column of one row, as text."""
     shown = row.shown
-    peak, free = row.fit.peak_bytes, row.fit.headroom_bytes
+    peak: int = row.fit.peak_bytes
+    free: float = row.fit.headroom_bytes
     if row.shown_workload_is_changed:
+        assert row.fit.change is not None  # the figures with the change are the change's
         peak = row.fit.change.peak_bytes
         free = row.card.vram_gib * GIB - peak
     return {
@@ -128,7 +133,7 @@ def legend_lines(table: CardTable) -> list[str]:
     if cheapest is None:
         lines.append(f"no card fits the run as given ({margin}); see what makes it fit below")
     else:
-        cost = cheapest.as_given.cost_usd
+        cost = cheapest.runs_as_given().cost_usd
         what = fmt.money(cost) if cost is not None else f"${cheapest.usd_per_hour:.2f}/hour"
         lines.append(
             f"{CHEAPEST_MARK} cheapest card the run fits ({margin}), by {table.cheapest_by}: "
@@ -136,7 +141,7 @@ def legend_lines(table: CardTable) -> list[str]:
         )
     if fastest is not None:
         within = "" if table.budget_usd is None else f" within {fmt.money(table.budget_usd)}"
-        figures = fastest.as_given
+        figures = fastest.runs_as_given()
         time = "" if figures.time_s is None else f", {fmt.duration(figures.time_s)}"
         lines.append(
             f"{FASTEST_MARK} fastest card that fits{within}: {fastest.name} "
@@ -156,7 +161,7 @@ def tie_words(table: CardTable) -> str:
 
 def tie_reason(fastest: CardRow) -> str:
     """Why several cards run at one speed."""
-    if fastest.as_given.speed.bound == "overhead":
+    if fastest.runs_as_given().speed.bound == "overhead":
         return (
             "the run is host-bound on them (Python and kernel launches set the pace, not the GPU): "
             "a bigger micro-batch speeds it up, a faster card does not"

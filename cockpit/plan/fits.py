@@ -9,6 +9,7 @@ effective batch keeps it by raising gradient accumulation, and says so.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from cockpit.fmt import GIB
 from cockpit.gpus.card import Card
@@ -22,7 +23,7 @@ class Change:
     key: str  # short id, e.g. "gradient_checkpointing"
     description: str  # for people: what changes and its cost
     workload: Workload
-    config: dict  # the config keys to set (dotted) to apply it
+    config: dict[str, Any]  # the config keys to set (dotted) to apply it
     peak_bytes: int
     effect: str  # what it does to results or speed, stated plainly
 
@@ -44,7 +45,7 @@ def single_changes(w: Workload) -> list[Change]:
     """Each change that lowers the peak, alone, in the article's order of preference."""
     out: list[Change] = []
 
-    def add(key: str, description: str, config: dict, effect: str, **fields) -> None:
+    def add(key: str, description: str, config: dict[str, Any], effect: str, **fields: Any) -> None:
         changed = replace(w, **fields)
         out.append(Change(key, description, changed, config, estimate_memory(changed).peak_bytes, effect))
 

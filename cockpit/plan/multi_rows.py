@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from datetime import date
+from typing import Any
 
 from cockpit.gpus.card import Card, price_label
 from cockpit.models.memory import Workload
@@ -45,7 +46,7 @@ def check_gpu_counts(counts: tuple[int, ...]) -> tuple[int, ...]:
     return counts
 
 
-def multi_figures(w: Workload, card: Card, size: RunSize) -> tuple[RunFigures, dict]:
+def multi_figures(w: Workload, card: Card, size: RunSize) -> tuple[RunFigures, dict[str, Any]]:
     """The job's figures (all GPUs) and the communication model's inputs, for `--json`."""
     multi = estimate_multi_speed(w, card)
     return figures_of(multi.speed, size.tokens(w), w.gpus * card.price_per_hour), multi_speed_inputs(multi)
@@ -84,7 +85,9 @@ def row_workload(table_workload: Workload, row: CardRow) -> Workload:
     """The workload a row's figures are for: the table's (one GPU), on the row's GPUs, with the
     row's change when it needs one to fit."""
     if row.shown_workload_is_changed:
+        assert row.fit.change is not None  # the figures with the change are the change's
         return row.fit.change.workload
     if row.gpus == 1:
         return table_workload
+    assert row.sharding is not None  # set on a row of several GPUs
     return replace(table_workload, gpus=row.gpus, sharding=row.sharding)

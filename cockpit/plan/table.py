@@ -12,8 +12,10 @@ of a 7B QLoRA step take 0.25 s at micro-batch 1 and at 4, bench/results/
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import date
+from typing import Any
 
 from cockpit import fmt
 from cockpit.gpus.card import price_label
@@ -72,7 +74,7 @@ class CardTable:
     def gpu_counts(self) -> tuple[int, ...]:
         return tuple(sorted({r.gpus for r in self.rows}))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         w = self.workload
         inputs = {
             **workload_inputs(w),
@@ -134,9 +136,10 @@ def card_table(
     in_budget = [r for r in fitting if budget_usd is None or r.within_budget]
     fastest = min(fastest_tied(in_budget), key=_cost_key(size), default=None)
     if budget_usd is not None and fitting and fastest is None:
+        assert cheapest is not None  # some row fits
         warnings.append(
             f"no card that fits costs {fmt.money(budget_usd)} or less; the cheapest that fits costs "
-            f"{fmt.money(cheapest.as_given.cost_usd)} ({cheapest.name})"
+            f"{fmt.money(cheapest.runs_as_given().cost_usd)} ({cheapest.name})"
         )
     rows = [replace(r, cheapest=r is cheapest, fastest=r is fastest) for r in rows]
     prices_from = str(catalog.user_file) if catalog.user_file else "default prices (no cards.yaml)"
@@ -145,11 +148,12 @@ def card_table(
 
 def fastest_tied(rows: list[CardRow]) -> list[CardRow]:
     """The rows whose tokens/s are within TIE_SHARE of the fastest."""
-    best = max((r.as_given.speed.tokens_per_s for r in rows), default=0.0)
-    return [r for r in rows if r.as_given.speed.tokens_per_s >= best * (1 - TIE_SHARE)]
+    best = max((r.runs_as_given().speed.tokens_per_s for r in rows), default=0.0)
+    return [r for r in rows if r.runs_as_given().speed.tokens_per_s >= best * (1 - TIE_SHARE)]
 
 
-def _cost_key(size: RunSize):
+def _cost_key(size: RunSize) -> Callable[[CardRow], tuple[float | None, float | None]]:
+    """What ranks the rows that fit by cost: the run's cost (then time), else the price per hour."""
     if size.known:
-        return lambda r: (r.as_given.cost_usd, r.as_given.time_s)
-    return lambda r: (r.usd_per_hour, -r.as_given.speed.tokens_per_s)
+        return lambda r: (r.runs_as_given().cost_usd, r.runs_as_given().time_s)
+    return lambda r: (r.usd_per_hour, -r.runs_as_given().speed.tokens_per_s)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Callable
+from typing import Any
 
 from cockpit import __version__
 from cockpit.preflight import runner as preflight
@@ -17,7 +18,7 @@ from cockpit.preflight.checks import gpu as checks_gpu
 from cockpit.preflight.checks.base import CheckResult, UnsizedModel
 from cockpit.preflight.probe_client import run_probe
 from cockpit.telemetry import nvml_state
-from cockpit.telemetry.nvml import PynvmlSource
+from cockpit.telemetry.nvml import NvmlSource, PynvmlSource
 
 PROBE_TIMEOUT_S = {True: 90.0, False: 240.0}  # quick, full: the probe's torch import alone takes seconds
 
@@ -26,7 +27,7 @@ def full_preflight(
     quick: bool,
     model_bytes: int | None = None,
     multi: bool = False,
-    nvml_source: Callable[[], object] = PynvmlSource,
+    nvml_source: Callable[[], NvmlSource] = PynvmlSource,
     unsized_model: UnsizedModel | None = None,
     model_name: str | None = None,
 ) -> preflight.Preflight:
@@ -35,7 +36,7 @@ def full_preflight(
     host, disk and network checks. `model_name`: the planned model (`--model`), whose weights
     need room in the hub's cache, in cockpit's (synthetic) or nowhere (a local folder);
     `unsized_model`: a model named whose size could not be read."""
-    found: dict = {"driver": None, "packages": {}}
+    found: dict[str, Any] = {"driver": None, "packages": {}}
 
     def build() -> list[preflight.Check]:
         state = nvml_state.read_nvml(nvml_source())
@@ -78,7 +79,7 @@ def full_preflight(
         )
         return [gpu, *rest]
 
-    def meta() -> dict:
+    def meta() -> dict[str, Any]:
         return {
             "cockpit": __version__,
             "python": platform.python_version(),
@@ -98,7 +99,7 @@ def run_preflight(
     multi: bool = False,
     unsized_model: UnsizedModel | None = None,
     model_name: str | None = None,
-) -> tuple[list[CheckResult], dict]:
+) -> tuple[list[CheckResult], dict[str, Any]]:
     started = time.time()
     session = full_preflight(quick, model_bytes, multi, unsized_model=unsized_model, model_name=model_name)
     results = session.run(on_result=on_result)

@@ -13,10 +13,12 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from cockpit.config.schema import TrainConfig
 from cockpit.gpus.catalog import find_card
 from cockpit.telemetry import nvml_state
+from cockpit.telemetry.nvml import NvmlSource
 
 NVML_WAIT_S = 0.8
 REAL_BF16_CAPABILITY = (8, 0)
@@ -45,7 +47,7 @@ class Problem:
         return f"{self.key}: {self.message}"
 
 
-def _capability(gpu: dict) -> tuple[int, int] | None:
+def _capability(gpu: dict[str, Any]) -> tuple[int, int] | None:
     cap = gpu.get("cuda_capability")
     if isinstance(cap, (tuple, list)) and len(cap) == 2:
         return int(cap[0]), int(cap[1])
@@ -85,9 +87,9 @@ def machine_from_nvml(state: nvml_state.NvmlState, cuda_visible: str | None = No
     return Machine(gpus, why if not gpus else "")
 
 
-def read_machine(nvml_source: Callable[[], object], wait_s: float = NVML_WAIT_S) -> Machine:
+def read_machine(nvml_source: Callable[[], NvmlSource], wait_s: float = NVML_WAIT_S) -> Machine:
     """NVML's answer within `wait_s`; a driver that hangs counts as no answer (the run is not held up)."""
-    box: dict = {}
+    box: dict[str, Any] = {}
 
     def read() -> None:
         try:

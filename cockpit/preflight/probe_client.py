@@ -52,7 +52,7 @@ class ProbeAnswer:
         return None
 
 
-def add_message(findings: dict[str, Any], message: dict) -> None:
+def add_message(findings: dict[str, Any], message: dict[str, Any]) -> None:
     """Fold one `probe` message into the findings (per-device findings append)."""
     name, data = message.get("finding"), message.get("data")
     if not isinstance(name, str) or not isinstance(data, dict):
@@ -134,7 +134,8 @@ def run_probe(
             stop_sampling.set()
             if proc.poll() is None:
                 _kill_group(proc)
-            proc.stdout.close()
+            if proc.stdout is not None:  # a pipe: stdout=PIPE
+                proc.stdout.close()
         answer.returncode = proc.returncode
         answer.duration_s = round(time.monotonic() - started, 2)
         stderr_file.seek(0, os.SEEK_END)
@@ -145,9 +146,12 @@ def run_probe(
     return answer
 
 
-def _read_until(proc: subprocess.Popen, decoder: LineDecoder, deadline: float) -> list | None:
+def _read_until(
+    proc: subprocess.Popen[bytes], decoder: LineDecoder, deadline: float
+) -> list[dict[str, Any] | Fault] | None:
     """Everything the child writes until it closes stdout; None when the deadline passes first."""
-    items: list = []
+    items: list[dict[str, Any] | Fault] = []
+    assert proc.stdout is not None  # run_probe starts it with stdout=PIPE
     fd = proc.stdout.fileno()
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
@@ -163,7 +167,7 @@ def _read_until(proc: subprocess.Popen, decoder: LineDecoder, deadline: float) -
             items += decoder.feed(data)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -174,7 +178,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _sample_loop(sample: Callable[[], Any], every_s: float, stop: threading.Event, out: list) -> None:
+def _sample_loop(sample: Callable[[], Any], every_s: float, stop: threading.Event, out: list[Any]) -> None:
     while not stop.is_set():
         try:
             out.append(sample())

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cockpit import paths
 from cockpit.config.schema import TrainConfig
@@ -25,16 +26,19 @@ from cockpit.models import packaged
 from cockpit.models import shipped as shapes
 from cockpit.preflight.checks.base import STATUSES, CheckResult
 from cockpit.telemetry import nvml_state
-from cockpit.telemetry.nvml import PynvmlSource
+from cockpit.telemetry.nvml import NvmlSource, PynvmlSource
+
+if TYPE_CHECKING:
+    from cockpit.preflight.runner import Check
 
 BUDGET_S = 2.5  # the whole start preflight, with margin under the 3 s a start may wait
 FACTS_WAIT_S = 0.8  # NVML's answer and the model's shape
-NVML_SOURCE: Callable[[], object] = PynvmlSource  # tests put a FakeNvml here
+NVML_SOURCE: Callable[[], NvmlSource] = PynvmlSource  # tests put a FakeNvml here
 # The checks (and the network's urllib behind them) are imported when the preflight runs, not with
 # this module: `cockpit train --skip-preflight` reads NVML_SOURCE only, and its TUI starts sooner.
 
 
-def nvml_checks() -> tuple[Callable, ...]:
+def nvml_checks() -> tuple[Callable[[nvml_state.NvmlState], CheckResult], ...]:
     """The GPU checks NVML answers alone, without the probe's load (idle figures say so themselves)."""
     from cockpit.preflight.checks import gpu as checks_gpu
 
@@ -109,16 +113,18 @@ def hub_unneeded(cfg: TrainConfig) -> str | None:
     return None
 
 
-def _skipped(check_id: str, group: str, title: str, why: str):
+def _skipped(check_id: str, group: str, title: str, why: str) -> Check:
     from cockpit.preflight import runner as preflight
 
     return preflight.Check(check_id, lambda: CheckResult(check_id, group, title, "skip", why), group, title)
 
 
-def _facts(cfg: TrainConfig, nvml_source: Callable[[], object], wait_s: float) -> tuple:
+def _facts(
+    cfg: TrainConfig, nvml_source: Callable[[], NvmlSource], wait_s: float
+) -> tuple[nvml_state.NvmlState, int | None]:
     """NVML's state and the model's 16-bit size, each given `wait_s` (a hung driver or a hub that
     does not answer leaves them unknown, not the start waiting)."""
-    box: dict = {}
+    box: dict[str, Any] = {}
 
     def read_nvml() -> None:
         box["state"] = nvml_state.read_nvml(nvml_source())
@@ -149,7 +155,7 @@ def start_plan(
     dirs: dict[str, Path] | None = None,
     endpoint: str | None = None,
     hub_timeout_s: float = 2.0,
-) -> list:
+) -> list[Check]:
     """The checks (`runner.Check`): NVML's GPU checks, then the quick plan for this run's model and
     directories."""
     from cockpit.preflight import runner as preflight
@@ -185,7 +191,7 @@ def start_plan(
 def run_start_preflight(
     cfg: TrainConfig,
     *,
-    nvml_source: Callable[[], object] | None = None,
+    nvml_source: Callable[[], NvmlSource] | None = None,
     dirs: dict[str, Path] | None = None,
     endpoint: str | None = None,
     budget_s: float = BUDGET_S,

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from cockpit import paths
 from cockpit.preflight.checks import disk as checks_disk
@@ -34,7 +35,7 @@ from cockpit.preflight.checks.base import STATUSES, CheckResult, UnsizedModel, e
 @dataclass(frozen=True)
 class Check:
     id: str
-    run: Callable[[], CheckResult]
+    run: Callable[[], CheckResult | list[CheckResult]]  # one result, or one per GPU (_answers)
     group: str = ""
     title: str = ""
     timeout_s: float | None = None  # None: the runner's default
@@ -53,7 +54,7 @@ def _as_check(item: CheckLike, index: int) -> Check:
     return Check(name, item, group=name.split(".", 1)[0])
 
 
-def _problem(check: Check, value: str, evidence: dict, seconds: float) -> CheckResult:
+def _problem(check: Check, value: str, evidence: dict[str, Any], seconds: float) -> CheckResult:
     return CheckResult(
         id=check.id,
         group=check.group or "host",
@@ -167,7 +168,7 @@ class Preflight:
         *,
         concurrency: int = 4,
         timeout_s: float = 60.0,
-        meta: Callable[[], dict] | None = None,
+        meta: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self._build = build if callable(build) else (lambda: list(build))
         self.concurrency = concurrency
@@ -225,13 +226,13 @@ class Preflight:
 
         return run_checks([check], 1, self.timeout_s, on_check=remember)
 
-    def meta(self) -> dict:
+    def meta(self) -> dict[str, Any]:
         return dict(self._meta()) if self._meta is not None else {}
 
 
 def report(
-    results: Sequence[CheckResult], meta: Mapping | None = None, now: dt.datetime | None = None
-) -> dict:
+    results: Sequence[CheckResult], meta: Mapping[str, Any] | None = None, now: dt.datetime | None = None
+) -> dict[str, Any]:
     """A JSON-able record of one preflight: when, where, with what versions, what was found."""
     return {
         "kind": "preflight",

@@ -27,16 +27,20 @@ class HelloEvent(TypedDict, total=False):
     pid: Annotated[int, Meaning("the trainer's process id")]
     pgid: Annotated[int, Meaning("its process group (a stop signals the group)")]
     run_id: Annotated[str, Meaning("the run directory's name")]
-    device: Annotated[dict, Meaning("`kind` cuda or cpu, `name`, `capability`, `total_bytes`")]
+    device: Annotated[dict[str, Any], Meaning("`kind` cuda or cpu, `name`, `capability`, `total_bytes`")]
     precision: Annotated[str, Meaning("bf16, fp16 or fp32, as chosen")]
-    versions: Annotated[dict, Meaning("torch, transformers, peft, trl, bitsandbytes, datasets, accelerate")]
+    versions: Annotated[
+        dict[str, Any], Meaning("torch, transformers, peft, trl, bitsandbytes, datasets, accelerate")
+    ]
     resume_from: Annotated[str | None, Meaning("the checkpoint this process continues from")]
     price_per_hour: Annotated[float | None, Meaning("from the config, for the cost meter")]
     max_usd: Annotated[float | None, Meaning("the budget (cost.max_usd)")]
     emulated_vram: Annotated[
-        dict | None, Meaning("the emulated card: its cap, what sat outside the allocator")
+        dict[str, Any] | None, Meaning("the emulated card: its cap, what sat outside the allocator")
     ]
-    distributed: Annotated[dict | None, Meaning("several GPUs: world_size, nnodes, rank, strategy, pids")]
+    distributed: Annotated[
+        dict[str, Any] | None, Meaning("several GPUs: world_size, nnodes, rank, strategy, pids")
+    ]
 
 
 class PhaseEvent(TypedDict, total=False):
@@ -69,7 +73,9 @@ class DataEvent(TypedDict, total=False):
     tokens_total: Annotated[int, Meaning("tokens after truncation")]
     truncated: Annotated[int, Meaning("samples longer than max_length")]
     max_length: Annotated[int, Meaning("training.max_length")]
-    tokens_over: Annotated[dict, Meaning("samples longer than each power of two (for the OOM wizard)")]
+    tokens_over: Annotated[
+        dict[str, int], Meaning("samples longer than each power of two (for the OOM wizard)")
+    ]
     train_on: Annotated[
         str,
         Meaning(
@@ -99,7 +105,8 @@ class SpeedPlanEvent(TypedDict, total=False):
 
     mode: Annotated[str, Meaning("auto or off")]
     choices: Annotated[
-        list, Meaning("per choice: `name`, `value`, `reason`, `source` (auto|yours|off|fixed)")
+        list[dict[str, Any]],
+        Meaning("per choice: `name`, `value`, `reason`, `source` (auto|yours|off|fixed)"),
     ]
     micro_batch_size: Annotated[int, Meaning("rows per micro-batch")]
     gradient_accumulation_steps: Annotated[int, Meaning("micro-batches per optimizer step")]
@@ -144,14 +151,14 @@ class SpeedPlanEvent(TypedDict, total=False):
         ),
     ]
     auto_split: Annotated[
-        dict | None,
+        dict[str, Any] | None,
         Meaning(
             "what speed: auto picks for this step with the batch keys free: `micro_batch_size`, "
             "`gradient_accumulation_steps`, `checkpoint_layers`, `tokens_per_s` (speed model)"
         ),
     ]
     flops: Annotated[
-        dict | None,
+        dict[str, Any] | None,
         Meaning(
             "for MFU (cockpit.speed.flops): `model_per_token` (forward + backward, frozen weights without "
             "their weight gradient), `hardware_per_token` (+ the recomputed forward), `attention_context` "
@@ -184,22 +191,22 @@ class ModelEvent(TypedDict, total=False):
     mem_reserved_bytes: Annotated[int | None, Meaning("torch's reserved bytes after the load (CUDA)")]
     mem_peak_bytes: Annotated[int | None, Meaning("torch's peak allocated bytes during the load (CUDA)")]
     alloc_retries: Annotated[int | None, Meaning("allocator retries during the load (CUDA)")]
-    distributed: Annotated[dict | None, Meaning("several GPUs: the strategy chosen")]
+    distributed: Annotated[dict[str, Any] | None, Meaning("several GPUs: the strategy chosen")]
     lora_fused: Annotated[
-        dict | None,
+        dict[str, Any] | None,
         Meaning(
             "speed.backend fused: `fused` (adapted linears fused) and `kept` ({reason: count} left to peft)"
         ),
     ]
     mlp_fused: Annotated[
-        dict | None,
+        dict[str, Any] | None,
         Meaning(
             "speed.mlp_block fused: `fused` (MLPs in one autograd function) and `kept` ({reason: count} "
             "left to their own forward); null when not asked"
         ),
     ]
     scales_unpacked: Annotated[
-        dict | None,
+        dict[str, Any] | None,
         Meaning(
             "quantization.unpack_scales: `weights` (4-bit weights whose double-quantised scales were "
             "unpacked into fp32) and `bytes` (what the device memory grew by), or `kept` (why not); null "
@@ -269,7 +276,7 @@ class CheckpointEvent(TypedDict, total=False):
     path: Annotated[str, Meaning("checkpoints/checkpoint-<step>")]
     bytes: Annotated[int, Meaning("its size")]
     save_s: Annotated[float, Meaning("time to write it")]
-    removed: Annotated[list, Meaning("older checkpoints rotated out")]
+    removed: Annotated[list[str], Meaning("older checkpoints rotated out")]
     eval_loss: Annotated[float | None, Meaning("the eval loss at this step (null when none ran at it)")]
     best_checkpoint: Annotated[str | None, Meaning("the kept checkpoint with the lowest eval loss")]
     best_eval_loss: Annotated[float | None, Meaning("its eval loss")]
@@ -318,15 +325,17 @@ class ErrorEvent(TypedDict, total=False):
     hint: Annotated[str, Meaning("what to do")]
     phase: Annotated[str, Meaning("the phase it failed in")]
     step: Annotated[int | None, Meaning("the step in flight")]
-    oom: Annotated[dict | None, Meaning("kind oom: the parsed numbers, phase, batch and memory counters")]
+    oom: Annotated[
+        dict[str, Any] | None, Meaning("kind oom: the parsed numbers, phase, batch and memory counters")
+    ]
     traceback: Annotated[str | None, Meaning("the exception's traceback")]
-    checkpoints: Annotated[list, Meaning("the complete checkpoints, intact")]
+    checkpoints: Annotated[list[str], Meaning("the complete checkpoints, intact")]
     source: Annotated[str | None, Meaning("client: written by the client that saw the trainer die")]
     returncode: Annotated[int | None, Meaning("the trainer's exit status (client-written)")]
     signal: Annotated[int | None, Meaning("the signal that ended it (client-written)")]
     log_tail: Annotated[str | None, Meaning("the end of backend.log (client-written)")]
     rank: Annotated[int | None, Meaning("several GPUs: the rank whose failure caused it")]
-    failed_ranks: Annotated[list | None, Meaning("several GPUs: the other failed ranks")]
+    failed_ranks: Annotated[list[dict[str, Any]] | None, Meaning("several GPUs: the other failed ranks")]
 
 
 class DoneEvent(TypedDict, total=False):
@@ -384,7 +393,7 @@ class ProbeEvent(TypedDict, total=False):
     finding: Annotated[
         str, Meaning("packages, torch, no_gpu, devices, bnb_4bit, matmul, h2d, peer_access, allreduce, done")
     ]
-    data: Annotated[dict, Meaning("plain numbers and strings; `error` when a measurement failed")]
+    data: Annotated[dict[str, Any], Meaning("plain numbers and strings; `error` when a measurement failed")]
 
 
 class DataCheckProgressEvent(TypedDict, total=False):
@@ -399,7 +408,7 @@ class DataCheckProgressEvent(TypedDict, total=False):
 class DataCheckEvent(TypedDict, total=False):
     """The data check's answer (on its pipe, not in a run): docs/data.md describes the report."""
 
-    report: Annotated[dict | None, Meaning("the report; null when the check itself failed")]
+    report: Annotated[dict[str, Any] | None, Meaning("the report; null when the check itself failed")]
     error: Annotated[str | None, Meaning("why the check failed (not a data error: those are in the report)")]
 
 
@@ -408,12 +417,12 @@ class ConfigChangeEvent(TypedDict, total=False):
 
     attempt: Annotated[int, Meaning("n: the old config is history/config-<n>.yaml")]
     reason: Annotated[str, Meaning("oom or --emulate-vram")]
-    changes: Annotated[dict, Meaning("dotted keys and their new values")]
+    changes: Annotated[dict[str, Any], Meaning("dotted keys and their new values")]
     previous: Annotated[str, Meaning("history/config-<n>.yaml")]
     checkpoints_moved: Annotated[
         str | None, Meaning("history/checkpoints-<n>/ (the adapter's shape changed)")
     ]
-    remedy: Annotated[list | None, Meaning("oom: the remedies' keys")]
+    remedy: Annotated[list[str] | None, Meaning("oom: the remedies' keys")]
     title: Annotated[str | None, Meaning("oom: the remedy's title")]
     chosen_by: Annotated[str | None, Meaning("oom: the wizard, or --on-oom auto")]
     predicted_peak_bytes: Annotated[int | None, Meaning("oom: the memory model's peak with the remedy")]
@@ -468,19 +477,25 @@ class ExportDoneEvent(TypedDict, total=False):
     """The export is complete in its staging folder."""
 
     out_dir: Annotated[str, Meaning("the staging folder the client renames into place")]
-    files: Annotated[list, Meaning("`name`, `bytes` of each file written")]
+    files: Annotated[list[dict[str, Any]], Meaning("`name`, `bytes` of each file written")]
     merged: Annotated[bool, Meaning("the adapter was merged into the base")]
     dtype: Annotated[str | None, Meaning("bf16 or fp16 of the merged weights")]
-    device: Annotated[dict, Meaning("where the merge ran (`kind`, `name`, ...)")]
+    device: Annotated[dict[str, Any], Meaning("where the merge ran (`kind`, `name`, ...)")]
     params: Annotated[int | None, Meaning("parameters of the merged model")]
     model_type: Annotated[str | None, Meaning("the base's config model_type")]
-    eos_tokens: Annotated[list | None, Meaning("the chat template's end of turn (generation_config, GGUF)")]
-    check: Annotated[dict | None, Meaning("the gating export_check's fields")]
-    gguf: Annotated[dict | None, Meaning("`file`, `tensors`, `bytes`, `type`, `architecture`, `types`")]
-    export_versions: Annotated[dict, Meaning("torch, transformers, peft, gguf, safetensors of the export")]
-    timings_s: Annotated[dict, Meaning("seconds per stage")]
+    eos_tokens: Annotated[
+        list[str] | None, Meaning("the chat template's end of turn (generation_config, GGUF)")
+    ]
+    check: Annotated[dict[str, Any] | None, Meaning("the gating export_check's fields")]
+    gguf: Annotated[
+        dict[str, Any] | None, Meaning("`file`, `tensors`, `bytes`, `type`, `architecture`, `types`")
+    ]
+    export_versions: Annotated[
+        dict[str, Any], Meaning("torch, transformers, peft, gguf, safetensors of the export")
+    ]
+    timings_s: Annotated[dict[str, float], Meaning("seconds per stage")]
     peak_rss_bytes: Annotated[int, Meaning("the process's peak resident memory")]
-    stage_peak_rss_bytes: Annotated[dict, Meaning("peak resident memory at the end of each stage")]
+    stage_peak_rss_bytes: Annotated[dict[str, int], Meaning("peak resident memory at the end of each stage")]
     peak_gpu_bytes: Annotated[int | None, Meaning("torch.cuda.max_memory_allocated (CUDA)")]
 
 
@@ -525,13 +540,13 @@ class ChatReadyEvent(TypedDict, total=False):
     base_model: Annotated[str, Meaning("the run's model.name, or the model folder")]
     target: Annotated[str, Meaning("the adapter or model folder loaded")]
     kind: Annotated[str, Meaning("adapter (base + LoRA) or model (a whole model)")]
-    device: Annotated[dict, Meaning("as in hello")]
+    device: Annotated[dict[str, Any], Meaning("as in hello")]
     precision: Annotated[str, Meaning("bf16, fp16 or fp32")]
     quantized: Annotated[bool, Meaning("a 4-bit base (QLoRA on a GPU)")]
     style: Annotated[str, Meaning("the prompt style")]
     chat_template: Annotated[bool, Meaning("the tokenizer has a chat template")]
-    stop_tokens: Annotated[list, Meaning("tokens that end an answer: eos and end-of-turn tokens")]
-    stop_strings: Annotated[list, Meaning("the text format's next-turn marker")]
+    stop_tokens: Annotated[list[str], Meaning("tokens that end an answer: eos and end-of-turn tokens")]
+    stop_strings: Annotated[list[str], Meaning("the text format's next-turn marker")]
     load_s: Annotated[float, Meaning("load time")]
 
 
@@ -595,7 +610,7 @@ def fields(event_type: str) -> dict[str, tuple[Any, str]]:
     return {name: (typing.get_args(hint)[0], hint.__metadata__[0].text) for name, hint in hints.items()}
 
 
-def undeclared(event: dict) -> list[str]:
+def undeclared(event: dict[str, Any]) -> list[str]:
     """Fields of an event its type does not declare (an unknown type: none are checked)."""
     if event.get("type") not in EVENTS:
         return []
@@ -606,6 +621,9 @@ def undeclared(event: dict) -> list[str]:
 def _type_name(tp: Any) -> str:
     if tp is type(None):
         return "null"
+    origin = typing.get_origin(tp)
+    if origin in JSON_NAMES:  # dict[str, Any], list[str]: an object, an array
+        return JSON_NAMES[origin]
     args = typing.get_args(tp)
     if args:
         return " or ".join(_type_name(a) for a in args)
@@ -616,7 +634,7 @@ def markdown_table() -> str:
     """The field table of docs/protocol.md (between its `events:begin` and `events:end` marks)."""
     lines = ["| type | field | JSON type | meaning |", "|---|---|---|---|"]
     for event_type, cls in EVENTS.items():
-        lines.append(f"| `{event_type}` | | | {cls.__doc__.strip()} |")
+        lines.append(f"| `{event_type}` | | | {(cls.__doc__ or '').strip()} |")
         for name, (tp, meaning) in fields(event_type).items():
             lines.append(f"| | `{name}` | {_type_name(tp)} | {meaning} |")
     return "\n".join(lines) + "\n"

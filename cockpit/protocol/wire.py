@@ -61,8 +61,8 @@ class LineDecoder:
     _buffer: bytearray = field(default_factory=bytearray)
     _skipping: bool = False  # inside an over-long line: drop bytes up to its newline
 
-    def feed(self, data: bytes) -> list[dict | Fault]:
-        items: list[dict | Fault] = []
+    def feed(self, data: bytes) -> list[dict[str, Any] | Fault]:
+        items: list[dict[str, Any] | Fault] = []
         self._buffer.extend(data)
         while True:
             newline = self._buffer.find(b"\n")
@@ -95,7 +95,7 @@ class LineDecoder:
             if item is not None:
                 items.append(item)
 
-    def finish(self) -> list[dict | Fault]:
+    def finish(self) -> list[dict[str, Any] | Fault]:
         """The writer is gone: whatever is left is a line it did not finish."""
         rest, skipping = bytes(self._buffer), self._skipping
         self._buffer.clear()
@@ -109,7 +109,7 @@ class LineDecoder:
         return len(self._buffer)
 
 
-def decode_line(line: bytes) -> dict | Fault | None:
+def decode_line(line: bytes) -> dict[str, Any] | Fault | None:
     """One complete line; None for a blank line."""
     if not line.strip():
         return None

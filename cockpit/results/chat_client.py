@@ -17,6 +17,8 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from cockpit.protocol.wire import PROTOCOL_VERSION, Fault, LineDecoder
 from cockpit.results.targets import ChatTarget
@@ -59,21 +61,21 @@ class ChatSession:
     prefix: str = ""
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     command: list[str] | None = None  # tests replace the backend
-    messages: list[dict] = field(default_factory=list)
-    ready: dict = field(default_factory=dict)
-    proc: subprocess.Popen | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    ready: dict[str, Any] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
     _decoder: LineDecoder = field(default_factory=LineDecoder)
-    _pending: list = field(default_factory=list)
+    _pending: list[dict[str, Any] | Fault] = field(default_factory=list)
 
     @classmethod
-    def for_run(cls, run: RunDir, state: RunState, target: ChatTarget, **kw) -> ChatSession:
+    def for_run(cls, run: RunDir, state: RunState, target: ChatTarget, **kw: Any) -> ChatSession:
         """The prompt style the run's data event recorded (chat template, llama2, guanaco, plain)."""
         data = state.data or {}
         return cls(
             run, target, data.get("prompt_style") or "chat_template", data.get("prompt_prefix") or "", **kw
         )
 
-    def start(self, timeout_s: float = LOAD_TIMEOUT_S) -> dict:
+    def start(self, timeout_s: float = LOAD_TIMEOUT_S) -> dict[str, Any]:
         """Start the backend and wait until the weights are loaded: its `chat_ready` message."""
         command = self.command or [
             sys.executable,
@@ -144,7 +146,8 @@ class ChatSession:
         try:
             if proc.poll() is None:
                 self._send({"type": "quit"}, proc)
-                proc.stdin.close()
+                if proc.stdin is not None:  # a pipe: start() asked for one
+                    proc.stdin.close()
                 proc.wait(wait_s)
         except (OSError, subprocess.TimeoutExpired):
             try:
@@ -158,8 +161,9 @@ class ChatSession:
 
     # ------------------------------------------------------------ the pipe
 
-    def _send(self, message: dict, proc: subprocess.Popen | None = None) -> None:
+    def _send(self, message: dict[str, Any], proc: subprocess.Popen[bytes] | None = None) -> None:
         proc = proc or self.proc
+        assert proc is not None and proc.stdin is not None, "start() first: it opens the pipes"
         line = json.dumps({"v": PROTOCOL_VERSION, "ts": round(time.time(), 3), **message}) + "\n"
         try:
             proc.stdin.write(line.encode("utf-8"))
@@ -167,9 +171,10 @@ class ChatSession:
         except (BrokenPipeError, OSError) as exc:
             raise ChatError(self._gone(f"when sent a request ({exc})")) from None
 
-    def _messages(self, timeout_s: float, doing: str) -> Iterator[dict]:
+    def _messages(self, timeout_s: float, doing: str) -> Iterator[dict[str, Any]]:
         """Messages from the backend until it ends; an `error` message becomes a ChatError."""
         deadline = time.monotonic() + timeout_s
+        assert self.proc is not None and self.proc.stdout is not None, "start() first: it opens the pipes"
         fd = self.proc.stdout.fileno()
         with selectors.DefaultSelector() as selector:
             selector.register(fd, selectors.EVENT_READ)
@@ -203,7 +208,7 @@ class ChatSession:
                 self._pending.extend(self._decoder.feed(data))
 
     @property
-    def log_path(self):
+    def log_path(self) -> Path:
         return self.run.path / CHAT_LOG_NAME
 
     def _gone(self, when: str) -> str:
@@ -217,7 +222,7 @@ class ChatSession:
         return f"the chat backend exited (code {code}) {when}; the end of {self.log_path}:\n{tail}"
 
 
-def ready_line(ready: dict) -> str:
+def ready_line(ready: dict[str, Any]) -> str:
     device = ready.get("device") or {}
     bits = ", 4-bit base" if ready.get("quantized") else ""
     stops = ", ".join(ready.get("stop_tokens", []) + ready.get("stop_strings", [])) or "none"

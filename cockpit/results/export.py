@@ -10,6 +10,7 @@ for the `exports/` folder and `export.log`.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -17,11 +18,14 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol, TextIO, cast
 
 from cockpit import fmt
 from cockpit.config.load import load_config
+from cockpit.config.schema import TrainConfig
 from cockpit.protocol.wire import Fault, LineDecoder
 from cockpit.results import export_needs as needs_mod
 from cockpit.results import model_card as card_mod
@@ -92,7 +96,7 @@ def default_out(run: rundir.RunDir, source: Source, merge: bool, dtype: str, ggu
     return run.path / "exports" / f"{source.label}-{kind}"
 
 
-def model_size(cfg, run_facts: card_mod.RunFacts) -> tuple[int, int]:
+def model_size(cfg: TrainConfig, run_facts: card_mod.RunFacts) -> tuple[int, int]:
     """(parameters, largest tensor's elements) of the base: from its shape when one can be read
     without the weights, else the run's own count (its `model` event)."""
     from cockpit.models.shape import ShapeError, load_shape
@@ -120,7 +124,7 @@ def slug(text: str) -> str:
 # ---------------------------------------------------------------- progress
 
 
-def stage_line(event: dict, width: int = BAR_WIDTH) -> str:
+def stage_line(event: dict[str, Any], width: int = BAR_WIDTH) -> str:
     """One `export_progress` event as a line: the stage's bar, or its time once finished."""
     stage, done, total = event.get("stage", "?"), event.get("done", 0), event.get("total") or 1
     if event.get("finished"):
@@ -133,16 +137,26 @@ def stage_line(event: dict, width: int = BAR_WIDTH) -> str:
     return line + (f"  {event['message']}" if done == 0 and event.get("message") else "")
 
 
+class ProgressSink(Protocol):
+    """What an export's events are shown by: a `Progress`, or a screen's own."""
+
+    def update(self, event: dict[str, Any]) -> None: ...
+
+    def check(self, event: dict[str, Any]) -> None: ...
+
+    def warning(self, message: str) -> None: ...
+
+
 class Progress:
     """Progress bars for load, merge, check, write and convert: redrawn in place on a terminal,
     plain lines (start, every quarter, end) otherwise."""
 
-    def __init__(self, stream=None):
+    def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self._last_quarter: dict[str, int] = {}
 
-    def update(self, event: dict) -> None:
+    def update(self, event: dict[str, Any]) -> None:
         line = stage_line(event)
         if event.get("finished"):
             self._print(line, final=True)
@@ -153,7 +167,7 @@ class Progress:
             self._last_quarter[stage] = quarter
             self._print(line, final=not self.tty)
 
-    def check(self, event: dict) -> None:
+    def check(self, event: dict[str, Any]) -> None:
         self._print(f"  check    {describe_event(event)}", final=True)
 
     def warning(self, message: str) -> None:
@@ -170,16 +184,18 @@ class Progress:
 # ---------------------------------------------------------------- the export
 
 
-def backend_command(request: dict) -> list[str]:
+def backend_command(request: dict[str, Any]) -> list[str]:
     return [sys.executable, "-m", "train_backend.export", json.dumps(request)]
 
 
-def run_backend(request: dict, log_path: Path, progress) -> tuple[int, list[dict], list[str]]:
+def run_backend(
+    request: dict[str, Any], log_path: Path, progress: ProgressSink
+) -> tuple[int, list[dict[str, Any]], list[str]]:
     """Start the export process, show its progress, return (exit code, events, faults)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (project_root(), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
-    events: list[dict] = []
+    events: list[dict[str, Any]] = []
     faults: list[str] = []
     decoder = LineDecoder()
     with open(log_path, "ab") as log:
@@ -193,8 +209,10 @@ def run_backend(request: dict, log_path: Path, progress) -> tuple[int, list[dict
             cwd=project_root(),
             env=env,
         )
+        # stdout=PIPE in binary mode with the default buffering: Popen wraps the pipe in a BufferedReader
+        stdout = cast(io.BufferedReader, proc.stdout)
         try:
-            for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+            for chunk in iter(lambda: stdout.read1(65536), b""):
                 for item in decoder.feed(chunk):
                     _take(item, events, faults, progress)
             for item in decoder.finish():
@@ -205,11 +223,13 @@ def run_backend(request: dict, log_path: Path, progress) -> tuple[int, list[dict
             proc.wait()
             raise
         finally:
-            proc.stdout.close()
+            stdout.close()
     return code, events, faults
 
 
-def _take(item, events: list, faults: list, progress) -> None:
+def _take(
+    item: dict[str, Any] | Fault, events: list[dict[str, Any]], faults: list[str], progress: ProgressSink
+) -> None:
     if isinstance(item, Fault):
         faults.append(item.describe())
         return
@@ -233,7 +253,7 @@ class Plan:
     gguf: str | None
     out: Path
     need: needs_mod.Needs
-    request: dict
+    request: dict[str, Any]
     facts: card_mod.RunFacts
     title: str
     notes: list[str]
@@ -290,7 +310,7 @@ def prepare(
     return Plan(run, source, merge, dtype, gguf, out, need, request, facts, title, notes)
 
 
-def execute(plan: Plan, progress) -> tuple[Path, dict]:
+def execute(plan: Plan, progress: ProgressSink) -> tuple[Path, dict[str, Any]]:
     """Run the export process for `plan`; `progress` is fed its events (a `Progress`, or a screen's
     own with the same `update`, `check` and `warning`). Returns (the folder, what export_done said
     plus the card's inputs); ExportError with the reason when it failed."""
@@ -340,8 +360,8 @@ def export(
     dtype: str = "bf16",
     gguf: str | None = None,
     to: str | None = None,
-    say=lambda text: print(text, file=sys.stderr),
-) -> tuple[Path, dict]:
+    say: Callable[[str], object] = lambda text: print(text, file=sys.stderr),
+) -> tuple[Path, dict[str, Any]]:
     """Export and return (the folder, what export_done said plus the card's inputs)."""
     plan = prepare(run, checkpoint, merge, dtype, gguf, to)
     for note in plan.notes:
@@ -350,7 +370,7 @@ def export(
     return execute(plan, Progress())
 
 
-def summary_lines(out: Path, info: dict) -> list[str]:
+def summary_lines(out: Path, info: dict[str, Any]) -> list[str]:
     lines = [f"exported to {out}"]
     for f in info.get("files") or []:
         lines.append(f"  {f['name']:<34} {fmt.size(f['bytes']):>10}")

@@ -16,6 +16,7 @@ fails. When the adapter's effect is within twice the rounding, the check says it
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 RELATIVE_TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 6e-2}
 # the exported GGUF read back against the merged model (max |Δ| relative to the largest logit of the
@@ -50,13 +51,15 @@ class LogitsCheck:
     @property
     def discriminates(self) -> bool:
         """The adapter moves the logits well past the rounding: a lost adapter could not pass."""
-        return bool(self.adapter_effect_rms) and self.adapter_effect_rms >= 2 * self.rms_diff
+        if not self.adapter_effect_rms:
+            return False
+        return self.adapter_effect_rms >= 2 * self.rms_diff
 
     @property
     def passed(self) -> bool:
         return self.relative <= self.tolerance and self.within_adapter_effect
 
-    def to_event(self) -> dict:
+    def to_event(self) -> dict[str, Any]:
         return {
             **asdict(self),
             "relative": self.relative,
@@ -79,11 +82,12 @@ class LogitsCheck:
         )
 
 
-def verdict(compared: str, tolerance: float, **figures) -> LogitsCheck:
+def verdict(compared: str, tolerance: float, **figures: Any) -> LogitsCheck:
     return LogitsCheck(compared=compared, tolerance=tolerance, **figures)
 
 
-def describe_event(event: dict) -> str:
+def describe_event(event: dict[str, Any]) -> str:
     """A check as the backend reported it (an `export_check` event)."""
     keys = LogitsCheck.__dataclass_fields__
-    return LogitsCheck(**{k: event.get(k) for k in keys}).describe()
+    figures: dict[str, Any] = {k: event.get(k) for k in keys}
+    return LogitsCheck(**figures).describe()

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from cockpit import fmt, paths
 from cockpit.run import journal, process
@@ -38,9 +40,9 @@ class RunRow:
     disk_bytes: int  # the whole run directory
     checkpoints_bytes: int  # checkpoints/ alone: what --prune frees (most of it)
     adapter: str | None  # final/ when there is one
-    on_end: dict | None  # the last end_command event: state, command, returncode (cost.on_end)
+    on_end: dict[str, Any] | None  # the last end_command event: state, command, returncode (cost.on_end)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -84,7 +86,7 @@ def row_of(run: RunDir) -> RunRow:
     )
 
 
-def _end_command(event: dict | None) -> dict | None:
+def _end_command(event: dict[str, Any] | None) -> dict[str, Any] | None:
     if not event:
         return None
     keys = ("state", "command", "returncode", "error", "duration_s")
@@ -121,7 +123,7 @@ def table_lines(found: list[RunRow]) -> list[str]:
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
     right = {2, 3, 4, 5}
 
-    def line(cells) -> str:
+    def line(cells: Sequence[str]) -> str:
         return "  ".join(
             c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
         )

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from cockpit.plain import PLAIN_WIDTH, hanging
 from cockpit.run import journal
@@ -55,7 +56,7 @@ class SampleBook:
     def trained_labels(self) -> list[str]:
         return [label for label in self.labels if label != "base"]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "labels": self.labels,
             "max_new_tokens": self.max_new_tokens,
@@ -65,7 +66,7 @@ class SampleBook:
         }
 
 
-def label_of(sample: dict) -> str:
+def label_of(sample: dict[str, Any]) -> str:
     stage = sample.get("stage")
     if stage == "base":
         return "base"
@@ -74,7 +75,7 @@ def label_of(sample: dict) -> str:
     return sample.get("checkpoint") or f"step-{sample.get('step')}"
 
 
-def collect(samples: list[dict]) -> SampleBook:
+def collect(samples: list[dict[str, Any]]) -> SampleBook:
     """The book of `sample` events (a restart that samples the same weights again replaces them)."""
     book = SampleBook()
     by_index: dict[int, SamplePrompt] = {}
@@ -126,7 +127,7 @@ def no_samples_reason(state: RunState) -> str:
 ANSWER_CHARS = 100  # an answer or a reference is cut here in the text report; --json has it whole
 
 
-def count_of(count: int, noun: str, kind: str = "") -> str:
+def count_of(count: int | None, noun: str, kind: str = "") -> str:
     """`1 token`, `16 new tokens`, `2 prompts`."""
     return " ".join(filter(None, [str(count), kind, noun if count == 1 else noun + "s"]))
 

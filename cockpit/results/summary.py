@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cockpit import fmt
 from cockpit.protocol.wire import number
 from cockpit.run.state import RunState
+
+if TYPE_CHECKING:
+    from cockpit.run.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class RunSummary:
     on_end: str | None = None  # the end command, as configured
     on_end_state: str | None = None  # started | finished | failed (its event), None before
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
 
         return asdict(self)
@@ -156,7 +160,7 @@ def summary_lines(s: RunSummary) -> list[str]:
     return lines
 
 
-def configured_on_end(run) -> str | None:
+def configured_on_end(run: RunDir) -> str | None:
     """The run's cost.on_end, or None (none set, or a config that cannot be read)."""
     from cockpit.config.load import load_config
     from cockpit.config.schema import ConfigError
@@ -167,10 +171,10 @@ def configured_on_end(run) -> str | None:
         return None
 
 
-def run_summary(run, state: RunState) -> RunSummary:
+def run_summary(run: RunDir, state: RunState) -> RunSummary:
     """The summary of `run` (a cockpit.run.rundir.RunDir) as `state` tells it."""
     return summarize(state, run.path, run.complete_checkpoints(), configured_on_end(run))
 
 
-def run_summary_lines(run, state: RunState) -> list[str]:
+def run_summary_lines(run: RunDir, state: RunState) -> list[str]:
     return summary_lines(run_summary(run, state))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 from cockpit.run import rundir
 from cockpit.run.state import RunState
@@ -65,6 +66,12 @@ def resolve(run: rundir.RunDir, state: RunState, checkpoint: str | None, model_d
         f"{state.status}). Wait for its first checkpoint (output.save_steps), or give a model folder "
         "with --model."
     )
+
+
+@overload
+def _kind(folder: Path) -> str: ...
+@overload
+def _kind(folder: Path, missing: None) -> str | None: ...
 
 
 def _kind(folder: Path, missing: str | None = "adapter") -> str | None:

@@ -21,15 +21,16 @@ def attached(run: rundir.RunDir) -> Iterator[None]:
     """While inside, this process counts as a client watching `run` (best effort: a read-only run
     directory only means the watch cannot see this client)."""
     path = run.path / CLIENTS_DIR / f"{os.getpid()}.json"
+    written = True
     try:
         path.parent.mkdir(mode=0o700, exist_ok=True)
         path.write_text(json.dumps({"pid": os.getpid(), **pids.identity(os.getpid())}))
     except OSError:
-        path = None
+        written = False
     try:
         yield
     finally:
-        if path is not None:
+        if written:
             with contextlib.suppress(OSError):
                 path.unlink()
 

@@ -18,7 +18,7 @@ def needs_runner(cfg: TrainConfig) -> bool:
     return bool(cfg.cost.on_end or cfg.export.at_end or cfg.cost.on_idle)
 
 
-def start(run: RunDir, trainer_pid: int) -> subprocess.Popen | None:
+def start(run: RunDir, trainer_pid: int) -> subprocess.Popen[bytes] | None:
     """Start the runner for this trainer, detached, its output on backend.log; None if it cannot be."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get("PYTHONPATH", "")) if p)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from cockpit.protocol.wire import LineDecoder, encode
+from cockpit.protocol.wire import Fault, LineDecoder, encode
 
 if TYPE_CHECKING:
     from cockpit.run.state import RunState
@@ -63,23 +63,23 @@ class EventFollower:
         self.path = path
         self.chunk_bytes = chunk_bytes
         self.decoder = LineDecoder()
-        self._file = None
+        self._file: BinaryIO | None = None
         self.finished = False
 
-    def poll(self) -> list:
+    def poll(self) -> list[dict[str, Any] | Fault]:
         if self._file is None:
             try:
                 self._file = open(self.path, "rb")  # noqa: SIM115 - held open while following
             except FileNotFoundError:
                 return []
-        items = []
+        items: list[dict[str, Any] | Fault] = []
         while True:
             data = self._file.read(self.chunk_bytes)
             if not data:
                 return items
             items.extend(self.decoder.feed(data))
 
-    def finish(self) -> list:
+    def finish(self) -> list[dict[str, Any] | Fault]:
         """The writer is gone: read the rest, and report a line it left unfinished."""
         items = self.poll()
         if not self.finished:
@@ -93,7 +93,7 @@ class EventFollower:
             self._file = None
 
 
-def read_all(path: Path) -> list:
+def read_all(path: Path) -> list[dict[str, Any] | Fault]:
     """Every message and fault of the file, including a last line left unfinished."""
     follower = EventFollower(path)
     try:
@@ -112,7 +112,7 @@ def fold(path: Path, state: RunState | None = None) -> RunState:
     return state
 
 
-def last_event(path: Path, msg_type: str) -> dict | None:
+def last_event(path: Path, msg_type: str) -> dict[str, Any] | None:
     """The last decoded event of a type, or None (no such event, or no file)."""
     found = None
     for item in read_all(path):

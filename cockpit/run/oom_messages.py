@@ -19,6 +19,7 @@ import re
 import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 _UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 # torch's format_size writes "0 bytes" below 1 KiB
@@ -61,7 +62,7 @@ class OomInfo:
     reserved_bytes: int | None = None
     reserved_unallocated_bytes: int | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -89,8 +90,8 @@ def parse_oom_message(text: str) -> OomInfo | None:
         if fmt == "old" and info.reserved_bytes is not None and info.allocated_bytes is not None:
             info.reserved_unallocated_bytes = max(0, info.reserved_bytes - info.allocated_bytes)
         return info
-    for kind, pattern in _OTHER_KINDS:
-        if pattern.search(text):
+    for kind, regex in _OTHER_KINDS:
+        if regex.search(text):
             return OomInfo(kind=kind)
     if "out of memory" in text.lower() and ("cuda" in text.lower() or "gpu" in text.lower()):
         return OomInfo(kind="accelerator")
@@ -179,13 +180,13 @@ def cgroup_memory_at(folder: str, version: int) -> CgroupMemory | None:
 
 @dataclass(frozen=True)
 class SilentOom:
-    info: dict  # the `oom` field of the error event
+    info: dict[str, Any]  # the `oom` field of the error event
     message: str
     hint: str
 
 
 def silent_oom(
-    returncode: int | None, sig: int | None, log_tail: str, cgroup_record: dict | None
+    returncode: int | None, sig: int | None, log_tail: str, cgroup_record: dict[str, Any] | None
 ) -> SilentOom | None:
     """An out-of-memory death that left no error event, or None.
 

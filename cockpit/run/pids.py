@@ -11,6 +11,8 @@ stop` then found "not running" a trainer that ran on). The start in ticks (field
 
 from __future__ import annotations
 
+from typing import Any
+
 import psutil
 
 CREATE_TIME_SLACK_S = 1.0
@@ -26,7 +28,7 @@ def start_ticks(pid: int) -> int | None:
         return None
 
 
-def identity(pid: int) -> dict:
+def identity(pid: int) -> dict[str, Any]:
     """What a record (trainer.json, rank-N.json, a client's file) keeps to know the process again."""
     try:
         created = psutil.Process(pid).create_time()
@@ -35,9 +37,9 @@ def identity(pid: int) -> dict:
     return {"create_time": created, "start_ticks": start_ticks(pid)}
 
 
-def same_process(proc: psutil.Process, record: dict) -> bool:
+def same_process(proc: psutil.Process, record: dict[str, Any]) -> bool:
     """`proc` is the process `record` was taken of, not a later one with its pid."""
-    ticks = record.get("start_ticks")
+    ticks: object = record.get("start_ticks")
     if ticks is not None:
         now = start_ticks(proc.pid)
         if now is not None:

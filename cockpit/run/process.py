@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def project_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-def launch(run: RunDir, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+def launch(run: RunDir, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start `python -m train_backend train RUN` detached (or, for several GPUs, the launcher of one
     such process per GPU: cockpit.run.ranks); record who it is in trainer.json."""
     command, launch_env = _trainer_command(run)
@@ -140,13 +141,17 @@ def is_alive(run: RunDir) -> bool:
 
 
 def stop(
-    run: RunDir, grace_s: float = STOP_GRACE_S, term_s: float = TERM_GRACE_S, say=lambda _t: None
+    run: RunDir,
+    grace_s: float = STOP_GRACE_S,
+    term_s: float = TERM_GRACE_S,
+    say: Callable[[str], object] = lambda _t: None,
 ) -> str:
     """Stop command, then SIGTERM to the process group, then SIGKILL. Returns how it ended."""
     proc = trainer_process(run)
     if proc is None:
         return "not running"
-    pgid = run.read_trainer().get("pgid", proc.pid)
+    # trainer.json may be gone or unreadable since trainer_process read it: the process is its group's leader
+    pgid = (run.read_trainer() or {}).get("pgid", proc.pid)
     try:
         control.send_command(run, "stop")
         say(f"asked the trainer to stop (up to {grace_s:.0f} s for its checkpoint)")
@@ -241,7 +246,9 @@ def orphaned_trainers() -> list[Orphan]:
     return found
 
 
-def stop_orphan(orphan: Orphan, term_s: float = TERM_GRACE_S, say=lambda _t: None) -> str:
+def stop_orphan(
+    orphan: Orphan, term_s: float = TERM_GRACE_S, say: Callable[[str], object] = lambda _t: None
+) -> str:
     """SIGTERM to its process group (its control FIFO went with the directory), then SIGKILL."""
     say(f"the run directory {orphan.path} is gone: SIGTERM to the trainer's process group")
     _signal_group(orphan.pid, signal.SIGTERM)

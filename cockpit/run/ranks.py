@@ -19,7 +19,12 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cockpit.config.schema import TrainConfig
 
 LAUNCHER_MODULE = "train_backend.launcher"
 # NVLink SHARP (multicast) stays off unless the user turns it on: on shared hosts a program
@@ -39,22 +44,23 @@ def rank_log_path(run_path: Path, rank: int) -> Path:
     return Path(run_path) / f"backend.rank{rank}.log"
 
 
-def is_distributed(cfg) -> bool:
+def is_distributed(cfg: TrainConfig) -> bool:
     return cfg.gpus > 1 or cfg.distributed.nnodes > 1
 
 
-def world_size(cfg) -> int:
+def world_size(cfg: TrainConfig) -> int:
     return cfg.gpus * cfg.distributed.nnodes
 
 
 # ---------------------------------------------------------------- launching
 
 
-def torchrun_args(cfg, run_path: Path) -> list[str]:
+def torchrun_args(cfg: TrainConfig, run_path: Path) -> list[str]:
     """torchrun's arguments: one process per GPU, no restarts (a failed rank fails the run)."""
     d = cfg.distributed
     args = ["--nproc-per-node", str(cfg.gpus), "--max-restarts", "0", "--monitor-interval", "0.5"]
     if d.nnodes > 1:
+        assert d.rdzv_endpoint is not None  # the config's check requires one with nnodes > 1
         args += [
             "--nnodes",
             str(d.nnodes),
@@ -72,7 +78,7 @@ def torchrun_args(cfg, run_path: Path) -> list[str]:
     return [*args, "-m", "train_backend", "train", str(run_path)]
 
 
-def accelerate_args(cfg, run_path: Path) -> list[str]:
+def accelerate_args(cfg: TrainConfig, run_path: Path) -> list[str]:
     """`accelerate launch`'s arguments for the same job (accelerate runs torchrun inside)."""
     d = cfg.distributed
     host, port = (d.rdzv_endpoint or f"127.0.0.1:{d.master_port or 29500}").rsplit(":", 1)
@@ -105,7 +111,7 @@ def accelerate_args(cfg, run_path: Path) -> list[str]:
     ]
 
 
-def trainer_command(cfg, run_path: Path) -> list[str]:
+def trainer_command(cfg: TrainConfig, run_path: Path) -> list[str]:
     """The command the supervisor starts for this run."""
     if not is_distributed(cfg):
         return [sys.executable, "-m", "train_backend", "train", str(run_path)]
@@ -114,13 +120,14 @@ def trainer_command(cfg, run_path: Path) -> list[str]:
     return [sys.executable, "-m", LAUNCHER_MODULE, str(run_path), launcher, *args]
 
 
-def launch_env(cfg, environ: dict[str, str] | None = None) -> dict[str, str]:
+def launch_env(cfg: TrainConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Variables the ranks need beyond the user's own (which win).
 
     One process on a box of several GPUs would get all of them and HF Trainer would wrap the
     model in nn.DataParallel (which TRL refuses): a one-GPU run sees only the first GPU it is
     allowed (the first of CUDA_VISIBLE_DEVICES, else GPU 0)."""
-    environ = os.environ if environ is None else environ
+    if environ is None:
+        environ = os.environ
     if not is_distributed(cfg):
         visible = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "0").split(",") if d.strip()]
         return {"CUDA_VISIBLE_DEVICES": visible[0]} if visible else {}
@@ -134,7 +141,7 @@ def launch_env(cfg, environ: dict[str, str] | None = None) -> dict[str, str]:
 # ---------------------------------------------------------------- ranks
 
 
-def rank_records(run_path: Path) -> list[dict]:
+def rank_records(run_path: Path) -> list[dict[str, Any]]:
     """What each rank of this node wrote about itself at start (pid, create time, ranks)."""
     records = []
     for path in sorted(Path(run_path).glob("rank-*.json")):
@@ -182,7 +189,7 @@ def clear_rank_files(run_path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def read_rank_errors(run_path: Path) -> list[dict]:
+def read_rank_errors(run_path: Path) -> list[dict[str, Any]]:
     errors = []
     for path in Path(run_path).glob("rank-*.error.json"):
         try:
@@ -192,7 +199,7 @@ def read_rank_errors(run_path: Path) -> list[dict]:
     return errors
 
 
-def _is_peer_loss(error: dict) -> bool:
+def _is_peer_loss(error: dict[str, Any]) -> bool:
     """A rank that failed only because another one went away (its collective broke)."""
     text = str(error.get("message", "")).lower()
     return any(
@@ -209,11 +216,13 @@ def _is_peer_loss(error: dict) -> bool:
     )
 
 
-def _log_name(rank: int, info: dict) -> str:
+def _log_name(rank: int, info: dict[str, Any]) -> str:
     return "backend.log" if info.get("local_rank") == 0 else f"backend.rank{rank}.log"
 
 
-def fold_rank_errors(errors: list[dict], failures: dict[int, dict] | None = None) -> dict | None:
+def fold_rank_errors(
+    errors: list[dict[str, Any]], failures: dict[int, dict[str, Any]] | None = None
+) -> dict[str, Any] | None:
     """One `error` event's fields from the ranks' error files and the launcher's exit codes.
 
     The root cause is the earliest error of a rank that did not fail only because a peer went
@@ -257,17 +266,17 @@ def fold_rank_errors(errors: list[dict], failures: dict[int, dict] | None = None
     others += [
         {"rank": r, "kind": "other", "message": f"exit code {failures[r].get('exitcode')}"} for r in silent
     ]
-    rank = root.get("rank")
+    root_rank = root.get("rank")
     message = root.get("message", "")
-    if rank is not None and not message.startswith("rank "):
-        message = f"rank {rank}: {message}"
+    if root_rank is not None and not message.startswith("rank "):
+        message = f"rank {root_rank}: {message}"
     hint = root.get("hint", "")
-    if rank is not None and root.get("local_rank", rank) != 0 and "backend.rank" not in hint:
-        hint += f" Rank {rank}'s output: backend.rank{rank}.log."
+    if root_rank is not None and root.get("local_rank", root_rank) != 0 and "backend.rank" not in hint:
+        hint += f" Rank {root_rank}'s output: backend.rank{root_rank}.log."
     if others:
         also = ", ".join(f"rank {o['rank']}" for o in others)
         hint += f" (also failed: {also}, after it)"
     fields = {k: root.get(k) for k in ("kind", "phase", "step", "oom", "traceback", "checkpoints")}
-    fields.update(message=message, hint=hint, rank=rank, failed_ranks=others)
+    fields.update(message=message, hint=hint, rank=root_rank, failed_ranks=others)
     fields["kind"] = fields["kind"] or "other"
     return fields

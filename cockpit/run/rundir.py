@@ -20,6 +20,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cockpit import paths
 
@@ -87,7 +88,7 @@ class RunDir:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def write_source(self, config: str | os.PathLike) -> None:
+    def write_source(self, config: str | os.PathLike[str]) -> None:
         _write_private(self.source_path, json.dumps({"config": str(Path(config).expanduser().resolve())}))
 
     def complete_checkpoints(self) -> list[Path]:
@@ -106,12 +107,14 @@ class RunDir:
             price = cost.get("price_per_hour")
         except (OSError, yaml.YAMLError, AttributeError, UnicodeDecodeError):
             return None
-        ok = isinstance(price, (int, float)) and not isinstance(price, bool) and price >= 0
-        return float(price) if ok else None
+        if isinstance(price, (int, float)) and not isinstance(price, bool) and price >= 0:
+            return float(price)
+        return None
 
-    def read_trainer(self) -> dict | None:
+    def read_trainer(self) -> dict[str, Any] | None:
         try:
-            return json.loads(self.trainer_path.read_text())
+            record: dict[str, Any] = json.loads(self.trainer_path.read_text())
+            return record
         except (OSError, ValueError):
             return None
 

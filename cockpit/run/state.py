@@ -9,6 +9,7 @@ from the client's clock, so a replay shows what the live run showed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from typing import Any, Final
 
 from cockpit.protocol.events import (
     BudgetEvent,
@@ -33,14 +34,14 @@ from cockpit.protocol.wire import EVENT_TYPES, Fault, number
 from cockpit.speed import flops
 
 MAX_NOTICES = 200
-INPUT_FIELDS = ("data_wait_s", "compute_s", "data_wait_share", "tokens_per_micro_batch")
+INPUT_FIELDS: Final = ("data_wait_s", "compute_s", "data_wait_share", "tokens_per_micro_batch")
 # the ETA: the median step time of the last ETA_WINDOW_STEPS logged steps (one slow step under load
 # does not swing it), and none before ETA_MIN_STEPS steps were timed (the first ones load and compile)
 ETA_WINDOW_STEPS = 20
 ETA_MIN_STEPS = 3
 
 
-def notice_text(item: dict | Fault) -> str | None:
+def notice_text(item: dict[str, Any] | Fault) -> str | None:
     """The notice a message adds to the run's notices (faults, commands, pauses, warnings...)."""
     if isinstance(item, Fault):
         return item.describe()
@@ -66,7 +67,7 @@ def notice_text(item: dict | Fault) -> str | None:
     return None
 
 
-def end_command_text(item: dict) -> str:
+def end_command_text(item: dict[str, Any]) -> str:
     command, state = item.get("command", ""), item.get("state")
     if state == "started":
         return f"on_end: the run {item.get('run_status')}; running: {command}"
@@ -92,19 +93,22 @@ class RunState:
     phase: str = "starting"
     phase_message: str = ""
     status: str = "starting"  # starting | running | paused | finished | stopped | failed
-    device: dict = field(default_factory=dict)
+    device: dict[str, Any] = field(default_factory=dict)
     precision: str | None = None
-    versions: dict = field(default_factory=dict)
+    versions: dict[str, Any] = field(default_factory=dict)
     price_per_hour: float | None = None
     max_usd: float | None = None  # cost.max_usd, the budget
-    budget_reached: dict | None = None  # the budget event, when it stopped the run
-    end_command: dict | None = None  # the last end_command event (cost.on_end)
-    data: dict = field(default_factory=dict)
-    model: dict = field(default_factory=dict)
-    distributed: dict = field(default_factory=dict)  # several GPUs: world size, strategy, rank pids
-    plan: dict = field(default_factory=dict)  # train_begin
-    speed_plan: dict = field(default_factory=dict)  # what speed: auto chose, and the speed model's figures
-    input: dict = field(default_factory=dict)  # the last log's data wait and tokens per micro-batch
+    budget_reached: dict[str, Any] | None = None  # the budget event, when it stopped the run
+    end_command: dict[str, Any] | None = None  # the last end_command event (cost.on_end)
+    data: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    # several GPUs: world size, strategy, rank pids
+    distributed: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)  # train_begin
+    # what speed: auto chose, and the speed model's figures
+    speed_plan: dict[str, Any] = field(default_factory=dict)
+    # the last log's data wait and tokens per micro-batch
+    input: dict[str, Any] = field(default_factory=dict)
     step: int = 0
     total_steps: int | None = None
     epoch: float | None = None
@@ -117,20 +121,20 @@ class RunState:
     step_time_s: float | None = None
     step_times: list[float] = field(default_factory=list)  # the last ETA_WINDOW_STEPS step times
     tokens_seen: int | None = None
-    memory: dict = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
     losses: list[tuple[int, float]] = field(default_factory=list)
     learning_rates: list[tuple[int, float]] = field(default_factory=list)
-    checkpoints: list[dict] = field(default_factory=list)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
     evals: list[tuple[int, float]] = field(default_factory=list)  # (step, eval loss), step 0 the base
     eval_loss: float | None = None
-    best_eval: dict = field(default_factory=dict)  # step, eval_loss: the lowest so far
+    best_eval: dict[str, Any] = field(default_factory=dict)  # step, eval_loss: the lowest so far
     best_checkpoint: str | None = None  # the kept checkpoint with the lowest eval loss
-    samples: list[dict] = field(default_factory=list)  # the sample events, in order
+    samples: list[dict[str, Any]] = field(default_factory=list)  # the sample events, in order
     attempts: list[Attempt] = field(default_factory=list)
     train_started_ts: float | None = None
     first_log_ts: float | None = None  # this attempt's first log event: its steps are measured from then
-    error: dict | None = None
-    outcome: dict | None = None  # the done or exit message
+    error: dict[str, Any] | None = None
+    outcome: dict[str, Any] | None = None  # the done or exit message
     notices: list[str] = field(default_factory=list)
     faults: int = 0
     last_ts: float | None = None
@@ -139,7 +143,7 @@ class RunState:
 
     # ------------------------------------------------------------ folding
 
-    def apply(self, item: dict | Fault) -> None:
+    def apply(self, item: dict[str, Any] | Fault) -> None:
         text = notice_text(item)
         if text:
             self._notice(text)
@@ -289,7 +293,7 @@ class RunState:
         self.status = "running"
         self._at_step(m)
 
-    def _at_step(self, m: dict) -> None:
+    def _at_step(self, m: PausedEvent | ResumedEvent) -> None:
         """A pause or resume names the step the trainer is at, which may be past the last log
         (logging_steps > 1, or the log of that step still to come): the header shows the same step."""
         step = m.get("step")

@@ -6,8 +6,9 @@ from __future__ import annotations
 import signal
 import sys
 from dataclasses import dataclass
+from typing import Any
 
-from cockpit.protocol.wire import LineDecoder, encode
+from cockpit.protocol.wire import Fault, LineDecoder, encode
 from cockpit.run import journal, process
 from cockpit.run.oom_messages import silent_oom
 from cockpit.run.rundir import RunDir
@@ -63,7 +64,7 @@ def run_status(run: RunDir) -> RunStatus:
     )
 
 
-def record_exit(run: RunDir, returncode: int | None) -> list:
+def record_exit(run: RunDir, returncode: int | None) -> list[dict[str, Any] | Fault]:
     """A client saw the trainer end without done/error: write down how (None: not its child, unknown).
     Returns the message when it could not be written (a full disk): the caller shows it all the same."""
     sig = -returncode if returncode is not None and returncode < 0 else None
@@ -96,7 +97,9 @@ def record_exit(run: RunDir, returncode: int | None) -> list:
         return LineDecoder().feed(encode(kind, **fields))
 
 
-def _oom_without_event(run: RunDir, returncode: int | None, sig: int | None, tail: str) -> dict | None:
+def _oom_without_event(
+    run: RunDir, returncode: int | None, sig: int | None, tail: str
+) -> dict[str, Any] | None:
     """The error event for an out-of-memory death that left none (oom.messages.silent_oom), or None."""
     found = silent_oom(returncode, sig, tail, (run.read_trainer() or {}).get("memory_cgroup"))
     if found is None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import copy
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from cockpit import fmt
 from cockpit.config.schema import TrainConfig
@@ -46,6 +47,9 @@ from cockpit.speed.batch_choice import (
     offload_as_written,
     uses_liger,
 )
+
+if TYPE_CHECKING:
+    from cockpit.speed.batch_choice import Fit
 
 __all__ = ["Choice", "Facts", "SpeedPlan", "bfd_rows", "card_for", "plan", "samples_per_row"]
 
@@ -90,11 +94,11 @@ class SpeedPlan:
     predicted_peak_bytes: int | None = None
     predicted_tokens_per_s: float | None = None
     busy_tokens_per_micro_batch: int | None = None
-    auto_split: dict | None = None
-    flops: dict | None = None  # FLOPs per token and the card's peak, for MFU (cockpit.speed.flops)
+    auto_split: dict[str, Any] | None = None
+    flops: dict[str, Any] | None = None  # FLOPs per token and the card's peak, for MFU (cockpit.speed.flops)
     host_probe_ms: float | None = None  # the host's probe (train_backend/speed/host_probe.py)
 
-    def to_event(self) -> dict:
+    def to_event(self) -> dict[str, Any]:
         t = self.config.training
         return {
             "mode": self.mode,
@@ -392,7 +396,7 @@ def _lora_backend(cfg: TrainConfig) -> Choice:
     )
 
 
-def _mlp_block(cfg: TrainConfig, facts: Facts, shape) -> Choice | None:
+def _mlp_block(cfg: TrainConfig, facts: Facts, shape: ModelShape | None) -> Choice | None:
     """speed.mlp_block: the MLP and its three adapters in one function (train_backend/speed/fused_mlp.py)."""
     if cfg.method not in ("lora", "qlora") or cfg.speed.mlp_block != "fused":
         return None  # off, the default: no line
@@ -416,7 +420,7 @@ SCALES = "4-bit scales"
 
 
 def _scales(
-    cfg: TrainConfig, run: TrainConfig, facts: Facts, shape, fit, keep: set
+    cfg: TrainConfig, run: TrainConfig, facts: Facts, shape: ModelShape | None, fit: Fit, keep: set[str]
 ) -> tuple[Choice | None, int]:
     """quantization.unpack_scales: a double-quantised 4-bit model's scales kept in fp32 after loading,
     where the split's peak leaves room for them; sets it on `run`. (choice, bytes it adds to the
@@ -459,7 +463,7 @@ def _scales(
 
 def flops_info(
     cfg: TrainConfig, facts: Facts, lengths: list[int], shape: ModelShape | None, checkpoint_layers: int
-) -> dict | None:
+) -> dict[str, Any] | None:
     """The speed plan's `flops`: FLOPs per real token (model and hardware, cockpit.speed.flops) and
     the card's dense bf16 peak, from which a client computes MFU; None without a shape."""
     if shape is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from cockpit import fmt
 from cockpit.models.memory import (
@@ -26,6 +27,11 @@ from cockpit.models.memory import (
     workload_from_config,
 )
 from cockpit.speed import model as speed_model
+
+if TYPE_CHECKING:
+    from cockpit.config.schema import TrainConfig, TrainingSection
+    from cockpit.models.memory import MemoryEstimate
+    from cockpit.models.shape import ModelShape
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,14 @@ HOST_SHARE = 0.5  # the most of the host's available memory the pinned layer inp
 
 
 def fit_batch(
-    cfg, run, facts: Facts, shape, shape_note, keep, rows_per_step, packed
+    cfg: TrainConfig,
+    run: TrainConfig,
+    facts: Facts,
+    shape: ModelShape | None,
+    shape_note: str,
+    keep: set[str],
+    rows_per_step: int,
+    packed: bool,
 ) -> tuple[Fit, list[Choice]]:
     t = cfg.training
     unit = "rows" if packed else "samples"
@@ -234,7 +247,7 @@ BATCH_KEYS = {
 MAX_BUSY_MICRO_BATCH = 1024
 
 
-def busy_tokens(base: Workload, card) -> int | None:
+def busy_tokens(base: Workload, card: speed_model.CardSpeed | None) -> int | None:
     """The fewest tokens per micro-batch (whole rows of `base.seq_len`) at which, by the speed model, the
     card's work outlasts the host's launches: below it the GPU is underfed, whatever feeds it."""
     if card is None:
@@ -246,7 +259,16 @@ def busy_tokens(base: Workload, card) -> int | None:
     return None
 
 
-def batch_advice(cfg, run, facts: Facts, shape, shape_note, keep, rows_per_step, packed) -> dict:
+def batch_advice(
+    cfg: TrainConfig,
+    run: TrainConfig,
+    facts: Facts,
+    shape: ModelShape | None,
+    shape_note: str,
+    keep: set[str],
+    rows_per_step: int,
+    packed: bool,
+) -> dict[str, Any]:
     """The speed model's view of the run's batch, for the doctor: the tokens per micro-batch that keep
     the card busy, and the split speed: auto picks with the batch keys free, against the run's own."""
     if facts.device_kind != "cuda" or shape is None or not facts.memory_bytes or facts.card is None:
@@ -286,7 +308,7 @@ def _as_written(written: Fit, why: str, pinned_batch: bool, pinned_ckpt: bool) -
     ]
 
 
-def _cpu_checkpointing(run, facts: Facts, shape, written: Fit) -> tuple[Fit, Choice]:
+def _cpu_checkpointing(run: TrainConfig, facts: Facts, shape: ModelShape, written: Fit) -> tuple[Fit, Choice]:
     """On the CPU, recomputing activations only costs time unless host memory is short."""
     try:
         w = replace(
@@ -308,7 +330,7 @@ def _cpu_checkpointing(run, facts: Facts, shape, written: Fit) -> tuple[Fit, Cho
     return fit, Choice("gradient checkpointing", f"all {shape.num_layers} layers", why, "auto")
 
 
-def _partial_peak(off, on, k: int, layers: int) -> int:
+def _partial_peak(off: MemoryEstimate, on: MemoryEstimate, k: int, layers: int) -> int:
     """Peak with `k` of `layers` blocks checkpointed, from the memory model's two extremes."""
     if k == 0:
         return off.peak_bytes
@@ -320,12 +342,12 @@ def _partial_peak(off, on, k: int, layers: int) -> int:
     return int(static + (layers - k) * per_layer + k * saved + on.part("activations").bytes)
 
 
-def offload_as_written(t, facts: Facts) -> bool:
+def offload_as_written(t: TrainingSection, facts: Facts) -> bool:
     """training.checkpoint_offload as the trainer carries it out: with checkpointing, on a GPU."""
     return bool(t.gradient_checkpointing and t.checkpoint_offload and facts.device_kind == "cuda")
 
 
-def uses_liger(cfg, facts: Facts) -> bool:
+def uses_liger(cfg: TrainConfig, facts: Facts) -> bool:
     """Whether speed: auto applies Liger's kernels (its activations are then smaller)."""
     return (
         facts.device_kind == "cuda"
@@ -344,7 +366,7 @@ SILU_MLP_MODELS = ("llama", "mistral", "qwen2", "qwen3")
 MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 
 
-def mlp_block_note(cfg, shape=None) -> str | None:
+def mlp_block_note(cfg: TrainConfig, shape: ModelShape | None = None) -> str | None:
     """Why the MLPs keep their own forward; None: the fused MLP block (speed.mlp_block: fused)."""
     if cfg.speed.mlp_block != "fused":
         return "speed.mlp_block: off (the default: the fused block is not yet measured on a GPU)"
@@ -361,7 +383,7 @@ def mlp_block_note(cfg, shape=None) -> str | None:
     return None
 
 
-def fused_lora_note(cfg) -> str | None:
+def fused_lora_note(cfg: TrainConfig) -> str | None:
     """Why speed.backend runs peft's own LoRA layers; None: the fused ones."""
     if cfg.speed.mode != "auto":
         return "speed: off runs peft's layers as written"
@@ -377,7 +399,13 @@ def fused_lora_note(cfg) -> str | None:
 
 
 def _tokens_per_s(
-    base: Workload, mb: int, accum: int, k: int, layers: int, card, offload: bool = False
+    base: Workload,
+    mb: int,
+    accum: int,
+    k: int,
+    layers: int,
+    card: speed_model.CardSpeed | None,
+    offload: bool = False,
 ) -> float:
     """The speed model's tokens/s; a partly checkpointed model pays the recompute of its share,
     and inputs held in host memory their copy back (speed.HOST_LINK_BYTES_PER_S)."""

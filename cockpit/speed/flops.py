@@ -30,6 +30,7 @@ FLOPs. The screens show MFU; the speed plan event carries both.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from cockpit.models.shape import ModelShape
 
@@ -101,7 +102,9 @@ def utilisation(
     return tokens_per_s * flops_per_token / peak_flops
 
 
-def mfu_of(state_speed_plan: dict, tokens_per_s: float | None, gpus: int = 1) -> float | None:
+def mfu_of(
+    state_speed_plan: dict[str, Any] | None, tokens_per_s: float | None, gpus: int = 1
+) -> float | None:
     """MFU of a run from its speed plan event's `flops` and a tokens/s over all its GPUs."""
     info = (state_speed_plan or {}).get("flops") or {}
     peak = info.get("peak_flops")

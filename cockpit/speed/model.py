@@ -39,8 +39,12 @@ their dense bf16 TFLOPS and bandwidth and keep the host time: an extrapolation, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from cockpit.models.memory import Workload, check
+
+if TYPE_CHECKING:  # the speed model reads a catalog Card as it is (the fields CardSpeed names)
+    from cockpit.gpus.card import Card
 
 # the copy of the checkpointed layers' inputs back to the GPU from pinned host memory, one way:
 # PCIe 4.0 x16's ~25 GB/s (a stated figure, not fitted; PCIe 5.0 cards copy faster). The copy out
@@ -181,7 +185,7 @@ def host_scale_for(probe_ms: float | None) -> float:
     return scale if low <= scale <= high else 1.0
 
 
-def card_fp32_flops(card: CardSpeed) -> float:
+def card_fp32_flops(card: CardSpeed | Card) -> float:
     """The fp32 matmul rate: torch leaves TF32 off for matmuls (torch.backends.cuda.matmul.allow_tf32
     is False unless set, and the trainer does not set it), so an fp32 run multiplies on the CUDA
     cores at the card's dense FP32 rate, not on the tensor cores. A card without that figure gets the
@@ -389,7 +393,7 @@ def micro_batch_s(w: Workload, forward: tuple[float, float], backward: tuple[flo
     return max(forward[0] + backward[0], forward[1] + backward[1])
 
 
-def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
+def estimate_speed(w: Workload, card: CardSpeed | Card) -> SpeedEstimate:
     """Training throughput of `w` on `card`, in tokens processed per second (padding included)."""
     check(w)
     if card.bf16_dense_tflops <= 0 or card.bandwidth_gbs <= 0:
@@ -474,7 +478,7 @@ def estimate_speed(w: Workload, card: CardSpeed) -> SpeedEstimate:
 
 
 def estimate_run(
-    w: Workload, card: CardSpeed, dataset_tokens: int, epochs: float, price_per_hour: float | None
+    w: Workload, card: CardSpeed | Card, dataset_tokens: int, epochs: float, price_per_hour: float | None
 ) -> RunEstimate:
     """Time and cost of training on `dataset_tokens` (as the trainer feeds them: padded, or
     packed) for `epochs`, at `price_per_hour` (None: no cost)."""
@@ -487,7 +491,7 @@ def estimate_run(
     return RunEstimate(speed=speed, tokens=tokens, time_s=time_s, cost_usd=cost)
 
 
-def speed_inputs(card: CardSpeed) -> dict:
+def speed_inputs(card: CardSpeed | Card) -> dict[str, Any]:
     """The stated inputs of a speed figure, for --json and the screens."""
     return {
         "card": card.name,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from cockpit.models.memory import Workload, estimate_memory
 from cockpit.speed.model import (
@@ -35,6 +36,9 @@ from cockpit.speed.model import (
     trainable_tensors,
 )
 from cockpit.speed.model import trainable_params as count_trainable
+
+if TYPE_CHECKING:
+    from cockpit.gpus.card import Card
 
 # share of a link's one-way rate that NCCL's collectives reach (an assumption: nccl-tests' bus
 # bandwidth is typically 75-85% of the link); not measured here
@@ -76,7 +80,7 @@ class Communication:
     gradient_s: float  # per optimizer step
     exposed_s: float  # per optimizer step, added to the one-GPU step time
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "sharding": self.sharding,
             "gpus": self.gpus,
@@ -106,7 +110,7 @@ class MultiSpeed:
         return self.speed.tokens_per_s / (self.comm.gpus * self.one_gpu.tokens_per_s)
 
 
-def interconnect(card: CardSpeed, gpus: int) -> Interconnect:
+def interconnect(card: CardSpeed | Card, gpus: int) -> Interconnect:
     """The link N GPUs of `card` talk over: its stated NVLink / Infinity Fabric figure (both
     directions summed, as datasheets give it), else PCIe by generation."""
     stated = (getattr(card, "nvlink", None) or "").strip()
@@ -127,7 +131,7 @@ def interconnect(card: CardSpeed, gpus: int) -> Interconnect:
     return Interconnect("pcie", one_way, f"PCIe {generation}.0 x16 ({one_way:g} GB/s one way{why})")
 
 
-def pcie_generation(card: CardSpeed) -> int:
+def pcie_generation(card: CardSpeed | Card) -> int:
     """5 from compute capability 9.0 (Hopper, Blackwell), else 4 (also when unknown: the slower)."""
     capability = str(getattr(card, "compute_capability", None) or "")
     match = re.match(r"([0-9]+)\.", capability)
@@ -157,7 +161,7 @@ def gradient_bytes(w: Workload) -> int:
     return count_trainable(w) * (4 if w.precision == "fp32" else 2)
 
 
-def communication(w: Workload, card: CardSpeed, one_gpu: SpeedEstimate) -> Communication:
+def communication(w: Workload, card: CardSpeed | Card, one_gpu: SpeedEstimate) -> Communication:
     """Traffic and exposed time per optimizer step of `w` (gpus > 1) on `card`."""
     n = w.gpus
     link = interconnect(card, n)
@@ -180,7 +184,7 @@ def communication(w: Workload, card: CardSpeed, one_gpu: SpeedEstimate) -> Commu
     return Communication("fsdp", n, link, int(gather), grads, gather_s, gradient_s, exposed)
 
 
-def estimate_multi_speed(w: Workload, card: CardSpeed) -> MultiSpeed:
+def estimate_multi_speed(w: Workload, card: CardSpeed | Card) -> MultiSpeed:
     """Training throughput of `w` on `w.gpus` GPUs of `card` (sharding `w.sharding`), all GPUs
     together, in tokens processed per second."""
     if w.gpus < 2:
@@ -215,7 +219,7 @@ def estimate_multi_speed(w: Workload, card: CardSpeed) -> MultiSpeed:
     return MultiSpeed(speed, one, comm)
 
 
-def multi_speed_inputs(multi: MultiSpeed) -> dict:
+def multi_speed_inputs(multi: MultiSpeed) -> dict[str, Any]:
     """The stated inputs of a multi-GPU speed figure, for --json and the screens."""
     return {
         **multi.comm.to_dict(),

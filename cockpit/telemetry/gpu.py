@@ -40,6 +40,9 @@ from cockpit.telemetry.watchdog import CallStalled, Watchdog
 
 GPU_LOST_TEXT = "GPU is lost: check `nvidia-smi` and `dmesg | grep -i xid`; the node may need a reboot"
 _LIBRARY = "library"  # the watchdog tag of calls that are not about one GPU
+# one field read on the watchdog's worker: (name, raw value, None), (name, None, error), or
+# (None, None, None) when the sample's budget ran out
+_Answer = tuple[str | None, Any, BaseException | None]
 
 
 @dataclass
@@ -67,12 +70,12 @@ class GpuSample:
     nvlink_active: int | None = None  # NVLink links up; None: the card has no NVLink (NotSupported)
     nvlink_speed_mbps: int | None = None  # the links' common speed as NVML reports it, MB/s
     throttle_reasons: list[str] | None = None
-    processes: list[dict] | None = None  # {pid, used_bytes, name}; name None when the pid is gone
+    processes: list[dict[str, Any]] | None = None  # {pid, used_bytes, name}; name None when the pid is gone
     state: str = "ok"  # ok | lost | stalled
     stale: bool = False  # the values are the last good ones, not this sample's
     error: str | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -192,7 +195,7 @@ class GpuReader:
         self._state, self._detail = "ok", None
         self._gpus = [_Gpu(i, h) for i, h in enumerate(handles)]
 
-    def _call_library(self, deadline: float, fn: Callable, *args: Any) -> Any:
+    def _call_library(self, deadline: float, fn: Callable[..., Any], *args: Any) -> Any:
         return self._watchdog.call(min(self.call_timeout_s, deadline - time.monotonic()), _LIBRARY, fn, *args)
 
     def _judge_library_hung(self, why: str) -> None:
@@ -236,18 +239,18 @@ class GpuReader:
         except CallStalled as exc:
             function = NVML_FIELDS[asked[-1]][0] if asked else "NVML"
             raise CallStalled(f"{function} {exc}") from None
-        for name, raw, exc in answers:
+        for name, raw, error in answers:
             if name is None:
                 raise CallStalled(f"the sample's {self.call_timeout_s:.1f} s NVML budget is spent")
-            if exc is not None:
-                code = nvml_code(exc)
+            if error is not None:
+                code = nvml_code(error)
                 if code in LOST_CODES:
-                    gpu.lost = GPU_LOST_TEXT if code == NVML_GPU_IS_LOST else f"{exc}: {GPU_LOST_TEXT}"
+                    gpu.lost = GPU_LOST_TEXT if code == NVML_GPU_IS_LOST else f"{error}: {GPU_LOST_TEXT}"
                     return self._lost(gpu)
                 if code in NEVER_ASK_AGAIN_CODES:
                     gpu.unsupported.add(name)
                 else:
-                    failures.append(f"{name}: {exc}")
+                    failures.append(f"{name}: {error}")
                 continue
             (slow if name in NVML_SLOW_FIELDS else fast).update(self._convert(name, raw))
         gpu.lost = None
@@ -259,11 +262,11 @@ class GpuReader:
         gpu.last_good, gpu.last_good_mono, gpu.backoff_s = sample, time.monotonic(), 0.0
         return sample
 
-    def _read_fields(self, gpu: _Gpu, fields: list[str], deadline: float, asked: list[str]) -> list[tuple]:
+    def _read_fields(self, gpu: _Gpu, fields: list[str], deadline: float, asked: list[str]) -> list[_Answer]:
         """On the watchdog's worker: each field's (name, raw value, None) or (name, None, error), in
         one hand-off per GPU rather than one per field (each costs the sampler a thread switch). It
         stops after a GPU-lost error, and with (None, None, None) once the sample's budget is spent."""
-        answers: list[tuple] = []
+        answers: list[_Answer] = []
         for name in fields:
             if time.monotonic() >= deadline:
                 answers.append((None, None, None))
@@ -295,7 +298,7 @@ class GpuReader:
             return {"processes": [self._process(p) for p in raw]}
         return {name: int(raw)}
 
-    def _process(self, proc: Any) -> dict:
+    def _process(self, proc: Any) -> dict[str, Any]:
         used = getattr(proc, "usedGpuMemory", None)
         if used is not None and used >= 1 << 63:  # NVML_VALUE_NOT_AVAILABLE (MIG, WDDM)
             used = None

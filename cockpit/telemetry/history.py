@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ FULL_RESOLUTION_S = 3600.0  # the newest hour is read back at the recorded resol
 _TAIL_BYTES = 1 << 20
 
 # (key on disk, field of the live sample, how a bin aggregates it)
+_Spec = tuple[tuple[str, str, str], ...]
 GPU_FIGURES = (
     ("util_mean_pct", "util_pct", "mean"),
     ("util_max_pct", "util_pct", "max"),
@@ -62,7 +64,9 @@ HOST_FIGURES = (
     ("trainer_rss_max_bytes", "trainer_rss_bytes", "max"),
 )
 # the same figures keyed as on disk, for merging lines read back
-_AS_READ = {spec: tuple((key, key, how) for key, _, how in spec) for spec in (GPU_FIGURES, HOST_FIGURES)}
+_AS_READ: dict[_Spec, _Spec] = {
+    spec: tuple((key, key, how) for key, _, how in spec) for spec in (GPU_FIGURES, HOST_FIGURES)
+}
 _GPU_STATE_RANK = {"ok": 0, "stalled": 1, "lost": 2}
 _NVML_RANK = {"ok": 0, "no_gpu": 1, "no_driver": 2, "stalled": 3, "error": 4}
 
@@ -70,19 +74,19 @@ _NVML_RANK = {"ok": 0, "no_gpu": 1, "no_driver": 2, "stalled": 3, "error": 4}
 class _Figures:
     """Weighted means and maxima of named figures; None (and non-finite) values are left out."""
 
-    def __init__(self, spec: tuple[tuple[str, str, str], ...]) -> None:
+    def __init__(self, spec: _Spec) -> None:
         self.spec = spec
         self.sums: dict[str, float] = {}
         self.weights: dict[str, float] = {}
         self.maxes: dict[str, float] = {}
 
-    def add_sample(self, data: dict) -> None:
+    def add_sample(self, data: dict[str, Any]) -> None:
         self._add(data, self.spec, 1.0)
 
-    def add_bin(self, data: dict, weight: float) -> None:
+    def add_bin(self, data: dict[str, Any], weight: float) -> None:
         self._add(data, _AS_READ[self.spec], weight)
 
-    def _add(self, data: dict, spec: tuple[tuple[str, str, str], ...], weight: float) -> None:
+    def _add(self, data: dict[str, Any], spec: _Spec, weight: float) -> None:
         # a read-back merges ~50,000 lines of eight GPUs: this loop is kept lean
         sums, weights, maxes = self.sums, self.weights, self.maxes
         for key, source, how in spec:
@@ -95,7 +99,7 @@ class _Figures:
             elif key not in maxes or value > maxes[key]:
                 maxes[key] = value
 
-    def result(self) -> dict:
+    def result(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, _, how in self.spec:
             if how == "mean":
@@ -132,7 +136,7 @@ class _Bin:
         if _NVML_RANK.get(nvml, 4) > _NVML_RANK.get(self.nvml, 4):
             self.nvml = nvml
 
-    def add_sample(self, sample: dict) -> None:
+    def add_sample(self, sample: dict[str, Any]) -> None:
         self._span(sample["ts"], sample["ts"], 1, sample.get("nvml") or "ok")
         self.merged_bins = 1
         self.host.add_sample(sample.get("host") or {})
@@ -147,7 +151,7 @@ class _Bin:
             acc["figures"].add_sample(gpu)
             acc["throttle"].update(gpu.get("throttle_reasons") or ())
 
-    def add_bin(self, line: dict) -> None:
+    def add_bin(self, line: dict[str, Any]) -> None:
         n = line["n"]
         self._span(line["ts_start"], line["ts_end"], n, line.get("nvml") or "ok")
         self.bin_s = line.get("bin_s", self.bin_s)
@@ -161,7 +165,7 @@ class _Bin:
             acc["figures"].add_bin(gpu, gpu.get("n", 0))
             acc["throttle"].update(gpu.get("throttle_reasons") or ())
 
-    def line(self) -> dict:
+    def line(self) -> dict[str, Any]:
         return {
             "v": LOG_VERSION,
             "ts_start": round(self.ts_start, 3),
@@ -191,7 +195,7 @@ class TelemetryRecorder:
     in `write_error`.
     """
 
-    def __init__(self, path: str | os.PathLike, bin_s: float = 5.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], bin_s: float = 5.0) -> None:
         if not bin_s > 0:
             raise ValueError(f"bin_s must be positive seconds, got {bin_s}")
         self.path = Path(path)
@@ -259,14 +263,14 @@ def _ends_mid_line(path: Path) -> bool:
 class History:
     """A run's telemetry, oldest first: `bins` are lines of the format above (older ones merged)."""
 
-    bins: list[dict]
+    bins: list[dict[str, Any]]
     skipped_lines: int = 0  # bad or partial lines (a partial last line is usual after a crash)
     lines_read: int = 0  # good lines in the file
     full_resolution_from: float | None = None  # bins from this ts on are as recorded
 
 
 def read_history(
-    path: str | os.PathLike, max_points: int = 2000, full_resolution_s: float = FULL_RESOLUTION_S
+    path: str | os.PathLike[str], max_points: int = 2000, full_resolution_s: float = FULL_RESOLUTION_S
 ) -> History:
     """The history in at most `max_points` bins, reading the file once with bounded memory.
 
@@ -287,7 +291,7 @@ def read_history(
     width = max(bin_s, (cutoff - first["ts_start"]) / max(1, older_points - 1))
 
     older: dict[int, _Bin] = {}
-    recent: list[dict] = []
+    recent: list[dict[str, Any]] = []
     skipped = read = 0
     for line in _lines(path):
         if line is None:
@@ -309,7 +313,7 @@ def read_history(
     return History(merged + recent, skipped, read, recent[0]["ts_start"] if recent else None)
 
 
-def _merge_evenly(bins: list[dict], max_points: int) -> list[dict]:
+def _merge_evenly(bins: list[dict[str, Any]], max_points: int) -> list[dict[str, Any]]:
     if not bins:
         return []
     group = math.ceil(len(bins) / max_points)
@@ -322,7 +326,7 @@ def _merge_evenly(bins: list[dict], max_points: int) -> list[dict]:
     return out
 
 
-def _parse(raw: bytes) -> dict | None:
+def _parse(raw: bytes) -> dict[str, Any] | None:
     """One line as a bin, or None when it is not one of ours."""
     try:
         line = json.loads(raw)
@@ -337,7 +341,7 @@ def _parse(raw: bytes) -> dict | None:
     return line
 
 
-def _lines(path: Path):
+def _lines(path: Path) -> Iterator[dict[str, Any] | None]:
     """Every line of the file, parsed (None for a bad one); a partial last line counts as bad."""
     try:
         with open(path, "rb") as f:
@@ -348,11 +352,11 @@ def _lines(path: Path):
         return
 
 
-def _first_line(path: Path) -> dict | None:
+def _first_line(path: Path) -> dict[str, Any] | None:
     return next((line for line in _lines(path) if line is not None), None)
 
 
-def _last_line(path: Path) -> dict | None:
+def _last_line(path: Path) -> dict[str, Any] | None:
     """The last good line, read from the file's tail (the whole file only if the tail has none)."""
     try:
         with open(path, "rb") as f:

@@ -53,6 +53,7 @@ def _busy_total(times: Any) -> tuple[float, float]:
 
 
 def _usable_cpu_count() -> int | None:
+    count: int | None
     try:
         count = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -165,6 +166,7 @@ class ProcessTree:
             if self._root is None or self._root.pid != pid:
                 self._follow(psutil.Process(pid))
             root, now = self._root, self.clock()
+            assert root is not None  # followed just above when it was not
             listed = now - self._listed_at >= self.relist_s
             if listed:
                 self._descendants, self._listed_at = descendants(root), now
@@ -213,7 +215,7 @@ class HostCounters:
     process_name: Callable[[int], str | None] = _process_name
 
 
-def safe(fn: Callable, *args: Any) -> Any:
+def safe(fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
     except Exception:
@@ -228,10 +230,10 @@ class Rate:
     """
 
     def __init__(self) -> None:
-        self._last: tuple[float, tuple] | None = None
+        self._last: tuple[float, tuple[float, ...]] | None = None
         self._rates: tuple[float | None, ...] | None = None
 
-    def __call__(self, t: float, counters: tuple | None) -> tuple[float | None, ...] | None:
+    def __call__(self, t: float, counters: tuple[float, ...] | None) -> tuple[float | None, ...] | None:
         last = self._last
         if counters is None or last is None or t < last[0] or len(counters) != len(last[1]):
             self._last, self._rates = (None if counters is None else (t, counters)), None

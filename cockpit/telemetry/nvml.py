@@ -116,7 +116,8 @@ class PynvmlSource:
             self._nv.nvmlShutdown()
 
     def device_count(self) -> int:
-        return self._nv.nvmlDeviceGetCount()
+        count: int = self._nv.nvmlDeviceGetCount()
+        return count
 
     def handle(self, index: int) -> Any:
         return self._nv.nvmlDeviceGetHandleByIndex(index)
@@ -150,7 +151,8 @@ def nvlink_active(nv: Any, handle: Any) -> int:
     """How many of the card's NVLink links are up. Links past the card's own count answer
     InvalidArgument or NotSupported; a card that answers so for every link has no NVLink, and the
     first link's error is raised (NotSupported: the sampler does not ask again)."""
-    active, answered, first_error = 0, False, None
+    active, answered = 0, False
+    first_error: BaseException | None = None
     for link in range(nv.NVML_NVLINK_MAX_LINKS):
         try:
             state = nv.nvmlDeviceGetNvLinkState(handle, link)
@@ -162,6 +164,7 @@ def nvlink_active(nv: Any, handle: Any) -> int:
         answered = True
         active += state == nv.NVML_FEATURE_ENABLED
     if not answered:
+        assert first_error is not None  # no link answered: each one raised
         if nvml_code(first_error) == NVML_INVALID_ARGUMENT:
             raise nv.NVMLError(NVML_NOT_SUPPORTED)
         raise first_error

@@ -5,10 +5,11 @@ reads what changes under load.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cockpit.telemetry.nvml import NVML_NOT_SUPPORTED, nvml_code
+from cockpit.telemetry.nvml import NVML_NOT_SUPPORTED, NvmlSource, nvml_code
 
 # achievable host->device copy over PCIe x16, GB/s, by generation (practical, not the line rate)
 PCIE_X16_PRACTICAL_GBS = {3: 12.0, 4: 25.0, 5: 50.0, 6: 100.0}
@@ -20,7 +21,7 @@ class NvmlState:
     source_kind: str = "pynvml"
     driver_version: str | None = None
     cuda_driver_version: int | None = None  # 12040 = the newest CUDA the driver supports, 12.4
-    gpus: list[dict] = field(default_factory=list)  # per GPU: field -> value; "unsupported": names
+    gpus: list[dict[str, Any]] = field(default_factory=list)  # per GPU: field -> value; "unsupported": names
 
 
 STATE_FIELDS = (
@@ -48,9 +49,10 @@ def _plain(name: str, raw: Any) -> Any:
     return raw.decode() if isinstance(raw, bytes) else raw
 
 
-def _read_fields(source, names: tuple[str, ...]) -> list[dict]:
+def _read_fields(source: NvmlSource, names: tuple[str, ...]) -> list[dict[str, Any]]:
     gpus = []
     for index in range(source.device_count()):
+        gpu: dict[str, Any]
         handle, gpu = source.handle(index), {"index": index, "unsupported": []}
         for name in names:
             try:
@@ -64,7 +66,7 @@ def _read_fields(source, names: tuple[str, ...]) -> list[dict]:
     return gpus
 
 
-def read_nvml(source, extras: dict | None = None) -> NvmlState:
+def read_nvml(source: NvmlSource, extras: dict[str, Any] | None = None) -> NvmlState:
     """NVML as plain data. `extras`: {"driver_version", "cuda_driver_version", "gpus": [{...}]} with
     persistence_mode, ecc_uncorrected, retired_pending, remapped_rows_pending/failure per GPU; read from
     pynvml itself when None and the source is real."""
@@ -89,7 +91,7 @@ def read_nvml(source, extras: dict | None = None) -> NvmlState:
             pass
 
 
-def sample_load(source) -> list[dict]:
+def sample_load(source: NvmlSource) -> list[dict[str, Any]]:
     """Throttle reasons, PCIe link and utilisation now; pass it as `run_probe(sample=...)`."""
     source.init()
     try:
@@ -98,17 +100,17 @@ def sample_load(source) -> list[dict]:
         source.shutdown()
 
 
-def _pynvml_extras(count: int) -> dict:
+def _pynvml_extras(count: int) -> dict[str, Any]:
     import pynvml
 
-    def ask(fn, *args):
+    def ask(fn: Callable[..., Any], *args: Any) -> Any:
         try:
             value = fn(*args)
             return value.decode() if isinstance(value, bytes) else value
         except pynvml.NVMLError:
             return None  # not supported (consumer cards, vGPU): the check skips
 
-    extras: dict = {
+    extras: dict[str, Any] = {
         "driver_version": ask(pynvml.nvmlSystemGetDriverVersion),
         "cuda_driver_version": ask(pynvml.nvmlSystemGetCudaDriverVersion),
         "gpus": [],

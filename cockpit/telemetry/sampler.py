@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from cockpit.telemetry.gpu import GpuReader, GpuSample
 from cockpit.telemetry.host import HostCounters, Rate, safe
@@ -52,7 +53,7 @@ class HostSample:
     trainer_cpu_pct: float | None = None  # the trainer and its children: 400 = four busy cores
     trainer_rss_bytes: int | None = None  # summed RSS: pages shared by forked workers count twice
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -65,7 +66,7 @@ class Sample:
     nvml_detail: str | None = None
     gpu_source: str = "pynvml"  # "fake" when the GPUs are a test double: the UI must say so
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -109,7 +110,8 @@ class Sampler:
         self._disk, self._net = Rate(), Rate()
         self._trainer_pid: int | None = None
         self._trainer_cpu = Rate()  # CPU seconds of the trainer's process tree
-        self._host_slow: tuple | None = None  # usable CPUs, swap used and total: read with the slow fields
+        # usable CPUs, swap used and total: read with the slow fields
+        self._host_slow: tuple[int | None, ...] | None = None
 
     def sample(self) -> Sample:
         with self._lock:

@@ -189,8 +189,9 @@ def util_words(spread: GpuSpread) -> str:
     if spread.util_window is not None and spread.window_s is not None:
         lead = "" if parts else "util "
         parts.append(f"{lead}{_pct(spread.util_window)} over {window_words(spread.window_s)}")
-    if spread.lowest is not None and spread.util_basis.spread > 0:
-        parts.append(f"GPU{spread.lowest} lowest")
+    basis = spread.util_basis  # `lowest` is its low_index
+    if basis is not None and basis.spread > 0:
+        parts.append(f"GPU{basis.low_index} lowest")
     return ", ".join(parts)
 
 

@@ -22,7 +22,7 @@ class CallStalled(Exception):
 class _Job:
     __slots__ = ("args", "done", "error", "fn", "result", "tag")
 
-    def __init__(self, fn: Callable, args: tuple, tag: Any) -> None:
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], tag: Any) -> None:
         self.fn, self.args, self.tag = fn, args, tag
         self.done = threading.Event()
         self.result: Any = None
@@ -76,7 +76,7 @@ class Watchdog:
         with self.lock:
             return sum(n for t, n in self.stuck.items() if t != tag)
 
-    def call(self, timeout_s: float, tag: Any, fn: Callable, *args: Any) -> Any:
+    def call(self, timeout_s: float, tag: Any, fn: Callable[..., Any], *args: Any) -> Any:
         with self.lock:
             if self._worker is None:
                 if sum(self.stuck.values()) >= MAX_STUCK_THREADS:

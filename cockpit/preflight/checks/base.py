@@ -7,6 +7,7 @@ preflight runner, the screen and the JSON report.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 STATUSES = ("pass", "warn", "fail", "skip")
 EXIT_CODES = {"pass": 0, "skip": 0, "warn": 1, "fail": 2}
@@ -21,14 +22,14 @@ class CheckResult:
     value: str = ""  # what was measured, with units ("1.9 GB/s", "driver 535.104.05")
     threshold: str = ""  # what it was judged against ("NVMe reads >= 1.5 GB/s")
     fix: str = ""  # one sentence: what to do (empty on pass)
-    evidence: dict = field(default_factory=dict)  # the raw numbers behind the verdict
+    evidence: dict[str, Any] = field(default_factory=dict)  # the raw numbers behind the verdict
     duration_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"check {self.id}: status {self.status!r} is not one of {', '.join(STATUSES)}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

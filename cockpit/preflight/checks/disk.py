@@ -170,7 +170,7 @@ def check_free_space(
     label: str,
     model_bytes: int | None = None,
     checkpoint_bytes: int | None = None,
-    disk_usage: Callable[[str], tuple] = shutil.disk_usage,
+    disk_usage: Callable[[str], tuple[int, int, int]] = shutil.disk_usage,
     unsized: UnsizedModel | None = None,
 ) -> CheckResult:
     """`unsized`: the model this directory would hold has no known size; the floor is judged, and
@@ -186,9 +186,9 @@ def check_free_space(
     else:
         status = "warn" if free < 10 * 2**30 else "pass"
         threshold = ">= 10 GiB" + ("" if unsized else " (no planned size given)")
-    unjudged = unsized is not None and not model_bytes
-    if unjudged:
-        threshold += f"; room for {unsized.name} not judged: its size is unknown"
+    unjudged = unsized if unsized is not None and not model_bytes else None
+    if unjudged is not None:
+        threshold += f"; room for {unjudged.name} not judged: its size is unknown"
     return CheckResult(
         id=f"disk.free.{label}",
         group="disk",
@@ -208,6 +208,6 @@ def check_free_space(
             "model_bytes": model_bytes,
             "checkpoint_bytes": checkpoint_bytes,
         }
-        | ({"model": unsized.name, "model_unknown": unsized.cause} if unjudged else {}),
+        | ({"model": unjudged.name, "model_unknown": unjudged.cause} if unjudged is not None else {}),
         duration_s=time.monotonic() - started,
     )

@@ -106,7 +106,7 @@ def measure_read_speed(
             os.close(fd_w)
         probe_fd = _open_direct(path)
         direct = probe_fd is not None
-        if direct:
+        if probe_fd is not None:
             os.close(probe_fd)
         method = "O_DIRECT" if direct else "fadvise(DONTNEED)"
 

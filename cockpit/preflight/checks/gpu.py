@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any
 
 from cockpit.fmt import GIB
+from cockpit.gpus.catalog import Catalog
 from cockpit.preflight.checks.base import CheckResult
 from cockpit.preflight.checks.gpu_probe import (
     check_arch,
@@ -94,7 +95,7 @@ def check_persistence(state: NvmlState) -> CheckResult:
 def check_memory_health(state: NvmlState) -> CheckResult:
     result = partial(make_result, "gpu.memory_errors", "gpu", "ECC errors and retired/remapped rows")
     keys = ("ecc_uncorrected", "retired_pending", "remapped_rows_pending", "remapped_rows_failure")
-    seen = {k: _per_gpu(state, k) for k in keys}
+    seen: dict[str, Any] = {k: _per_gpu(state, k) for k in keys}  # the evidence: each GPU's value
     if not any(seen.values()):
         return result("skip", "ECC not supported or not reported (consumer card?)")
     bad = [f"GPU {i}: {k.replace('_', ' ')} = {v}" for k, vals in seen.items() for i, v in vals if v]
@@ -110,7 +111,7 @@ def check_memory_health(state: NvmlState) -> CheckResult:
     return result("pass", "no uncorrected errors, nothing pending", "0", **seen)
 
 
-def check_throttle(state: NvmlState, load: list[list[dict]] | None = None) -> CheckResult:
+def check_throttle(state: NvmlState, load: list[list[dict[str, Any]]] | None = None) -> CheckResult:
     """Clock-event reasons while the probe loaded the GPU (`load`), else as NVML reports them now."""
     result = partial(make_result, "gpu.throttle", "gpu", "Clock throttling under load")
     samples = [g for snapshot in load or [] for g in snapshot] or state.gpus
@@ -161,7 +162,7 @@ def check_power_limit(state: NvmlState) -> CheckResult:
     return result("pass", f"{pairs[0][1] / 1000:.0f} W (default)", "limit = default")
 
 
-def check_pcie_link(state: NvmlState, load: list[list[dict]] | None = None) -> CheckResult:
+def check_pcie_link(state: NvmlState, load: list[list[dict[str, Any]]] | None = None) -> CheckResult:
     result = partial(make_result, "gpu.pcie_link", "gpu", "PCIe link")
     issues, shown = [], []
     for gpu in state.gpus:
@@ -218,11 +219,11 @@ def check_processes(state: NvmlState, own_pids: set[int] | None = None) -> Check
 
 def gpu_checks(
     state: NvmlState,
-    probe: dict,
-    load: list[list[dict]] | None = None,
+    probe: dict[str, Any],
+    load: list[list[dict[str, Any]]] | None = None,
     answer_problem: str | None = None,
     own_pids: set[int] | None = None,
-    catalog=None,
+    catalog: Catalog | None = None,
 ) -> list[CheckResult]:
     """Every GPU, performance and software check, in the order the preflight screen lists them."""
     visible = check_visible(state)

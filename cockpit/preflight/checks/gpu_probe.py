@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from functools import partial
+from typing import Any
 
 from cockpit.preflight.checks.base import CheckResult
 from cockpit.telemetry.nvml_state import NvmlState
@@ -35,13 +36,13 @@ def make_result(
     value: str = "",
     threshold: str = "",
     fix: str = "",
-    **evidence,
+    **evidence: Any,
 ) -> CheckResult:
     """A check's verdict; a pass carries no fix."""
     return CheckResult(cid, group, title, status, value, threshold, "" if status == "pass" else fix, evidence)
 
 
-def check_cuda_driver(state: NvmlState, probe: dict) -> CheckResult:
+def check_cuda_driver(state: NvmlState, probe: dict[str, Any]) -> CheckResult:
     result = partial(make_result, "gpu.cuda_driver", "gpu", "Driver runs torch's CUDA")
     torch_cuda = (probe.get("torch") or {}).get("cuda")
     if "torch" not in probe or not state.driver_version:
@@ -84,12 +85,13 @@ def check_cuda_driver(state: NvmlState, probe: dict) -> CheckResult:
     )
 
 
-def check_arch(probe: dict) -> CheckResult:
+def check_arch(probe: dict[str, Any]) -> CheckResult:
     result = partial(make_result, "gpu.arch", "gpu", "torch has kernels for this GPU")
     arch, devices = (probe.get("torch") or {}).get("arch_list") or [], probe.get("devices") or []
     if not devices:
         return result("skip", "the probe saw no device")
-    missing, ptx_only = [], []
+    missing: list[str] = []
+    ptx_only: list[str] = []
     for dev in devices:
         major, minor = dev["capability"]
         if f"sm_{major}{minor}" in arch:
@@ -98,7 +100,7 @@ def check_arch(probe: dict) -> CheckResult:
         (ptx_only if ptx else missing).append(f"sm_{major}{minor}")
     needed = sorted({"sm_{}{}".format(*d["capability"]) for d in devices})
     value = f"needs {', '.join(needed)}"
-    ev = {"arch_list": arch}
+    ev: dict[str, Any] = {"arch_list": arch}
     if missing:
         return result(
             "fail",
@@ -120,7 +122,7 @@ def check_arch(probe: dict) -> CheckResult:
     return result("pass", value, "sm_XY in torch's arch list", **ev)
 
 
-def check_cudnn(probe: dict) -> CheckResult:
+def check_cudnn(probe: dict[str, Any]) -> CheckResult:
     result = partial(make_result, "gpu.cudnn", "gpu", "cuDNN present")
     torch_info = probe.get("torch")
     if not torch_info or not torch_info.get("cuda_available"):
@@ -135,7 +137,7 @@ def check_cudnn(probe: dict) -> CheckResult:
     )
 
 
-def check_bf16(probe: dict) -> CheckResult:
+def check_bf16(probe: dict[str, Any]) -> CheckResult:
     result = partial(make_result, "gpu.bf16", "gpu", "Real bf16")
     devices = probe.get("devices") or []
     if not devices:
@@ -152,7 +154,7 @@ def check_bf16(probe: dict) -> CheckResult:
     )
 
 
-def check_bnb(probe: dict) -> CheckResult:
+def check_bnb(probe: dict[str, Any]) -> CheckResult:
     result = partial(make_result, "gpu.bnb_4bit", "gpu", "bitsandbytes 4-bit forward/backward")
     answer = probe.get("bnb_4bit")
     if not answer:
@@ -182,7 +184,7 @@ def check_bnb(probe: dict) -> CheckResult:
     )
 
 
-def check_probe_ran(answer_problem: str | None, probe: dict) -> CheckResult | None:
+def check_probe_ran(answer_problem: str | None, probe: dict[str, Any]) -> CheckResult | None:
     result = partial(make_result, "gpu.probe", "gpu", "GPU probe")
     if answer_problem:
         return result(

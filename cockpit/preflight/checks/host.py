@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cockpit.fmt import gib
 from cockpit.preflight.checks.base import CheckResult, UnsizedModel
@@ -63,10 +64,10 @@ def cgroup_cpu_limit(root: Path = CGROUP_ROOT) -> float | None:
         if quota_text is None or period_text is None:
             continue
         try:
-            quota, period = int(quota_text), int(period_text)
+            quota_us, period_us = int(quota_text), int(period_text)
         except ValueError:
             return None
-        return None if quota <= 0 or period <= 0 else quota / period
+        return None if quota_us <= 0 or period_us <= 0 else quota_us / period_us
     return None
 
 
@@ -184,7 +185,12 @@ def check_ram_vs_vram(vram_bytes: int | None, facts: MemoryFacts) -> CheckResult
 
 
 def _big_card_ram(
-    common: dict, facts: MemoryFacts, vram_bytes: int, ratio: float, evidence: dict, started: float
+    common: dict[str, Any],
+    facts: MemoryFacts,
+    vram_bytes: int,
+    ratio: float,
+    evidence: dict[str, Any],
+    started: float,
 ) -> CheckResult:
     """An 80-192 GB card: 4x its memory (320-770 GB) is what no healthy box has and no job needs.
     The run's own need (its weights) is host.ram_model's check; this one asks for a floor, and
@@ -293,7 +299,7 @@ def _ram_tight_for_card(usable: int, vram_bytes: int | None) -> bool:
     return usable < RAM_PER_VRAM * vram_bytes
 
 
-def _memory_evidence(facts: MemoryFacts) -> dict:
+def _memory_evidence(facts: MemoryFacts) -> dict[str, Any]:
     return {
         "ram_total_bytes": facts.ram_total_bytes,
         "cgroup_limit_bytes": facts.cgroup_limit_bytes,

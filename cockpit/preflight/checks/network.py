@@ -15,6 +15,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from cockpit.fmt import duration, gib
 from cockpit.models.shape import hub_endpoint
@@ -42,8 +43,8 @@ class Reach:
     error: str  # empty when reachable
 
 
-def _resolve(host: str, port: int, timeout_s: float) -> list[tuple]:
-    box: dict = {}
+def _resolve(host: str, port: int, timeout_s: float) -> list[tuple[Any, ...]]:
+    box: dict[str, Any] = {}
 
     def work() -> None:
         try:
@@ -58,7 +59,8 @@ def _resolve(host: str, port: int, timeout_s: float) -> list[tuple]:
         raise TimeoutError(f"DNS lookup of {host} took longer than {timeout_s:g} s")
     if "error" in box:
         raise box["error"]
-    return box["value"]
+    found: list[tuple[Any, ...]] = box["value"]  # socket.getaddrinfo's
+    return found
 
 
 def probe_endpoint(

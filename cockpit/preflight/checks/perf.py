@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
-from cockpit.gpus.catalog import find_card
+from cockpit.gpus.card import Card
+from cockpit.gpus.catalog import Catalog, find_card
 from cockpit.preflight.checks.base import CheckResult
 from cockpit.preflight.checks.gpu_probe import make_result, parse_version
 from cockpit.speed import model as speed_model
@@ -26,7 +28,7 @@ KNOWN_BAD = (
 )
 
 
-def check_peer_access(probe: dict) -> CheckResult:
+def check_peer_access(probe: dict[str, Any]) -> CheckResult:
     result = partial(make_result, "gpu.peer_access", "gpu", "Peer access between GPUs")
     pairs = (probe.get("peer_access") or {}).get("pairs")
     if not pairs:
@@ -48,7 +50,7 @@ def check_peer_access(probe: dict) -> CheckResult:
     )
 
 
-def check_allreduce(probe: dict, state: NvmlState, catalog=None) -> CheckResult:
+def check_allreduce(probe: dict[str, Any], state: NvmlState, catalog: Catalog | None = None) -> CheckResult:
     result = partial(make_result, "performance.allreduce", "performance", "NCCL all-reduce bus bandwidth")
     answer = probe.get("allreduce")
     if not answer:
@@ -84,7 +86,7 @@ def check_allreduce(probe: dict, state: NvmlState, catalog=None) -> CheckResult:
     )
 
 
-def reference_tflops(card) -> tuple[float, str]:
+def reference_tflops(card: Card) -> tuple[float, str]:
     """What a healthy card of this model reaches on random bf16 data, and where that figure comes from."""
     if card.measured_bf16_tflops:
         return card.measured_bf16_tflops, "measured on a healthy card"
@@ -92,7 +94,7 @@ def reference_tflops(card) -> tuple[float, str]:
 
 
 def _per_device(
-    probe: dict, key: str, title: str, runs: str, broken_fix: str, judge: Callable[..., CheckResult]
+    probe: dict[str, Any], key: str, title: str, runs: str, broken_fix: str, judge: Callable[..., CheckResult]
 ) -> list[CheckResult]:
     """One check per device the probe measured (`probe[key]`): a measurement that raised fails
     (`runs` is its threshold, `broken_fix` the fix); `judge(result, device, answer)` decides the
@@ -110,8 +112,10 @@ def _per_device(
     ]
 
 
-def check_matmul(probe: dict, state: NvmlState, catalog=None) -> list[CheckResult]:
-    def judge(result: Callable[..., CheckResult], i: int, answer: dict) -> CheckResult:
+def check_matmul(
+    probe: dict[str, Any], state: NvmlState, catalog: Catalog | None = None
+) -> list[CheckResult]:
+    def judge(result: Callable[..., CheckResult], i: int, answer: dict[str, Any]) -> CheckResult:
         name = next((g.get("name") for g in state.gpus if g["index"] == i), None)
         name = name or next((d["name"] for d in probe.get("devices") or [] if d.get("device") == i), None)
         card, tflops = find_card(name, catalog), answer["tflops"]
@@ -146,7 +150,7 @@ def check_matmul(probe: dict, state: NvmlState, catalog=None) -> list[CheckResul
 HOST_SLOW_SCALE = 1.5  # a host this much slower than the speed model's reference is worth a warning
 
 
-def check_host_launch(probe: dict) -> CheckResult:
+def check_host_launch(probe: dict[str, Any]) -> CheckResult:
     """The host's speed at feeding the GPU (train_backend/speed/host_probe.py) against the host the speed
     model was fitted on: a slow or busy CPU slows every run bound by the host (QLoRA, small
     micro-batches) by as much, whatever the card."""
@@ -176,8 +180,8 @@ def check_host_launch(probe: dict) -> CheckResult:
     return result(status, value, threshold, fix, scale=round(scale, 3), **answer)
 
 
-def check_h2d(probe: dict, state: NvmlState) -> list[CheckResult]:
-    def judge(result: Callable[..., CheckResult], i: int, answer: dict) -> CheckResult:
+def check_h2d(probe: dict[str, Any], state: NvmlState) -> list[CheckResult]:
+    def judge(result: Callable[..., CheckResult], i: int, answer: dict[str, Any]) -> CheckResult:
         gpu = next((g for g in state.gpus if g["index"] == i), {})
         gen, width = gpu.get("pcie_gen_max"), gpu.get("pcie_width_max")
         value = f"{answer['gb_per_s']:.1f} GB/s (pinned)"
@@ -201,7 +205,9 @@ def check_h2d(probe: dict, state: NvmlState) -> list[CheckResult]:
 
 def _satisfies(version: tuple[int, ...], spec: str) -> bool:
     for clause in filter(None, (c.strip() for c in spec.split(","))):
-        op, bound = re.match(r"(~=|==|!=|>=|<=|>|<)?\s*(.*)", clause).groups()
+        parts = re.match(r"(~=|==|!=|>=|<=|>|<)?\s*(.*)", clause)
+        assert parts is not None  # both groups may be empty: any clause matches
+        op, bound = parts.groups()
         b = parse_version(bound)
         v = version[: len(b)] if op in ("==", "!=") else version
         ok = {
@@ -219,7 +225,7 @@ def _satisfies(version: tuple[int, ...], spec: str) -> bool:
     return True
 
 
-def check_software(probe: dict) -> CheckResult:
+def check_software(probe: dict[str, Any]) -> CheckResult:
     result = partial(make_result, "software.versions", "software", "Training libraries")
     packages = (probe.get("packages") or {}).get("packages")
     if not packages:
@@ -230,6 +236,7 @@ def check_software(probe: dict) -> CheckResult:
     for name, info in packages.items():  # what each package's own metadata declares
         for req in info.get("requires", []):
             m = re.match(r"\s*([A-Za-z0-9_.-]+)\s*(.*?)\s*(;.*)?$", req)
+            assert m is not None, req  # Requires-Dist starts with a project name (PEP 508)
             other, spec = m.group(1).lower().replace("_", "-"), m.group(2)
             if other in installed and spec and not _satisfies(parse_version(installed[other]), spec):
                 problems.append(
