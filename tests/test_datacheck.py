@@ -156,3 +156,36 @@ def test_a_split_a_file_lacks_is_refused_with_how_to_hold_out_eval_rows(tmp_path
     (problem,) = report["problems"]
     assert problem["code"] == "split" and f"dataset.split: {split!r}" in problem["message"]
     assert "eval_fraction" in problem["fix"] and "eval_split" in problem["fix"]
+
+
+def test_a_big_file_read_by_several_processes_reports_as_one(tmp_path, monkeypatch):
+    from train_backend.datacheck import parallel
+
+    rows = [
+        {"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]}
+        for i in range(60)
+    ]
+    rows[4] = {"text": "no turns"}
+    rows[33] = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": " "}]}
+    rows[50] = rows[7]
+    data = tmp_path / "data.jsonl"
+    data.write_bytes(
+        b"\n".join(json.dumps(r).encode() for r in rows[:40])
+        + b'\n\n{"text": "caf\xe9"}\n'
+        + b"\n".join(json.dumps(r).encode() for r in rows[40:])
+        + b"\n"
+    )
+    cfg = load_config(None, [f"dataset.path={data}", "method=lora", "training.max_length=64"])
+    monkeypatch.setattr(parallel, "workers", lambda: 3)
+    monkeypatch.setattr(parallel, "PARALLEL_BYTES", 1 << 40)
+    one = run_check(cfg)
+    monkeypatch.setattr(parallel, "PARALLEL_BYTES", 1)
+    several = run_check(cfg)
+    for report in (one, several):
+        for item in report["problems"] + report["warnings"]:
+            item.pop("message")  # the same rows in the same words: compared by their parts
+    assert several["problems"] == one["problems"] and several["warnings"] == one["warnings"]
+    assert several["sources"][0]["rows"] == one["sources"][0]["rows"]
+    assert several["duplicates"]["rows"] == one["duplicates"]["rows"]
+    lines = {p["code"]: p["rows"] for p in several["problems"]}
+    assert lines == {"missing_column": [{"row": 5, "line": 5}], "encoding": [{"row": 41, "line": 42}]}

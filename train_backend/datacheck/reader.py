@@ -38,15 +38,22 @@ class RawRow:
     detail: str = ""
 
 
-def lines(path: str, limit_bytes: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Line]:
-    """Every line of the file (CRLF or LF), the last one with or without its newline."""
-    number = offset = pending_size = 0
+def lines(
+    path: str, limit_bytes: int, chunk_bytes: int = CHUNK_BYTES, start: int = 0, end: int | None = None
+) -> Iterator[Line]:
+    """Every line of the file (CRLF or LF), the last one with or without its newline; with `start`
+    (a line's first byte) and `end`, the lines that start in [start, end), numbered from 1."""
+    number = pending_size = 0
+    offset = start
     pending: list[bytes] = []
     too_long = False
     with open(path, "rb") as f:
+        f.seek(start)
         while chunk := f.read(chunk_bytes):
             parts = chunk.split(b"\n")
             for part in parts[:-1]:
+                if end is not None and offset >= end:
+                    return
                 size = pending_size + len(part)
                 number += 1
                 if too_long or size > limit_bytes:
@@ -62,14 +69,29 @@ def lines(path: str, limit_bytes: int, chunk_bytes: int = CHUNK_BYTES) -> Iterat
                     pending.append(tail)
                     if pending_size > limit_bytes:  # never joined: counted, then dropped
                         too_long, pending = True, []
-    if pending_size:
+    if pending_size and (end is None or offset < end):
         yield Line(number + 1, offset, pending_size, None if too_long else b"".join(pending))
+
+
+def line_start_after(path: str, at: int, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """The offset of the first line that starts at `at` or after it (the file's size if none)."""
+    if at <= 0:
+        return 0
+    with open(path, "rb") as f:
+        f.seek(at - 1)
+        position = at - 1
+        while chunk := f.read(chunk_bytes):
+            newline = chunk.find(b"\n")
+            if newline >= 0:
+                return position + newline + 1
+            position += len(chunk)
+    return position
 
 
 def decode(line: Line) -> tuple[str | None, int | None, str]:
     """(text, None, "") or (None, the bad byte's offset in the file, what it is)."""
     data = line.data or b""
-    if line.number == 1 and data.startswith(BOM):
+    if line.number == 1 and line.offset == 0 and data.startswith(BOM):
         data = data[len(BOM) :]
     if data.endswith(b"\r"):
         data = data[:-1]
@@ -77,14 +99,14 @@ def decode(line: Line) -> tuple[str | None, int | None, str]:
         return data.decode("utf-8"), None, ""
     except UnicodeDecodeError as exc:
         bad = data[exc.start : exc.start + 1]
-        skipped = len(BOM) if line.number == 1 and (line.data or b"").startswith(BOM) else 0
+        skipped = len(BOM) if line.offset == 0 and (line.data or b"").startswith(BOM) else 0
         return None, line.offset + skipped + exc.start, f"0x{bad.hex().upper()}"
 
 
-def json_lines(path: str, limit_bytes: int) -> Iterator[RawRow]:
-    """A JSON-lines file's rows: one object per non-blank line."""
+def json_lines(path: str, limit_bytes: int, start: int = 0, end: int | None = None) -> Iterator[RawRow]:
+    """A JSON-lines file's rows: one object per non-blank line (of the lines in [start, end))."""
     row = 0
-    for line in lines(path, limit_bytes):
+    for line in lines(path, limit_bytes, start=start, end=end):
         if line.data is not None and not line.data.strip():
             continue
         row += 1

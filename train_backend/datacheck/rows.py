@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections.abc import Callable
+from typing import Any
 
 from train_backend import prompt_completion as pc
 from train_backend.data import CHAT_ROLES, _chat_problem
@@ -46,6 +47,12 @@ class Duplicates:
         digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
         self.hashes.append(int.from_bytes(digest, "little"))
         self.refs.append(source << 40 | row)
+
+    def extend(self, hashes: array, refs: list[int]) -> None:
+        room = DUPLICATES_MAX_ROWS - len(self.hashes)
+        self.full = self.full or len(hashes) > room
+        self.hashes.extend(hashes[:room])
+        self.refs.extend(refs[:room])
 
     def found(self) -> dict:
         import numpy as np
@@ -111,6 +118,7 @@ class SourceRows:
         self.preview: list[tuple[dict, dict]] = []  # (ref, row) of the first kept rows
         self.first_truncated: tuple[dict, dict] | None = None
         self._waiting: list[RawRow] = []
+        self._decided = False
         self.templates: dict[tuple, int | str] = {}  # roles -> what the template adds, or its refusal
         self._batch: list[tuple[dict, object]] = []
 
@@ -129,7 +137,7 @@ class SourceRows:
         if raw.problem is not None:
             self.error(raw.problem, ref_of(raw), raw.detail, byte=raw.byte)
             return
-        if self.format is None:
+        if not self._decided:
             self._waiting.append(raw)
             if len(self._waiting) >= FORMAT_ROWS:
                 self._decide()
@@ -137,7 +145,7 @@ class SourceRows:
         self._row(raw)
 
     def finish(self) -> None:
-        if self.format is None:
+        if not self._decided:
             self._decide()
         self._flush()
 
@@ -145,6 +153,23 @@ class SourceRows:
         seen: dict[str, None] = dict.fromkeys(self.opened.columns or [])
         for raw in self._waiting:
             seen.update(dict.fromkeys(raw.value or {}))
+        self.decide_columns(list(seen))
+        waiting, self._waiting = self._waiting, []
+        for raw in waiting:
+            self._row(raw)
+
+    def decided(self) -> tuple[str | None, str, str, list[str]]:
+        """The format decided, for another SourceRows over the same source (datacheck.parallel)."""
+        return self.format, self.format_why, self.column, list(self.needed)
+
+    def decide(self, fmt: str | None, why: str, column: str, needed: list[str]) -> None:
+        self.format, self.format_why, self.column, self.needed = fmt, why, column, needed
+        self._decided = True
+
+    def decide_columns(self, columns: list[str]) -> None:
+        """The format and its columns, from the columns the first rows have."""
+        seen = dict.fromkeys(columns)
+        self._decided = True
         self.format, self.format_why = detect(list(seen), self.spec)
         self.column = {
             "text": self.spec.text_field,
@@ -162,9 +187,25 @@ class SourceRows:
                     fix="set text_field or messages_field to the right column, or the format",
                 )
             )
-        waiting, self._waiting = self._waiting, []
-        for raw in waiting:
-            self._row(raw)
+
+    def state(self) -> dict[str, Any]:
+        """What a worker hands back to be merged (train_backend.datacheck.parallel.absorb)."""
+        return {
+            "read": self.read,
+            "kept": self.kept,
+            "bytes_read": self.bytes_read,
+            "columns": self.columns,
+            "errors": self.errors,
+            "error_detail": self.error_detail,
+            "dropped": self.dropped,
+            "empty_answers": self.empty_answers,
+            "no_answer": self.no_answer,
+            "both_columns": self.both_columns,
+            "preview": self.preview,
+            "first_truncated": self.first_truncated,
+            "lengths": self.lengths,
+            "duplicates": (self.duplicates.hashes, self.duplicates.refs),
+        }
 
     # ------------------------------------------------------------ one row
 
