@@ -359,6 +359,12 @@ def _check_combinations(cfg: TrainConfig) -> None:
             f"dataset.path: {_quote(ds)} does not exist. Give a .json/.jsonl/.csv/.parquet file, a folder "
             "written by datasets' save_to_disk, a hub id, or 'demo'."
         )
+    if cfg.dataset.train_on == "answers" and cfg.dataset.format in ("text", "tokens"):
+        raise ConfigError(
+            f"dataset.train_on: answers, but dataset.format is {cfg.dataset.format}, whose rows have no "
+            "answers to tell from prompts. Set dataset.train_on: all (every token trains), or give chat "
+            "rows (format: messages) or prompt/completion rows (format: prompt_completion)."
+        )
     targets = cfg.lora.target_modules
     if isinstance(targets, str) and targets != "all-linear":
         raise ConfigError(
