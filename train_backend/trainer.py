@@ -14,10 +14,11 @@ from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, TrainConfig
 from cockpit.money import budget as budget_mod
 from cockpit.run import rundir
+from train_backend import answer_data, emulated_card, generation, oom_watch, step_meter
 from train_backend import data as data_mod
-from train_backend import emulated_card, generation, oom_watch, step_meter
 from train_backend import evaluation as eval_mod
 from train_backend import model as model_mod
+from train_backend import prompt_completion as pc
 from train_backend.callbacks import Controls, make_callback, memory_fields
 from train_backend.channel import CommandListener, Emitter
 from train_backend.checkpoints import clean_unfinished, fsync_tree, make_trainer_class
@@ -206,7 +207,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
 
         peft_config = None if cfg.method == "full" else model_mod.lora_config(cfg)
         _tracker_dirs(cfg, run)
-        train_data, data_kwargs, cache = fast.cached_dataset(plan, run.path, prepared.dataset, cfg, tokenizer)
+        rows = answer_data.trainer_columns(prepared.dataset)
+        train_data, data_kwargs, cache = fast.cached_dataset(plan, run.path, rows, cfg, tokenizer)
         args = build_sft_config(cfg, run, precision, device.kind, fast.sft_kwargs(plan, data_kwargs))
         if world is not None:
             args = world.adapt_sft_config(args, cfg)
@@ -228,6 +230,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         trainer_cls = step_meter.metered(
             fast.trainer_class(plan, make_trainer_class(emitter, run, cfg, eval_tracker)), meter
         )
+        trainer_cls = answer_data.counting_trained_tokens(trainer_cls)
         trainer = trainer_cls(
             model=model,
             args=args,
@@ -364,8 +367,10 @@ def _tracker_dirs(cfg: TrainConfig, run: rundir.RunDir) -> None:
 
 def _prompt_style(prepared: data_mod.PreparedData, tokenizer) -> tuple[str, str]:
     """How prompts are written for this data (train_backend.generation), and llama2 rows' prefix."""
-    texts = prepared.dataset["text"][:50] if prepared.format == "text" else []
-    style = generation.detect_style(prepared.format, texts, tokenizer)
+    fmt, texts = prepared.format, prepared.dataset["text"][:50] if prepared.format == "text" else []
+    if fmt == pc.FORMAT:
+        fmt, texts = pc.style_inputs(prepared.dataset)
+    style = generation.detect_style(fmt, texts, tokenizer)
     return style, generation.text_prefix(texts) if style == "llama2" else ""
 
 
