@@ -18,9 +18,9 @@ from train_backend import data as data_mod
 from train_backend import emulated_card, generation, oom_watch, step_meter
 from train_backend import evaluation as eval_mod
 from train_backend import model as model_mod
-from train_backend.callbacks import Controls, make_callback, memory_fields
 from train_backend.channel import CommandListener, Emitter
 from train_backend.checkpoints import clean_unfinished, fsync_tree, make_trainer_class
+from train_backend.controls import Controls
 from train_backend.distributed import RankControls, World, choose_strategy, local_first
 from train_backend.errors import classify, format_traceback
 from train_backend.rundir_watch import RunDirectoryGone, RunDirWatch
@@ -215,7 +215,9 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         evaluator = eval_mod.Evaluator(
             cfg, emitter, eval_tracker or eval_mod.EvalTracker(run), held_out, prompts, style
         )
-        callbacks = [make_callback(emitter, controls, cfg, budget=budget, meter=meter)]
+        from train_backend.callbacks import CockpitCallback, memory_fields
+
+        callbacks = [CockpitCallback(emitter, controls, cfg, budget=budget, meter=meter)]
         if held_out is not None or prompts:
             callbacks.append(eval_mod.make_eval_callback(evaluator, controls))
         callbacks.extend(fast.extra_callbacks(plan, emitter))
