@@ -19,7 +19,7 @@ from train_backend import emulated_card, generation, oom_watch, step_meter
 from train_backend import evaluation as eval_mod
 from train_backend import model as model_mod
 from train_backend.channel import CommandListener, Emitter
-from train_backend.checkpoints import clean_unfinished, fsync_tree, make_trainer_class
+from train_backend.checkpoints import clean_unfinished, fsync_tree, trainer_class
 from train_backend.controls import Controls
 from train_backend.distributed import RankControls, World, choose_strategy, local_first
 from train_backend.errors import classify, format_traceback
@@ -61,7 +61,7 @@ def build_sft_config(
         dataloader_num_workers=t.dataloader_num_workers,
         save_strategy="steps",
         save_steps=cfg.output.save_steps,
-        save_total_limit=None,  # rotation happens after the atomic rename, see CockpitSFTTrainer
+        save_total_limit=None,  # rotation happens after the atomic rename (AtomicCheckpoints)
         report_to=list(cfg.report_to or []),  # validated installed (cockpit.config.load)
         run_name=run.run_id,  # the trackers' name for it
         disable_tqdm=True,
@@ -227,9 +227,7 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             callbacks.append(
                 make_profile_callback(run.path, cfg.debug.profile_from_step, cfg.debug.profile_steps, emitter)
             )
-        trainer_cls = step_meter.metered(
-            fast.trainer_class(plan, make_trainer_class(emitter, run, cfg, eval_tracker)), meter
-        )
+        trainer_cls = step_meter.metered(fast.trainer_class(plan, trainer_class()), meter)
         trainer = trainer_cls(
             model=model,
             args=args,
@@ -237,6 +235,10 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
             processing_class=tokenizer,
             peft_config=peft_config,
             callbacks=callbacks,
+            run=run,
+            emitter=emitter,
+            cfg=cfg,
+            eval_tracker=eval_tracker,
         )
         evaluator.trainer = trainer
         if prompts and world is not None and world.strategy == "fsdp":
