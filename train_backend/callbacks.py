@@ -22,6 +22,7 @@ from train_backend.controls import Controls
 from train_backend.data import burn_cpu
 from train_backend.oom_watch import injected_oom_message
 from train_backend.step_meter import StepMeter
+from train_backend.test_aids import MARK, Aids
 
 
 def memory_fields() -> dict:
@@ -43,7 +44,8 @@ class CockpitCallback(TrainerCallback):
     """Events for every logging step; stop/save/pause at step boundaries; test fault injection.
 
     `budget`: cost.max_usd, checked at every step end; `meter`: the data wait and tokens per
-    micro-batch (train_backend.step_meter), reported in each `log` event.
+    micro-batch (train_backend.step_meter), reported in each `log` event; `aids`: the faults and
+    slowdowns of a test (train_backend.test_aids).
     """
 
     def __init__(
@@ -53,12 +55,14 @@ class CockpitCallback(TrainerCallback):
         cfg: TrainConfig,
         budget: Budget | None = None,
         meter: StepMeter | None = None,
+        aids: Aids | None = None,
     ):
         self.emitter = emitter
         self.controls = controls
         self.cfg = cfg
         self.budget = budget
         self.meter = meter
+        self.aids = aids or Aids()
         self.step_ends: list[float] = []
         self.window_start: tuple[float, int, int] | None = None  # (time, tokens, step)
         self.train_start = time.time()
@@ -95,21 +99,21 @@ class CockpitCallback(TrainerCallback):
         self._inject_fault(state)
 
     def _inject_fault(self, state) -> None:
-        """Test aid: raise at the start of step debug.fail_at_step (on debug.fail_rank only, if set)."""
-        debug = self.cfg.debug
-        fail_at = debug.fail_at_step
-        this_rank = debug.fail_rank is None or debug.fail_rank == int(os.environ.get("RANK", "0"))
+        """Test aid: raise at the start of step fail_at_step (on fail_rank only, if set)."""
+        aids = self.aids
+        fail_at = aids.fail_at_step
+        this_rank = aids.fail_rank is None or aids.fail_rank == int(os.environ.get("RANK", "0"))
         if fail_at is not None and state.global_step + 1 == fail_at and this_rank:
-            if debug.fail_kind == "oom":
+            if aids.fail_kind == "oom":
                 raise torch.OutOfMemoryError(injected_oom_message(self.cfg.emulate_vram_gib))
-            if debug.fail_kind == "other":
-                raise RuntimeError(f"injected fault at step {fail_at} (debug.fail_at_step)")
+            if aids.fail_kind == "other":
+                raise RuntimeError(f"injected fault at step {fail_at} {MARK}")
 
     def on_step_end(self, args, state, control, **kw):
         controls = self.controls
         self.step_ends.append(time.time())
-        if self.cfg.debug.step_sleep_s:
-            time.sleep(self.cfg.debug.step_sleep_s)
+        if self.aids.step_sleep_s:
+            time.sleep(self.aids.step_sleep_s)
         self._check_budget(state)
         controls.agree()
         if controls.gone.is_set():  # nowhere to write a checkpoint: stop without one
@@ -183,8 +187,8 @@ class CockpitCallback(TrainerCallback):
         self.emitter.emit("log", **self._log_fields(args, state, logs, now, tokens))
         self.window_start = (now, tokens, state.global_step)
         self.step_ends = self.step_ends[-1:]
-        if self.cfg.debug.log_cpu_ms:  # test aid: a slow logging callback, in the loop's own thread
-            burn_cpu(self.cfg.debug.log_cpu_ms)
+        if self.aids.log_cpu_ms:  # test aid: a slow logging callback, in the loop's own thread
+            burn_cpu(self.aids.log_cpu_ms)
         if self.pause_after_log:  # HF saves (should_save) after the log: a stop in the pause saves
             self._pause_now(state, control)
             return control

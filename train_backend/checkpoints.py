@@ -14,6 +14,7 @@ from cockpit.run import disk_guard as checkpoint_space
 from cockpit.run import rundir
 from train_backend.channel import Emitter
 from train_backend.errors import CheckpointWontFit, refused_write
+from train_backend.test_aids import MARK, Aids
 
 
 class AtomicCheckpoints:
@@ -23,14 +24,23 @@ class AtomicCheckpoints:
 
     `eval_tracker`: the eval losses (train_backend.evaluation.EvalTracker), when the run evaluates:
     the checkpoint with the lowest is kept through rotation and named in each checkpoint event.
+    `aids`: a test's full disk (train_backend.test_aids).
     """
 
     _staging = False
 
     def __init__(
-        self, *args, run: rundir.RunDir, emitter: Emitter, cfg: TrainConfig, eval_tracker=None, **kw
+        self,
+        *args,
+        run: rundir.RunDir,
+        emitter: Emitter,
+        cfg: TrainConfig,
+        eval_tracker=None,
+        aids: Aids | None = None,
+        **kw,
     ):
         self.run, self.emitter, self.cfg, self.eval_tracker = run, emitter, cfg, eval_tracker
+        self.aids = aids or Aids()
         super().__init__(*args, **kw)
 
     def _get_output_dir(self, trial):
@@ -48,7 +58,9 @@ class AtomicCheckpoints:
         self.accelerator.wait_for_everyone()
         # a save that cannot fit is never started: half-written, it fills the disk and kills the run
         check = self._agree_on_space(
-            space_check(self.run, self.cfg, model, step, self.is_fsdp_enabled) if local_main else None
+            space_check(self.run, self.cfg, model, step, self.is_fsdp_enabled, self.aids.free_bytes)
+            if local_main
+            else None
         )
         if not check.fits:
             raise CheckpointWontFit(check, _refusal_hint(self.run, self.cfg, step))
@@ -64,11 +76,8 @@ class AtomicCheckpoints:
         self._staging = True
         try:
             super()._save_checkpoint(model, trial)
-            if (
-                self.cfg.debug.fail_kind == "disk_full"
-                and self.state.global_step == self.cfg.debug.fail_at_step
-            ):
-                raise OSError(errno.ENOSPC, "No space left on device (injected by debug.fail_at_step)")
+            if self.aids.fail_kind == "disk_full" and self.state.global_step == self.aids.fail_at_step:
+                raise OSError(errno.ENOSPC, f"No space left on device {MARK}")
         except BaseException as exc:
             # a full disk: the half-written files go, so the error event and the log can still be
             # written (the empty staging folder stays: a restart reports the unfinished save)
@@ -141,18 +150,19 @@ def trainer_class() -> type:
 
 
 def space_check(
-    run: rundir.RunDir, cfg: TrainConfig, model, step: int, fsdp: bool
+    run: rundir.RunDir, cfg: TrainConfig, model, step: int, fsdp: bool, free_bytes: int | None = None
 ) -> checkpoint_space.SpaceCheck:
     """Free space of the checkpoints' file system against this checkpoint's expected size: the last
-    complete checkpoint's when there is one, else an estimate from the model's parameters."""
+    complete checkpoint's when there is one, else an estimate from the model's parameters.
+    `free_bytes`: a test's disk (test_aids.Aids.free_bytes), that fills as checkpoints are written."""
     folder = run.checkpoints_dir
     complete = run.complete_checkpoints()
     if complete:
         size = checkpoint_space.measured_checkpoint(complete[-1])
     else:
         size = estimate_from_model(model, cfg, fsdp)
-    if cfg.debug.free_bytes is not None:  # test aid: a disk that fills as checkpoints are written
-        free = max(0, cfg.debug.free_bytes - checkpoint_space.folder_bytes(folder))
+    if free_bytes is not None:
+        free = max(0, free_bytes - checkpoint_space.folder_bytes(folder))
     else:
         free = checkpoint_space.free_bytes(folder)
     return checkpoint_space.check_space(step, size, free, folder)

@@ -18,7 +18,7 @@ from cockpit.config.schema import ConfigError, TrainConfig
 from cockpit.money import budget as budget_mod
 from cockpit.run import rundir
 from cockpit.run.state import RunState
-from train_backend import checkpoints, emulated_card, generation, oom_watch, step_meter
+from train_backend import checkpoints, emulated_card, generation, oom_watch, step_meter, test_aids
 from train_backend import data as data_mod
 from train_backend import evaluation as eval_mod
 from train_backend import model as model_mod
@@ -121,6 +121,7 @@ class Setup:
     resume: Path | None  # the last complete checkpoint
     budget: budget_mod.Budget | None
     card: emulated_card.EmulatedCard | None  # held to its size as nvidia-smi counts the process
+    aids: test_aids.Aids  # a test's faults and slowdowns
     model_path: str = ""
 
 
@@ -154,6 +155,7 @@ def start(r: TrainingRun) -> Setup:
     """The config, the budget's refusal, the device and precision, the emulated card; `hello`."""
     r.enter("starting", "reading config")
     cfg = load_config(r.run.config_path)
+    aids = test_aids.read(os.environ, cfg, first_attempt=not r.prior.attempts)
     refusal = budget_mod.already_spent(cfg, r.prior, r.run.run_id)
     if refusal is not None:
         raise ConfigError(refusal)
@@ -195,7 +197,7 @@ def start(r: TrainingRun) -> Setup:
             hint="",
         )
     transformers.set_seed(cfg.training.seed)
-    return Setup(cfg, device, precision, resume[-1] if resume else None, budget, card)
+    return Setup(cfg, device, precision, resume[-1] if resume else None, budget, card, aids)
 
 
 def load_tokenizer(r: TrainingRun, s: Setup):
@@ -272,6 +274,7 @@ def build_trainer(r: TrainingRun, s: Setup, plan, data: Data, loaded: Loaded, to
         emitter=r.emitter,
         cfg=cfg,
         eval_tracker=eval_tracker,
+        aids=s.aids,
     )
     evaluator.trainer = trainer
     if data.prompts and r.sharded:
@@ -292,7 +295,7 @@ def _callbacks(r: TrainingRun, s: Setup, plan, data: Data, evaluator, meter) -> 
     from train_backend.callbacks import CockpitCallback
 
     cfg = s.cfg
-    callbacks = [CockpitCallback(r.emitter, r.controls, cfg, budget=s.budget, meter=meter)]
+    callbacks = [CockpitCallback(r.emitter, r.controls, cfg, budget=s.budget, meter=meter, aids=s.aids)]
     if data.held_out is not None or data.prompts:
         callbacks.append(eval_mod.make_eval_callback(evaluator, r.controls))
     callbacks.extend(fast.extra_callbacks(plan, r.emitter))
@@ -314,7 +317,7 @@ def _ready_to_train(r: TrainingRun, s: Setup, plan, loaded: Loaded, built: Built
     trainer, cfg = built.trainer, s.cfg
     lora_fused = fast.apply_lora_backend(plan, trainer.model, r.sharded)
     mlp_fused = fast.apply_mlp_block(plan, trainer.model, r.sharded)
-    data_mod.burn_cpu_in_collator(trainer, cfg.debug.collate_cpu_ms)
+    data_mod.burn_cpu_in_collator(trainer, s.aids.collate_cpu_ms)
     r.tracker.watch(trainer)
     if s.card is not None:
         s.card.watch(trainer)
