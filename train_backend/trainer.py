@@ -44,10 +44,10 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         plan = plan_speed(r, setup, data)
         if r.stop_asked():
             return r.stopped_early()
-        model = load_model(r, setup, plan)
+        loaded = load_model(r, setup, plan)
         if r.stop_asked():
             return r.stopped_early()
-        built = build_trainer(r, setup, plan, data, model, tokenizer)
+        built = build_trainer(r, setup, plan, data, loaded, tokenizer)
         result = train(r, setup, built)
         if r.controls.stop.is_set():
             return stopped(r, built, result)
@@ -127,6 +127,8 @@ class Setup:
 
 @dataclass
 class Data:
+    """What prepare_data made: the training rows and what evaluation needs."""
+
     prepared: data_mod.PreparedData
     held_out: eval_mod.EvalData | None  # the eval split
     style: str  # how prompts are written (train_backend.generation)
@@ -136,13 +138,17 @@ class Data:
 
 @dataclass
 class Loaded:
+    """The model load_model made, and what the `model` event says of its loading."""
+
     model: Any
-    scales_unpacked: Any  # what train_backend.speed.setup.apply_quant_scales did, for the model event
+    scales_unpacked: dict | None  # train_backend.speed.setup.apply_quant_scales's account
     load_s: float
 
 
 @dataclass
 class Built:
+    """The trainer build_trainer made, and what train and finish need beside it."""
+
     trainer: Any
     tokenizer: Any
     evaluator: eval_mod.Evaluator
