@@ -106,5 +106,5 @@ def read(env: Mapping[str, str], cfg: TrainConfig, first_attempt: bool) -> Aids:
     if aids.fail_rank is not None and aids.fail_rank >= world:
         raise AidError(f"{ENV}: fail_rank {aids.fail_rank}, but the job has {world} ranks (0 to {world - 1})")
     if not first_attempt and aids.fail_at_step is not None:
-        aids = replace(aids, fail_at_step=None)  # the fault fired in the first trainer: its job is done
+        aids = replace(aids, fail_at_step=None)  # the first trainer's fault: a later one resumes past it
     return aids
