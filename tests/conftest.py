@@ -29,6 +29,7 @@ CALLER_ENV = (
     "COCKPIT_HOME",
     "COCKPIT_CACHE",
     "COCKPIT_CONFIG",
+    "COCKPIT_TEST_AIDS",  # faults a test sets for its own trainer (train_backend.test_aids), never inherited
 )
 for _name in CALLER_ENV:
     os.environ.pop(_name, None)

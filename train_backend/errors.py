@@ -14,6 +14,7 @@ from cockpit.config.schema import ConfigError
 from cockpit.run import disk_guard as checkpoint_space
 from cockpit.run import rundir
 from cockpit.run.oom_messages import parse_oom_message
+from train_backend import test_aids
 
 EXIT_CODES = {"other": 1, "config": 2, "data": 3, "model_load": 4, "oom": 5, "disk": 6, "gpu": 7}
 # CUDA errors that mean the device itself failed or went away, not the program
@@ -63,8 +64,8 @@ class Classified:
 
 def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Classified:
     text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, ConfigError):
-        return Classified("config", str(exc), _config_hint(run_dir))
+    if isinstance(exc, ConfigError):  # one may carry its own hint (test_aids.AidError)
+        return Classified("config", str(exc), getattr(exc, "hint", None) or _config_hint(run_dir))
     if _NO_TARGET.search(text):  # peft's NoMatchingPeftModuleError, or its ValueError of old
         return Classified(
             "config",
@@ -78,7 +79,7 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
     if oom is not None or type(exc).__name__ == "OutOfMemoryError":
         info = oom.to_dict() if oom is not None else {"kind": "allocator"}
         info["exception"] = type(exc).__name__
-        info["injected"] = "(injected by debug.fail_at_step)" in text
+        info["injected"] = test_aids.MARK in text
         return Classified(
             "oom",
             str(exc).split("\n")[0][:500],

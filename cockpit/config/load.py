@@ -197,6 +197,12 @@ def _pin_explicit_speed_keys(cfg: TrainConfig, raw: dict[str, Any]) -> None:
     cfg.speed.keep = sorted(set(cfg.speed.keep or []) | present) or None
 
 
+def section_from_dict(cls: type[_Section], raw: Any, prefix: str) -> _Section:
+    """A config-like dataclass (fields made as the config's are, with their doc and limits) from a
+    mapping, each value checked as a config key is; `prefix` starts each key in an error."""
+    return _build(cls, raw, prefix)
+
+
 def _build(cls: type[_Section], raw: Any, prefix: str) -> _Section:
     where = prefix.rstrip(".") or "the config"
     if not isinstance(raw, dict):
@@ -369,15 +375,6 @@ def _check_combinations(cfg: TrainConfig) -> None:
     _check_cost(cfg)
     _check_report_to(cfg)
     _check_eval(cfg)
-    t = cfg.training
-    if (
-        cfg.debug.fail_at_step is not None
-        and t.max_steps is not None
-        and cfg.debug.fail_at_step > t.max_steps
-    ):
-        raise ConfigError(
-            f"debug.fail_at_step: {cfg.debug.fail_at_step} is after training.max_steps ({t.max_steps})"
-        )
 
 
 def _check_eval(cfg: TrainConfig) -> None:
@@ -447,11 +444,6 @@ def _check_distributed(cfg: TrainConfig) -> None:
         raise ConfigError(
             "distributed.strategy: fsdp shards 4-bit QLoRA weights only (bitsandbytes' quant_storage); with "
             "quantization.bits 8 use strategy ddp (or auto)"
-        )
-    world = cfg.gpus * d.nnodes
-    if cfg.debug.fail_rank is not None and cfg.debug.fail_rank >= world:
-        raise ConfigError(
-            f"debug.fail_rank: {cfg.debug.fail_rank}, but the job has {world} ranks (0 to {world - 1})"
         )
 
 

@@ -298,38 +298,6 @@ class SpeedSection:
 
 @dataclass
 class DebugSection:
-    fail_at_step: int | None = _f(None, "test aid: raise an error at this step", min=1)
-    fail_kind: str = _f(
-        "other",
-        "test aid: what to raise: other (RuntimeError), oom (torch.OutOfMemoryError with a real message), "
-        "disk_full (ENOSPC in the middle of the checkpoint save at that step)",
-        choices=("other", "oom", "disk_full"),
-    )
-    step_sleep_s: float = _f(0.0, "test aid: sleep this long in every optimizer step", min=0, max=60)
-    fail_rank: int | None = _f(
-        None, "test aid: with several processes, only this global rank raises at fail_at_step", min=0
-    )
-    collate_cpu_ms: float = _f(
-        0.0,
-        "test aid: burn this much CPU in the data collator for every batch, an expensive on-the-fly "
-        "preprocessing that makes a run input-bound (bench/input_bound.py)",
-        min=0,
-        max=60000,
-    )
-    log_cpu_ms: float = _f(
-        0.0,
-        "test aid: burn this much CPU in the trainer's main thread each time it logs, an expensive "
-        "logging callback (a slow tracker) that makes a run CPU-bound outside the loader "
-        "(bench/doctor_fixes.py)",
-        min=0,
-        max=60000,
-    )
-    free_bytes: int | None = _f(
-        None,
-        "test aid: the checkpoint disk-space guard sees this many bytes free, less what checkpoints/ "
-        "holds (a disk that fills as checkpoints are written)",
-        min=0,
-    )
     profile_steps: int = _f(
         0,
         "profile this many optimizer steps (torch.profiler) into profile.json in the run directory: "
@@ -482,9 +450,6 @@ def template() -> str:
             lines.append(f"# {f.metadata['doc']}")
             lines.append(f"{f.name}: {_yaml_scalar(getattr(defaults, f.name))}")
             lines.append("")
-            continue
-        if f.name == "debug":
-            lines.append("# debug: test aids (fault injection); leave out in real runs")
             continue
         lines.append(f"{f.name}:")
         section = getattr(defaults, f.name)

@@ -97,8 +97,6 @@ def apply_changes(run: RunDir, changes: dict[str, Any], reason: str, **record: A
 def apply_option(run: RunDir, option: Option, analysis: Analysis, chosen_by: str) -> Applied:
     """Apply a remedy and record the prediction it was chosen on."""
     changes = {**analysis.pinned, **option.config}  # what ran, changed by the remedy
-    if analysis.observation.injected:
-        changes["debug.fail_at_step"] = None  # the test aid fired once; its job is done
     return apply_changes(
         run,
         changes,

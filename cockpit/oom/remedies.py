@@ -135,8 +135,8 @@ def analyse(
     notes: list[str] = []
     if observation.injected:
         notes.append(
-            "this OOM was injected (debug.fail_at_step): its figures describe a full card, not this run; "
-            "a relaunch turns the injection off"
+            "this OOM was injected (a test aid, COCKPIT_TEST_AIDS fail_at_step): its figures describe a full "
+            "card, not this run; it fires in the run's first trainer only, so a relaunch goes past it"
         )
     if observation.host:
         return _host_analysis(cfg, observation, target, notes)
