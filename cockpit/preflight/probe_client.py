@@ -85,14 +85,8 @@ def run_probe(
     probe's load; its results land in `ProbeAnswer.samples` (exceptions are skipped).
     `command` replaces the probe (tests).
     """
-    child_env = dict(os.environ if env is None else env)
-    child_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (project_root(), child_env.get("PYTHONPATH", "")) if p
-    )
-    child_env["PYTHONUNBUFFERED"] = "1"
-    child_env["NCCL_NVLS_ENABLE"] = "0"
+    child_env = _child_env(env)
     answer = ProbeAnswer()
-    decoder = LineDecoder()
     started = time.monotonic()
     deadline = started + timeout_s
     stop_sampling = threading.Event()
@@ -113,23 +107,7 @@ def run_probe(
             )
             sampler.start()
         try:
-            items = _read_until(proc, decoder, deadline)
-            if items is None:
-                answer.timed_out = True
-                _kill_group(proc)
-                items = []
-            items += decoder.finish()
-            for item in items:
-                if isinstance(item, Fault):
-                    answer.faults.append(item.describe())
-                elif item.get("type") == "probe":
-                    add_message(answer.findings, item)
-            if not answer.timed_out:
-                try:
-                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    answer.timed_out = True
-                    _kill_group(proc)
+            _collect(proc, deadline, answer)
         finally:
             stop_sampling.set()
             if proc.poll() is None:
@@ -137,12 +115,50 @@ def run_probe(
             proc.stdout.close()
         answer.returncode = proc.returncode
         answer.duration_s = round(time.monotonic() - started, 2)
-        stderr_file.seek(0, os.SEEK_END)
-        stderr_file.seek(max(0, stderr_file.tell() - STDERR_TAIL_BYTES))
-        answer.stderr_tail = stderr_file.read().decode("utf-8", errors="replace")
+        answer.stderr_tail = _tail(stderr_file)
     if sampler is not None:
         sampler.join(timeout=2.0)
     return answer
+
+
+def _child_env(env: dict[str, str] | None) -> dict[str, str]:
+    """The probe's environment: the project importable, output unbuffered, NVLink multicast off."""
+    child_env = dict(os.environ if env is None else env)
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (project_root(), child_env.get("PYTHONPATH", "")) if p
+    )
+    child_env["PYTHONUNBUFFERED"] = "1"
+    child_env["NCCL_NVLS_ENABLE"] = "0"
+    return child_env
+
+
+def _collect(proc: subprocess.Popen, deadline: float, answer: ProbeAnswer) -> None:
+    """The child's messages into `answer` until it exits or `deadline` passes (then it is killed)."""
+    decoder = LineDecoder()
+    items = _read_until(proc, decoder, deadline)
+    if items is None:
+        answer.timed_out = True
+        _kill_group(proc)
+        items = []
+    items += decoder.finish()
+    for item in items:
+        if isinstance(item, Fault):
+            answer.faults.append(item.describe())
+        elif item.get("type") == "probe":
+            add_message(answer.findings, item)
+    if not answer.timed_out:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            answer.timed_out = True
+            _kill_group(proc)
+
+
+def _tail(stderr_file) -> str:
+    """The last STDERR_TAIL_BYTES of the child's stderr."""
+    stderr_file.seek(0, os.SEEK_END)
+    stderr_file.seek(max(0, stderr_file.tell() - STDERR_TAIL_BYTES))
+    return stderr_file.read().decode("utf-8", errors="replace")
 
 
 def _read_until(proc: subprocess.Popen, decoder: LineDecoder, deadline: float) -> list | None:
