@@ -32,7 +32,12 @@ from dataclasses import dataclass
 from cockpit import fmt
 from cockpit.config.schema import TrainConfig
 from cockpit.fmt import GIB
-from cockpit.models.memory import fused_mlp_fewer_bytes_per_token, unpacked_scales_bytes
+from cockpit.models.memory import (
+    LOSS_TILE_TOKENS,
+    LOSS_TILE_VOCAB,
+    fused_mlp_fewer_bytes_per_token,
+    unpacked_scales_bytes,
+)
 from cockpit.models.shape import ModelShape
 from cockpit.speed import flops as flops_model
 from cockpit.speed import model as speed_model
@@ -55,11 +60,8 @@ PACK_MIN_SAMPLES_PER_ROW = 1.1  # below this, packing gains less than 10% real t
 BFD_SAMPLE = 20000  # lengths looked at to predict the packing (an even subsample beyond this)
 MAX_LOADER_WORKERS = 4
 # rows are padded to a multiple of this many tokens on a GPU, so that fewer distinct row widths
-# reach the kernels. On one H200 (7B QLoRA, packed rows of <= 512, bench/vs_unsloth.py), steps
-# stalled 2-3 s each with the GPU idle, no allocator retry and no data wait, each at a row width
-# not seen before (not at every new width): 4 of 23 steps unpadded (widths 511, 510, 500, 488;
-# 507, 505, 483 did not), 1 padded (step 11: unpadded a row of 483, so 496); 5.0k -> 8.0k real tokens/s
-# (bench/results/2026-12-02-vs-unsloth-7b-*). What stalls was not profiled.
+# reach the kernels: a width not run before can stall a step (docs/benchmarks.md, "Why speed: auto
+# chooses what it chooses")
 PAD_MULTIPLE = 16
 # how each attention kernel keeps packed samples apart: rows (a block-diagonal mask per row,
 # from position_ids) or flat (one flattened sequence per micro-batch, varlen kernel)
@@ -254,8 +256,7 @@ def _attention(cfg: TrainConfig, facts: Facts, keep: frozenset[str]) -> Choice:
             "auto",
         )
     why = (
-        "flash-attn is not installed; PyTorch's sdpa picks its own kernel: on packed rows (a "
-        "block-diagonal mask) an H200 under torch 2.11 ran cuDNN's (profiled on 2026-12-02)"
+        "flash-attn is not installed, so PyTorch's sdpa runs and picks its own kernel"
         if gpu
         else "PyTorch's fused attention (flash-attn needs a CUDA GPU)"
     )
@@ -341,8 +342,7 @@ def _fused_kernels(cfg: TrainConfig, facts: Facts) -> Choice:
     return Choice(
         "fused kernels",
         f"Liger {facts.liger}: RMSNorm, RoPE, SwiGLU",
-        "fewer kernel launches per layer; their activations are sized as measured (no smaller by "
-        "nvidia-smi on an H200: the memory model's LIGER_ACTIVATION_SCALE, fitted, is 1.03)",
+        "fewer kernel launches per layer, for the same activation memory",
         "auto",
     )
 
@@ -351,8 +351,8 @@ def _row_width() -> Choice:
     return Choice(
         "row width",
         f"padded to a multiple of {PAD_MULTIPLE} tokens",
-        "fewer distinct row widths: on an H200, steps at some widths not seen before stalled "
-        "2-3 s with the GPU idle (4 of 23 unpadded, 1 padded); padding is never a real token",
+        "fewer distinct row widths, so fewer steps stall on a width the GPU has not run yet; "
+        "padding never counts as a real token",
         "auto",
     )
 
@@ -391,20 +391,16 @@ def _lora_backend(cfg: TrainConfig) -> Choice:
         return Choice("LoRA layers", "none", note, "fixed")
     if note is not None:
         return Choice("LoRA layers", "peft", note, "yours" if cfg.speed.backend == "hf" else "auto")
-    host = speed_model.FUSED_ADAPTER_HOST_SHARE[cfg.method]
-    traffic = speed_model.FUSED_ADAPTER_BYTES_SHARE[cfg.method]
     return Choice(
         "LoRA layers",
         "fused",
-        "each frozen linear and its adapter in one autograd function: the adapter added by the matmul, "
-        f"no copy of the output; {host:.0%} of peft's host time per adapted linear and {traffic:.0%} of its "
-        "device time over the bare base (bench/lora_kernel_rate.py, one H200). A layer it cannot take "
-        "(DoRA, several adapters) keeps peft's",
+        "each frozen linear and its adapter run as one autograd function, with less host time and memory "
+        "traffic than peft's layers; a layer it cannot take (DoRA, several adapters) keeps peft's",
         "yours" if cfg.speed.backend == "fused" else "auto",
     )
 
 
-def _mlp_block(cfg: TrainConfig, facts: Facts, shape) -> Choice | None:
+def _mlp_block(cfg: TrainConfig, facts: Facts, shape: ModelShape | None) -> Choice | None:
     """speed.mlp_block: the MLP and its three adapters in one function (train_backend/speed/fused_mlp.py)."""
     if cfg.method not in ("lora", "qlora") or cfg.speed.mlp_block != "fused":
         return None  # off, the default: no line
@@ -417,9 +413,8 @@ def _mlp_block(cfg: TrainConfig, facts: Facts, shape) -> Choice | None:
     return Choice(
         "MLP block",
         "fused",
-        "each SiLU MLP and its three adapters in one autograd function, down_proj's input recomputed in "
-        f"the backward: a layer keeps {fewer} a token less ({what}), which the memory plan gives to the "
-        "split; checked on the CPU, not yet measured on a GPU",
+        "each SiLU MLP and its three adapters run as one autograd function that recomputes down_proj's "
+        f"input in the backward: a layer keeps {fewer} a token less ({what}), which goes to the split",
         "yours",
     )
 
@@ -428,7 +423,7 @@ SCALES = "4-bit scales"
 
 
 def _scales(
-    cfg: TrainConfig, run: TrainConfig, facts: Facts, shape, fit, keep: set
+    cfg: TrainConfig, run: TrainConfig, facts: Facts, shape: ModelShape | None, fit: Fit, keep: frozenset[str]
 ) -> tuple[Choice | None, int]:
     """quantization.unpack_scales: a double-quantised 4-bit model's scales kept in fp32 after loading,
     where the split's peak leaves room for them; sets it on `run`. (choice, bytes it adds to the
@@ -459,12 +454,10 @@ def _scales(
     run.quantization.unpack_scales = True
     per_micro_batch = len(shape.linear_shapes()) * (2 * shape.num_layers + fit.layers)
     why = (
-        "bitsandbytes turns a double-quantised weight's scales back into fp32 (a kernel and an add) before "
-        f"every 4-bit dequantisation: {per_micro_batch * fit.accum:,} a step here (forward, backward and the "
-        "recomputed forward of each 4-bit linear). Unpacked once after loading, each dequantisation is one "
-        f"kernel on the same fp32 scales, the same numbers; {fmt.gib(extra)} more, the split's peak "
-        f"{fmt.gib(peak, unit='')} of {fmt.gib(fit.budget)}. The speed model does not count the saving "
-        "(not yet measured on a GPU)"
+        "bitsandbytes turns double-quantised scales back into fp32 before every 4-bit dequantisation, "
+        f"{per_micro_batch * fit.accum:,} a step here; unpacked once after loading, each runs a kernel less "
+        f"on the same numbers, for {fmt.gib(extra)} more (the split's peak {fmt.gib(peak, unit='')} of "
+        f"{fmt.gib(fit.budget)}); the predicted tokens/s does not count the saving"
     )
     return Choice(SCALES, "fp32, unpacked once", why, "auto"), extra
 
@@ -510,13 +503,9 @@ def _cross_entropy() -> Choice:
     return Choice(
         "cross-entropy",
         "fused LM head, in tiles",
-        "TRL's SFTTrainer (1.16) patches a fused LM head: the loss is computed from the hidden states "
-        "in tiles of 4096 tokens x 32768 vocabulary entries (a 16-bit tile, fp32 running sums), so the "
-        "(tokens x vocabulary) logits are not built on this path; the hidden states are copied and their "
-        "gradient accumulated in fp32, and a trained LM head gets an fp32 weight gradient. A custom "
-        "compute_loss_func or label smoothing would build the full logits (Liger's fused linear "
-        "cross-entropy would replace the head; TRL 1.x refuses it). The memory plan shows a band up to "
-        "the full logits where they are large",
+        f"TRL computes the loss from the hidden states in tiles of {LOSS_TILE_TOKENS} tokens x "
+        f"{LOSS_TILE_VOCAB} vocabulary entries, so this path does not build the full logits; where they "
+        "are large, the memory plan shows a band up to them",
         "fixed",
     )
 

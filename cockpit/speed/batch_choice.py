@@ -489,7 +489,7 @@ MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 def mlp_block_note(cfg, shape=None) -> str | None:
     """Why the MLPs keep their own forward; None: the fused MLP block (speed.mlp_block: fused)."""
     if cfg.speed.mlp_block != "fused":
-        return "speed.mlp_block: off (the default: the fused block is not yet measured on a GPU)"
+        return "speed.mlp_block: off (the default)"
     note = fused_lora_note(cfg)
     if note is not None:
         return f"it needs the fused LoRA layers: {note}"
