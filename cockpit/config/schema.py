@@ -281,11 +281,10 @@ class SpeedSection:
     )
     mlp_block: str = _f(
         "off",
-        "fused: each SiLU MLP and its three LoRA adapters in one autograd function "
+        "fused: each SiLU MLP and its three LoRA adapters in one autograd function, "
         "which recomputes down_proj's input in the backward instead of keeping "
         "it: 2-4 x intermediate_size bytes a token a layer less, given back to the split. Needs the fused "
-        "LoRA layers and no LoRA dropout; checked on the CPU, not yet measured on a GPU, so speed: auto "
-        "does not choose it",
+        "LoRA layers and no LoRA dropout; speed: auto uses it only where your config asks for it",
         choices=("off", "fused"),
     )
     cache_tokens: bool = _f(True, "keep the tokenized dataset in the run directory, so a restart skips it")
