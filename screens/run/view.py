@@ -45,6 +45,7 @@ from screens.run.figures import (  # noqa: F401 - the tests and other screens im
     phase_text,
     stat_rows,
 )
+from screens.run.messages import ReplayMoved
 from screens.run.samples import SamplesView
 from screens.run.telemetry_feed import SeriesBook
 from widgets.doctor_panel import DoctorPanel, finding_log_line
@@ -246,7 +247,7 @@ class RunView(Screen):
     # ------------------------------------------------------------ drawing
 
     def show(self, lines: list[str]) -> None:
-        """Redraw from the session's state; called from the app's handler while the follow thread waits."""
+        """Redraw from the session's state; called from the app's handler, which holds the state lock."""
         session, state = self.session, self.session.state
         ended = session.ended or state.ended
         self.live = session.mode == "live" and not ended
@@ -549,17 +550,21 @@ class RunView(Screen):
     def action_replay_speed(self, factor: float) -> None:
         speed = self.session.set_speed(self.session.speed * factor if self.session.speed else 1.0)
         self.notify(f"replay at x{speed:g}", timeout=2)
-        self._set_text("#replay", self.session.label)
+        self._replay_moved()
 
     def action_replay_skip(self, seconds: float) -> None:
         self.session.skip(seconds)
-        self._set_text("#replay", self.session.label)
+        self._replay_moved()
 
     def action_replay_back(self, seconds: float) -> None:
-        """Back `seconds` of recording: the follow thread folds the events again up to there."""
+        """Back `seconds` of recording: the follow worker folds the events again up to there."""
         self.session.skip(-seconds)
-        self._set_text("#replay", self.session.label)
+        self._replay_moved()
         self.refresh_bindings()  # a replay played out plays again: its speed keys come back
+
+    def _replay_moved(self) -> None:
+        self._set_text("#replay", self.session.label)
+        self.post_message(ReplayMoved())  # the app's follow worker reads at once, not at its next tick
 
     def start_over(self) -> None:
         """A replay went back: its state was folded again from the start, so what was drawn from
