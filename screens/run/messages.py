@@ -1,6 +1,6 @@
-"""What the run app's threads post to it: a tick of the run (`RunUpdated`) and the recorded
-telemetry (`HistoryLoaded`); and what the run screen tells the app (`ReplayMoved`). The threads only
-read and post; the handlers draw.
+"""What the run app's threads post to it: a tick of the run (`RunUpdated`), the recorded telemetry
+(`HistoryLoaded`), the stop worker's lines (`StopSaid`); and what the run screen tells the app
+(`ReplayMoved`). The threads only read and post; the handlers draw.
 
 Ticks can pile up while the screen is busy (a modal over it, a slow terminal): Textual asks a tick
 not yet handled whether the next one in the queue may take its place (`can_replace`), and it may,
@@ -67,6 +67,14 @@ def merged_news(older: WatchNews | None, newer: WatchNews | None) -> WatchNews |
 
 class ReplayMoved(Message):
     """A replay's speed or position changed (its keys): the follow worker reads it now."""
+
+
+class StopSaid(Message):
+    """A line from the stop worker (`process.stop` says what it escalates to)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
 
 
 class HistoryLoaded(Message):
