@@ -17,10 +17,15 @@ from textual.containers import Vertical, VerticalScroll
 from textual.reactive import var
 from textual.widgets import Static
 
+from cockpit import fmt
+from cockpit.doctor.multi_gpu import rank_pids
+from cockpit.run.state import RunState
 from screens.run.telemetry_feed import SeriesBook
 from widgets.doctor_panel import DoctorPanel
-from widgets.gpu_panel import GpuPanel, GpuView
+from widgets.gpu_panel import GpuPanel, GpuView, gpu_title, torch_text
 from widgets.host_panel import HostPanel
+
+MANY_GPUS = 2  # more GPUs than this: one row each at any size
 
 # the summary's lines whose head is bold: where the weights are, what to run next, how it ended
 SUMMARY_HEADS = ("adapter", "adapter (newest checkpoint)", "next", "on_end", "error")
@@ -53,6 +58,39 @@ class TelemetryBox(Vertical):
     def compose(self) -> ComposeResult:
         yield GpuPanel(id="gpus")
         yield HostPanel(id="host")
+
+    def show(
+        self,
+        sample: Any,
+        book: SeriesBook,
+        state: RunState,
+        *,
+        span_s: float | None,
+        short: bool,
+        late_s: float | None,
+        error: str | None,
+    ) -> None:
+        """The newest sample, the sparklines' history over the last `span_s` (None: all of it), the
+        trainer's state (its pid, ranks and torch counters); `short`: a row per GPU; how late the
+        watch is or why it failed, in the subtitle."""
+        span = book.span(span_s)
+        pid = sample.host.trainer_pid if sample is not None else None
+        if pid is None and state.attempts:
+            pid = state.attempts[-1].pid
+        many = sample is not None and len(sample.gpus) > MANY_GPUS
+        self.set_class(many, "-many")  # eight GPUs, their spread and the host fit at 80x24
+        ranks, torch = frozenset(rank_pids(state)), torch_text(state.memory)
+        self.panels = Panels(
+            sample, span, pid, short or many, ranks, torch, book, span_s, state.memory, short
+        )
+        subtitle = ""
+        if span is not None:
+            subtitle = f"last {fmt.duration(span[1] - span[0])}" if span_s else "whole run"
+        if late_s is not None:
+            subtitle = f"no new sample for {late_s:.0f} s · {subtitle}".rstrip(" ·")
+        if error is not None:
+            subtitle = f"{error} · {subtitle}".rstrip(" ·")
+        self.caption = (f"{gpu_title(sample)} · host", subtitle)
 
     def watch_panels(self, panels: Panels | None) -> None:
         if panels is None:

@@ -23,8 +23,6 @@ from textual.message import Message
 from textual.reactive import var
 from textual.widgets import Static
 
-from cockpit import fmt
-from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.live.replay import sample_of_bin
 from cockpit.live.sources import RunSource
 from cockpit.live.stall import Stall, StallNotices, find_stall
@@ -32,7 +30,7 @@ from cockpit.money import idle
 from cockpit.results import summary
 from cockpit.results.samples import collect as collect_samples
 from cockpit.run.rundir import RunDir
-from screens.run.boxes import DoctorBox, Panels, SummaryBox, TelemetryBox, summary_texts
+from screens.run.boxes import DoctorBox, SummaryBox, TelemetryBox, summary_texts
 from screens.run.commands import NOTHING_TO_EXPORT, RunCommands  # noqa: F401 - the tests import it from here
 from screens.run.figures import (  # noqa: F401 - the tests and other screens import them from here
     CLIENT_LINE_INDENT,
@@ -48,7 +46,6 @@ from screens.run.telemetry_feed import SeriesBook
 from widgets.doctor_panel import finding_log_line
 from widgets.event_log import EventLog
 from widgets.footer import Footer
-from widgets.gpu_panel import gpu_title, torch_text
 from widgets.log_tail import LogTail
 from widgets.loss_plot import LossPlot
 from widgets.progress import StepProgress
@@ -56,7 +53,6 @@ from widgets.stats import StatsPanel
 
 MAX_LOG_LINES = 1000
 COMPACT_BELOW_ROWS = 30  # shorter terminals get one row per GPU and one for the host
-MANY_GPUS = 2  # more GPUs than this: one row each at any size
 WATCH_LATE_S = 3.0  # a watch that has not answered for this long is said to be late
 LOSS_TITLE_WITH_EVAL = "loss: [$accent]train[/] · [$warning]eval[/]"
 
@@ -400,35 +396,13 @@ class RunView(RunCommands):
         shown = self.has_telemetry and self.telemetry_wanted
         if box.display != shown:
             box.display = shown
-        if not shown:
-            return
-        sample, state = self.sample, self.session.state
-        span = self.book.span(self.span_s)
-        pid = sample.host.trainer_pid if sample is not None else None
-        if pid is None and state.attempts:
-            pid = state.attempts[-1].pid
-        many = sample is not None and len(sample.gpus) > MANY_GPUS
-        box.set_class(many, "-many")  # eight GPUs, their spread and the host fit at 80x24
-        box.panels = Panels(
-            sample,
-            span,
-            pid,
-            self.short or many,
-            frozenset(rank_pids(state)),
-            torch_text(state.memory),
-            book=self.book,
-            span_s=self.span_s,
-            memory=state.memory,
-            short=self.short,
-        )
-        box.caption = (f"{gpu_title(sample)} · host", self._telemetry_subtitle(span))
-
-    def _telemetry_subtitle(self, span: tuple[float, float] | None) -> str:
-        subtitle = ""
-        if span is not None:
-            subtitle = f"last {fmt.duration(span[1] - span[0])}" if self.span_s else "whole run"
-        if self.telemetry_late_s is not None:
-            subtitle = f"no new sample for {self.telemetry_late_s:.0f} s · {subtitle}".rstrip(" ·")
-        if self.telemetry_error is not None:
-            subtitle = f"{self.telemetry_error} · {subtitle}".rstrip(" ·")
-        return subtitle
+        if shown:
+            box.show(
+                self.sample,
+                self.book,
+                self.session.state,
+                span_s=self.span_s,
+                short=self.short,
+                late_s=self.telemetry_late_s,
+                error=self.telemetry_error,
+            )
