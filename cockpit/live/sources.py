@@ -7,8 +7,8 @@ run); `ReplaySession` plays a recording back at its recorded pace (`mode == "pla
 `ReplayWatch` is asked for the recording's samples as the playback reaches them. Tests hand the
 views doubles of the same shape (tests/support/pilot.py).
 
-The follow thread owns `state` (it folds events into it); every other thread reads `snapshot`,
-the copy it publishes after each poll.
+The follow thread owns `state` (it folds events into it; a view draws from it only while that
+thread waits); every other thread reads `snapshot`, the copy it publishes after each poll.
 """
 
 from __future__ import annotations
