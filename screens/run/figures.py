@@ -17,6 +17,7 @@ from widgets.stats import Row
 
 ERROR_MESSAGE_CHARS = 300
 BEST_MARK = "★"  # the checkpoint with the lowest eval loss
+CLIENT_LINE_INDENT = " " * len("0:00:00 ")  # the events log's lines of this client carry no event time
 
 
 def param_count(n: int | None) -> str:
