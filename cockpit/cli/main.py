@@ -1,4 +1,5 @@
-"""`cockpit`: the command line, and the one place that reaches up into the TUI (lazily).
+"""`cockpit`: the command line. The CLI modules (this one, `plan_commands`, `finish_commands`) are the
+composition root: the only code of the core that reaches up into the TUI, lazily, inside a command.
 
 The commands about one run (train, demo, attach, replay, restart, runs, stop...) are here; their
 arguments are in `cockpit.cli.args`, the commands that size or check before a run (estimate, cards,
@@ -226,7 +227,7 @@ def _show(run: rundir.RunDir, proc, args, recorded: bool = False, preflight_prob
             code = follow(session, log_every_s=args.log_every)  # the relaunched trainer
         return code
     from cockpit.live.watch import LiveWatch
-    from screens.run.app import CockpitApp  # the only place the TUI is imported
+    from screens.run.app import CockpitApp  # lazily: --no-ui never imports textual
 
     watch = None
     if not recorded:  # a live trainer: sample its GPUs and host now; the app stops the watch on exit
