@@ -31,6 +31,7 @@ from cockpit.live.replay import sample_of_bin
 from cockpit.live.sources import RunSource
 from cockpit.live.stall import Stall, StallNotices, find_stall
 from cockpit.money import idle
+from cockpit.paths import cockpit_command
 from cockpit.results import summary
 from cockpit.results.samples import collect as collect_samples
 from cockpit.results.samples import no_samples_reason
@@ -612,7 +613,10 @@ class RunView(Screen):
     def action_export(self) -> None:
         """The export screen: weights, merge, dtype, GGUF, where; checked, then run in its process."""
         if not self.run_ended:
-            self.notify("the run has not ended: export it once it has (or `cockpit export --checkpoint N`)")
+            self.notify(
+                "the run has not ended: export it once it has "
+                f"(or `{cockpit_command()} export --checkpoint N`)"
+            )
             return
         from screens.run.export import ExportScreen
 
