@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from cockpit.config.schema import ConfigError
+from cockpit.paths import cockpit_command
 from cockpit.run import disk_guard as checkpoint_space
 from cockpit.run import rundir
 from cockpit.run.oom_messages import parse_oom_message
@@ -70,7 +71,8 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
         return Classified(
             "config",
             f"lora.target_modules: no module of the model matches ({str(exc).split(chr(10))[0][:300]})",
-            "Name the model's linear layers (`cockpit estimate CONFIG` lists them for modelled families) "
+            f"Name the model's linear layers (`{cockpit_command()} estimate CONFIG` lists them for modelled "
+            "families) "
             "or use lora.target_modules: all-linear, and start again.",
         )
     if isinstance(exc, DataError):
@@ -87,7 +89,8 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             "in the live view; headless: --on-oom ask or auto). By hand: turn on "
             "training.gradient_checkpointing, lower training.micro_batch_size (raise "
             "gradient_accumulation_steps to keep the effective batch), or shorten training.max_length. "
-            "The CUDA context is not reusable after an OOM: continue in a new process (cockpit restart RUN).",
+            "The CUDA context is not reusable after an OOM: continue in a new process "
+            f"({cockpit_command()} restart RUN).",
             info,
         )
     if isinstance(exc, CheckpointWontFit):
@@ -102,14 +105,14 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             "other",
             f"{gone}; {text}"[:2000],
             "Its checkpoints went with it: nothing is left to restart. Start a new run with "
-            "`cockpit train CONFIG`, and keep the run directory until the run ends.",
+            f"`{cockpit_command()} train CONFIG`, and keep the run directory until the run ends.",
         )
     if _GPU_FAILURE.search(text):
         return Classified(
             "gpu",
             text.split("\n")[0][:600],
             "The GPU failed or vanished. Check `nvidia-smi` and `dmesg | grep -i xid`; the checkpoints are "
-            "intact: when the GPU answers again, continue with `cockpit restart RUN`.",
+            f"intact: when the GPU answers again, continue with `{cockpit_command()} restart RUN`.",
         )
     if isinstance(exc, ModelLoadError) or phase == "loading_model":
         return Classified(
@@ -154,7 +157,7 @@ def _disk_full(exc: BaseException, phase: str, run_dir: str | None) -> Classifie
             f"disk full (or over quota) while {phase.replace('_', ' ')}{free}: {first_line}",
             f"Nothing of the run was lost. Free space on that disk (`df -h {where}`), or put the cache on a "
             "bigger disk (COCKPIT_CACHE for synthetic: models, HF_HOME for hub downloads), then continue "
-            f"with `cockpit restart {Path(run_dir).name}`.",
+            f"with `{cockpit_command()} restart {Path(run_dir).name}`.",
         )
     if run_dir:
         settings = _run_settings(run_dir)

@@ -31,6 +31,7 @@ from cockpit.config.schema import (
 )
 from cockpit.config.secrets import secret_in_values
 from cockpit.models import shipped as shapes
+from cockpit.paths import cockpit_command
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -45,10 +46,13 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None
         path = Path(path)
         if path.is_dir():
             raise ConfigError(
-                f"{str(path)!r} is a directory; give the config's YAML file (cockpit init writes one)"
+                f"{str(path)!r} is a directory; give the config's YAML file "
+                f"({cockpit_command()} init writes one)"
             )
         if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} not found. Write one with: cockpit init {path}")
+            raise ConfigError(
+                f"config file {str(path)!r} not found. Write one with: {cockpit_command()} init {path}"
+            )
         try:
             loaded = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
         except yaml.YAMLError as exc:

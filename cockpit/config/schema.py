@@ -1,8 +1,8 @@
 """The training config: one YAML file, validated before anything starts.
 
 Each section is a dataclass whose fields carry their documentation and limits, so the
-validator (`cockpit.config.load`), the commented template (`cockpit init`) and the README's
-reference all come from one place.
+validator (`cockpit.config.load`), the commented template (`cockpit init`) and the reference
+table of docs/config.md (`reference_table`, written by `make docs`) all come from one place.
 """
 
 from __future__ import annotations
@@ -469,7 +469,7 @@ def _yaml_scalar(value: Any) -> str:
 
 
 def reference_rows() -> list[tuple[str, str, str]]:
-    """(key, default, doc) for every key: the README's config reference."""
+    """(key, default, doc) for every key: the rows of docs/config.md's reference."""
     rows = []
     defaults = TrainConfig()
     hints = type_hints(TrainConfig)
@@ -482,3 +482,10 @@ def reference_rows() -> list[tuple[str, str, str]]:
         else:
             rows.append((f.name, _yaml_scalar(getattr(defaults, f.name)), f.metadata["doc"]))
     return rows
+
+
+def reference_table() -> str:
+    """docs/config.md's table (between its `config:begin` and `config:end` marks)."""
+    lines = ["| key | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{key}` | `{default}` | {doc} |" for key, default, doc in reference_rows()]
+    return "\n".join(lines) + "\n"

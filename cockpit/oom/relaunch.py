@@ -26,6 +26,7 @@ from cockpit.config import schema as config_mod
 from cockpit.fmt import GIB
 from cockpit.live.session import RunSession
 from cockpit.oom.remedies import Analysis, Option, analyse
+from cockpit.paths import cockpit_command
 from cockpit.run import journal, process
 from cockpit.run.rundir import RunDir
 from cockpit.run.state import RunState
@@ -267,7 +268,7 @@ def headless_on_oom(
         if option is None:
             say(
                 "--on-oom auto: no remedy both fits and keeps the results (auto never cuts samples, shrinks "
-                "the adapter or changes the base weights). Pick one: cockpit restart "
+                f"the adapter or changes the base weights). Pick one: {cockpit_command()} restart "
                 f"{run.run_id} --no-ui --on-oom ask"
             )
             return None

@@ -16,6 +16,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
+from cockpit.paths import cockpit_command
 from cockpit.results.samples import collect as collect_samples
 from cockpit.results.samples import no_samples_reason
 from cockpit.run import process
@@ -268,7 +269,9 @@ class RunCommands(Screen):
     def action_export(self) -> None:
         """The export screen: weights, merge, dtype, GGUF, where; checked, then run in its process."""
         if not self.run_ended:
-            self.notify("the run has not ended: export it once it has (or `cockpit export --checkpoint N`)")
+            self.notify(
+                f"the run has not ended: export it once it has (or `{cockpit_command()} export --checkpoint N`)"
+            )
             return
         from screens.run.export import ExportScreen
 
