@@ -270,7 +270,8 @@ class RunCommands(Screen):
         """The export screen: weights, merge, dtype, GGUF, where; checked, then run in its process."""
         if not self.run_ended:
             self.notify(
-                f"the run has not ended: export it once it has (or `{cockpit_command()} export --checkpoint N`)"
+                "the run has not ended: export it once it has "
+                f"(or `{cockpit_command()} export --checkpoint N`)"
             )
             return
         from screens.run.export import ExportScreen
