@@ -12,10 +12,10 @@ of value (`--budget-s` skips those that no longer fit, saying so):
   article's 7B QLoRA at micro-batch 4 x 4 with checkpointing, pinned as written (speed: off): the
   issue's case. The fix: the split the speed plan's `auto_split` names. The old advice (raise
   dataloader_num_workers) is run too, as "wrong fix", to show it does not help;
-- slow-loader (input_bound): `debug.collate_cpu_ms` burns CPU in the collator of every
+- slow-loader (input_bound): the test aid `collate_cpu_ms` burns CPU in the collator of every
   micro-batch with no loader workers (1B LoRA). The fix: the workers the finding names;
 - cpu-bound (cpu_bound): micro-batches large enough for the card (16 x 512 tokens, 1B LoRA),
-  logging every step with `debug.log_cpu_ms`, a slow logging callback in the training loop's
+  logging every step with the test aid `log_cpu_ms`, a slow logging callback in the loop's
   thread. The fix the finding names: log less often (training.logging_steps 10);
 - fp32 (fp32_on_bf16_card): the 1B LoRA in fp32; the fix: precision bf16;
 - foreign (foreign_process): another process running matmuls on the same GPU while the 1B LoRA
@@ -67,6 +67,7 @@ from gpu_runs import (
 
 # gpu_runs has put this checkout on sys.path
 from cockpit.doctor.window import MIN_HELD_S
+from train_backend import test_aids
 
 # the live doctor's lines name a finding by its title (cockpit.live.watch.finding_line): the rule each
 # title begins with (cockpit/doctor/rules.py, step_rules.py, mfu_rule.py)
@@ -313,15 +314,12 @@ class Bench:
         data = write_tokens(
             self.work / "tokens.jsonl", shape, shape.micro_batch_size * shape.accumulation * (steps + 2)
         )
-        burn = {
-            "debug.collate_cpu_ms": self.a.collate_ms
-            if self.a.collate_ms is not None
-            else (40.0 if self.smoke else 800.0)
-        }
+        collate_ms = self.a.collate_ms if self.a.collate_ms is not None else (40.0 if self.smoke else 800.0)
+        burning = {**self.env, **test_aids.environ(collate_cpu_ms=collate_ms)}
         before = run_once(
             "before",
-            self.config("slow-before", shape, data, steps, **burn, **{"training.dataloader_num_workers": 0}),
-            self.env,
+            self.config("slow-before", shape, data, steps, **{"training.dataloader_num_workers": 0}),
+            burning,
         )
         # the workers the finding names ("e.g. to N"), else 4
         named = (before["doctor_fired"].get("input_bound") or {}).get("fix") or next(
@@ -332,14 +330,9 @@ class Bench:
         after = run_once(  # only its speed is wanted
             "after",
             self.config(
-                "slow-after",
-                shape,
-                data,
-                self.steps(6),
-                **burn,
-                **{"training.dataloader_num_workers": workers},
+                "slow-after", shape, data, self.steps(6), **{"training.dataloader_num_workers": workers}
             ),
-            self.env,
+            burning,
         )
         share = before.get("data_wait_share")
         case = {
@@ -362,13 +355,11 @@ class Bench:
         data = write_tokens(
             self.work / "tokens-big.jsonl", shape, shape.micro_batch_size * shape.accumulation * (steps + 2)
         )
-        burn = {"debug.log_cpu_ms": 20.0 if self.smoke else 500.0}
-        before = run_once("before", self.config("cpu-before", shape, data, steps, **burn), self.env)
+        burning = {**self.env, **test_aids.environ(log_cpu_ms=20.0 if self.smoke else 500.0)}
+        before = run_once("before", self.config("cpu-before", shape, data, steps), burning)
         fix = {"training.logging_steps": 2 if self.smoke else 10}
         # only its speed is wanted: 2 log windows of 10 steps
-        after = run_once(
-            "after", self.config("cpu-after", shape, data, self.steps(20), **burn, **fix), self.env
-        )
+        after = run_once("after", self.config("cpu-after", shape, data, self.steps(20), **fix), burning)
         predicted, measured = before.get("predicted_tokens_per_s"), before.get("processed_tokens_per_s")
         case = {
             "case": "cpu-bound",

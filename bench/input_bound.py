@@ -3,13 +3,13 @@
 
 The article's QLoRA recipe (`synthetic:llama-2-7b`, 512 tokens, micro-batch 4 x accumulation 4)
 with `training.dataloader_num_workers: 0` and an expensive on-the-fly preprocessing: the test aid
-`debug.collate_cpu_ms` burns that much CPU in the data collator for every micro-batch, in the
-training process itself (no loader workers), so the GPU waits for every batch while one core is
-saturated. The run goes through `cockpit train --no-ui`, whose own doctor says what it finds as
-the run goes (its `doctor [...]` lines); afterwards the recorded telemetry (`telemetry.jsonl`,
-written by the recorder beside the trainer) is replayed through the doctor with the run's state
-at each bin. Both must name the input-bound rule (GPU util < 70% with the trainer's CPU
-saturated), with the evidence in numbers.
+`collate_cpu_ms` (COCKPIT_TEST_AIDS, train_backend/test_aids.py) burns that much CPU in the data
+collator for every micro-batch, in the training process itself (no loader workers), so the GPU
+waits for every batch while one core is saturated. The run goes through `cockpit train --no-ui`,
+whose own doctor says what it finds as the run goes (its `doctor [...]` lines); afterwards the
+recorded telemetry (`telemetry.jsonl`, written by the recorder beside the trainer) is replayed
+through the doctor with the run's state at each bin. Both must name the input-bound rule (GPU util
+< 70% with the trainer's CPU saturated), with the evidence in numbers.
 
   python bench/input_bound.py --out DIR [--collate-ms 1000] [--steps 18] [--smoke]
 
@@ -45,6 +45,9 @@ from gpu_runs import (
     write_tokens,
 )
 
+# gpu_runs has put this checkout on sys.path
+from train_backend import test_aids
+
 RULE = "input_bound"
 TITLE = "Input-bound"  # how the rule's finding begins (cockpit.doctor.rules.input_bound)
 
@@ -69,11 +72,11 @@ def main() -> int:
         shape,
         data,
         steps,
-        **{"training.dataloader_num_workers": 0, "debug.collate_cpu_ms": collate_ms},
+        **{"training.dataloader_num_workers": 0},
     )
     t0 = time.monotonic()
     prebuild(shape, env)
-    run, done = train_headless(config, env)
+    run, done = train_headless(config, {**env, **test_aids.environ(collate_cpu_ms=collate_ms)})
     events = events_of(run)
     live = doctor_lines(done.stdout)
     recorded = doctor_over_recording(run)

@@ -1,8 +1,13 @@
-"""Where the cockpit keeps things: run directories and caches (documented in the README)."""
+"""Where the cockpit keeps things: run directories and caches (docs/architecture.md), and the
+`cockpit` command itself, as the user can type it here."""
 
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
+import sys
+import sysconfig
 from pathlib import Path
 
 
@@ -24,3 +29,34 @@ def cache_root() -> Path:
         return Path(os.environ["COCKPIT_CACHE"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
     return Path(base).expanduser() / "lora-cockpit"
+
+
+def cockpit_command() -> str:
+    """The `cockpit` command as it works when typed in this shell, for every line that tells the user
+    what to run next: `cockpit` where that name on PATH is this install's entry point, else the
+    entry point's path (relative to the current directory when under it: `.venv/bin/cockpit`),
+    else this interpreter with `-m cockpit`. $COCKPIT_COMMAND, when set, is used as it is."""
+    if os.environ.get("COCKPIT_COMMAND"):
+        return os.environ["COCKPIT_COMMAND"]
+    # where pip put the entry point: this environment's scripts folder (outside a venv, pip --user's)
+    scripts = [sysconfig.get_path("scripts")]
+    if sys.prefix == sys.base_prefix:
+        scripts.append(sysconfig.get_path("scripts", f"{os.name}_user"))
+    ours = [Path(d, "cockpit") for d in scripts if Path(d, "cockpit").is_file()]
+    on_path = shutil.which("cockpit")
+    if on_path and any(Path(on_path).resolve() == p.resolve() for p in ours):
+        return "cockpit"
+    if ours:
+        return _as_typed(ours[0])
+    return f"{_as_typed(Path(sys.executable))} -m cockpit"
+
+
+def _as_typed(path: Path) -> str:
+    """A path to type: relative to the current directory when under it (`.venv/bin/cockpit`), else
+    absolute; quoted for the shell where it needs it."""
+    try:
+        shown = str(path.absolute().relative_to(Path.cwd()))
+        shown = shown if "/" in shown else f"./{shown}"  # a bare name would be looked up on PATH
+    except (ValueError, OSError):  # not under it, or it is gone
+        shown = str(path.absolute())
+    return shlex.quote(shown)

@@ -29,9 +29,14 @@ CALLER_ENV = (
     "COCKPIT_HOME",
     "COCKPIT_CACHE",
     "COCKPIT_CONFIG",
+    "COCKPIT_TEST_AIDS",  # faults a test sets for its own trainer (train_backend.test_aids), never inherited
 )
 for _name in CALLER_ENV:
     os.environ.pop(_name, None)
+# The commands the product prints read `cockpit ...` here whatever PATH holds, so that what the tests
+# compare (and the snapshots) is the same on every machine; tests/test_cockpit_command.py checks the
+# helper (cockpit.paths.cockpit_command) without it.
+os.environ["COCKPIT_COMMAND"] = "cockpit"
 # One compute thread per process: the suite runs one worker per core, each starting trainers, so
 # torch's default (a thread per core in every process) oversubscribes the cores and its threads
 # spin waiting for each other. Measured on the 2-core box beside the other workers: one tiny

@@ -91,7 +91,10 @@ def test_backend_never_imports_textual():
 
 
 def test_backend_with_its_libraries_loaded_still_has_no_textual():
-    code = "import train_backend.trainer as t, torch, transformers, peft, trl, datasets\nt.make_trainer_class"
+    code = (
+        "import train_backend.trainer, train_backend.callbacks, torch, transformers, peft, trl, datasets\n"
+        "from train_backend.checkpoints import trainer_class\ntrainer_class()"
+    )
     mods = imported(code)
     assert "trl" in mods and not (mods & {"textual", "screens", "widgets"})
 

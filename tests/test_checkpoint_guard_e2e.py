@@ -13,6 +13,7 @@ from conftest import cockpit, events, only_run, write_config
 
 from cockpit.run import disk_guard as checkpoint_space
 from cockpit.run import rundir
+from train_backend import test_aids
 
 pytestmark = pytest.mark.slow
 # synthetic:tiny with the test config's LoRA writes checkpoints of about 1.9 MiB (their reserve is the
@@ -23,8 +24,9 @@ FREE_BYTES = checkpoint_space.MIN_RESERVE_BYTES + 3_000_000
 def test_a_checkpoint_that_cannot_fit_is_never_started(tmp_path, env):
     config = write_config(
         tmp_path / "c.yaml",
-        {"training.max_steps": 4, "output.save_steps": 2, "debug.free_bytes": FREE_BYTES},
+        {"training.max_steps": 4, "output.save_steps": 2},
     )
+    env = {**env, **test_aids.environ(free_bytes=FREE_BYTES)}
     proc = cockpit(["train", str(config), "--no-ui", "--skip-preflight"], env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     run = only_run(env)
@@ -75,8 +77,9 @@ def test_two_ranks_refuse_the_same_checkpoint_together(tmp_path, env):
     """Rank 0 measures, every rank gets its verdict: both stop at checkpoint 4, none starts writing it."""
     config = write_config(
         tmp_path / "c.yaml",
-        {"gpus": 2, "training.max_steps": 4, "output.save_steps": 2, "debug.free_bytes": FREE_BYTES},
+        {"gpus": 2, "training.max_steps": 4, "output.save_steps": 2},
     )
+    env = {**env, **test_aids.environ(free_bytes=FREE_BYTES)}
     proc = cockpit(["train", str(config), "--no-ui", "--skip-preflight"], env)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = only_run(env)

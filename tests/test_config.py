@@ -9,6 +9,7 @@ from cockpit.config import load as config_load
 from cockpit.config import schema as config
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError
+from train_backend import test_aids
 
 
 def err(overrides: list[str] | None = None, text: str | None = None, tmp_path=None) -> str:
@@ -59,10 +60,8 @@ def err(overrides: list[str] | None = None, text: str | None = None, tmp_path=No
         (["quantization.bits=3"], "quantization.bits: 3 (int) is not one of 4, 8"),
         (["training.max_length=null"], "training.max_length: a value is required"),
         (["training"], "--set 'training': expected key=value"),
-        (
-            ["training.max_steps=2", "debug.fail_at_step=5"],
-            "debug.fail_at_step: 5 is after training.max_steps (2)",
-        ),
+        # test aids are no config keys (train_backend.test_aids; its checks: test_a_fault_after_...)
+        (["debug.fail_at_step=5"], "unknown key 'debug.fail_at_step'"),
         (["training=3"], "training: expected a section (key: value lines), got 3 (int)"),
         (["training.epochs=.inf"], "training.epochs: inf is not a finite number"),
         (["training.learning_rate=nan"], "training.learning_rate: nan is not a finite number"),
@@ -71,6 +70,13 @@ def err(overrides: list[str] | None = None, text: str | None = None, tmp_path=No
 )
 def test_each_bad_value_names_key_and_fix(overrides, expected):
     assert expected in err(overrides)
+
+
+def test_a_fault_after_the_last_step_is_refused_where_the_aid_is_read():
+    cfg = load_config(None, ["training.max_steps=2"])
+    with pytest.raises(ConfigError) as caught:
+        test_aids.read({test_aids.ENV: '{"fail_at_step": 5}'}, cfg, first_attempt=True)
+    assert "COCKPIT_TEST_AIDS: fail_at_step 5 is after training.max_steps (2)" in str(caught.value)
 
 
 def test_model_dir_without_config_json(tmp_path):
@@ -138,8 +144,7 @@ def test_template_parses_to_the_defaults(tmp_path):
     assert load_config(path) == config.TrainConfig()
     # every key is documented in the template
     for key in config.all_keys():
-        if not key.startswith("debug."):
-            assert f"{key.rsplit('.', 1)[-1]}:" in config.template()
+        assert f"{key.rsplit('.', 1)[-1]}:" in config.template()
 
 
 def test_dumped_config_round_trips():

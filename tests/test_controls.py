@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from train_backend.callbacks import Controls
+from train_backend.controls import Controls
 
 
 class Emitted:

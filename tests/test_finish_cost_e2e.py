@@ -15,6 +15,7 @@ from conftest import ROOT, SUPPORT, cockpit, events, only_run, wait_for, write_c
 
 from cockpit.money import end_runner
 from cockpit.run.rundir import RunDir
+from train_backend import test_aids
 
 pytestmark = pytest.mark.slow
 # the tests that read the shared run go to one worker, so that it is built once
@@ -155,11 +156,10 @@ def test_the_budget_stops_the_run_with_a_checkpoint_and_a_restart_is_refused(tmp
 
 
 def test_on_end_after_a_failure_that_fails_itself(tmp_path, cache_dir):
-    env = make_env(tmp_path, cache_dir)
+    env = {**make_env(tmp_path, cache_dir), **test_aids.environ(fail_at_step=4)}
     overrides = {
         "training.max_steps": 6,
         "output.save_steps": 2,
-        "debug.fail_at_step": 4,
         "cost.on_end": 'echo "status $COCKPIT_RUN_STATUS" >> ends.txt; exit 3',
     }
     proc = cockpit(["train", str(write_config(tmp_path / "c.yaml", overrides)), "--no-ui"], env)

@@ -218,7 +218,7 @@ def test_the_plan_takes_the_block_only_when_asked_and_gives_its_memory_to_the_sp
     assert (fused.mlp_block, c.value, c.source) == ("fused", "fused", "yours")
     # Liger's SwiGLU (on in these facts) keeps no SiLU output: down_proj's input is what goes
     assert f"{2 * LLAMA7.intermediate_size / 1024:.0f} KiB a token less (down_proj's input)" in c.reason
-    assert "not yet measured on a GPU" in c.reason and fused.to_event()["mlp_block"] == "fused"
+    assert "which goes to the split" in c.reason and fused.to_event()["mlp_block"] == "fused"
     # the memory it frees goes to the split: no more layers recomputed, as fast or faster by the model
     assert fused.checkpoint_layers <= default.checkpoint_layers
     assert fused.predicted_tokens_per_s >= default.predicted_tokens_per_s

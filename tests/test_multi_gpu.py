@@ -22,6 +22,7 @@ from cockpit.models.sharding import choose_strategy
 from cockpit.preflight.checks import perf
 from cockpit.run import ranks as dist
 from cockpit.telemetry.nvml_state import read_nvml
+from train_backend import test_aids
 
 # ---------------------------------------------------------------- config and launch
 
@@ -41,7 +42,6 @@ from cockpit.telemetry.nvml_state import read_nvml
             "only for one machine",
         ),
         ({"method": "qlora", "quantization.bits": 8, "distributed.strategy": "fsdp"}, "4-bit QLoRA"),
-        ({"gpus": 2, "debug.fail_rank": 2}, "2 ranks (0 to 1)"),
         ({"gpus": 0}, "it must be >= 1"),
     ],
 )
@@ -49,6 +49,13 @@ def test_config_refuses_a_job_that_cannot_start(values, needle):
     with pytest.raises(ConfigError) as caught:
         config_from_dotted(values)
     assert needle in str(caught.value)
+
+
+def test_a_fault_for_a_rank_the_job_lacks_is_refused():
+    cfg = config_from_dotted({"gpus": 2})
+    with pytest.raises(ConfigError) as caught:
+        test_aids.read({test_aids.ENV: '{"fail_rank": 2}'}, cfg, first_attempt=True)
+    assert "COCKPIT_TEST_AIDS: fail_rank 2, but the job has 2 ranks (0 to 1)" in str(caught.value)
 
 
 def test_one_gpu_keeps_the_plain_trainer_command():

@@ -28,6 +28,7 @@ from cockpit.run import process, rundir
 from cockpit.run import ranks as distributed
 from cockpit.run.control import send_command
 from cockpit.run.status import run_status
+from train_backend import test_aids
 
 pytestmark = pytest.mark.slow
 TWO = {"gpus": 2, "training.max_steps": 6, "output.save_steps": 3}
@@ -51,11 +52,12 @@ def assert_all_gone(pids: list[int], timeout: float = 10.0) -> None:
     wait_for(gone, timeout, what=f"processes {pids} to end")
 
 
-def start(tmp_path: Path, overrides: dict) -> tuple[rundir.RunDir, subprocess.Popen]:
-    """A run launched by the supervisor itself (as `cockpit train` does), no client attached."""
+def start(tmp_path: Path, overrides: dict, **aids) -> tuple[rundir.RunDir, subprocess.Popen]:
+    """A run launched by the supervisor itself (as `cockpit train` does), no client attached;
+    `aids`: test aids (train_backend.test_aids) in the trainer's environment."""
     cfg = load_config(write_config(tmp_path / "c.yaml", overrides))
     run = rundir.create(None, cfg.model.name, dump_config(cfg))
-    return run, process.launch(run)
+    return run, process.launch(run, extra_env=test_aids.environ(**aids))
 
 
 def test_two_ranks_one_event_stream(tmp_path, env):
@@ -88,7 +90,8 @@ def test_two_ranks_one_event_stream(tmp_path, env):
 
 
 def test_a_crashing_rank_is_reported_with_its_rank(tmp_path, env):
-    config = write_config(tmp_path / "c.yaml", {**TWO, "debug.fail_at_step": 3, "debug.fail_rank": 1})
+    config = write_config(tmp_path / "c.yaml", TWO)
+    env = {**env, **test_aids.environ(fail_at_step=3, fail_rank=1)}
     proc = cockpit(["train", str(config), "--no-ui", "--skip-preflight"], env)
     assert proc.returncode != 0
     run = only_run(env)
@@ -106,7 +109,7 @@ def test_a_crashing_rank_is_reported_with_its_rank(tmp_path, env):
 
 
 def test_a_killed_rank_is_named(tmp_path, env):
-    run, proc = start(tmp_path, {**TWO, "training.max_steps": 200, "debug.step_sleep_s": 0.2})
+    run, proc = start(tmp_path, {**TWO, "training.max_steps": 200}, step_sleep_s=0.2)
     wait_event(run.path, lambda e: e["type"] == "log" and e["step"] >= 2, timeout=90)
     victim = next(r for r in distributed.rank_records(run.path) if r["rank"] == 1)
     os.kill(victim["pid"], signal.SIGKILL)  # what the kernel's OOM killer does
@@ -119,7 +122,7 @@ def test_a_killed_rank_is_named(tmp_path, env):
 
 def test_pause_save_and_stop_reach_every_rank(tmp_path, env):
     run, proc = start(
-        tmp_path, {**TWO, "training.max_steps": 200, "output.save_steps": 1000, "debug.step_sleep_s": 0.2}
+        tmp_path, {**TWO, "training.max_steps": 200, "output.save_steps": 1000}, step_sleep_s=0.2
     )
     wait_event(run.path, lambda e: e["type"] == "log" and e["step"] >= 2, timeout=90)
     pids = rank_pids(run.path)
@@ -148,7 +151,7 @@ def test_pause_save_and_stop_reach_every_rank(tmp_path, env):
 
 def test_sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint(tmp_path, env):
     run, proc = start(
-        tmp_path, {**TWO, "training.max_steps": 200, "output.save_steps": 1000, "debug.step_sleep_s": 0.2}
+        tmp_path, {**TWO, "training.max_steps": 200, "output.save_steps": 1000}, step_sleep_s=0.2
     )
     wait_event(run.path, lambda e: e["type"] == "log" and e["step"] >= 2, timeout=90)
     pids = rank_pids(run.path)
@@ -163,7 +166,7 @@ def test_sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint(tmp_path, en
 
 
 def test_a_killed_launcher_takes_its_ranks_along(tmp_path, env):
-    run, proc = start(tmp_path, {**TWO, "training.max_steps": 200, "debug.step_sleep_s": 0.2})
+    run, proc = start(tmp_path, {**TWO, "training.max_steps": 200}, step_sleep_s=0.2)
     wait_event(run.path, lambda e: e["type"] == "log", timeout=90)
     pids = rank_pids(run.path)
     os.kill(proc.pid, signal.SIGKILL)  # only the launcher: the ranks live in sessions of their own

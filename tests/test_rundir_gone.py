@@ -16,6 +16,7 @@ from conftest import cockpit_bg, wait_event, wait_run_dir, write_config
 
 from cockpit.cli.main import main
 from cockpit.run import process
+from train_backend import test_aids
 from train_backend.rundir_watch import RunDirWatch
 
 
@@ -70,8 +71,9 @@ def test_runs_lists_and_stop_ends_a_trainer_whose_directory_is_gone(tmp_path, en
 def test_the_trainer_stops_within_seconds_of_its_directory_being_deleted(tmp_path, env):
     config = write_config(
         tmp_path / "c.yaml",
-        {"training.max_steps": 400, "debug.step_sleep_s": 0.2, "output.save_steps": 1000},
+        {"training.max_steps": 400, "output.save_steps": 1000},
     )
+    env = {**env, **test_aids.environ(step_sleep_s=0.2)}
     client = cockpit_bg(["train", str(config), "--no-ui", "--skip-preflight"], env)
     try:
         run = wait_run_dir(env)

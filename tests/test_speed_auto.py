@@ -332,15 +332,11 @@ def test_checkpoint_offload_in_the_config_is_kept_either_way():
 
 
 def test_the_lora_layers_are_fused_where_they_can_be_and_the_plan_says_why():
-    from cockpit.speed import model as speed
-
     plan = speed_auto.plan(qlora(), gpu(22), RAGGED, LLAMA7)
     fused = choice(plan, "LoRA layers")
     assert (plan.lora_backend, fused.value, fused.source) == ("fused", "fused", "auto")
     assert plan.to_event()["lora_backend"] == "fused"
-    host = speed.FUSED_ADAPTER_HOST_SHARE["qlora"]
-    traffic = speed.FUSED_ADAPTER_BYTES_SHARE["qlora"]
-    assert f"{host:.0%} of peft's host time" in fused.reason and f"{traffic:.0%} of its" in fused.reason
+    assert "one autograd function" in fused.reason and "less host time and memory traffic" in fused.reason
     written = speed_auto.plan(qlora(**{"speed.backend": "fused"}), gpu(22), RAGGED, LLAMA7)
     assert choice(written, "LoRA layers").source == "yours" and written.lora_backend == "fused"
 

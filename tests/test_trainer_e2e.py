@@ -27,6 +27,7 @@ from conftest import (
 from cockpit.protocol.events import undeclared
 from cockpit.run import process, rundir
 from cockpit.run.status import run_status
+from train_backend import test_aids
 
 pytestmark = pytest.mark.slow
 SECRET = "hf_TESTSECRETabcdefghijklmnop123456"
@@ -128,9 +129,8 @@ def test_full_run_headless(tmp_path, env):
 
 
 def test_trainer_sigkilled_then_restart_continues_the_step_count(tmp_path, env):
-    config = write_config(
-        tmp_path / "c.yaml", {"training.max_steps": 14, "debug.step_sleep_s": 0.25, "output.save_steps": 5}
-    )
+    config = write_config(tmp_path / "c.yaml", {"training.max_steps": 14, "output.save_steps": 5})
+    env = {**env, **test_aids.environ(step_sleep_s=0.25)}
     proc = cockpit(["train", str(config), "--no-ui", "--check"], env)
     assert proc.returncode == 0
     client = cockpit_bg(["train", str(config), "--no-ui"], env)
@@ -163,7 +163,8 @@ def test_trainer_sigkilled_then_restart_continues_the_step_count(tmp_path, env):
 
 
 def test_client_sigkilled_training_finishes_and_attach_follows_live(tmp_path, env):
-    config = write_config(tmp_path / "c.yaml", {"training.max_steps": 16, "debug.step_sleep_s": 0.3})
+    config = write_config(tmp_path / "c.yaml", {"training.max_steps": 16})
+    env = {**env, **test_aids.environ(step_sleep_s=0.3)}
     client = cockpit_bg(["train", str(config), "--no-ui"], env)
     run = wait_run_dir(env)
     wait_event(run, lambda e: e["type"] == "log" and e["step"] >= 2)
@@ -178,9 +179,8 @@ def test_client_sigkilled_training_finishes_and_attach_follows_live(tmp_path, en
 
 
 def test_commands_pause_resume_save_stop(tmp_path, env):
-    config = write_config(
-        tmp_path / "c.yaml", {"training.max_steps": 200, "debug.step_sleep_s": 0.2, "output.save_steps": 1000}
-    )
+    config = write_config(tmp_path / "c.yaml", {"training.max_steps": 200, "output.save_steps": 1000})
+    env = {**env, **test_aids.environ(step_sleep_s=0.2)}
     client = cockpit_bg(["train", str(config), "--no-ui", "--log-every", "0"], env)
     run = wait_run_dir(env)
     wait_event(run, lambda e: e["type"] == "log" and e["step"] >= 2)
@@ -229,8 +229,9 @@ def test_commands_pause_resume_save_stop(tmp_path, env):
 def test_stop_escalates_and_leaves_no_orphan(tmp_path, env, workers, outcome, term_timeout):
     config = write_config(
         tmp_path / "c.yaml",
-        {"training.max_steps": 5, "debug.step_sleep_s": 60, "training.dataloader_num_workers": workers},
+        {"training.max_steps": 5, "training.dataloader_num_workers": workers},
     )
+    env = {**env, **test_aids.environ(step_sleep_s=60)}
     client = cockpit_bg(["train", str(config), "--no-ui"], env)
     run = wait_run_dir(env)
     wait_event(run, lambda e: e["type"] == "train_begin")
@@ -252,7 +253,7 @@ def test_stop_escalates_and_leaves_no_orphan(tmp_path, env, workers, outcome, te
         ({"dataset.path": "@nofield"}, "data", "columns are: prompt, answer"),
         ({"model.name": "@badmodel"}, "model_load", "could not load the tokenizer from local path"),
         ({"model.name": "nobody/no-such-model"}, "model_load", "HF_ENDPOINT"),
-        ({"debug.fail_at_step": 3, "debug.fail_kind": "oom"}, "oom", "Tried to allocate 2.00 GiB"),
+        ({"@aids": {"fail_at_step": 3, "fail_kind": "oom"}}, "oom", "Tried to allocate 2.00 GiB"),
     ],
 )
 def test_failures_become_one_classified_error_event(tmp_path, env, overrides, kind, needle):
@@ -265,6 +266,9 @@ def test_failures_become_one_classified_error_event(tmp_path, env, overrides, ki
         folder.mkdir()
         (folder / "config.json").write_text('{"model_type": "llama"}')
         overrides = {"model.name": str(folder)}
+    if "@aids" in overrides:  # test aids go in the trainer's environment, never its config
+        env = {**env, **test_aids.environ(**overrides["@aids"])}
+        overrides = {}
     config = write_config(tmp_path / "c.yaml", overrides)
     proc = cockpit(["train", str(config), "--no-ui"], env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -288,13 +292,9 @@ def test_failures_become_one_classified_error_event(tmp_path, env, overrides, ki
 def test_disk_full_during_a_save_keeps_earlier_checkpoints_and_resumes(tmp_path, env):
     config = write_config(
         tmp_path / "c.yaml",
-        {
-            "training.max_steps": 12,
-            "output.save_steps": 4,
-            "debug.fail_at_step": 8,
-            "debug.fail_kind": "disk_full",
-        },
+        {"training.max_steps": 12, "output.save_steps": 4},
     )
+    env = {**env, **test_aids.environ(fail_at_step=8, fail_kind="disk_full")}
     proc = cockpit(["train", str(config), "--no-ui"], env)
     assert proc.returncode == 1
     run = only_run(env)
@@ -302,9 +302,8 @@ def test_disk_full_during_a_save_keeps_earlier_checkpoints_and_resumes(tmp_path,
     assert error["type"] == "error" and error["kind"] == "disk" and "No space left" in error["message"]
     assert error["checkpoints"] == ["checkpoint-4"]
     assert [p.name for p in rundir.RunDir(run).complete_checkpoints()] == ["checkpoint-4"]
-    # the half-written save was never taken for a checkpoint; a restart resumes from step 4
-    run_cfg = run / "config.yaml"
-    run_cfg.write_text(run_cfg.read_text().replace("fail_at_step: 8", "fail_at_step: null"))
+    # the half-written save was never taken for a checkpoint; a restart resumes from step 4, and
+    # goes past step 8: the fault, still in its environment, fires in a run's first trainer only
     restart = cockpit(["restart", run.name, "--no-ui", "--log-every", "0"], env)
     assert restart.returncode == 0, restart.stdout + restart.stderr
     assert "resuming from checkpoint-4" in restart.stdout

@@ -14,119 +14,155 @@ from cockpit.run import disk_guard as checkpoint_space
 from cockpit.run import rundir
 from train_backend.channel import Emitter
 from train_backend.errors import CheckpointWontFit, refused_write
+from train_backend.test_aids import MARK, Aids
 
 
-def make_trainer_class(emitter: Emitter, run: rundir.RunDir, cfg: TrainConfig, tracker=None):
-    """`tracker`: the eval losses (train_backend.evaluation.EvalTracker), when the run evaluates: the
-    checkpoint with the lowest is kept through rotation and named in each checkpoint event."""
+class AtomicCheckpoints:
+    """Mixed in before SFTTrainer (`trainer_class`): checkpoints that appear atomically, written
+    aside, synced, marked complete, then renamed; rotated after the rename; refused before a save
+    that cannot fit the disk.
+
+    `eval_tracker`: the eval losses (train_backend.evaluation.EvalTracker), when the run evaluates:
+    the checkpoint with the lowest is kept through rotation and named in each checkpoint event.
+    `aids`: a test's full disk (train_backend.test_aids).
+    """
+
+    _staging = False
+
+    def __init__(
+        self,
+        *args,
+        run: rundir.RunDir,
+        emitter: Emitter,
+        cfg: TrainConfig,
+        eval_tracker=None,
+        aids: Aids | None = None,
+        **kw,
+    ):
+        self.run, self.emitter, self.cfg, self.eval_tracker = run, emitter, cfg, eval_tracker
+        self.aids = aids or Aids()
+        super().__init__(*args, **kw)
+
+    def _get_output_dir(self, trial):
+        if self._staging:
+            return str(self.run.checkpoints_dir / rundir.STAGING_NAME)
+        return super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial):
+        step = self.state.global_step
+        staged = self.run.checkpoints_dir / rundir.STAGING_NAME / f"checkpoint-{step}"
+        # several processes: all write into the staging folder, one per node publishes it
+        local_main = self.accelerator.is_local_main_process
+        if local_main:
+            shutil.rmtree(staged, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        # a save that cannot fit is never started: half-written, it fills the disk and kills the run
+        check = self._agree_on_space(
+            space_check(self.run, self.cfg, model, step, self.is_fsdp_enabled, self.aids.free_bytes)
+            if local_main
+            else None
+        )
+        if not check.fits:
+            raise CheckpointWontFit(check, _refusal_hint(self.run, self.cfg, step))
+        started = time.time()
+        self._write_staged(model, trial, staged, local_main)
+        self.accelerator.wait_for_everyone()
+        if local_main:
+            self._publish(staged, step, started)
+        self.accelerator.wait_for_everyone()
+
+    def _write_staged(self, model, trial, staged: Path, local_main: bool) -> None:
+        """HF's own save, pointed at the staging folder (`_get_output_dir`)."""
+        self._staging = True
+        try:
+            super()._save_checkpoint(model, trial)
+            if self.aids.fail_kind == "disk_full" and self.state.global_step == self.aids.fail_at_step:
+                raise OSError(errno.ENOSPC, f"No space left on device {MARK}")
+        except BaseException as exc:
+            # a full disk: the half-written files go, so the error event and the log can still be
+            # written (the empty staging folder stays: a restart reports the unfinished save)
+            if local_main and refused_write(exc) is not None:
+                shutil.rmtree(staged, ignore_errors=True)
+            raise
+        finally:
+            self._staging = False
+
+    def _publish(self, staged: Path, step: int, started: float) -> None:
+        """Mark the staged checkpoint complete, sync it, rename it into place, rotate, say so."""
+        checkpoints_dir = self.run.checkpoints_dir
+        final = checkpoints_dir / f"checkpoint-{step}"
+        marker = {"step": step, "saved_at": time.time(), "save_s": round(time.time() - started, 3)}
+        (staged / rundir.COMPLETE_MARKER).write_text(json.dumps(marker))
+        fsync_tree(staged)
+        if final.exists():  # an older save of this step that never completed
+            shutil.rmtree(final)
+        os.rename(staged, final)
+        fsync_dir(checkpoints_dir)
+        try:
+            staged.parent.rmdir()
+        except OSError:
+            pass
+        tracker = self.eval_tracker
+        best = None
+        if tracker is not None:
+            best = tracker.best_checkpoint([p.name for p in self.run.complete_checkpoints()])
+        removed = _rotate(
+            checkpoints_dir, self.cfg.output.checkpoints_kept, protect=best[0] if best else None
+        )
+        size = sum(f.stat().st_size for f in final.rglob("*") if f.is_file())
+        loss = None if tracker is None else tracker.losses.get(step)
+        evaluated = {} if tracker is None else {"eval_loss": round(loss, 6) if loss is not None else None}
+        if best is not None:
+            evaluated.update(best_checkpoint=best[0], best_eval_loss=round(best[1], 6))
+        self.emitter.emit(
+            "checkpoint",
+            step=step,
+            path=str(final),
+            bytes=size,
+            save_s=marker["save_s"],
+            removed=[p.name for p in removed],
+            **evaluated,
+        )
+
+    def _agree_on_space(self, check: checkpoint_space.SpaceCheck | None) -> checkpoint_space.SpaceCheck:
+        """Every rank takes the same decision. The local main process of each node measured its own
+        disk (several nodes each write their own copy, save_on_each_node); all ranks gather those
+        verdicts and refuse if any node's disk is short, so no rank starts a save the others skip."""
+        if self.accelerator.num_processes == 1:
+            return check
+        import torch.distributed as dist
+
+        verdicts: list = [None] * self.accelerator.num_processes
+        dist.all_gather_object(verdicts, check)
+        measured = [v for v in verdicts if v is not None]
+        return next((v for v in measured if not v.fits), measured[0])
+
+
+def trainer_class() -> type:
+    """TRL's SFTTrainer with `AtomicCheckpoints`; build it with run=, emitter=, cfg=, eval_tracker=
+    besides SFTTrainer's own arguments. trl is imported here, when the run builds its trainer."""
     from trl import SFTTrainer
 
-    keep = cfg.output.checkpoints_kept
-
-    class CockpitSFTTrainer(SFTTrainer):
+    class CockpitSFTTrainer(AtomicCheckpoints, SFTTrainer):
         """SFTTrainer whose checkpoints appear atomically: written aside, synced, then renamed."""
-
-        _staging = False
-
-        def _get_output_dir(self, trial):
-            if self._staging:
-                return str(run.checkpoints_dir / rundir.STAGING_NAME)
-            return super()._get_output_dir(trial)
-
-        def _save_checkpoint(self, model, trial):
-            step = self.state.global_step
-            staging_root = run.checkpoints_dir / rundir.STAGING_NAME
-            staged = staging_root / f"checkpoint-{step}"
-            final = run.checkpoints_dir / f"checkpoint-{step}"
-            # several processes: all write into the staging folder, one per node publishes it
-            local_main = self.accelerator.is_local_main_process
-            if local_main:
-                shutil.rmtree(staged, ignore_errors=True)
-            self.accelerator.wait_for_everyone()
-            # a save that cannot fit is never started: half-written, it fills the disk and kills the run
-            check = self._agree_on_space(
-                space_check(run, cfg, model, step, self.is_fsdp_enabled) if local_main else None
-            )
-            if not check.fits:
-                raise CheckpointWontFit(check, _refusal_hint(run, cfg, step))
-            started = time.time()
-            self._staging = True
-            try:
-                super()._save_checkpoint(model, trial)
-                if cfg.debug.fail_kind == "disk_full" and step == cfg.debug.fail_at_step:
-                    raise OSError(errno.ENOSPC, "No space left on device (injected by debug.fail_at_step)")
-            except BaseException as exc:
-                # a full disk: the half-written files go, so the error event and the log can still be
-                # written (the empty staging folder stays: a restart reports the unfinished save)
-                if local_main and refused_write(exc) is not None:
-                    shutil.rmtree(staged, ignore_errors=True)
-                raise
-            finally:
-                self._staging = False
-            self.accelerator.wait_for_everyone()
-            if not local_main:
-                self.accelerator.wait_for_everyone()
-                return
-            marker = {"step": step, "saved_at": time.time(), "save_s": round(time.time() - started, 3)}
-            (staged / rundir.COMPLETE_MARKER).write_text(json.dumps(marker))
-            fsync_tree(staged)
-            if final.exists():  # an older save of this step that never completed
-                shutil.rmtree(final)
-            os.rename(staged, final)
-            fsync_dir(run.checkpoints_dir)
-            try:
-                staging_root.rmdir()
-            except OSError:
-                pass
-            best = None
-            if tracker is not None:
-                best = tracker.best_checkpoint([p.name for p in run.complete_checkpoints()])
-            removed = _rotate(run.checkpoints_dir, keep, protect=best[0] if best else None)
-            size = sum(f.stat().st_size for f in final.rglob("*") if f.is_file())
-            loss = None if tracker is None else tracker.losses.get(step)
-            evaluated = {} if tracker is None else {"eval_loss": round(loss, 6) if loss is not None else None}
-            if best is not None:
-                evaluated.update(best_checkpoint=best[0], best_eval_loss=round(best[1], 6))
-            emitter.emit(
-                "checkpoint",
-                step=step,
-                path=str(final),
-                bytes=size,
-                save_s=marker["save_s"],
-                removed=[p.name for p in removed],
-                **evaluated,
-            )
-            self.accelerator.wait_for_everyone()
-
-        def _agree_on_space(self, check: checkpoint_space.SpaceCheck | None) -> checkpoint_space.SpaceCheck:
-            """Every rank takes the same decision. The local main process of each node measured its own
-            disk (several nodes each write their own copy, save_on_each_node); all ranks gather those
-            verdicts and refuse if any node's disk is short, so no rank starts a save the others skip."""
-            if self.accelerator.num_processes == 1:
-                return check
-            import torch.distributed as dist
-
-            verdicts: list = [None] * self.accelerator.num_processes
-            dist.all_gather_object(verdicts, check)
-            measured = [v for v in verdicts if v is not None]
-            return next((v for v in measured if not v.fits), measured[0])
 
     return CockpitSFTTrainer
 
 
 def space_check(
-    run: rundir.RunDir, cfg: TrainConfig, model, step: int, fsdp: bool
+    run: rundir.RunDir, cfg: TrainConfig, model, step: int, fsdp: bool, free_bytes: int | None = None
 ) -> checkpoint_space.SpaceCheck:
     """Free space of the checkpoints' file system against this checkpoint's expected size: the last
-    complete checkpoint's when there is one, else an estimate from the model's parameters."""
+    complete checkpoint's when there is one, else an estimate from the model's parameters.
+    `free_bytes`: a test's disk (test_aids.Aids.free_bytes), that fills as checkpoints are written."""
     folder = run.checkpoints_dir
     complete = run.complete_checkpoints()
     if complete:
         size = checkpoint_space.measured_checkpoint(complete[-1])
     else:
         size = estimate_from_model(model, cfg, fsdp)
-    if cfg.debug.free_bytes is not None:  # test aid: a disk that fills as checkpoints are written
-        free = max(0, cfg.debug.free_bytes - checkpoint_space.folder_bytes(folder))
+    if free_bytes is not None:
+        free = max(0, free_bytes - checkpoint_space.folder_bytes(folder))
     else:
         free = checkpoint_space.free_bytes(folder)
     return checkpoint_space.check_space(step, size, free, folder)

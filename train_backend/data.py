@@ -357,9 +357,9 @@ def length_stats(lengths: list[int], max_length: int) -> dict:
 
 
 class CpuBurningCollator:
-    """Test aid (`debug.collate_cpu_ms`): the trainer's collator, after burning `cpu_ms` of CPU time
-    per batch, as an expensive on-the-fly preprocessing would; counted in CPU time, not wall time,
-    so a busy machine does not change how much work a batch costs."""
+    """Test aid (`collate_cpu_ms`, train_backend.test_aids): the trainer's collator, after burning
+    `cpu_ms` of CPU time per batch, as an expensive on-the-fly preprocessing would; counted in CPU
+    time, not wall time, so a busy machine does not change how much work a batch costs."""
 
     def __init__(self, collate, cpu_ms: float) -> None:
         self.collate = collate
@@ -371,7 +371,7 @@ class CpuBurningCollator:
 
 
 def burn_cpu(cpu_ms: float) -> None:
-    """Spin until this thread has used `cpu_ms` of CPU time (test aids: debug.collate_cpu_ms, log_cpu_ms)."""
+    """Spin until this thread has used `cpu_ms` of CPU time (test aids: collate_cpu_ms, log_cpu_ms)."""
     end = time.thread_time() + cpu_ms / 1000.0
     while time.thread_time() < end:
         pass

@@ -34,8 +34,8 @@ from pathlib import Path
 
 from cockpit.models.sharding import choose_strategy as choose_sharding
 from cockpit.run import ranks as plan
-from train_backend.callbacks import Controls
 from train_backend.channel import Emitter, take_stdout
+from train_backend.controls import Controls
 
 PR_SET_PDEATHSIG = 1
 

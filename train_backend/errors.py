@@ -11,9 +11,11 @@ from pathlib import Path
 import yaml
 
 from cockpit.config.schema import ConfigError
+from cockpit.paths import cockpit_command
 from cockpit.run import disk_guard as checkpoint_space
 from cockpit.run import rundir
 from cockpit.run.oom_messages import parse_oom_message
+from train_backend import test_aids
 
 EXIT_CODES = {"other": 1, "config": 2, "data": 3, "model_load": 4, "oom": 5, "disk": 6, "gpu": 7}
 # CUDA errors that mean the device itself failed or went away, not the program
@@ -63,13 +65,14 @@ class Classified:
 
 def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Classified:
     text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, ConfigError):
-        return Classified("config", str(exc), _config_hint(run_dir))
+    if isinstance(exc, ConfigError):  # one may carry its own hint (test_aids.AidError)
+        return Classified("config", str(exc), getattr(exc, "hint", None) or _config_hint(run_dir))
     if _NO_TARGET.search(text):  # peft's NoMatchingPeftModuleError, or its ValueError of old
         return Classified(
             "config",
             f"lora.target_modules: no module of the model matches ({str(exc).split(chr(10))[0][:300]})",
-            "Name the model's linear layers (`cockpit estimate CONFIG` lists them for modelled families) "
+            f"Name the model's linear layers (`{cockpit_command()} estimate CONFIG` lists them for modelled "
+            "families) "
             "or use lora.target_modules: all-linear, and start again.",
         )
     if isinstance(exc, DataError):
@@ -78,7 +81,7 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
     if oom is not None or type(exc).__name__ == "OutOfMemoryError":
         info = oom.to_dict() if oom is not None else {"kind": "allocator"}
         info["exception"] = type(exc).__name__
-        info["injected"] = "(injected by debug.fail_at_step)" in text
+        info["injected"] = test_aids.MARK in text
         return Classified(
             "oom",
             str(exc).split("\n")[0][:500],
@@ -86,7 +89,8 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             "in the live view; headless: --on-oom ask or auto). By hand: turn on "
             "training.gradient_checkpointing, lower training.micro_batch_size (raise "
             "gradient_accumulation_steps to keep the effective batch), or shorten training.max_length. "
-            "The CUDA context is not reusable after an OOM: continue in a new process (cockpit restart RUN).",
+            "The CUDA context is not reusable after an OOM: continue in a new process "
+            f"({cockpit_command()} restart RUN).",
             info,
         )
     if isinstance(exc, CheckpointWontFit):
@@ -101,14 +105,14 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             "other",
             f"{gone}; {text}"[:2000],
             "Its checkpoints went with it: nothing is left to restart. Start a new run with "
-            "`cockpit train CONFIG`, and keep the run directory until the run ends.",
+            f"`{cockpit_command()} train CONFIG`, and keep the run directory until the run ends.",
         )
     if _GPU_FAILURE.search(text):
         return Classified(
             "gpu",
             text.split("\n")[0][:600],
             "The GPU failed or vanished. Check `nvidia-smi` and `dmesg | grep -i xid`; the checkpoints are "
-            "intact: when the GPU answers again, continue with `cockpit restart RUN`.",
+            f"intact: when the GPU answers again, continue with `{cockpit_command()} restart RUN`.",
         )
     if isinstance(exc, ModelLoadError) or phase == "loading_model":
         return Classified(
@@ -153,7 +157,7 @@ def _disk_full(exc: BaseException, phase: str, run_dir: str | None) -> Classifie
             f"disk full (or over quota) while {phase.replace('_', ' ')}{free}: {first_line}",
             f"Nothing of the run was lost. Free space on that disk (`df -h {where}`), or put the cache on a "
             "bigger disk (COCKPIT_CACHE for synthetic: models, HF_HOME for hub downloads), then continue "
-            f"with `cockpit restart {Path(run_dir).name}`.",
+            f"with `{cockpit_command()} restart {Path(run_dir).name}`.",
         )
     if run_dir:
         settings = _run_settings(run_dir)

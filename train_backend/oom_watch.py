@@ -18,6 +18,7 @@ from pathlib import Path
 
 from cockpit.config.schema import ConfigError, TrainConfig
 from cockpit.fmt import GIB
+from train_backend import test_aids
 from train_backend.channel import Emitter
 
 # the trainer's coarse phases -> the OOM's phase when it strikes outside the training loop
@@ -348,7 +349,7 @@ def injected_oom_message(card_gib: float | None = None) -> str:
         f"use. Of the allocated memory {size(20.10)} is allocated by PyTorch, and {size(2.00)} is reserved "
         "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation. "
-        "(injected by debug.fail_at_step)"
+        f"{test_aids.MARK}"
     )
 
 

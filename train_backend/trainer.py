@@ -9,24 +9,450 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, TrainConfig
 from cockpit.money import budget as budget_mod
 from cockpit.run import rundir
-from train_backend import answer_data, data_mix, emulated_card, generation, oom_watch, step_meter
+from cockpit.run.state import RunState
+from train_backend import (
+    answer_data,
+    checkpoints,
+    data_mix,
+    emulated_card,
+    generation,
+    oom_watch,
+    step_meter,
+    test_aids,
+)
 from train_backend import data as data_mod
 from train_backend import evaluation as eval_mod
 from train_backend import model as model_mod
 from train_backend import prompt_completion as pc
-from train_backend.callbacks import Controls, make_callback, memory_fields
 from train_backend.channel import CommandListener, Emitter
-from train_backend.checkpoints import clean_unfinished, fsync_tree, make_trainer_class
+from train_backend.controls import Controls
 from train_backend.distributed import RankControls, World, choose_strategy, local_first
 from train_backend.errors import classify, format_traceback
 from train_backend.rundir_watch import RunDirectoryGone, RunDirWatch
 from train_backend.speed import host_probe as host_speed
 from train_backend.speed import setup as fast
+
+
+def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = None) -> int:
+    """The whole run, phase by phase; returns the process exit code. Every failure becomes one
+    `error` event. `world`: this process's place among several (torchrun); None for one process."""
+    r = TrainingRun.begin(run, emitter, world)
+    try:
+        setup = start(r)
+        if r.stop_asked():
+            return r.stopped_early()
+        tokenizer = load_tokenizer(r, setup)
+        data = prepare_data(r, setup, tokenizer)
+        plan = plan_speed(r, setup, data)
+        if r.stop_asked():
+            return r.stopped_early()
+        loaded = load_model(r, setup, plan)
+        if r.stop_asked():
+            return r.stopped_early()
+        built = build_trainer(r, setup, plan, data, loaded, tokenizer)
+        result = train(r, setup, built)
+        if r.controls.stop.is_set():
+            return stopped(r, built, result)
+        return finish(r, setup, data, built, result)
+    except BaseException as exc:
+        if isinstance(exc, SystemExit):
+            raise
+        return failed(r, exc)
+
+
+@dataclass
+class TrainingRun:
+    """What every phase shares: the run directory, the channel, the clients' requests, and where
+    the run stands (its phase, and the step it reached) for the error event of a failure."""
+
+    run: rundir.RunDir
+    emitter: Emitter
+    world: World | None
+    controls: Controls
+    owner: bool  # the one process per node that owns the run directory
+    prior: RunState  # earlier attempts: what they cost
+    tracker: oom_watch.PhaseTracker = field(default_factory=oom_watch.PhaseTracker)  # where an OOM strikes
+    phase: str = "starting"
+    step: int | None = None
+
+    @classmethod
+    def begin(cls, run: rundir.RunDir, emitter: Emitter, world: World | None) -> TrainingRun:
+        """Signals, and on the run directory's owner the command listener, the watch on the run
+        directory and the telemetry recorder."""
+        controls = Controls(emitter) if world is None else RankControls(emitter, world)
+        owner = world is None or world.writes_events
+        signal.signal(signal.SIGTERM, controls.on_signal)
+        signal.signal(signal.SIGINT, controls.on_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # an SSH drop is not a reason to stop
+        if owner:
+            CommandListener(str(run.control_path), controls.on_command, controls.on_fault).start()
+            RunDirWatch(run.path, controls.on_run_dir_gone).start()
+            start_recorder(run)
+        return cls(run, emitter, world, controls, owner, budget_mod.history_state(run.events_path))
+
+    def enter(self, name: str, message: str = "") -> None:
+        self.phase = name
+        self.tracker.enter(name)
+        self.emitter.emit("phase", phase=name, message=message)
+
+    @property
+    def sharded(self) -> bool:
+        return self.world is not None and self.world.strategy == "fsdp"
+
+    def stop_asked(self) -> bool:
+        """Between phases: every process acts on the same requests."""
+        self.controls.agree()
+        return self.controls.stop.is_set()
+
+    def stopped_early(self) -> int:
+        where = f"stopped while {self.phase.replace('_', ' ')}"
+        if self.controls.gone.is_set():
+            raise RunDirectoryGone(where)
+        self.emitter.emit("done", status="stopped", step=0, message=where)
+        return 0
+
+
+@dataclass
+class Setup:
+    """What the start found (the config, the device, the checkpoint to resume from, the budget),
+    and what the phases after it add: the model's path, then speed: auto's config."""
+
+    cfg: TrainConfig
+    device: model_mod.Device
+    precision: str
+    resume: Path | None  # the last complete checkpoint
+    budget: budget_mod.Budget | None
+    card: emulated_card.EmulatedCard | None  # held to its size as nvidia-smi counts the process
+    aids: test_aids.Aids  # a test's faults and slowdowns
+    model_path: str = ""
+
+
+@dataclass
+class Data:
+    """What prepare_data made: the training rows and what evaluation needs."""
+
+    prepared: data_mod.PreparedData
+    held_out: eval_mod.EvalData | None  # the eval split
+    style: str  # how prompts are written (train_backend.generation)
+    prefix: str
+    prompts: list[eval_mod.Prompt]  # sampled before step 1, after each checkpoint and at the end
+
+
+@dataclass
+class Loaded:
+    """The model load_model made, and what the `model` event says of its loading."""
+
+    model: Any
+    scales_unpacked: dict | None  # train_backend.speed.setup.apply_quant_scales's account
+    load_s: float
+
+
+@dataclass
+class Built:
+    """The trainer build_trainer made, and what train and finish need beside it."""
+
+    trainer: Any
+    tokenizer: Any
+    evaluator: eval_mod.Evaluator
+    eval_tracker: eval_mod.EvalTracker | None
+    peft_config: Any
+    end_probe: dict | None = None  # the host's launch rate after training (CUDA)
+
+
+def start(r: TrainingRun) -> Setup:
+    """The config, the budget's refusal, the device and precision, the emulated card; `hello`."""
+    r.enter("starting", "reading config")
+    cfg = load_config(r.run.config_path)
+    aids = test_aids.read(os.environ, cfg, first_attempt=not r.prior.attempts)
+    refusal = budget_mod.already_spent(cfg, r.prior, r.run.run_id)
+    if refusal is not None:
+        raise ConfigError(refusal)
+    oom_watch.allocator_options(cfg)  # before CUDA starts
+    import transformers
+
+    versions = _versions()
+    device = model_mod.detect_device()
+    if r.world is not None:
+        r.world.init_process_group(device.kind, cfg.distributed.timeout_s)
+    model_mod.check_device_fits_method(cfg, device)
+    precision = model_mod.choose_precision(cfg, device)
+    emulation = r.tracker.emulation = oom_watch.emulate_vram(cfg, device.kind, precision)
+    if r.owner:
+        checkpoints.clean_unfinished(r.run, r.emitter)
+    card = None
+    if emulation is not None and emulation["applied"]:
+        card = emulated_card.start(emulation["limit_bytes"], emulation)
+    resume = r.run.complete_checkpoints()
+    r.emitter.emit(
+        "hello",
+        pid=os.getpid(),
+        pgid=os.getpgid(0),
+        run_id=r.run.run_id,
+        device=device.to_dict(),
+        precision=precision,
+        versions=versions,
+        resume_from=str(resume[-1]) if resume else None,
+        price_per_hour=cfg.cost.price_per_hour,
+        max_usd=cfg.cost.max_usd,
+        emulated_vram=emulation,
+    )
+    budget = budget_mod.budget_for(cfg, r.prior, time.time())
+    if emulation is not None and not emulation["applied"]:
+        r.emitter.emit(
+            "warning",
+            message="emulate_vram_gib has no effect without a CUDA GPU; the OOM wizard still judges "
+            "what fits against it",
+            hint="",
+        )
+    transformers.set_seed(cfg.training.seed)
+    return Setup(cfg, device, precision, resume[-1] if resume else None, budget, card, aids)
+
+
+def load_tokenizer(r: TrainingRun, s: Setup):
+    """The model's files (one download or synthetic build per node), the sharding, the tokenizer."""
+    r.enter("loading_model", f"resolving {s.cfg.model.name}")
+    with local_first(r.world):
+        s.model_path = model_mod.resolve_model_path(s.cfg, s.precision, s.device)
+    if r.world is not None:
+        choose_strategy(r.world, s.cfg, s.model_path, s.device.total_bytes)
+    return model_mod.load_tokenizer(s.cfg, s.model_path)
+
+
+def prepare_data(r: TrainingRun, s: Setup, tokenizer) -> Data:
+    """The dataset, its eval split and the sample prompts; `data`."""
+    cfg = s.cfg
+    r.enter("preparing_data", f"loading {cfg.dataset.where()}")
+    prepared = data_mix.prepare_all(cfg.dataset, tokenizer, cfg.training.max_length, cfg.training.seed)
+    prepared, held_out = eval_mod.split_eval(cfg, prepared, tokenizer)
+    style, prefix = _prompt_style(prepared, tokenizer)
+    prompts = eval_mod.build_prompts(cfg, held_out, tokenizer, style, prefix)
+    r.emitter.emit("data", **prepared.stats, **_eval_fields(held_out, style, prefix, prompts))
+    if prepared.dropped_note:
+        r.emitter.emit("warning", message=prepared.dropped_note, hint="fix or remove those rows")
+    return Data(prepared, held_out, style, prefix, prompts)
+
+
+def plan_speed(r: TrainingRun, s: Setup, data: Data):
+    """`speed: auto`: the plan for this data on this device; its config is the run's from here on."""
+    plan = fast.make_plan(s.cfg, s.device, s.precision, data.prepared.lengths, s.model_path)
+    s.cfg = plan.config
+    r.emitter.emit("speed_plan", **plan.to_event())
+    return plan
+
+
+def load_model(r: TrainingRun, s: Setup, plan) -> Loaded:
+    """The weights (quantised for qlora), with the plan's fused kernels and unpacked scales."""
+    cfg = s.cfg
+    r.enter(
+        "quantising" if cfg.method == "qlora" else "loading_model", f"loading weights of {cfg.model.name}"
+    )
+    started = time.time()
+    model = model_mod.load_model(cfg, s.model_path, s.precision, s.device, sharded=r.sharded)
+    fast.apply_fused_kernels(plan, model)
+    scales = fast.apply_quant_scales(cfg, model, r.sharded)
+    return Loaded(model, scales, time.time() - started)
+
+
+def build_trainer(r: TrainingRun, s: Setup, plan, data: Data, loaded: Loaded, tokenizer) -> Built:
+    """TRL's SFTTrainer with the cockpit's callbacks and checkpoints, made ready by the speed plan."""
+    cfg = s.cfg
+    peft_config = None if cfg.method == "full" else model_mod.lora_config(cfg)
+    _tracker_dirs(cfg, r.run)
+    rows = answer_data.trainer_columns(data.prepared.dataset)
+    train_data, data_kwargs, cache = fast.cached_dataset(plan, r.run.path, rows, cfg, tokenizer)
+    args = build_sft_config(cfg, r.run, s.precision, s.device.kind, fast.sft_kwargs(plan, data_kwargs))
+    if r.world is not None:
+        args = r.world.adapt_sft_config(args, cfg)
+    meter = step_meter.StepMeter()  # the data wait and tokens per micro-batch, for the doctor
+    eval_tracker = eval_mod.EvalTracker(r.run) if data.held_out is not None else None
+    evaluator = eval_mod.Evaluator(
+        cfg, r.emitter, eval_tracker or eval_mod.EvalTracker(r.run), data.held_out, data.prompts, data.style
+    )
+    callbacks = _callbacks(r, s, plan, data, evaluator, meter)
+    trainer_cls = step_meter.metered(fast.trainer_class(plan, checkpoints.trainer_class()), meter)
+    trainer_cls = answer_data.counting_trained_tokens(trainer_cls)
+    trainer = trainer_cls(
+        model=loaded.model,
+        args=args,
+        train_dataset=train_data,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=callbacks,
+        run=r.run,
+        emitter=r.emitter,
+        cfg=cfg,
+        eval_tracker=eval_tracker,
+        aids=s.aids,
+    )
+    evaluator.trainer = trainer
+    if data.prompts and r.sharded:
+        evaluator.sampling = False
+        r.emitter.emit(
+            "warning",
+            message="eval.prompts: no samples under FSDP (generation needs the whole model on one GPU); "
+            "try the adapter with cockpit chat after the run",
+            hint="",
+        )
+    fast.finish_trainer(plan, trainer, tokenizer, cache if r.owner else None)
+    built = Built(trainer, tokenizer, evaluator, eval_tracker, peft_config)
+    _ready_to_train(r, s, plan, loaded, built)
+    return built
+
+
+def _callbacks(r: TrainingRun, s: Setup, plan, data: Data, evaluator, meter) -> list:
+    from train_backend.callbacks import CockpitCallback
+
+    cfg = s.cfg
+    callbacks = [CockpitCallback(r.emitter, r.controls, cfg, budget=s.budget, meter=meter, aids=s.aids)]
+    if data.held_out is not None or data.prompts:
+        callbacks.append(eval_mod.make_eval_callback(evaluator, r.controls))
+    callbacks.extend(fast.extra_callbacks(plan, r.emitter))
+    if cfg.debug.profile_steps and (r.world is None or r.world.rank == 0):
+        from train_backend.profiling import make_profile_callback
+
+        callbacks.append(
+            make_profile_callback(r.run.path, cfg.debug.profile_from_step, cfg.debug.profile_steps, r.emitter)
+        )
+    return callbacks
+
+
+def _ready_to_train(r: TrainingRun, s: Setup, plan, loaded: Loaded, built: Built) -> None:
+    """The plan's LoRA and MLP kernels, the OOM and card watches, the optimizer's states; `model`."""
+    import torch
+
+    from train_backend.callbacks import memory_fields
+
+    trainer, cfg = built.trainer, s.cfg
+    lora_fused = fast.apply_lora_backend(plan, trainer.model, r.sharded)
+    mlp_fused = fast.apply_mlp_block(plan, trainer.model, r.sharded)
+    data_mod.burn_cpu_in_collator(trainer, s.aids.collate_cpu_ms)
+    r.tracker.watch(trainer)
+    if s.card is not None:
+        s.card.watch(trainer)
+        s.card.check()  # the weights and the context alone may already be over it
+    oom_watch.keep_optimizer_compatible(trainer, s.resume, cfg, r.emitter)
+    total, trainable = model_mod.parameter_counts(trainer.model)
+    optim = trainer.args.optim
+    oom_watch.hold_back_paged_states(trainable, str(getattr(optim, "value", optim)))  # before step 1
+    r.emitter.emit(
+        "model",
+        name=cfg.model.name,
+        method=cfg.method,
+        params_total=total,
+        params_trainable=trainable,
+        load_s=round(loaded.load_s, 2),
+        lora_fused=lora_fused,
+        scales_unpacked=loaded.scales_unpacked,
+        mlp_fused=mlp_fused,
+        **memory_fields(),
+    )
+    if s.device.kind == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
+def train(r: TrainingRun, s: Setup, built: Built):
+    """trainer.train, from the last complete checkpoint when there is one."""
+    r.enter("training", f"resuming from {s.resume.name}" if s.resume else "")
+    trainer = built.trainer
+    result = trainer.train(resume_from_checkpoint=str(s.resume) if s.resume else None)
+    r.step = trainer.state.global_step
+    measure = s.device.kind == "cuda" and not r.controls.stop.is_set()
+    built.end_probe = host_speed.measure() if measure else None
+    if r.controls.gone.is_set():
+        raise RunDirectoryGone(f"stopped at step {r.step} of {trainer.state.max_steps}, with no checkpoint")
+    return result
+
+
+def stopped(r: TrainingRun, built: Built, result) -> int:
+    """A stop (a request, a signal or the budget) ended training: `done`, stopped."""
+    saved = r.run.complete_checkpoints()
+    at = f"; {saved[-1].name} saved" if saved else ""
+    over = r.controls.budget_reached
+    r.emitter.emit(
+        "done",
+        status="stopped",
+        step=r.step,
+        total_steps=built.trainer.state.max_steps,
+        train_loss=result.training_loss,
+        runtime_s=round(result.metrics.get("train_runtime", 0.0), 2),
+        reason="budget" if over else "request",
+        message=(f"stopped at the budget ({over}){at}" if over else f"stopped by request{at}"),
+    )
+    return 0
+
+
+def finish(r: TrainingRun, s: Setup, data: Data, built: Built, result) -> int:
+    """The final weights' eval loss, the final adapter (or model), the final samples; `done`."""
+    trainer, evaluator, step = built.trainer, built.evaluator, r.step
+    if data.held_out is not None and step not in evaluator.tracker.losses:
+        r.enter("evaluating", "eval loss of the final weights")
+        evaluator.run_eval(step, "final")
+    final = None
+    if s.cfg.output.save_final:
+        r.enter("saving", "final adapter" if built.peft_config else "final model")
+        _save_final(r, trainer, built.tokenizer)
+        final = str(r.run.final_dir)
+    if data.prompts:
+        r.enter("sampling", f"{len(data.prompts)} prompts with the final weights")
+        evaluator.run_samples(step, "final", rundir.FINAL_NAME if final else None)
+    r.enter("done")
+    r.emitter.emit(
+        "done",
+        status="finished",
+        step=step,
+        total_steps=trainer.state.max_steps,
+        train_loss=result.training_loss,
+        runtime_s=round(result.metrics.get("train_runtime", 0.0), 2),
+        output=final,
+        host_probe_end_ms=built.end_probe["ms"] if built.end_probe else None,
+        **_eval_summary(built.eval_tracker, r.run),
+    )
+    return 0
+
+
+def _save_final(r: TrainingRun, trainer, tokenizer) -> None:
+    """Written aside, synced, renamed: final/ is complete or absent."""
+    staged = r.run.path / f".{rundir.FINAL_NAME}.staging"
+    if r.owner:
+        shutil.rmtree(staged, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(staged))  # several processes: all take part, the main one writes
+    trainer.accelerator.wait_for_everyone()
+    if r.owner:
+        tokenizer.save_pretrained(str(staged))
+        checkpoints.fsync_tree(staged)
+        os.rename(staged, r.run.final_dir)
+
+
+def failed(r: TrainingRun, exc: BaseException) -> int:
+    """Any failure: one `error` event, classified, with where the run stood and what it kept."""
+    verdict = classify(exc, r.phase, str(r.run.path))
+    step = r.step
+    if verdict.oom is not None:
+        verdict.oom.update(r.tracker.details())
+        if step is None and r.phase == "training":
+            step = r.tracker.step
+    r.emitter.emit(
+        "error",
+        kind=verdict.kind,
+        message=verdict.message,
+        hint=verdict.hint,
+        phase=r.phase,
+        step=step,
+        oom=verdict.oom,
+        traceback=format_traceback(exc),
+        checkpoints=[p.name for p in r.run.complete_checkpoints()],
+    )
+    print(format_traceback(exc))
+    return verdict.exit_code
 
 
 def build_sft_config(
@@ -62,7 +488,7 @@ def build_sft_config(
         dataloader_num_workers=t.dataloader_num_workers,
         save_strategy="steps",
         save_steps=cfg.output.save_steps,
-        save_total_limit=None,  # rotation happens after the atomic rename, see CockpitSFTTrainer
+        save_total_limit=None,  # rotation happens after the atomic rename (AtomicCheckpoints)
         report_to=list(cfg.report_to or []),  # validated installed (cockpit.config.load)
         run_name=run.run_id,  # the trackers' name for it
         disable_tqdm=True,
@@ -88,269 +514,6 @@ def start_recorder(run: rundir.RunDir) -> None:
         )
     except OSError as exc:  # no history is no reason to stop a run
         print(f"[cockpit] telemetry recorder not started: {exc}", file=sys.stderr)
-
-
-def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = None) -> int:
-    """The whole run; returns the process exit code. Every failure becomes one `error` event.
-
-    `world`: this process's place among several (torchrun); None for one process.
-    """
-    controls = Controls(emitter) if world is None else RankControls(emitter, world)
-    owner = world is None or world.writes_events  # the one process per node that owns the run dir
-    signal.signal(signal.SIGTERM, controls.on_signal)
-    signal.signal(signal.SIGINT, controls.on_signal)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # an SSH drop is not a reason to stop
-    if owner:
-        CommandListener(str(run.control_path), controls.on_command, controls.on_fault).start()
-        RunDirWatch(run.path, controls.on_run_dir_gone).start()
-        start_recorder(run)
-    phase = "starting"
-    step = None
-    tracker = oom_watch.PhaseTracker()  # where an OOM strikes
-    prior = budget_mod.history_state(run.events_path)  # earlier attempts: what they cost
-
-    def enter(name: str, message: str = "") -> None:
-        nonlocal phase
-        phase = name
-        tracker.enter(name)
-        emitter.emit("phase", phase=name, message=message)
-
-    def stopped_early() -> int:
-        if controls.gone.is_set():
-            raise RunDirectoryGone(f"stopped while {phase.replace('_', ' ')}")
-        emitter.emit("done", status="stopped", step=0, message=f"stopped while {phase.replace('_', ' ')}")
-        return 0
-
-    try:
-        enter("starting", "reading config")
-        cfg = load_config(run.config_path)
-        refusal = budget_mod.already_spent(cfg, prior, run.run_id)
-        if refusal is not None:
-            raise ConfigError(refusal)
-        oom_watch.allocator_options(cfg)  # before CUDA starts
-        import torch
-        import transformers
-
-        versions = _versions()
-        device = model_mod.detect_device()
-        if world is not None:
-            world.init_process_group(device.kind, cfg.distributed.timeout_s)
-        model_mod.check_device_fits_method(cfg, device)
-        precision = model_mod.choose_precision(cfg, device)
-        tracker.emulation = oom_watch.emulate_vram(cfg, device.kind, precision)
-        if owner:
-            clean_unfinished(run, emitter)
-        card = None  # the emulated card, held to its size as nvidia-smi counts the whole process
-        if tracker.emulation is not None and tracker.emulation["applied"]:
-            card = emulated_card.start(tracker.emulation["limit_bytes"], tracker.emulation)
-        resume = run.complete_checkpoints()
-        emitter.emit(
-            "hello",
-            pid=os.getpid(),
-            pgid=os.getpgid(0),
-            run_id=run.run_id,
-            device=device.to_dict(),
-            precision=precision,
-            versions=versions,
-            resume_from=str(resume[-1]) if resume else None,
-            price_per_hour=cfg.cost.price_per_hour,
-            max_usd=cfg.cost.max_usd,
-            emulated_vram=tracker.emulation,
-        )
-        budget = budget_mod.budget_for(cfg, prior, time.time())
-        if tracker.emulation is not None and not tracker.emulation["applied"]:
-            emitter.emit(
-                "warning",
-                message="emulate_vram_gib has no effect without a CUDA GPU; the OOM wizard still judges "
-                "what fits against it",
-                hint="",
-            )
-        transformers.set_seed(cfg.training.seed)
-        controls.agree()
-        if controls.stop.is_set():
-            return stopped_early()
-
-        enter("loading_model", f"resolving {cfg.model.name}")
-        with local_first(world):  # one download or synthetic build per node
-            model_path = model_mod.resolve_model_path(cfg, precision, device)
-        if world is not None:
-            choose_strategy(world, cfg, model_path, device.total_bytes)
-        tokenizer = model_mod.load_tokenizer(cfg, model_path)
-
-        enter("preparing_data", f"loading {cfg.dataset.where()}")
-        prepared = data_mix.prepare_all(cfg.dataset, tokenizer, cfg.training.max_length, cfg.training.seed)
-        prepared, held_out = eval_mod.split_eval(cfg, prepared, tokenizer)
-        style, prefix = _prompt_style(prepared, tokenizer)
-        prompts = eval_mod.build_prompts(cfg, held_out, tokenizer, style, prefix)
-        emitter.emit("data", **prepared.stats, **_eval_fields(held_out, style, prefix, prompts))
-        if prepared.dropped_note:
-            emitter.emit("warning", message=prepared.dropped_note, hint="fix or remove those rows")
-        plan = fast.make_plan(cfg, device, precision, prepared.lengths, model_path)  # speed: auto
-        cfg = plan.config
-        emitter.emit("speed_plan", **plan.to_event())
-        controls.agree()
-        if controls.stop.is_set():
-            return stopped_early()
-
-        enter(
-            "quantising" if cfg.method == "qlora" else "loading_model", f"loading weights of {cfg.model.name}"
-        )
-        started = time.time()
-        sharded = world is not None and world.strategy == "fsdp"
-        model = model_mod.load_model(cfg, model_path, precision, device, sharded=sharded)
-        fast.apply_fused_kernels(plan, model)
-        scales = fast.apply_quant_scales(cfg, model, sharded)
-        load_s = time.time() - started
-        controls.agree()
-        if controls.stop.is_set():
-            return stopped_early()
-
-        peft_config = None if cfg.method == "full" else model_mod.lora_config(cfg)
-        _tracker_dirs(cfg, run)
-        rows = answer_data.trainer_columns(prepared.dataset)
-        train_data, data_kwargs, cache = fast.cached_dataset(plan, run.path, rows, cfg, tokenizer)
-        args = build_sft_config(cfg, run, precision, device.kind, fast.sft_kwargs(plan, data_kwargs))
-        if world is not None:
-            args = world.adapt_sft_config(args, cfg)
-        meter = step_meter.StepMeter()  # the data wait and tokens per micro-batch, for the doctor
-        eval_tracker = eval_mod.EvalTracker(run) if held_out is not None else None
-        evaluator = eval_mod.Evaluator(
-            cfg, emitter, eval_tracker or eval_mod.EvalTracker(run), held_out, prompts, style
-        )
-        callbacks = [make_callback(emitter, controls, cfg, budget=budget, meter=meter)]
-        if held_out is not None or prompts:
-            callbacks.append(eval_mod.make_eval_callback(evaluator, controls))
-        callbacks.extend(fast.extra_callbacks(plan, emitter))
-        if cfg.debug.profile_steps and (world is None or world.rank == 0):
-            from train_backend.profiling import make_profile_callback
-
-            callbacks.append(
-                make_profile_callback(run.path, cfg.debug.profile_from_step, cfg.debug.profile_steps, emitter)
-            )
-        trainer_cls = step_meter.metered(
-            fast.trainer_class(plan, make_trainer_class(emitter, run, cfg, eval_tracker)), meter
-        )
-        trainer_cls = answer_data.counting_trained_tokens(trainer_cls)
-        trainer = trainer_cls(
-            model=model,
-            args=args,
-            train_dataset=train_data,
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            callbacks=callbacks,
-        )
-        evaluator.trainer = trainer
-        if prompts and world is not None and world.strategy == "fsdp":
-            evaluator.sampling = False
-            emitter.emit(
-                "warning",
-                message="eval.prompts: no samples under FSDP (generation needs the whole model on one GPU); "
-                "try the adapter with cockpit chat after the run",
-                hint="",
-            )
-        fast.finish_trainer(plan, trainer, tokenizer, cache if owner else None)
-        lora_fused = fast.apply_lora_backend(plan, trainer.model, sharded)
-        mlp_fused = fast.apply_mlp_block(plan, trainer.model, sharded)
-        data_mod.burn_cpu_in_collator(trainer, cfg.debug.collate_cpu_ms)
-        tracker.watch(trainer)
-        if card is not None:
-            card.watch(trainer)
-            card.check()  # the weights and the context alone may already be over it
-        oom_watch.keep_optimizer_compatible(trainer, resume[-1] if resume else None, cfg, emitter)
-        total, trainable = model_mod.parameter_counts(trainer.model)
-        optim = trainer.args.optim
-        oom_watch.hold_back_paged_states(trainable, str(getattr(optim, "value", optim)))  # before step 1
-        emitter.emit(
-            "model",
-            name=cfg.model.name,
-            method=cfg.method,
-            params_total=total,
-            params_trainable=trainable,
-            load_s=round(load_s, 2),
-            lora_fused=lora_fused,
-            scales_unpacked=scales,
-            mlp_fused=mlp_fused,
-            **memory_fields(),
-        )
-        if device.kind == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-
-        enter("training", f"resuming from {resume[-1].name}" if resume else "")
-        result = trainer.train(resume_from_checkpoint=str(resume[-1]) if resume else None)
-        step = trainer.state.global_step
-        end_probe = host_speed.measure() if device.kind == "cuda" and not controls.stop.is_set() else None
-        if controls.gone.is_set():
-            raise RunDirectoryGone(f"stopped at step {step} of {trainer.state.max_steps}, with no checkpoint")
-        if controls.stop.is_set():
-            saved = run.complete_checkpoints()
-            at = f"; {saved[-1].name} saved" if saved else ""
-            over = controls.budget_reached
-            emitter.emit(
-                "done",
-                status="stopped",
-                step=step,
-                total_steps=trainer.state.max_steps,
-                train_loss=result.training_loss,
-                runtime_s=round(result.metrics.get("train_runtime", 0.0), 2),
-                reason="budget" if over else "request",
-                message=(f"stopped at the budget ({over}){at}" if over else f"stopped by request{at}"),
-            )
-            return 0
-
-        if held_out is not None and step not in evaluator.tracker.losses:
-            enter("evaluating", "eval loss of the final weights")
-            evaluator.run_eval(step, "final")
-        final = None
-        if cfg.output.save_final:
-            enter("saving", "final adapter" if peft_config else "final model")
-            staged = run.path / f".{rundir.FINAL_NAME}.staging"
-            if owner:
-                shutil.rmtree(staged, ignore_errors=True)
-            trainer.accelerator.wait_for_everyone()
-            trainer.save_model(str(staged))  # several processes: all take part, the main one writes
-            trainer.accelerator.wait_for_everyone()
-            if owner:
-                tokenizer.save_pretrained(str(staged))
-                fsync_tree(staged)
-                os.rename(staged, run.final_dir)
-            final = str(run.final_dir)
-        if prompts:
-            enter("sampling", f"{len(prompts)} prompts with the final weights")
-            evaluator.run_samples(step, "final", rundir.FINAL_NAME if final else None)
-        enter("done")
-        emitter.emit(
-            "done",
-            status="finished",
-            step=step,
-            total_steps=trainer.state.max_steps,
-            train_loss=result.training_loss,
-            runtime_s=round(result.metrics.get("train_runtime", 0.0), 2),
-            output=final,
-            host_probe_end_ms=end_probe["ms"] if end_probe else None,
-            **_eval_summary(eval_tracker, run),
-        )
-        return 0
-    except BaseException as exc:
-        if isinstance(exc, SystemExit):
-            raise
-        verdict = classify(exc, phase, str(run.path))
-        if verdict.oom is not None:
-            verdict.oom.update(tracker.details())
-            if step is None and phase == "training":
-                step = tracker.step
-        emitter.emit(
-            "error",
-            kind=verdict.kind,
-            message=verdict.message,
-            hint=verdict.hint,
-            phase=phase,
-            step=step,
-            oom=verdict.oom,
-            traceback=format_traceback(exc),
-            checkpoints=[p.name for p in run.complete_checkpoints()],
-        )
-        print(format_traceback(exc))
-        return verdict.exit_code
 
 
 def _tracker_dirs(cfg: TrainConfig, run: rundir.RunDir) -> None:

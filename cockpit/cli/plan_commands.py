@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from cockpit import fmt
 from cockpit.cli.args import dataset_text, workload_overrides
 from cockpit.config import load as config_load
+from cockpit.paths import cockpit_command
 from cockpit.plain import output_width, wrapped
 from cockpit.run.exit_codes import EXIT_USAGE
 
@@ -175,7 +176,7 @@ def cmd_pick(args: argparse.Namespace) -> int:
     )
     app.run()
     for path in app.written:
-        print(f"wrote {path}; set dataset.path in it, then start it: cockpit train {path}")
+        print(f"wrote {path}; set dataset.path in it, then start it: {cockpit_command()} train {path}")
     return 0
 
 

@@ -32,6 +32,7 @@ from cockpit.config.schema import (
 )
 from cockpit.config.secrets import secret_in_values
 from cockpit.models import shipped as shapes
+from cockpit.paths import cockpit_command
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -46,10 +47,13 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None
         path = Path(path)
         if path.is_dir():
             raise ConfigError(
-                f"{str(path)!r} is a directory; give the config's YAML file (cockpit init writes one)"
+                f"{str(path)!r} is a directory; give the config's YAML file "
+                f"({cockpit_command()} init writes one)"
             )
         if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} not found. Write one with: cockpit init {path}")
+            raise ConfigError(
+                f"config file {str(path)!r} not found. Write one with: {cockpit_command()} init {path}"
+            )
         try:
             loaded = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
         except yaml.YAMLError as exc:
@@ -198,6 +202,12 @@ def _pin_explicit_speed_keys(cfg: TrainConfig, raw: dict[str, Any]) -> None:
         if isinstance(raw.get(section), dict) and name in raw[section]:
             present.add(key)
     cfg.speed.keep = sorted(set(cfg.speed.keep or []) | present) or None
+
+
+def section_from_dict(cls: type[_Section], raw: Any, prefix: str) -> _Section:
+    """A config-like dataclass (fields made as the config's are, with their doc and limits) from a
+    mapping, each value checked as a config key is; `prefix` starts each key in an error."""
+    return _build(cls, raw, prefix)
 
 
 def _build(cls: type[_Section], raw: Any, prefix: str) -> _Section:
@@ -378,15 +388,6 @@ def _check_combinations(cfg: TrainConfig) -> None:
     _check_cost(cfg)
     _check_report_to(cfg)
     _check_eval(cfg)
-    t = cfg.training
-    if (
-        cfg.debug.fail_at_step is not None
-        and t.max_steps is not None
-        and cfg.debug.fail_at_step > t.max_steps
-    ):
-        raise ConfigError(
-            f"debug.fail_at_step: {cfg.debug.fail_at_step} is after training.max_steps ({t.max_steps})"
-        )
 
 
 def _check_eval(cfg: TrainConfig) -> None:
@@ -456,11 +457,6 @@ def _check_distributed(cfg: TrainConfig) -> None:
         raise ConfigError(
             "distributed.strategy: fsdp shards 4-bit QLoRA weights only (bitsandbytes' quant_storage); with "
             "quantization.bits 8 use strategy ddp (or auto)"
-        )
-    world = cfg.gpus * d.nnodes
-    if cfg.debug.fail_rank is not None and cfg.debug.fail_rank >= world:
-        raise ConfigError(
-            f"debug.fail_rank: {cfg.debug.fail_rank}, but the job has {world} ranks (0 to {world - 1})"
         )
 
 

@@ -1,8 +1,8 @@
 """The training config: one YAML file, validated before anything starts.
 
 Each section is a dataclass whose fields carry their documentation and limits, so the
-validator (`cockpit.config.load`), the commented template (`cockpit init`) and the README's
-reference all come from one place.
+validator (`cockpit.config.load`), the commented template (`cockpit init`) and the reference
+table of docs/config.md (`reference_table`, written by `make docs`) all come from one place.
 """
 
 from __future__ import annotations
@@ -344,11 +344,10 @@ class SpeedSection:
     )
     mlp_block: str = _f(
         "off",
-        "fused: each SiLU MLP and its three LoRA adapters in one autograd function "
+        "fused: each SiLU MLP and its three LoRA adapters in one autograd function, "
         "which recomputes down_proj's input in the backward instead of keeping "
         "it: 2-4 x intermediate_size bytes a token a layer less, given back to the split. Needs the fused "
-        "LoRA layers and no LoRA dropout; checked on the CPU, not yet measured on a GPU, so speed: auto "
-        "does not choose it",
+        "LoRA layers and no LoRA dropout; speed: auto uses it only where your config asks for it",
         choices=("off", "fused"),
     )
     cache_tokens: bool = _f(True, "keep the tokenized dataset in the run directory, so a restart skips it")
@@ -361,38 +360,6 @@ class SpeedSection:
 
 @dataclass
 class DebugSection:
-    fail_at_step: int | None = _f(None, "test aid: raise an error at this step", min=1)
-    fail_kind: str = _f(
-        "other",
-        "test aid: what to raise: other (RuntimeError), oom (torch.OutOfMemoryError with a real message), "
-        "disk_full (ENOSPC in the middle of the checkpoint save at that step)",
-        choices=("other", "oom", "disk_full"),
-    )
-    step_sleep_s: float = _f(0.0, "test aid: sleep this long in every optimizer step", min=0, max=60)
-    fail_rank: int | None = _f(
-        None, "test aid: with several processes, only this global rank raises at fail_at_step", min=0
-    )
-    collate_cpu_ms: float = _f(
-        0.0,
-        "test aid: burn this much CPU in the data collator for every batch, an expensive on-the-fly "
-        "preprocessing that makes a run input-bound (bench/input_bound.py)",
-        min=0,
-        max=60000,
-    )
-    log_cpu_ms: float = _f(
-        0.0,
-        "test aid: burn this much CPU in the trainer's main thread each time it logs, an expensive "
-        "logging callback (a slow tracker) that makes a run CPU-bound outside the loader "
-        "(bench/doctor_fixes.py)",
-        min=0,
-        max=60000,
-    )
-    free_bytes: int | None = _f(
-        None,
-        "test aid: the checkpoint disk-space guard sees this many bytes free, less what checkpoints/ "
-        "holds (a disk that fills as checkpoints are written)",
-        min=0,
-    )
     profile_steps: int = _f(
         0,
         "profile this many optimizer steps (torch.profiler) into profile.json in the run directory: "
@@ -551,9 +518,6 @@ def template() -> str:
             lines.append(f"{f.name}: {_yaml_scalar(getattr(defaults, f.name))}")
             lines.append("")
             continue
-        if f.name == "debug":
-            lines.append("# debug: test aids (fault injection); leave out in real runs")
-            continue
         lines.append(f"{f.name}:")
         section = getattr(defaults, f.name)
         for g in fields(hint):
@@ -573,7 +537,7 @@ def _yaml_scalar(value: Any) -> str:
 
 
 def reference_rows() -> list[tuple[str, str, str]]:
-    """(key, default, doc) for every key: the README's config reference."""
+    """(key, default, doc) for every key: the rows of docs/config.md's reference."""
     rows = []
     defaults = TrainConfig()
     hints = type_hints(TrainConfig)
@@ -586,3 +550,10 @@ def reference_rows() -> list[tuple[str, str, str]]:
         else:
             rows.append((f.name, _yaml_scalar(getattr(defaults, f.name)), f.metadata["doc"]))
     return rows
+
+
+def reference_table() -> str:
+    """docs/config.md's table (between its `config:begin` and `config:end` marks)."""
+    lines = ["| key | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{key}` | `{default}` | {doc} |" for key, default, doc in reference_rows()]
+    return "\n".join(lines) + "\n"

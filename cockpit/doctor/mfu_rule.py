@@ -15,6 +15,7 @@ from typing import Any
 from cockpit import fmt
 from cockpit.doctor.step_rules import auto_fitted
 from cockpit.doctor.window import Finding, Observation, Window, field, phrase
+from cockpit.paths import cockpit_command
 from cockpit.speed import flops
 
 LOW_MFU = 0.20
@@ -84,7 +85,7 @@ def _advice(state: Any, mfu: float) -> str:
         return (
             "No single change the cockpit can predict; the speed plan (speed_plan lines) says what runs. "
             "QLoRA's dequantisation and small models (< 1B) keep MFU low on a large card: a smaller card "
-            "costs less for the same run (cockpit cards)."
+            f"costs less for the same run ({cockpit_command()} cards)."
         )
     return "Predicted to help: " + "; ".join(tips) + "."
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from cockpit.doctor.rules import LOW_UTIL_PCT
 from cockpit.doctor.window import Finding, Observation, Window, field
+from cockpit.paths import cockpit_command
 from cockpit.telemetry.nvml_state import PCIE_X16_PRACTICAL_GBS
 
 STRAGGLER_GAP_PCT = 15.0  # a GPU this many points below the median of the others' util...
@@ -81,7 +82,8 @@ def straggler(window: Window, state: Any) -> Finding | None:
             + (f"; GPU {index}: {', '.join(clues)}" if clues else ""),
             fix=f"Under DDP every step waits for the slowest rank. Check GPU {index}: throttling and clocks "
             "(nvidia-smi -q -d PERFORMANCE), its rank's CPU (NUMA: nvidia-smi topo -m), or another process "
-            "on it; `cockpit preflight --multi` measures each card. Or leave it out (CUDA_VISIBLE_DEVICES).",
+            f"on it; `{cockpit_command()} preflight --multi` measures each card. Or leave it out "
+            "(CUDA_VISIBLE_DEVICES).",
             since_ts=window.first_ts(lagging),
         )
     return None

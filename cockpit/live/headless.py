@@ -26,6 +26,7 @@ from cockpit.live.event_text import describe
 from cockpit.live.stall import Stall, StallNotices, find_stall
 from cockpit.live.watch import LiveWatch, finding_line, gpu_status
 from cockpit.money import idle
+from cockpit.paths import cockpit_command
 from cockpit.plain import wrapped
 from cockpit.results import summary
 from cockpit.run.exit_codes import EXIT_DETACHED, exit_code
@@ -69,7 +70,7 @@ def log_line(state: RunState, now_ts: float | None) -> str:
 def detached_text(run_id: str, paused: bool, width: int) -> str:
     """What goes on after a detach, and the commands for it, wrapped to `width` with each command
     whole: a paused run stays paused until resumed."""
-    attach, stop, resume = (f"cockpit {verb} {run_id}" for verb in ("attach", "stop", "resume"))
+    attach, stop, resume = (f"{cockpit_command()} {verb} {run_id}" for verb in ("attach", "stop", "resume"))
     steps = [f"Watch: {attach}", f"Stop: {stop}"]
     if paused:
         steps.insert(0, f"Resume: {resume}")
@@ -119,7 +120,10 @@ def follow(
             print("\nleft the idle watch", file=out, flush=True)
             return exit_code(session.state)
         if session.mode != "live":  # a recording (or a run that no longer trains): nothing goes on
-            said = f"\nleft the recording of {run}; it is not training (`cockpit runs` shows its status)"
+            said = (
+                f"\nleft the recording of {run}; it is not training (`{cockpit_command()} runs` shows its "
+                "status)"
+            )
         else:
             said = "\n" + detached_text(run, session.state.status == "paused", console.width)
         print(said, file=out, flush=True)

@@ -1,10 +1,10 @@
 """Replaying a recorded run: its events and its telemetry, at their recorded times, faster or not.
 
-`ReplaySession` has the interface of `cockpit.live.session.RunSession` (`run`, `state`, `poll()`,
-`ended`, `trainer_gone`, `replay`, `send()`, `close()`), so the TUI and the headless renderer
-play a recording as they follow a live run. Events are released when the replay's position
-reaches their recorded `ts`; `speed` 10 plays ten times as fast, 0 as fast as possible. Silences
-longer than `MAX_GAP_S` (a trainer restarted hours later) are cut short.
+`ReplaySession` is a `RunSource` (cockpit/live/sources.py), as `cockpit.live.session.RunSession` is,
+so the TUI and the headless renderer play a recording as they follow a live run. Events are
+released when the replay's position reaches their recorded `ts`; `speed` 10 plays ten times as
+fast, 0 as fast as possible. Silences longer than `MAX_GAP_S` (a trainer restarted hours later)
+are cut short.
 
 `set_speed()` and `skip()` (the screen's -, +, [ and ] keys) change the pace and jump ahead or back
 from where the replay is. The state only folds forward, so going back folds the recording again
@@ -241,7 +241,7 @@ class ReplaySession:
         at = min(self.position_s(), total)
         return f"REPLAY {speed} {fmt.duration(at)}/{fmt.duration(total)}"
 
-    # ------------------------------------------------------------ the RunSession interface
+    # ------------------------------------------------------------ the rest of the RunSource protocol
 
     def poll(self) -> list[dict[str, Any] | Fault]:
         """The events the replay has reached since the last poll, already applied to `state`."""

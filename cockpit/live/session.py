@@ -24,6 +24,9 @@ class RunSession:
     longer trains: its whole history at once, never a look for a live trainer)."""
 
     playing = False  # not a timed playback: there is never more to play
+    rewinds = 0  # the journal is folded forward only
+    rewind_pending = False
+    speed = 1.0  # events are read as the trainer writes them (or, recorded, all at once)
 
     def __init__(self, run: RunDir, proc: subprocess.Popen[bytes] | None = None, recorded: bool = False):
         self.run = run
@@ -65,6 +68,12 @@ class RunSession:
 
     def recorded_now(self) -> float | None:
         return None
+
+    def set_speed(self, speed: float) -> float:
+        return self.speed  # no pace of its own to change
+
+    def skip(self, seconds: float) -> None:
+        pass  # nothing to jump over: a live run is read as it comes, a recorded one at once
 
     def _trainer_alive(self) -> bool:
         if self.mode == "recorded":

@@ -7,8 +7,8 @@ run); `ReplaySession` plays a recording back at its recorded pace (`mode == "pla
 `ReplayWatch` is asked for the recording's samples as the playback reaches them. Tests hand the
 views doubles of the same shape (tests/support/pilot.py).
 
-The follow thread owns `state` (it folds events into it); every other thread reads `snapshot`,
-the copy it publishes after each poll.
+The follow thread owns `state` (it folds events into it; a view draws from it only while that
+thread waits); every other thread reads `snapshot`, the copy it publishes after each poll.
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ class RunSource(Protocol):
     state: RunState  # the follow thread's own: folded by poll()
     snapshot: RunState  # the copy other threads read
     trainer_gone: bool
+    # how many times poll() has folded the state again from the run's start (a playback sent back
+    # by skip()): what was drawn from the later events goes. Always 0 where nothing goes back
+    rewinds: int
+    speed: float  # a playback's pace (0: as fast as it can); 1 where the run sets its own pace
 
     @property
     def mode(self) -> str: ...  # live | recorded | playback
@@ -51,6 +55,20 @@ class RunSource(Protocol):
     @property
     def playing(self) -> bool:
         """A playback with more to play: leaving now is no ending of the run."""
+        ...
+
+    @property
+    def rewind_pending(self) -> bool:
+        """skip() went back and the next poll() has yet to fold the state again from the start."""
+        ...
+
+    def set_speed(self, speed: float) -> float:
+        """A playback plays on at `speed` (clamped); returns the speed it plays at (a source with
+        no pace of its own to change: its `speed`, unchanged)."""
+        ...
+
+    def skip(self, seconds: float) -> None:
+        """A playback jumps `seconds` of recording ahead, or back when negative; elsewhere nothing."""
         ...
 
     def recorded_now(self) -> float | None:

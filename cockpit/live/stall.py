@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cockpit import fmt
+from cockpit.paths import cockpit_command
 from cockpit.run.state import RunState
 
 STALL_FLOOR_S = 10.0  # never sooner: a checkpoint save or a slow step is no stall
@@ -28,7 +29,7 @@ class Stall:
         return (
             f"no event from the trainer for {_seconds(self.silent_s)} (its steps take "
             f"{_seconds(self.expected_s)}): stopped (kill -STOP), hung, or stuck on I/O? Its CPU use shows "
-            "which; `cockpit stop` ends it."
+            f"which; `{cockpit_command()} stop` ends it."
         )
 
 

@@ -263,201 +263,241 @@ def foreach_step_bytes(w: Workload, trainable: int, param_bytes: int) -> int:
 
 
 def estimate_memory(w: Workload) -> MemoryEstimate:
+    """Peak device memory of `w`, in parts: what is held (weights, what trains), what a micro-batch
+    adds (activations, the loss), the optimizer step where it peaks higher, the CUDA context; per
+    GPU where the job has several."""
     check(w)
-    s = w.shape
-    parts: list[Part] = []
-    linear = s.num_layers * s.layer_linear_params
-    other = s.params - linear  # embeddings, lm_head, norms, biases
     act_bytes = 4 if w.precision == "fp32" else 2
-    hf_kbit = w.trainer == "hf" and w.method == "qlora"
+    trained, step_temp = _trained_state(w, act_bytes)
+    activations = _activations(w, act_bytes)
+    parts = [*_weights(w, act_bytes), *trained, *activations, _loss(w, activations[0].bytes)]
+    step = _optimizer_step(w, parts, step_temp)
+    if step is not None:
+        parts.append(step)
+    context = _context_bytes(w)
+    parts.append(
+        Part("context", "CUDA context + workspaces", context, "measured on an H200 (a constant, not derived)")
+    )
+    unsure = _logits_band(w, parts)
+    one_gpu = parts
+    if w.gpus > 1:
+        parts = _per_gpu_parts(w, parts, act_bytes)
+    return MemoryEstimate(tuple(parts), _load_peak_bytes(w, one_gpu, parts, context), tuple(unsure))
 
+
+def _weights(w: Workload, act_bytes: int) -> list[Part]:
+    """The model's weights as the method holds them (and a full fine-tune's 16-bit copies)."""
+    s = w.shape
     if w.method == "qlora":
-        per_weight = 0.5 if w.quant_bits == 4 else 1.0
-        other_bytes = 4 if hf_kbit else 2  # prepare_model_for_kbit_training upcasts the rest to fp32
-        parts.append(
-            Part(
-                "weights",
-                "weights",
-                int(linear * per_weight + other * other_bytes),
-                f"{fmt.billions(linear)} linear params in {w.quant_bits}-bit, {fmt.billions(other)} "
-                f"(embeddings, lm_head, norms) in {8 * other_bytes}-bit",
-            )
-        )
-        if w.quant_bits == 4:
-            packed = w.double_quant and not w.unpacked_scales
-            const = NF4_CONSTANTS_PER_PARAM[packed]
-            how = ""
-            if packed:
-                how = ", double-quantised"
-            elif w.double_quant:
-                how = ", double-quantised at load, kept unpacked in fp32"
-            parts.append(
-                Part(
-                    "quant_constants",
-                    "quantisation constants",
-                    int(linear * const),
-                    f"absmax per 64 weights{how}",
-                )
-            )
-    elif w.method == "lora":
-        parts.append(
-            Part("weights", "weights", s.params * act_bytes, f"{fmt.params(s.params)} params, 16-bit")
-        )
-    elif w.trainer == "hf":  # a model loaded in the run's precision, trained as loaded: no master copy
-        parts.append(
+        return _quantised_weights(w)
+    if w.method == "lora":
+        return [Part("weights", "weights", s.params * act_bytes, f"{fmt.params(s.params)} params, 16-bit")]
+    if w.trainer == "hf":  # a model loaded in the run's precision, trained as loaded: no master copy
+        return [
             Part(
                 "weights",
                 "weights",
                 s.params * act_bytes,
                 f"{fmt.params(s.params)} params in {8 * act_bytes}-bit, as loaded (no fp32 master)",
             )
-        )
-    else:
+        ]
+    parts = [Part("weights", "weights (fp32 master)", s.params * 4, f"{fmt.params(s.params)} params in fp32")]
+    if w.precision != "fp32":
         parts.append(
-            Part("weights", "weights (fp32 master)", s.params * 4, f"{fmt.params(s.params)} params in fp32")
-        )
-        if w.precision != "fp32":
-            parts.append(
-                Part(
-                    "autocast_copies",
-                    "16-bit weight copies",
-                    s.params * 2,
-                    "autocast keeps a 16-bit copy of each weight during the step",
-                )
+            Part(
+                "autocast_copies",
+                "16-bit weight copies",
+                s.params * 2,
+                "autocast keeps a 16-bit copy of each weight during the step",
             )
+        )
+    return parts
 
+
+def _quantised_weights(w: Workload) -> list[Part]:
+    """QLoRA: the linear layers in 4 or 8 bits, the rest in 16 (fp32 under `--trainer hf`), and the
+    4-bit blocks' quantisation constants."""
+    s = w.shape
+    linear = s.num_layers * s.layer_linear_params
+    other = s.params - linear  # embeddings, lm_head, norms, biases
+    per_weight = 0.5 if w.quant_bits == 4 else 1.0
+    other_bytes = 4 if w.trainer == "hf" else 2  # prepare_model_for_kbit_training upcasts the rest to fp32
+    parts = [
+        Part(
+            "weights",
+            "weights",
+            int(linear * per_weight + other * other_bytes),
+            f"{fmt.billions(linear)} linear params in {w.quant_bits}-bit, {fmt.billions(other)} "
+            f"(embeddings, lm_head, norms) in {8 * other_bytes}-bit",
+        )
+    ]
+    if w.quant_bits == 4:
+        packed = w.double_quant and not w.unpacked_scales
+        how = ""
+        if packed:
+            how = ", double-quantised"
+        elif w.double_quant:
+            how = ", double-quantised at load, kept unpacked in fp32"
+        parts.append(
+            Part(
+                "quant_constants",
+                "quantisation constants",
+                int(linear * NF4_CONSTANTS_PER_PARAM[packed]),
+                f"absmax per 64 weights{how}",
+            )
+        )
+    return parts
+
+
+def _trained_state(w: Workload, act_bytes: int) -> tuple[list[Part], int]:
+    """What training holds beside the weights: a full fine-tune's gradients and optimizer states, or
+    the LoRA adapter with its own; and the optimizer step's temporary (foreach_step_bytes)."""
+    s = w.shape
     if w.method == "full":
         master = 4 if w.trainer == "trl" else act_bytes  # the dtype the parameters (and grads) live in
         state = OPTIMIZER_STATE_BYTES[w.optimizer]
         state = 2 * master if state is None else state
-        parts.append(
-            Part("gradients", "gradients", s.params * master, f"{8 * master}-bit, one per parameter")
-        )
-        parts.append(
-            Part("optimizer", "optimizer states", s.params * state, f"{w.optimizer}: {state} B/param")
-        )
-        step_temp = foreach_step_bytes(w, s.params, master)
-    else:
-        trainable = s.lora_params(w.lora_r, w.lora_targets)
-        # TRL casts a quantized model's adapters to bf16; peft otherwise keeps them in fp32
-        adapter = 2 if (w.trainer == "trl" and w.method == "qlora") else 4
-        state = OPTIMIZER_STATE_BYTES[w.optimizer]
-        state = 2 * adapter if state is None else state
-        parts.append(
-            Part(
-                "adapter",
-                "LoRA adapter + grads + optimizer",
-                trainable * (2 * adapter + state),
-                f"{trainable / 1e6:.1f}M params x ({adapter} weight + {adapter} grad + {state} "
-                f"{w.optimizer}) B",
-            )
-        )
-        step_temp = foreach_step_bytes(w, trainable, adapter)
+        parts = [
+            Part("gradients", "gradients", s.params * master, f"{8 * master}-bit, one per parameter"),
+            Part("optimizer", "optimizer states", s.params * state, f"{w.optimizer}: {state} B/param"),
+        ]
+        return parts, foreach_step_bytes(w, s.params, master)
+    trainable = s.lora_params(w.lora_r, w.lora_targets)
+    # TRL casts a quantized model's adapters to bf16; peft otherwise keeps them in fp32
+    adapter = 2 if (w.trainer == "trl" and w.method == "qlora") else 4
+    state = OPTIMIZER_STATE_BYTES[w.optimizer]
+    state = 2 * adapter if state is None else state
+    part = Part(
+        "adapter",
+        "LoRA adapter + grads + optimizer",
+        trainable * (2 * adapter + state),
+        f"{trainable / 1e6:.1f}M params x ({adapter} weight + {adapter} grad + {state} {w.optimizer}) B",
+    )
+    return [part], foreach_step_bytes(w, trainable, adapter)
 
-    tokens = w.tokens_per_micro_batch
-    fused_mlp = w.fused_mlp and w.method in ("lora", "qlora") and w.trainer == "trl"
+
+def _block_bytes_per_token(w: Workload, act_bytes: int) -> float:
+    """What one decoder block keeps for backward, per token: the counted tensors scaled by the
+    calibrated coefficients, then what `--trainer hf`'s fp32 QLoRA path and LoRA's dropout add."""
+    s = w.shape
     saved = block_saved_bytes_per_token(s, w.method == "full")
-    if fused_mlp:
+    if w.fused_mlp and w.method in ("lora", "qlora") and w.trainer == "trl":
         saved -= fused_mlp_fewer_bytes_per_token(s, w.liger)
     per_block = saved * act_bytes / 2 * ACTIVATION_SCALE
     if w.liger:
         per_block *= LIGER_ACTIVATION_SCALE
-    if hf_kbit:
+    if w.trainer == "hf" and w.method == "qlora":
         per_block += hf_kbit_fp32_extra_bytes_per_token(s)
     per_block += lora_dropout_bytes_per_token(w, act_bytes)
-    residual_bytes = 4 if hf_kbit or w.precision == "fp32" else 2  # the residual stream's dtype
-    if w.gradient_checkpointing:
-        held = int(tokens * 2 * per_block)  # one block recomputed during backward, and its gradients
-        parts.append(
-            Part(
-                "activations",
-                "activations (one block, recomputed)",
-                held,
-                f"{tokens} tokens x {per_block / 1024:.0f} KiB, checkpointing on",
-            )
-        )
-        on_gpu = min(2, s.num_layers) if w.checkpoint_offload else s.num_layers
-        parts.append(
-            Part(
-                "checkpoints",
-                "checkpointed block inputs"
-                + (" (on the GPU; the rest in host memory)" if w.checkpoint_offload else ""),
-                tokens * on_gpu * s.hidden_size * residual_bytes,
-                f"{on_gpu} blocks x {tokens} tokens x hidden {s.hidden_size}, {8 * residual_bytes}-bit",
-            )
-        )
-    else:
-        held = int(tokens * s.num_layers * per_block)
-        parts.append(
+    return per_block
+
+
+def _activations(w: Workload, act_bytes: int) -> list[Part]:
+    """Every block's activations, or with checkpointing one recomputed block's and every block's input
+    (on the GPU, or all but two in host memory). The first part is the activations."""
+    s, tokens = w.shape, w.tokens_per_micro_batch
+    per_block = _block_bytes_per_token(w, act_bytes)
+    if not w.gradient_checkpointing:
+        return [
             Part(
                 "activations",
                 "activations",
-                held,
+                int(tokens * s.num_layers * per_block),
                 f"{s.num_layers} blocks x {tokens} tokens x {per_block / 1024:.0f} KiB, no checkpointing",
             )
-        )
-    unsure: list[Band] = []
+        ]
+    hf_kbit = w.trainer == "hf" and w.method == "qlora"
+    residual_bytes = 4 if hf_kbit or w.precision == "fp32" else 2  # the residual stream's dtype
+    on_gpu = min(2, s.num_layers) if w.checkpoint_offload else s.num_layers
+    return [
+        Part(
+            "activations",
+            "activations (one block, recomputed)",
+            int(tokens * 2 * per_block),  # one block recomputed during backward, and its gradients
+            f"{tokens} tokens x {per_block / 1024:.0f} KiB, checkpointing on",
+        ),
+        Part(
+            "checkpoints",
+            "checkpointed block inputs"
+            + (" (on the GPU; the rest in host memory)" if w.checkpoint_offload else ""),
+            tokens * on_gpu * s.hidden_size * residual_bytes,
+            f"{on_gpu} blocks x {tokens} tokens x hidden {s.hidden_size}, {8 * residual_bytes}-bit",
+        ),
+    ]
+
+
+def _loss(w: Workload, activation_bytes: int) -> Part:
+    """The loss: plain HF Trainer's full logits, or TRL's fused LM head in tiles (with checkpointing,
+    only what exceeds the recomputed block's activations: the loss's backward ends before it)."""
+    tokens, s = w.tokens_per_micro_batch, w.shape
     if w.trainer == "hf":
-        parts.append(
-            Part(
-                "logits",
-                "logits (+ fp32 upcast, grad)",
-                int(tokens * s.vocab_size * HF_LOGITS_BYTES),
-                f"{tokens} tokens x vocab {s.vocab_size}",
-            )
+        return Part(
+            "logits",
+            "logits (+ fp32 upcast, grad)",
+            int(tokens * s.vocab_size * HF_LOGITS_BYTES),
+            f"{tokens} tokens x vocab {s.vocab_size}",
         )
-    else:
-        loss = _loss_tiles(w, tokens)
-        if w.gradient_checkpointing:  # the loss's backward ends before the first block is recomputed
-            loss = Part(
-                loss.key,
-                loss.label,
-                max(0, loss.bytes - held),
-                loss.note + "; only what exceeds the recomputed block's activations, freed before it",
-            )
-        parts.append(loss)
-    context = CUDA_CONTEXT_BYTES + (BNB_WORKSPACE_BYTES if w.method == "qlora" else 0)
-    # the optimizer step's peak: activations and autocast copies are gone, the step's temporary is held
+    loss = _loss_tiles(w, tokens)
+    if not w.gradient_checkpointing:
+        return loss
+    return Part(
+        loss.key,
+        loss.label,
+        max(0, loss.bytes - activation_bytes),
+        loss.note + "; only what exceeds the recomputed block's activations, freed before it",
+    )
+
+
+def _optimizer_step(w: Workload, parts: list[Part], step_temp: int) -> Part | None:
+    """What the optimizer step holds above the backward's peak, where it does: activations and autocast
+    copies are gone by then, the step's temporary is held."""
     held_at_step = sum(p.bytes for p in parts if p.key in STEP_HELD_PARTS) + step_temp
     over = held_at_step - sum(p.bytes for p in parts)
-    if over > 0:
-        parts.append(
-            Part(
-                "optimizer_step",
-                "optimizer step (above the backward)",
-                over,
-                f"the peak is the step: {w.optimizer}'s foreach temporary "
-                f"({step_temp / GIB:.2f} GiB) beside weights, grads and states",
-            )
-        )
-    parts.append(
-        Part("context", "CUDA context + workspaces", context, "measured on an H200 (a constant, not derived)")
+    if over <= 0:
+        return None
+    return Part(
+        "optimizer_step",
+        "optimizer step (above the backward)",
+        over,
+        f"the peak is the step: {w.optimizer}'s foreach temporary "
+        f"({step_temp / GIB:.2f} GiB) beside weights, grads and states",
     )
+
+
+def _context_bytes(w: Workload) -> int:
+    return CUDA_CONTEXT_BYTES + (BNB_WORKSPACE_BYTES if w.method == "qlora" else 0)
+
+
+def _logits_band(w: Workload, parts: list[Part]) -> list[Band]:
+    """The band's top on TRL beyond the checked micro-batch size: the full logits, where they are
+    large enough to matter."""
+    tokens, s = w.tokens_per_micro_batch, w.shape
     full_logits = tokens * s.vocab_size * UNSURE_LOGITS_BYTES
-    if (
+    if not (
         w.trainer == "trl"
         and tokens > CHECKED_TOKENS_PER_MICRO_BATCH
         and full_logits >= UNSURE_SHARE * sum(p.bytes for p in parts)
     ):
-        unsure.append(
-            Band(
-                "logits",
-                full_logits,
-                f"up to the {tokens} x {s.vocab_size} logits in 16 bits + fp32: one held-out TRL run at "
-                f"this size measured about that much more; the tiles are checked up to "
-                f"{CHECKED_TOKENS_PER_MICRO_BATCH} tokens per micro-batch",
-            )
+        return []
+    return [
+        Band(
+            "logits",
+            full_logits,
+            f"up to the {tokens} x {s.vocab_size} logits in 16 bits + fp32: one held-out TRL run at "
+            f"this size measured about that much more; the tiles are checked up to "
+            f"{CHECKED_TOKENS_PER_MICRO_BATCH} tokens per micro-batch",
         )
+    ]
 
-    # loading holds the weights and, while quantising, one 16-bit layer at a time
-    static = sum(p.bytes for p in parts if p.key in ("weights", "quant_constants"))
-    biggest_layer = max(a * b for a, b in s.linear_shapes().values()) * 2
-    if w.gpus > 1:
-        parts = _per_gpu_parts(w, parts, act_bytes)
-        if w.sharding == "fsdp":  # loaded on the host, then sharded onto the GPUs
-            static = sum(p.bytes for p in parts if p.key in ("weights", "quant_constants"))
-            biggest_layer = 0
-    return MemoryEstimate(tuple(parts), static + context + biggest_layer, tuple(unsure))
+
+def _load_peak_bytes(w: Workload, one_gpu: list[Part], per_gpu: list[Part], context: int) -> int:
+    """Loading holds the weights and, while quantising, one 16-bit layer at a time; FSDP loads on the
+    host, then shards onto the GPUs."""
+    weights = ("weights", "quant_constants")
+    if w.gpus > 1 and w.sharding == "fsdp":
+        return sum(p.bytes for p in per_gpu if p.key in weights) + context
+    biggest_layer = max(a * b for a, b in w.shape.linear_shapes().values()) * 2
+    return sum(p.bytes for p in one_gpu if p.key in weights) + context + biggest_layer
 
 
 def _loss_tiles(w: Workload, tokens: int) -> Part:

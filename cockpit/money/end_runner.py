@@ -40,6 +40,7 @@ import psutil
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, TrainConfig
 from cockpit.money import idle, idle_watch
+from cockpit.paths import cockpit_command
 from cockpit.run import journal, pids
 from cockpit.run import process as supervisor
 from cockpit.run.rundir import RunDir
@@ -83,7 +84,10 @@ def steps_before_on_end(cfg: TrainConfig, run: RunDir, status: str) -> list[EndS
     if not cfg.export.at_end:
         return []
     if status not in EXPORT_STATES:
-        log(f"export.at_end: not exported, the run {status}; `cockpit export {run.run_id}` can still try")
+        log(
+            f"export.at_end: not exported, the run {status}; `{cockpit_command()} export {run.run_id}` "
+            "can still try"
+        )
         return []
     return [EndStep("export", export_argv(cfg, run))]
 

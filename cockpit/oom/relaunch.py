@@ -26,6 +26,7 @@ from cockpit.config import schema as config_mod
 from cockpit.fmt import GIB
 from cockpit.live.session import RunSession
 from cockpit.oom.remedies import Analysis, Option, analyse
+from cockpit.paths import cockpit_command
 from cockpit.run import journal, process
 from cockpit.run.rundir import RunDir
 from cockpit.run.state import RunState
@@ -97,8 +98,6 @@ def apply_changes(run: RunDir, changes: dict[str, Any], reason: str, **record: A
 def apply_option(run: RunDir, option: Option, analysis: Analysis, chosen_by: str) -> Applied:
     """Apply a remedy and record the prediction it was chosen on."""
     changes = {**analysis.pinned, **option.config}  # what ran, changed by the remedy
-    if analysis.observation.injected:
-        changes["debug.fail_at_step"] = None  # the test aid fired once; its job is done
     return apply_changes(
         run,
         changes,
@@ -269,7 +268,7 @@ def headless_on_oom(
         if option is None:
             say(
                 "--on-oom auto: no remedy both fits and keeps the results (auto never cuts samples, shrinks "
-                "the adapter or changes the base weights). Pick one: cockpit restart "
+                f"the adapter or changes the base weights). Pick one: {cockpit_command()} restart "
                 f"{run.run_id} --no-ui --on-oom ask"
             )
             return None

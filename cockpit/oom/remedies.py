@@ -135,8 +135,8 @@ def analyse(
     notes: list[str] = []
     if observation.injected:
         notes.append(
-            "this OOM was injected (debug.fail_at_step): its figures describe a full card, not this run; "
-            "a relaunch turns the injection off"
+            "this OOM was injected (a test aid, COCKPIT_TEST_AIDS fail_at_step): its figures describe a full "
+            "card, not this run; it fires in the run's first trainer only, so a relaunch goes past it"
         )
     if observation.host:
         return _host_analysis(cfg, observation, target, notes)
@@ -144,6 +144,26 @@ def analyse(
         notes.append("the model's shape is unknown: no predictions (see the message above)")
         return Analysis(target, observation, None, None, 0, [], notes)
 
+    base = _failed_workload(cfg, shape, data, precision, notes)
+    try:
+        estimate = estimate_memory(base)
+    except EstimateError as exc:
+        notes.append(f"the memory model cannot size this run: {exc}")
+        return Analysis(target, observation, None, None, 0, [], notes)
+    gap = _shortfall(observation, estimate, notes)
+    device_kind = str(device.get("kind") or "cuda")
+    card = device_card(device, catalog) if device_kind == "cuda" else None
+    speed_card = card or REFERENCE_CARD
+    notes.append(f"speed: the speed model's tokens/s on {speed_card.name}, relative to the failed run")
+    all_knobs = knobs(cfg, base, observation, data, device_kind)
+    ranked = _ranked(base, all_knobs, gap, target, speed_card)
+    ranked += _bigger_card(cfg, base, estimate.peak_bytes + gap, target, card, catalog)
+    return Analysis(target, observation, base, estimate, gap, ranked, notes, speed_card)
+
+
+def _failed_workload(cfg, shape: ModelShape, data: dict, precision: str | None, notes: list[str]) -> Workload:
+    """The memory model's inputs for the failed run: the precision the trainer chose, and sequences
+    as long as the longest sample where batches are padded to it."""
     base = workload_from_config(cfg, shape)
     if precision in ("bf16", "fp16", "fp32") and cfg.training.precision == "auto":
         base = replace(base, precision=precision)
@@ -156,37 +176,36 @@ def analyse(
             f"sequences in the estimate: {longest} tokens (the longest sample; max_length is "
             f"{cfg.training.max_length})"
         )
-    try:
-        estimate = estimate_memory(base)
-    except EstimateError as exc:
-        notes.append(f"the memory model cannot size this run: {exc}")
-        return Analysis(target, observation, None, None, 0, [], notes)
+    return base
+
+
+def _shortfall(observation: Observation, estimate: MemoryEstimate, notes: list[str]) -> int:
+    """What the OOM proves the run needs beyond the memory model's peak (0: nothing), added to every
+    prediction."""
     if observation.demand_bytes is None:
         notes.append(observation.demand_basis)
-    gap = 0
-    if observation.demand_bytes is not None and observation.demand_bytes > estimate.peak_bytes:
-        gap = observation.demand_bytes - estimate.peak_bytes
-        notes.append(
-            f"the OOM shows this run needs at least {observation.demand_bytes / GIB:.2f} GiB "
-            f"({observation.demand_basis}), {gap / GIB:.2f} GiB more than the memory model's "
-            f"{estimate.peak_gib:.2f} GiB: every prediction below adds it"
-        )
-    device_kind = str(device.get("kind") or "cuda")
-    card = device_card(device, catalog) if device_kind == "cuda" else None
-    speed_card = card or REFERENCE_CARD
-    notes.append(f"speed: the speed model's tokens/s on {speed_card.name}, relative to the failed run")
-    all_knobs = knobs(cfg, base, observation, data, device_kind)
-    options = [_option(base, (c,), gap, target, speed_card) for k in all_knobs for c in k.choices]
+    if observation.demand_bytes is None or observation.demand_bytes <= estimate.peak_bytes:
+        return 0
+    gap = observation.demand_bytes - estimate.peak_bytes
+    notes.append(
+        f"the OOM shows this run needs at least {observation.demand_bytes / GIB:.2f} GiB "
+        f"({observation.demand_basis}), {gap / GIB:.2f} GiB more than the memory model's "
+        f"{estimate.peak_gib:.2f} GiB: every prediction below adds it"
+    )
+    return gap
+
+
+def _ranked(base: Workload, all_knobs: list[Knob], gap: int, target: Target, card: CardSpeed) -> list[Option]:
+    """The best choice of each knob, and the few combinations worth showing, ranked (rank_key)."""
+    options = [_option(base, (c,), gap, target, card) for k in all_knobs for c in k.choices]
     singles = sorted(_best_per_knob(options), key=rank_key)
     best_single = singles[0] if singles and singles[0].verdict == "fits" else None
     combos = [
         o
-        for o in _combinations(base, all_knobs, gap, target, speed_card)
+        for o in _combinations(base, all_knobs, gap, target, card)
         if o.verdict == "fits" and _worth_combining(o, best_single)
     ]
-    ranked = sorted(singles + _distinct(sorted(combos, key=rank_key))[:MAX_COMBINATIONS_SHOWN], key=rank_key)
-    ranked += _bigger_card(cfg, base, estimate.peak_bytes + gap, target, card, catalog)
-    return Analysis(target, observation, base, estimate, gap, ranked, notes, speed_card)
+    return sorted(singles + _distinct(sorted(combos, key=rank_key))[:MAX_COMBINATIONS_SHOWN], key=rank_key)
 
 
 def rank_key(option: Option) -> tuple[int, int, float, int, int]:

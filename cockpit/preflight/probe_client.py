@@ -52,7 +52,7 @@ class ProbeAnswer:
         return None
 
 
-def add_message(findings: dict[str, Any], message: dict[str, Any]) -> None:
+def add_message(findings: dict[str, Any], message: dict) -> None:
     """Fold one `probe` message into the findings (per-device findings append)."""
     name, data = message.get("finding"), message.get("data")
     if not isinstance(name, str) or not isinstance(data, dict):
@@ -85,14 +85,8 @@ def run_probe(
     probe's load; its results land in `ProbeAnswer.samples` (exceptions are skipped).
     `command` replaces the probe (tests).
     """
-    child_env = dict(os.environ if env is None else env)
-    child_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (project_root(), child_env.get("PYTHONPATH", "")) if p
-    )
-    child_env["PYTHONUNBUFFERED"] = "1"
-    child_env["NCCL_NVLS_ENABLE"] = "0"
+    child_env = _child_env(env)
     answer = ProbeAnswer()
-    decoder = LineDecoder()
     started = time.monotonic()
     deadline = started + timeout_s
     stop_sampling = threading.Event()
@@ -113,45 +107,63 @@ def run_probe(
             )
             sampler.start()
         try:
-            items = _read_until(proc, decoder, deadline)
-            if items is None:
-                answer.timed_out = True
-                _kill_group(proc)
-                items = []
-            items += decoder.finish()
-            for item in items:
-                if isinstance(item, Fault):
-                    answer.faults.append(item.describe())
-                elif item.get("type") == "probe":
-                    add_message(answer.findings, item)
-            if not answer.timed_out:
-                try:
-                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    answer.timed_out = True
-                    _kill_group(proc)
+            _collect(proc, deadline, answer)
         finally:
             stop_sampling.set()
             if proc.poll() is None:
                 _kill_group(proc)
-            if proc.stdout is not None:  # a pipe: stdout=PIPE
-                proc.stdout.close()
+            proc.stdout.close()
         answer.returncode = proc.returncode
         answer.duration_s = round(time.monotonic() - started, 2)
-        stderr_file.seek(0, os.SEEK_END)
-        stderr_file.seek(max(0, stderr_file.tell() - STDERR_TAIL_BYTES))
-        answer.stderr_tail = stderr_file.read().decode("utf-8", errors="replace")
+        answer.stderr_tail = _tail(stderr_file)
     if sampler is not None:
         sampler.join(timeout=2.0)
     return answer
 
 
-def _read_until(
-    proc: subprocess.Popen[bytes], decoder: LineDecoder, deadline: float
-) -> list[dict[str, Any] | Fault] | None:
+def _child_env(env: dict[str, str] | None) -> dict[str, str]:
+    """The probe's environment: the project importable, output unbuffered, NVLink multicast off."""
+    child_env = dict(os.environ if env is None else env)
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (project_root(), child_env.get("PYTHONPATH", "")) if p
+    )
+    child_env["PYTHONUNBUFFERED"] = "1"
+    child_env["NCCL_NVLS_ENABLE"] = "0"
+    return child_env
+
+
+def _collect(proc: subprocess.Popen, deadline: float, answer: ProbeAnswer) -> None:
+    """The child's messages into `answer` until it exits or `deadline` passes (then it is killed)."""
+    decoder = LineDecoder()
+    items = _read_until(proc, decoder, deadline)
+    if items is None:
+        answer.timed_out = True
+        _kill_group(proc)
+        items = []
+    items += decoder.finish()
+    for item in items:
+        if isinstance(item, Fault):
+            answer.faults.append(item.describe())
+        elif item.get("type") == "probe":
+            add_message(answer.findings, item)
+    if not answer.timed_out:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            answer.timed_out = True
+            _kill_group(proc)
+
+
+def _tail(stderr_file) -> str:
+    """The last STDERR_TAIL_BYTES of the child's stderr."""
+    stderr_file.seek(0, os.SEEK_END)
+    stderr_file.seek(max(0, stderr_file.tell() - STDERR_TAIL_BYTES))
+    return stderr_file.read().decode("utf-8", errors="replace")
+
+
+def _read_until(proc: subprocess.Popen, decoder: LineDecoder, deadline: float) -> list | None:
     """Everything the child writes until it closes stdout; None when the deadline passes first."""
-    items: list[dict[str, Any] | Fault] = []
-    assert proc.stdout is not None  # run_probe starts it with stdout=PIPE
+    items: list = []
     fd = proc.stdout.fileno()
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
@@ -167,7 +179,7 @@ def _read_until(
             items += decoder.feed(data)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -178,7 +190,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def _sample_loop(sample: Callable[[], Any], every_s: float, stop: threading.Event, out: list[Any]) -> None:
+def _sample_loop(sample: Callable[[], Any], every_s: float, stop: threading.Event, out: list) -> None:
     while not stop.is_set():
         try:
             out.append(sample())

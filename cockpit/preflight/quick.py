@@ -77,7 +77,8 @@ class StartPreflight:
         for result in self.problems:
             out += result_line(result).splitlines()
         if self.problems:
-            out.append("  (`cockpit preflight` runs every check; --skip-preflight skips these)")
+            me = paths.cockpit_command()
+            out.append(f"  (`{me} preflight` runs every check; --skip-preflight skips these)")
         return out
 
 
@@ -211,7 +212,8 @@ def run_start_preflight(
             "Quick preflight",
             "warn",
             f"could not run: {type(exc).__name__}: {exc}",
-            fix="run `cockpit preflight --no-ui` to see each check; report this error if it repeats",
+            fix=f"run `{paths.cockpit_command()} preflight --no-ui` to see each check; report this error "
+            "if it repeats",
         )
         return StartPreflight([problem], time.monotonic() - started)
     from cockpit.preflight import runner as preflight

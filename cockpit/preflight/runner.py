@@ -76,6 +76,25 @@ def _answers(value: object) -> list[CheckResult]:
     raise TypeError(f"returned {type(value).__name__}, not a CheckResult or a list of them")
 
 
+def _answer(check: Check) -> list[CheckResult]:
+    """Run one check: its results, each with how long it took; a crash answers as a warning."""
+    started = time.monotonic()
+    try:
+        answered = _answers(check.run())
+        # a result that did not time itself took what its check took (the GPU rows: the probe)
+        took_s = time.monotonic() - started
+        return [r if r.duration_s else dataclasses.replace(r, duration_s=took_s) for r in answered]
+    except Exception as exc:
+        return [
+            _problem(
+                check,
+                f"check crashed: {type(exc).__name__}: {exc}",
+                {"traceback": traceback.format_exc(limit=8)},
+                time.monotonic() - started,
+            )
+        ]
+
+
 def run_checks(
     checks: Sequence[CheckLike],
     concurrency: int = 4,
@@ -94,22 +113,7 @@ def run_checks(
     pending = list(range(len(planned)))
 
     def work(index: int) -> None:
-        started = time.monotonic()
-        try:
-            answered = _answers(planned[index].run())
-            # a result that did not time itself took what its check took (the GPU rows: the probe)
-            took_s = time.monotonic() - started
-            answered = [r if r.duration_s else dataclasses.replace(r, duration_s=took_s) for r in answered]
-        except Exception as exc:
-            answered = [
-                _problem(
-                    planned[index],
-                    f"check crashed: {type(exc).__name__}: {exc}",
-                    {"traceback": traceback.format_exc(limit=8)},
-                    time.monotonic() - started,
-                )
-            ]
-        finished.put((index, answered))
+        finished.put((index, _answer(planned[index])))
 
     def deliver(index: int, answered: list[CheckResult]) -> None:
         results[index] = answered
@@ -289,25 +293,54 @@ def plan(
         paths = default_paths()
     if not isinstance(paths, Mapping):
         paths = {Path(p).name or f"path{i}": Path(p) for i, p in enumerate(paths)}
-    facts = partial(checks_host.memory_facts)
-    out = [
-        Check("host.cpu", partial(checks_host.check_cpu, gpu_count), "host", "CPU cores"),
-        Check(
-            "host.ram_vram", lambda: checks_host.check_ram_vs_vram(vram_bytes, facts()), "host", "RAM vs VRAM"
+    sizes = _Sizes(vram_bytes, model_bytes, checkpoint_bytes, model_in_cache, unsized_model)
+    return [
+        *_host_checks(sizes, gpu_count),
+        *_disk_checks(sizes, paths, quick, probe_file_bytes, probe_time_s),
+        *_network_checks(
+            quick, endpoint, model_bytes, hub_timeout_s, download_path, download_bytes, download_time_s
         ),
+    ]
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """What the plan's checks judge the box against: the card, the model, a checkpoint."""
+
+    vram_bytes: int | None
+    model_bytes: int | None
+    checkpoint_bytes: int | None
+    model_in_cache: bool
+    unsized_model: UnsizedModel | None
+
+
+def _host_checks(sizes: _Sizes, gpu_count: int) -> list[Check]:
+    facts = partial(checks_host.memory_facts)
+    vram, model = sizes.vram_bytes, sizes.model_bytes
+    return [
+        Check("host.cpu", partial(checks_host.check_cpu, gpu_count), "host", "CPU cores"),
+        Check("host.ram_vram", lambda: checks_host.check_ram_vs_vram(vram, facts()), "host", "RAM vs VRAM"),
         Check(
             "host.ram_model",
-            lambda: checks_host.check_ram_for_model(model_bytes, facts(), unsized_model),
+            lambda: checks_host.check_ram_for_model(model, facts(), sizes.unsized_model),
             "host",
             "RAM",
         ),
-        Check("host.swap", lambda: checks_host.check_swap(facts(), vram_bytes, model_bytes), "host", "Swap"),
+        Check("host.swap", lambda: checks_host.check_swap(facts(), vram, model), "host", "Swap"),
     ]
-    probed_devices: set[int] = set()
+
+
+def _disk_checks(
+    sizes: _Sizes, paths: Mapping[str, Path], quick: bool, probe_file_bytes: int, probe_time_s: float
+) -> list[Check]:
+    """Type and free space of every path; the read speed of each device once (not when quick)."""
+    out = []
+    probed_devices: set[int | None] = set()
     for label, path in paths.items():
         path = Path(path)
         # the model lands in the cache; checkpoints in the runs directory
         is_cache = label == "cache"
+        model_here = is_cache and sizes.model_in_cache
         out.append(Check(f"disk.type.{label}", partial(checks_disk.check_disk_type, path, label), "disk"))
         out.append(
             Check(
@@ -316,9 +349,9 @@ def plan(
                     checks_disk.check_free_space,
                     path,
                     label,
-                    model_bytes if is_cache and model_in_cache else None,
-                    None if is_cache else checkpoint_bytes,
-                    unsized=unsized_model if is_cache and model_in_cache else None,
+                    sizes.model_bytes if model_here else None,
+                    None if is_cache else sizes.checkpoint_bytes,
+                    unsized=sizes.unsized_model if model_here else None,
                 ),
                 "disk",
             )
@@ -333,7 +366,7 @@ def plan(
                         checks_disk_speed.check_disk_speed,
                         path,
                         label,
-                        model_bytes,
+                        sizes.model_bytes,
                         file_bytes=probe_file_bytes,
                         time_budget_s=probe_time_s,
                     ),
@@ -341,13 +374,26 @@ def plan(
                     timeout_s=probe_time_s * 3 + 30,
                 )
             )
+    return out
+
+
+def _network_checks(
+    quick: bool,
+    endpoint: str | None,
+    model_bytes: int | None,
+    hub_timeout_s: float,
+    download_path: str,
+    download_bytes: int,
+    download_time_s: float,
+) -> list[Check]:
+    """The hub's reach; its download speed (not when quick)."""
     hub = partial(
         checks_network.check_hub_reach,
         endpoint,
         connect_timeout_s=min(3.0, hub_timeout_s),
         total_timeout_s=hub_timeout_s,
     )
-    out.append(Check("network.hub", hub, "network", "Hub"))
+    out = [Check("network.hub", hub, "network", "Hub")]
     if not quick:
         out.append(
             Check(

@@ -26,6 +26,7 @@ from typing import Any, Protocol, TextIO, cast
 from cockpit import fmt
 from cockpit.config.load import load_config
 from cockpit.config.schema import TrainConfig
+from cockpit.paths import cockpit_command
 from cockpit.protocol.wire import Fault, LineDecoder
 from cockpit.results import export_needs as needs_mod
 from cockpit.results import model_card as card_mod
@@ -82,9 +83,9 @@ def pick_source(run: rundir.RunDir, checkpoint: int | None) -> Source:
     if run_status(run).state == "finished":  # `cockpit restart` refuses a finished run
         raise ExportError(
             f"{said} It finished, so its weights were deleted or moved since (a copied folder holds "
-            "only what was copied); train it again with `cockpit train` on its config.yaml."
+            f"only what was copied); train it again with `{cockpit_command()} train` on its config.yaml."
         )
-    raise ExportError(f"{said} Continue it with `cockpit restart {run.run_id}`.")
+    raise ExportError(f"{said} Continue it with `{cockpit_command()} restart {run.run_id}`.")
 
 
 def _has_weights(folder: Path) -> bool:
@@ -278,7 +279,7 @@ def prepare(
     if is_alive(run) and checkpoint is None:
         raise ExportError(
             f"run {run.run_id} is still training; export a complete checkpoint with --checkpoint N, or "
-            f"wait until it ends (cockpit attach {run.run_id})"
+            f"wait until it ends ({cockpit_command()} attach {run.run_id})"
         )
     source = pick_source(run, checkpoint)
     notes = [source.note] if source.note else []

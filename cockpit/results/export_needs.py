@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 
 from cockpit import fmt
+from cockpit.paths import cockpit_command
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 GGUF_BYTES_PER_PARAM = {"f16": 2.0, "q8_0": 34 / 32}
@@ -43,8 +44,8 @@ class Needs:
         if self.disk_bytes > self.disk_free:
             out.append(
                 f"not enough disk at {self.disk_where}: the export needs ~{fmt.size(self.disk_bytes)} "
-                f"({self.disk_parts}), {fmt.size(self.disk_free)} is free. Free space (cockpit runs --prune) "
-                "or write elsewhere with --to DIR."
+                f"({self.disk_parts}), {fmt.size(self.disk_free)} is free. Free space "
+                f"({cockpit_command()} runs --prune) or write elsewhere with --to DIR."
             )
         return out
 

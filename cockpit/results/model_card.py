@@ -9,10 +9,8 @@ did not record is written as "not recorded", never guessed.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -28,11 +26,11 @@ class RunFacts:
     """What a card says about the run, gathered once."""
 
     run_id: str
-    config: dict[str, Any]
+    config: dict
     state: RunState
     eval_loss: float | None = None
     eval_step: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
 
 
 def read_facts(run: rundir.RunDir) -> RunFacts:
@@ -49,7 +47,7 @@ def read_facts(run: rundir.RunDir) -> RunFacts:
     return RunFacts(run.run_id, config, state, eval_loss, eval_step)
 
 
-def _get(d: dict[str, Any], dotted: str, default: Any = None) -> Any:
+def _get(d: dict, dotted: str, default=None):
     for part in dotted.split("."):
         if not isinstance(d, dict) or part not in d:
             return default
@@ -57,7 +55,7 @@ def _get(d: dict[str, Any], dotted: str, default: Any = None) -> Any:
     return d
 
 
-def _or(value: Any, fmt: Callable[[Any], str] = str) -> str:
+def _or(value, fmt=str) -> str:
     return NOT_RECORDED if value is None else fmt(value)
 
 
@@ -65,68 +63,17 @@ def _duration(seconds: float | None) -> str:
     return f"{fmt.duration(seconds)} (h:mm:ss, all trainer attempts)" if seconds else NOT_RECORDED
 
 
-def card_fields(facts: RunFacts, export: dict[str, Any]) -> dict[str, str]:
+def card_fields(facts: RunFacts, export: dict) -> dict[str, str]:
     """The card's facts as label -> text (also what the tests check)."""
     c, s = facts.config, facts.state
-    method = c.get("method", NOT_RECORDED)
-    lora = c.get("lora") or {}
-    quant = c.get("quantization") or {}
-    t = c.get("training") or {}
-    if method == "full":
-        method_text = "full fine-tune"
-    else:
-        targets = lora.get("target_modules")
-        targets = ", ".join(targets) if isinstance(targets, list) else targets
-        method_text = (
-            f"{method}: LoRA r={lora.get('r')}, alpha={lora.get('alpha')}, dropout={lora.get('dropout')}, "
-            f"target modules {targets}"
-        )
-        if lora.get("modules_to_save"):
-            method_text += f", trained fully: {', '.join(lora['modules_to_save'])}"
-        if method == "qlora":
-            method_text += (
-                f"; base quantised to {quant.get('bits')}-bit {quant.get('quant_type')}"
-                f"{' with double quantisation' if quant.get('double_quant') else ''}"
-            )
-    batch = (t.get("micro_batch_size"), t.get("gradient_accumulation_steps"))
-    hyper = (
-        f"learning rate {t.get('learning_rate')} ({t.get('lr_scheduler')}, warmup {t.get('warmup')}), "
-        f"optimizer {t.get('optimizer')}, micro-batch {batch[0]} x accumulation {batch[1]}, "
-        f"max length {t.get('max_length')} tokens, "
-        + (f"max steps {t['max_steps']}" if t.get("max_steps") else f"epochs {t.get('epochs')}")
-        + f", seed {t.get('seed')}, precision {s.precision or t.get('precision')}"
-    )
-    data = s.data
-    data_text = f"{_get(c, 'dataset.path')} (split {_get(c, 'dataset.split')})"
-    if data:
-        labels = (("samples", "samples"), ("tokens_total", "tokens"), ("format", "format"))
-        parts = [
-            f"{data[k]:,} {label}" if isinstance(data[k], int) else f"{label} {data[k]}"
-            for k, label in labels
-            if k in data
-        ]
-        if parts:
-            data_text += ": " + ", ".join(parts)
     train_loss = (s.outcome or {}).get("train_loss")
-    device = s.device or {}
-    gpus = (s.distributed or {}).get("world_size")
-    hardware = device.get("name") or NOT_RECORDED
-    if device.get("kind") == "cpu":
-        hardware = f"CPU ({hardware})"
-    if device.get("kind") == "cuda" and gpus and gpus > 1:
-        hardware = f"{gpus} x {hardware}"
-    if device.get("total_bytes"):
-        hardware += f" ({fmt.size(device['total_bytes'])})"
     cost = s.cost_so_far()
-    versions = ", ".join(f"{k} {v}" for k, v in sorted((s.versions or {}).items()) if v) or NOT_RECORDED
-    if export.get("export_versions"):
-        versions += "; export: " + ", ".join(f"{k} {v}" for k, v in sorted(export["export_versions"].items()))
     return {
         "Base model": _get(c, "model.name", NOT_RECORDED),
         "Base revision": _get(c, "model.revision") or "main (not pinned)",
-        "Data": data_text,
-        "Method": method_text,
-        "Hyperparameters": hyper,
+        "Data": _data_text(c, s),
+        "Method": _method_text(c),
+        "Hyperparameters": _hyperparameters_text(c, s),
         "Steps": f"{s.step}" + (f" of {s.total_steps}" if s.total_steps else "") + f" (run {s.status})",
         "Final train loss": _or(s.loss, lambda v: f"{v:.4f} (last logged)")
         + ("" if train_loss is None else f"; {train_loss:.4f} (mean over the run)"),
@@ -138,14 +85,85 @@ def card_fields(facts: RunFacts, export: dict[str, Any]) -> dict[str, str]:
         "Cost": _or(cost, lambda v: f"{fmt.money(v)} at ${s.price_per_hour}/h")
         if cost is not None
         else "no price set (cost.price_per_hour)",
-        "Hardware": hardware,
-        "Library versions": versions,
+        "Hardware": _hardware_text(s),
+        "Library versions": _versions_text(s, export),
         "Exported from": export.get("source_label", NOT_RECORDED),
         "Cockpit": f"lora-cockpit {__version__}, run {facts.run_id}",
     }
 
 
-def render(facts: RunFacts, export: dict[str, Any]) -> str:
+def _method_text(c: dict) -> str:
+    """The method with its LoRA settings and, for QLoRA, the base's quantisation."""
+    method = c.get("method", NOT_RECORDED)
+    if method == "full":
+        return "full fine-tune"
+    lora = c.get("lora") or {}
+    quant = c.get("quantization") or {}
+    targets = lora.get("target_modules")
+    targets = ", ".join(targets) if isinstance(targets, list) else targets
+    text = (
+        f"{method}: LoRA r={lora.get('r')}, alpha={lora.get('alpha')}, dropout={lora.get('dropout')}, "
+        f"target modules {targets}"
+    )
+    if lora.get("modules_to_save"):
+        text += f", trained fully: {', '.join(lora['modules_to_save'])}"
+    if method == "qlora":
+        text += (
+            f"; base quantised to {quant.get('bits')}-bit {quant.get('quant_type')}"
+            f"{' with double quantisation' if quant.get('double_quant') else ''}"
+        )
+    return text
+
+
+def _hyperparameters_text(c: dict, s: RunState) -> str:
+    t = c.get("training") or {}
+    batch = (t.get("micro_batch_size"), t.get("gradient_accumulation_steps"))
+    return (
+        f"learning rate {t.get('learning_rate')} ({t.get('lr_scheduler')}, warmup {t.get('warmup')}), "
+        f"optimizer {t.get('optimizer')}, micro-batch {batch[0]} x accumulation {batch[1]}, "
+        f"max length {t.get('max_length')} tokens, "
+        + (f"max steps {t['max_steps']}" if t.get("max_steps") else f"epochs {t.get('epochs')}")
+        + f", seed {t.get('seed')}, precision {s.precision or t.get('precision')}"
+    )
+
+
+def _data_text(c: dict, s: RunState) -> str:
+    """The dataset and split, and what the trainer counted in it."""
+    data = s.data
+    text = f"{_get(c, 'dataset.path')} (split {_get(c, 'dataset.split')})"
+    if data:
+        labels = (("samples", "samples"), ("tokens_total", "tokens"), ("format", "format"))
+        parts = [
+            f"{data[k]:,} {label}" if isinstance(data[k], int) else f"{label} {data[k]}"
+            for k, label in labels
+            if k in data
+        ]
+        if parts:
+            text += ": " + ", ".join(parts)
+    return text
+
+
+def _hardware_text(s: RunState) -> str:
+    device = s.device or {}
+    gpus = (s.distributed or {}).get("world_size")
+    hardware = device.get("name") or NOT_RECORDED
+    if device.get("kind") == "cpu":
+        hardware = f"CPU ({hardware})"
+    if device.get("kind") == "cuda" and gpus and gpus > 1:
+        hardware = f"{gpus} x {hardware}"
+    if device.get("total_bytes"):
+        hardware += f" ({fmt.size(device['total_bytes'])})"
+    return hardware
+
+
+def _versions_text(s: RunState, export: dict) -> str:
+    versions = ", ".join(f"{k} {v}" for k, v in sorted((s.versions or {}).items()) if v) or NOT_RECORDED
+    if export.get("export_versions"):
+        versions += "; export: " + ", ".join(f"{k} {v}" for k, v in sorted(export["export_versions"].items()))
+    return versions
+
+
+def render(facts: RunFacts, export: dict) -> str:
     """README.md: Hugging Face front matter, what the files are, the facts, and the merge check."""
     fields = card_fields(facts, export)
     base = fields["Base model"]
@@ -199,7 +217,7 @@ def render(facts: RunFacts, export: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_card(folder: Path, facts: RunFacts, export: dict[str, Any]) -> Path:
+def write_card(folder: Path, facts: RunFacts, export: dict) -> Path:
     path = folder / "README.md"
     path.write_text(render(facts, export), encoding="utf-8")
     (folder / "cockpit-export.json").write_text(json.dumps(export, indent=1, default=str), encoding="utf-8")

@@ -161,7 +161,8 @@ class StillRunning(RuntimeError):
 def plan_rm(run: RunDir) -> Removal:
     if process.is_alive(run):
         raise StillRunning(
-            f"run {run.run_id} is still running: nothing deleted. Stop it first (cockpit stop {run.run_id})"
+            f"run {run.run_id} is still running: nothing deleted. Stop it first "
+            f"({paths.cockpit_command()} stop {run.run_id})"
         )
     return Removal(run, (run.path,), folder_bytes(run.path), "the whole run directory", whole_run=True)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cockpit.paths import cockpit_command
 from cockpit.plain import PLAIN_WIDTH, hanging
 from cockpit.run import journal
 from cockpit.run.rundir import RunDir
@@ -117,7 +118,7 @@ def no_samples_reason(state: RunState) -> str:
         return (
             f"run {state.run_id} has no samples: its config sets no eval.prompts. Give prompts "
             '(eval.prompts: ["What is LoRA?"], or a number with dataset.eval_fraction) in the next run\'s '
-            f"config, or try the adapter now: cockpit chat {state.run_id}"
+            f"config, or try the adapter now: {cockpit_command()} chat {state.run_id}"
         )
     return (
         f"run {state.run_id} has no samples yet: the first ones come before step 1 (status: {state.status})"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cockpit import fmt
+from cockpit.paths import cockpit_command
 from cockpit.protocol.wire import number
 from cockpit.run.state import RunState
 
@@ -105,14 +106,15 @@ def next_commands(
 ) -> list[str]:
     """The commands that go on from here, naming the run as `cockpit runs` does (its folder)."""
     out = []
+    me = cockpit_command()
     if state.status in ("stopped", "failed") and checkpoints:
         budget = " --max-usd N" if reason == "budget" else ""
-        out.append(f"cockpit restart {run_id}{budget}")
+        out.append(f"{me} restart {run_id}{budget}")
     if adapter is not None:
         which = "" if is_final else f" --checkpoint {_step_of(adapter)}"
-        out += [f"cockpit chat {run_id}{which}", f"cockpit export {run_id}{which}"]
+        out += [f"{me} chat {run_id}{which}", f"{me} export {run_id}{which}"]
     elif state.status == "failed":
-        out.append(f"cockpit restart {run_id}")
+        out.append(f"{me} restart {run_id}")
     return out
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import overload
 
+from cockpit.paths import cockpit_command
 from cockpit.run import rundir
 from cockpit.run.state import RunState
 
@@ -86,7 +87,7 @@ def _model_folder(path: Path) -> ChatTarget:
     if not path.is_dir() or not (path / "config.json").is_file():
         raise TargetError(
             f"--model {str(path)!r}: not a model folder (no config.json). Give the folder a merge wrote "
-            "(cockpit export RUN --merge), or leave --model out for the run's adapter."
+            f"({cockpit_command()} export RUN --merge), or leave --model out for the run's adapter."
         )
     if (path / "adapter_config.json").is_file():
         base = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")

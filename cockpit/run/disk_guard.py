@@ -14,6 +14,7 @@ from pathlib import Path
 
 from cockpit.fmt import GIB
 from cockpit.models.memory import OPTIMIZER_STATE_BYTES
+from cockpit.paths import cockpit_command
 
 # on top of the expected size: the estimate's own error, a checkpoint that grows a little
 # (trainer state, optimizer bookkeeping) and what the run's logs write meanwhile
@@ -129,7 +130,8 @@ def disk_full_hint(
     """The fixes for a full disk, the same whether the guard refused a save or a write failed.
 
     `checkpoints`: the run's complete checkpoints, oldest first (None: not known)."""
-    fixes = ["Free space on that disk (`df -h`; old runs: `cockpit runs`, then delete their folders)"]
+    me = cockpit_command()
+    fixes = [f"Free space on that disk (`df -h`; old runs: `{me} runs`, then delete their folders)"]
     if checkpoints_kept is None or checkpoints_kept > 1:
         now = f"now {checkpoints_kept}; " if checkpoints_kept else ""
         fixes.append(
@@ -137,12 +139,12 @@ def disk_full_hint(
         )
     fixes.append("put the runs directory on a bigger disk (output.dir) for the next run")
     if checkpoints:
-        then = f"Then continue with `cockpit restart {run_id}`: it resumes from {checkpoints[-1]}, intact."
+        then = f"Then continue with `{me} restart {run_id}`: it resumes from {checkpoints[-1]}, intact."
     elif checkpoints is None:
-        then = f"Then continue with `cockpit restart {run_id}`: complete checkpoints are intact."
+        then = f"Then continue with `{me} restart {run_id}`: complete checkpoints are intact."
     else:
         then = (
-            f"Then `cockpit restart {run_id}` starts again from step 0 (no checkpoint was complete yet); "
+            f"Then `{me} restart {run_id}` starts again from step 0 (no checkpoint was complete yet); "
             "the run directory is intact."
         )
     text = "; ".join(fixes) + ". " + then

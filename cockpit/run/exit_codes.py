@@ -1,4 +1,4 @@
-"""How a run ended -> the client's exit code (README: "Exit codes")."""
+"""How a run ended -> the client's exit code (docs/guide.md: "Exit codes")."""
 
 from __future__ import annotations
 

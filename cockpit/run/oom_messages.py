@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from cockpit.paths import cockpit_command
+
 _UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 # torch's format_size writes "0 bytes" below 1 KiB
 _SIZE = r"([\d.]+) ?(bytes|B|KiB|MiB|GiB|TiB)"
@@ -215,7 +217,7 @@ def silent_oom(
                 "Host RAM ran out, not GPU memory: loading (and quantising) a model holds its 16-bit "
                 "shards in RAM, and each dataloader worker holds a copy of the dataset. Use an instance "
                 "with more RAM (about 4x the VRAM) or fewer training.dataloader_num_workers, then continue "
-                "with `cockpit restart RUN`.",
+                f"with `{cockpit_command()} restart RUN`.",
             )
     if returncode is not None and returncode > 0:
         parsed = parse_oom_message(log_tail)
@@ -225,6 +227,6 @@ def silent_oom(
                 parsed.to_dict(),
                 f"bitsandbytes ran out of GPU memory and ended the process: {line.strip()}"[:500],
                 "The GPU ran out of memory inside a bitsandbytes kernel; the OOM wizard lists what fits "
-                "(`cockpit restart RUN --on-oom ask`).",
+                f"(`{cockpit_command()} restart RUN --on-oom ask`).",
             )
     return None

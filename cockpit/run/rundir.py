@@ -234,7 +234,8 @@ def find(spec: str | None, root: Path | None = None) -> RunDir:
     runs = all_runs(root)
     where = root or paths.runs_root()
     if not runs:
-        raise RunNotFound(f"no runs under {where}; start one with: cockpit train CONFIG (or cockpit demo)")
+        me = paths.cockpit_command()
+        raise RunNotFound(f"no runs under {where}; start one with: {me} train CONFIG (or {me} demo)")
     if spec in (None, "", "last", "latest"):
         return runs[-1]
     exact = [r for r in runs if r.run_id == spec]
@@ -244,5 +245,6 @@ def find(spec: str | None, root: Path | None = None) -> RunDir:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise RunNotFound(f"no run matches {spec!r} under {where}; `cockpit runs` lists them")
+        me = paths.cockpit_command()
+        raise RunNotFound(f"no run matches {spec!r} under {where}; `{me} runs` lists them")
     raise RunNotFound(f"{spec!r} matches {len(matches)} runs: {', '.join(r.run_id for r in matches[:6])}")

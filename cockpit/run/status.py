@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from cockpit.paths import cockpit_command
 from cockpit.protocol.wire import Fault, LineDecoder, encode
 from cockpit.run import journal, process
 from cockpit.run.oom_messages import silent_oom
@@ -57,7 +58,7 @@ def run_status(run: RunDir) -> RunStatus:
     return RunStatus(
         "failed",
         f"trainer gone without a final event ({reason}); continue from the last checkpoint with: "
-        f"cockpit restart {run.run_id}",
+        f"{cockpit_command()} restart {run.run_id}",
         state.step,
         state.total_steps,
         state.last_ts,
@@ -91,7 +92,7 @@ def record_exit(run: RunDir, returncode: int | None) -> list[dict[str, Any] | Fa
     except OSError as exc:  # a full disk (or a run directory gone): the end is shown, not recorded
         print(
             f"cockpit: could not record how the trainer ended in {run.events_path}: {exc.strerror or exc}; "
-            "free space on that disk (df -h) so `cockpit runs` can tell later",
+            f"free space on that disk (df -h) so `{cockpit_command()} runs` can tell later",
             file=sys.stderr,
         )
         return LineDecoder().feed(encode(kind, **fields))

@@ -28,18 +28,24 @@ from __future__ import annotations
 import bisect
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from cockpit import fmt
 from cockpit.config.schema import TrainConfig
 from cockpit.fmt import GIB
-from cockpit.models.memory import fused_mlp_fewer_bytes_per_token, unpacked_scales_bytes
+from cockpit.models.memory import (
+    LOSS_TILE_TOKENS,
+    LOSS_TILE_VOCAB,
+    fused_mlp_fewer_bytes_per_token,
+    unpacked_scales_bytes,
+)
 from cockpit.models.shape import ModelShape
 from cockpit.speed import flops as flops_model
 from cockpit.speed import model as speed_model
 from cockpit.speed.batch_choice import (
+    BatchProblem,
     Choice,
     Facts,
+    Fit,
     batch_advice,
     fit_batch,
     fused_lora_note,
@@ -48,20 +54,14 @@ from cockpit.speed.batch_choice import (
     uses_liger,
 )
 
-if TYPE_CHECKING:
-    from cockpit.speed.batch_choice import Fit
-
 __all__ = ["Choice", "Facts", "SpeedPlan", "bfd_rows", "card_for", "plan", "samples_per_row"]
 
 PACK_MIN_SAMPLES_PER_ROW = 1.1  # below this, packing gains less than 10% real tokens per row
 BFD_SAMPLE = 20000  # lengths looked at to predict the packing (an even subsample beyond this)
 MAX_LOADER_WORKERS = 4
 # rows are padded to a multiple of this many tokens on a GPU, so that fewer distinct row widths
-# reach the kernels. On one H200 (7B QLoRA, packed rows of <= 512, bench/vs_unsloth.py), steps
-# stalled 2-3 s each with the GPU idle, no allocator retry and no data wait, each at a row width
-# not seen before (not at every new width): 4 of 23 steps unpadded (widths 511, 510, 500, 488;
-# 507, 505, 483 did not), 1 padded (step 11: unpadded a row of 483, so 496); 5.0k -> 8.0k real tokens/s
-# (bench/results/2026-12-02-vs-unsloth-7b-*). What stalls was not profiled.
+# reach the kernels: a width not run before can stall a step (docs/benchmarks.md, "Why speed: auto
+# chooses what it chooses")
 PAD_MULTIPLE = 16
 # how each attention kernel keeps packed samples apart: rows (a block-diagonal mask per row,
 # from position_ids) or flat (one flattened sequence per micro-batch, varlen kernel)
@@ -94,11 +94,11 @@ class SpeedPlan:
     predicted_peak_bytes: int | None = None
     predicted_tokens_per_s: float | None = None
     busy_tokens_per_micro_batch: int | None = None
-    auto_split: dict[str, Any] | None = None
-    flops: dict[str, Any] | None = None  # FLOPs per token and the card's peak, for MFU (cockpit.speed.flops)
+    auto_split: dict | None = None
+    flops: dict | None = None  # FLOPs per token and the card's peak, for MFU (cockpit.speed.flops)
     host_probe_ms: float | None = None  # the host's probe (train_backend/speed/host_probe.py)
 
-    def to_event(self) -> dict[str, Any]:
+    def to_event(self) -> dict:
         t = self.config.training
         return {
             "mode": self.mode,
@@ -159,197 +159,36 @@ def plan(
 ) -> SpeedPlan:
     """The settings to run `cfg` with, and why. `lengths`: the samples' token lengths."""
     if cfg.speed.mode == "off":
-        off = Choice("speed", "off", "speed.mode: off: every setting runs as written in the config", "off")
-        t = cfg.training
-        advice = batch_advice(
-            cfg,
-            cfg,
-            facts,
-            shape,
-            shape_note,
-            set(),
-            t.micro_batch_size * t.gradient_accumulation_steps,
-            t.packing,
-        )
-        return SpeedPlan(
-            "off",
-            cfg,
-            (off, _cross_entropy()),
-            sft_packing=cfg.training.packing,
-            checkpoint_offload=offload_as_written(t, facts),
-            busy_tokens_per_micro_batch=advice.get("busy_tokens_per_micro_batch"),
-            auto_split=advice.get("auto_split"),
-            flops=flops_info(
-                cfg, facts, lengths, shape, shape.num_layers if shape and t.gradient_checkpointing else 0
-            ),
-            host_probe_ms=facts.host_probe_ms,
-        )
-    keep = set(cfg.speed.keep or [])
+        return _as_written(cfg, facts, lengths, shape, shape_note)
+    keep = frozenset(cfg.speed.keep or [])
     run = copy.deepcopy(cfg)
-    t = run.training
-    choices: list[Choice] = []
-    gpu = facts.device_kind == "cuda"
-
-    # attention kernel
-    if "model.attn_implementation" in keep:
-        attn = cfg.model.attn_implementation
-        choices.append(Choice("attention", attn, "model.attn_implementation is set in your config", "yours"))
-    elif gpu and facts.flash_attention and facts.precision in ("bf16", "fp16"):
-        attn = facts.flash_attention
-        choices.append(
-            Choice(
-                "attention",
-                attn,
-                "flash-attention imports: the fastest kernel here, and its "
-                "varlen form runs packed samples without padding",
-                "auto",
-            )
-        )
-    else:
-        attn = "sdpa"
-        why = (
-            "flash-attn is not installed; PyTorch's sdpa picks its own kernel: on packed rows (a "
-            "block-diagonal mask) an H200 under torch 2.11 ran cuDNN's (profiled on 2026-12-02)"
-            if gpu
-            else "PyTorch's fused attention (flash-attn needs a CUDA GPU)"
-        )
-        if gpu and facts.flash_attention and facts.precision == "fp32":
-            why = "flash-attention needs 16-bit precision and this run is fp32"
-        choices.append(Choice("attention", attn, why, "auto"))
-    run.model.attn_implementation = attn
-
-    # packing
-    used = [min(x, t.max_length) for x in lengths if x > 0]
-    per_row = samples_per_row(used, t.max_length) if used else 1.0
-    mean = sum(used) / len(used) if used else 0.0
-    mode = PACKING_BY_ATTENTION.get(attn)
-    if "training.packing" in keep:
-        want, source, why = cfg.training.packing, "yours", "training.packing is set in your config"
-    elif not gpu:
-        want, source = False, "auto"
-        why = (
-            "on the CPU a step costs in proportion to its tokens, and group_by_length already keeps "
-            "padding small; packing pays on a GPU, where it fills the memory with full rows"
-        )
-    else:
-        want, source = per_row >= PACK_MIN_SAMPLES_PER_ROW, "auto"
-        why = (
-            f"samples average {mean:.0f} of {t.max_length} tokens: best-fit decreasing puts "
-            f"{per_row:.2f} of them in a row"
-        )
-        why += (
-            ", so a micro-batch carries that many times the real tokens in the same memory"
-            if want
-            else f"; below {PACK_MIN_SAMPLES_PER_ROW} there is little to gain"
-        )
-    packing = "none"
-    if want and mode is None:
-        why = f"{why}; but attention {attn} does not keep packed samples apart, so packing is off"
-    elif want:
-        packing = mode
-        how = (
-            "one flattened sequence per micro-batch (varlen kernel)"
-            if mode == "flat"
-            else "rows with position_ids restarting per sample: transformers masks each sample to itself"
-        )
-        why = f"{why}; {how}"
-    value = {"none": "off", "rows": f"rows of {t.max_length}", "flat": "padding-free (flattened)"}[packing]
-    choices.append(Choice("packing", value, why, source))
-    t.packing = packing != "none"
-
-    # effective batch, micro-batch and checkpointing
-    samples_per_step = cfg.training.micro_batch_size * cfg.training.gradient_accumulation_steps
-    rows_per_step = samples_per_step if packing == "none" else max(1, round(samples_per_step / per_row))
-    fit, fit_choices = fit_batch(cfg, run, facts, shape, shape_note, keep, rows_per_step, packing != "none")
-    choices.extend(fit_choices)
-    t.micro_batch_size, t.gradient_accumulation_steps = fit.micro_batch, fit.accum
-    t.gradient_checkpointing = fit.layers > 0
-    t.checkpoint_offload = fit.offload
-    advice = batch_advice(cfg, run, facts, shape, shape_note, keep, rows_per_step, packing != "none")
-
-    # fused kernels (the same decision the memory plan sized the split with)
-    liger = uses_liger(cfg, facts)
-    if cfg.speed.fused_kernels == "off":
-        choices.append(Choice("fused kernels", "off", "speed.fused_kernels: off", "yours"))
-    elif not gpu:
-        choices.append(Choice("fused kernels", "off", "Liger's Triton kernels need a CUDA GPU", "auto"))
-    elif not facts.liger or not facts.liger_model:
-        choices.append(
-            Choice("fused kernels", "off", facts.liger_note or "liger-kernel is not usable", "auto")
-        )
-    else:
-        choices.append(
-            Choice(
-                "fused kernels",
-                f"Liger {facts.liger}: RMSNorm, RoPE, SwiGLU",
-                "fewer kernel launches per layer; their activations are sized as measured (no smaller by "
-                "nvidia-smi on an H200: the memory model's LIGER_ACTIVATION_SCALE, fitted, is 1.03)",
-                "auto",
-            )
-        )
+    attention = _attention(cfg, facts, keep)
+    run.model.attn_implementation = attention.value
+    packing, per_row, packing_choice = _packing(cfg, facts, keep, attention.value, lengths)
+    run.training.packing = packing != "none"
+    rows_per_step = _rows_per_step(cfg, packing, per_row)
+    problem = BatchProblem(cfg, run, facts, shape, shape_note, keep, rows_per_step, packing != "none")
+    fit, split_choices = fit_batch(problem)
+    _set_split(run, fit)
+    advice = batch_advice(problem)  # before the scales: the run's split as the memory plan sized it
     lora_layers = _lora_backend(cfg)
-    choices.append(lora_layers)
     mlp = _mlp_block(cfg, facts, shape)
-    if mlp is not None:
-        choices.append(mlp)
     scales, scales_bytes = _scales(cfg, run, facts, shape, fit, keep)
-    if scales is not None:
-        choices.append(scales)
-    choices.append(_cross_entropy())
     # not the flattened rows of flash-attention's padding-free path: TRL counts their width as real tokens
-    pad_multiple = PAD_MULTIPLE if gpu and packing != "flat" else 1
-    if pad_multiple > 1:
-        choices.append(
-            Choice(
-                "row width",
-                f"padded to a multiple of {PAD_MULTIPLE} tokens",
-                "fewer distinct row widths: on an H200, steps at some widths not seen before stalled "
-                "2-3 s with the GPU idle (4 of 23 unpadded, 1 padded); padding is never a real token",
-                "auto",
-            )
-        )
-
-    # data loading
-    if "training.dataloader_num_workers" in keep:
-        choices.append(
-            Choice(
-                "loader workers",
-                str(t.dataloader_num_workers),
-                "training.dataloader_num_workers is set in your config",
-                "yours",
-            )
-        )
-    elif not gpu:
-        t.dataloader_num_workers = 0
-        choices.append(
-            Choice(
-                "loader workers",
-                "0",
-                "on the CPU, loader processes would take cores from the compute threads",
-                "auto",
-            )
-        )
-    else:
-        t.dataloader_num_workers = min(MAX_LOADER_WORKERS, facts.cpu_count // 4)
-        why = (
-            f"{t.dataloader_num_workers} of {facts.cpu_count} CPU cores collate batches while the GPU "
-            "trains (into pinned memory)"
-            if t.dataloader_num_workers
-            else f"only {facts.cpu_count} CPU cores: batches are collated in the trainer process"
-        )
-        choices.append(Choice("loader workers", str(t.dataloader_num_workers), why, "auto"))
-    cache = cfg.speed.cache_tokens
-    choices.append(
-        Choice(
-            "token cache",
-            "on" if cache else "off",
-            "the tokenized dataset is kept in the run directory; a restart skips tokenizing"
-            if cache
-            else "speed.cache_tokens: false",
-            "auto" if cache else "yours",
-        )
-    )
-    choices.append(_precision(cfg, facts))
+    pad_multiple = PAD_MULTIPLE if facts.device_kind == "cuda" and packing != "flat" else 1
+    choices = [
+        attention,
+        packing_choice,
+        *split_choices,
+        _fused_kernels(cfg, facts),
+        lora_layers,
+        *(c for c in (mlp, scales) if c is not None),
+        _cross_entropy(),
+        *([_row_width()] if pad_multiple > 1 else []),
+        _loader_workers(run, facts, keep),
+        _token_cache(cfg),
+        _precision(cfg, facts),
+    ]
     return SpeedPlan(
         "auto",
         run,
@@ -360,11 +199,11 @@ def plan(
         checkpoint_layers=fit.layers,
         checkpoint_offload=fit.offload,
         num_layers=shape.num_layers if shape else None,
-        liger=liger,
+        liger=uses_liger(cfg, facts),
         lora_backend="fused" if lora_layers.value == "fused" else "hf",
         mlp_block="fused" if mlp is not None and mlp.value == "fused" else "off",
         pad_multiple=pad_multiple,
-        cache_tokens=cache,
+        cache_tokens=cfg.speed.cache_tokens,
         samples_per_row=round(per_row, 3) if packing != "none" else None,
         budget_bytes=fit.budget,
         predicted_peak_bytes=None if fit.peak is None else fit.peak + scales_bytes,
@@ -376,6 +215,175 @@ def plan(
     )
 
 
+def _as_written(
+    cfg: TrainConfig, facts: Facts, lengths: list[int], shape: ModelShape | None, shape_note: str
+) -> SpeedPlan:
+    """speed.mode: off: the config runs as written; the plan still says what the speed model makes
+    of its batch, for the doctor."""
+    off = Choice("speed", "off", "speed.mode: off: every setting runs as written in the config", "off")
+    t = cfg.training
+    samples_per_step = t.micro_batch_size * t.gradient_accumulation_steps
+    advice = batch_advice(
+        BatchProblem(cfg, cfg, facts, shape, shape_note, frozenset(), samples_per_step, t.packing)
+    )
+    return SpeedPlan(
+        "off",
+        cfg,
+        (off, _cross_entropy()),
+        sft_packing=cfg.training.packing,
+        checkpoint_offload=offload_as_written(t, facts),
+        busy_tokens_per_micro_batch=advice.get("busy_tokens_per_micro_batch"),
+        auto_split=advice.get("auto_split"),
+        flops=flops_info(
+            cfg, facts, lengths, shape, shape.num_layers if shape and t.gradient_checkpointing else 0
+        ),
+        host_probe_ms=facts.host_probe_ms,
+    )
+
+
+def _attention(cfg: TrainConfig, facts: Facts, keep: frozenset[str]) -> Choice:
+    """The attention kernel: flash-attention where it imports on a GPU in 16 bits, else sdpa."""
+    if "model.attn_implementation" in keep:
+        attn = cfg.model.attn_implementation
+        return Choice("attention", attn, "model.attn_implementation is set in your config", "yours")
+    gpu = facts.device_kind == "cuda"
+    if gpu and facts.flash_attention and facts.precision in ("bf16", "fp16"):
+        return Choice(
+            "attention",
+            facts.flash_attention,
+            "flash-attention imports: the fastest kernel here, and its "
+            "varlen form runs packed samples without padding",
+            "auto",
+        )
+    why = (
+        "flash-attn is not installed, so PyTorch's sdpa runs and picks its own kernel"
+        if gpu
+        else "PyTorch's fused attention (flash-attn needs a CUDA GPU)"
+    )
+    if gpu and facts.flash_attention and facts.precision == "fp32":
+        why = "flash-attention needs 16-bit precision and this run is fp32"
+    return Choice("attention", "sdpa", why, "auto")
+
+
+def _packing(
+    cfg: TrainConfig, facts: Facts, keep: frozenset[str], attn: str, lengths: list[int]
+) -> tuple[str, float, Choice]:
+    """How samples share rows (none | rows | flat, by what keeps them apart under `attn`), the
+    samples a row holds by best-fit decreasing, and the choice."""
+    max_length = cfg.training.max_length
+    used = [min(x, max_length) for x in lengths if x > 0]
+    per_row = samples_per_row(used, max_length) if used else 1.0
+    want, source, why = _packing_wanted(cfg, facts, keep, used, per_row)
+    mode = PACKING_BY_ATTENTION.get(attn)
+    packing = "none"
+    if want and mode is None:
+        why = f"{why}; but attention {attn} does not keep packed samples apart, so packing is off"
+    elif want:
+        packing = mode
+        how = (
+            "one flattened sequence per micro-batch (varlen kernel)"
+            if mode == "flat"
+            else "rows with position_ids restarting per sample: transformers masks each sample to itself"
+        )
+        why = f"{why}; {how}"
+    value = {"none": "off", "rows": f"rows of {max_length}", "flat": "padding-free (flattened)"}[packing]
+    return packing, per_row, Choice("packing", value, why, source)
+
+
+def _packing_wanted(
+    cfg: TrainConfig, facts: Facts, keep: frozenset[str], used: list[int], per_row: float
+) -> tuple[bool, str, str]:
+    """Whether packing pays here, before asking whether the attention kernel allows it: on a GPU,
+    where a row holds at least PACK_MIN_SAMPLES_PER_ROW samples. (want, source, why)"""
+    if "training.packing" in keep:
+        return cfg.training.packing, "yours", "training.packing is set in your config"
+    if facts.device_kind != "cuda":
+        why = (
+            "on the CPU a step costs in proportion to its tokens, and group_by_length already keeps "
+            "padding small; packing pays on a GPU, where it fills the memory with full rows"
+        )
+        return False, "auto", why
+    want = per_row >= PACK_MIN_SAMPLES_PER_ROW
+    mean = sum(used) / len(used) if used else 0.0
+    why = (
+        f"samples average {mean:.0f} of {cfg.training.max_length} tokens: best-fit decreasing puts "
+        f"{per_row:.2f} of them in a row"
+    )
+    why += (
+        ", so a micro-batch carries that many times the real tokens in the same memory"
+        if want
+        else f"; below {PACK_MIN_SAMPLES_PER_ROW} there is little to gain"
+    )
+    return want, "auto", why
+
+
+def _rows_per_step(cfg: TrainConfig, packing: str, per_row: float) -> int:
+    """The rows an optimizer step takes: about as many samples as the config's micro-batch x
+    accumulation, packed into rows where packing is on."""
+    samples_per_step = cfg.training.micro_batch_size * cfg.training.gradient_accumulation_steps
+    return samples_per_step if packing == "none" else max(1, round(samples_per_step / per_row))
+
+
+def _set_split(run: TrainConfig, fit: Fit) -> None:
+    t = run.training
+    t.micro_batch_size, t.gradient_accumulation_steps = fit.micro_batch, fit.accum
+    t.gradient_checkpointing = fit.layers > 0
+    t.checkpoint_offload = fit.offload
+
+
+def _fused_kernels(cfg: TrainConfig, facts: Facts) -> Choice:
+    """Liger's kernels: the same decision the memory plan sized the split with (uses_liger)."""
+    if cfg.speed.fused_kernels == "off":
+        return Choice("fused kernels", "off", "speed.fused_kernels: off", "yours")
+    if facts.device_kind != "cuda":
+        return Choice("fused kernels", "off", "Liger's Triton kernels need a CUDA GPU", "auto")
+    if not facts.liger or not facts.liger_model:
+        return Choice("fused kernels", "off", facts.liger_note or "liger-kernel is not usable", "auto")
+    return Choice(
+        "fused kernels",
+        f"Liger {facts.liger}: RMSNorm, RoPE, SwiGLU",
+        "fewer kernel launches per layer, for the same activation memory",
+        "auto",
+    )
+
+
+def _row_width() -> Choice:
+    return Choice(
+        "row width",
+        f"padded to a multiple of {PAD_MULTIPLE} tokens",
+        "fewer distinct row widths, so fewer steps stall on a width the GPU has not run yet; "
+        "padding never counts as a real token",
+        "auto",
+    )
+
+
+def _loader_workers(run: TrainConfig, facts: Facts, keep: frozenset[str]) -> Choice:
+    """The data loader's worker processes; sets them on `run`."""
+    t = run.training
+    if "training.dataloader_num_workers" in keep:
+        why = "training.dataloader_num_workers is set in your config"
+        return Choice("loader workers", str(t.dataloader_num_workers), why, "yours")
+    if facts.device_kind != "cuda":
+        t.dataloader_num_workers = 0
+        why = "on the CPU, loader processes would take cores from the compute threads"
+        return Choice("loader workers", "0", why, "auto")
+    t.dataloader_num_workers = min(MAX_LOADER_WORKERS, facts.cpu_count // 4)
+    why = (
+        f"{t.dataloader_num_workers} of {facts.cpu_count} CPU cores collate batches while the GPU "
+        "trains (into pinned memory)"
+        if t.dataloader_num_workers
+        else f"only {facts.cpu_count} CPU cores: batches are collated in the trainer process"
+    )
+    return Choice("loader workers", str(t.dataloader_num_workers), why, "auto")
+
+
+def _token_cache(cfg: TrainConfig) -> Choice:
+    if cfg.speed.cache_tokens:
+        why = "the tokenized dataset is kept in the run directory; a restart skips tokenizing"
+        return Choice("token cache", "on", why, "auto")
+    return Choice("token cache", "off", "speed.cache_tokens: false", "yours")
+
+
 def _lora_backend(cfg: TrainConfig) -> Choice:
     """speed.backend: the fused LoRA layer (train_backend/speed/fused_lora.py) or peft's own."""
     note = fused_lora_note(cfg)
@@ -383,15 +391,11 @@ def _lora_backend(cfg: TrainConfig) -> Choice:
         return Choice("LoRA layers", "none", note, "fixed")
     if note is not None:
         return Choice("LoRA layers", "peft", note, "yours" if cfg.speed.backend == "hf" else "auto")
-    host = speed_model.FUSED_ADAPTER_HOST_SHARE[cfg.method]
-    traffic = speed_model.FUSED_ADAPTER_BYTES_SHARE[cfg.method]
     return Choice(
         "LoRA layers",
         "fused",
-        "each frozen linear and its adapter in one autograd function: the adapter added by the matmul, "
-        f"no copy of the output; {host:.0%} of peft's host time per adapted linear and {traffic:.0%} of its "
-        "device time over the bare base (bench/lora_kernel_rate.py, one H200). A layer it cannot take "
-        "(DoRA, several adapters) keeps peft's",
+        "each frozen linear and its adapter run as one autograd function, with less host time and memory "
+        "traffic than peft's layers; a layer it cannot take (DoRA, several adapters) keeps peft's",
         "yours" if cfg.speed.backend == "fused" else "auto",
     )
 
@@ -409,9 +413,8 @@ def _mlp_block(cfg: TrainConfig, facts: Facts, shape: ModelShape | None) -> Choi
     return Choice(
         "MLP block",
         "fused",
-        "each SiLU MLP and its three adapters in one autograd function, down_proj's input recomputed in "
-        f"the backward: a layer keeps {fewer} a token less ({what}), which the memory plan gives to the "
-        "split; checked on the CPU, not yet measured on a GPU",
+        "each SiLU MLP and its three adapters run as one autograd function that recomputes down_proj's "
+        f"input in the backward: a layer keeps {fewer} a token less ({what}), which goes to the split",
         "yours",
     )
 
@@ -420,7 +423,7 @@ SCALES = "4-bit scales"
 
 
 def _scales(
-    cfg: TrainConfig, run: TrainConfig, facts: Facts, shape: ModelShape | None, fit: Fit, keep: set[str]
+    cfg: TrainConfig, run: TrainConfig, facts: Facts, shape: ModelShape | None, fit: Fit, keep: frozenset[str]
 ) -> tuple[Choice | None, int]:
     """quantization.unpack_scales: a double-quantised 4-bit model's scales kept in fp32 after loading,
     where the split's peak leaves room for them; sets it on `run`. (choice, bytes it adds to the
@@ -451,19 +454,17 @@ def _scales(
     run.quantization.unpack_scales = True
     per_micro_batch = len(shape.linear_shapes()) * (2 * shape.num_layers + fit.layers)
     why = (
-        "bitsandbytes turns a double-quantised weight's scales back into fp32 (a kernel and an add) before "
-        f"every 4-bit dequantisation: {per_micro_batch * fit.accum:,} a step here (forward, backward and the "
-        "recomputed forward of each 4-bit linear). Unpacked once after loading, each dequantisation is one "
-        f"kernel on the same fp32 scales, the same numbers; {fmt.gib(extra)} more, the split's peak "
-        f"{fmt.gib(peak, unit='')} of {fmt.gib(fit.budget)}. The speed model does not count the saving "
-        "(not yet measured on a GPU)"
+        "bitsandbytes turns double-quantised scales back into fp32 before every 4-bit dequantisation, "
+        f"{per_micro_batch * fit.accum:,} a step here; unpacked once after loading, each runs a kernel less "
+        f"on the same numbers, for {fmt.gib(extra)} more (the split's peak {fmt.gib(peak, unit='')} of "
+        f"{fmt.gib(fit.budget)}); the predicted tokens/s does not count the saving"
     )
     return Choice(SCALES, "fp32, unpacked once", why, "auto"), extra
 
 
 def flops_info(
     cfg: TrainConfig, facts: Facts, lengths: list[int], shape: ModelShape | None, checkpoint_layers: int
-) -> dict[str, Any] | None:
+) -> dict | None:
     """The speed plan's `flops`: FLOPs per real token (model and hardware, cockpit.speed.flops) and
     the card's dense bf16 peak, from which a client computes MFU; None without a shape."""
     if shape is None:
@@ -502,13 +503,9 @@ def _cross_entropy() -> Choice:
     return Choice(
         "cross-entropy",
         "fused LM head, in tiles",
-        "TRL's SFTTrainer (1.16) patches a fused LM head: the loss is computed from the hidden states "
-        "in tiles of 4096 tokens x 32768 vocabulary entries (a 16-bit tile, fp32 running sums), so the "
-        "(tokens x vocabulary) logits are not built on this path; the hidden states are copied and their "
-        "gradient accumulated in fp32, and a trained LM head gets an fp32 weight gradient. A custom "
-        "compute_loss_func or label smoothing would build the full logits (Liger's fused linear "
-        "cross-entropy would replace the head; TRL 1.x refuses it). The memory plan shows a band up to "
-        "the full logits where they are large",
+        f"TRL computes the loss from the hidden states in tiles of {LOSS_TILE_TOKENS} tokens x "
+        f"{LOSS_TILE_VOCAB} vocabulary entries, so this path does not build the full logits; where they "
+        "are large, the memory plan shows a band up to them",
         "fixed",
     )
 

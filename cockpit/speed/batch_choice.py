@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import NamedTuple
 
 from cockpit import fmt
+from cockpit.config.schema import TrainConfig
 from cockpit.models.memory import (
     SAFETY_MARGIN,
     EstimateError,
@@ -26,12 +27,8 @@ from cockpit.models.memory import (
     estimate_memory,
     workload_from_config,
 )
+from cockpit.models.shape import ModelShape
 from cockpit.speed import model as speed_model
-
-if TYPE_CHECKING:
-    from cockpit.config.schema import TrainConfig, TrainingSection
-    from cockpit.models.memory import MemoryEstimate
-    from cockpit.models.shape import ModelShape
 
 
 @dataclass(frozen=True)
@@ -78,176 +75,307 @@ class Fit:
 HOST_SHARE = 0.5  # the most of the host's available memory the pinned layer inputs may take
 
 
-def fit_batch(
-    cfg: TrainConfig,
-    run: TrainConfig,
-    facts: Facts,
-    shape: ModelShape | None,
-    shape_note: str,
-    keep: set[str],
-    rows_per_step: int,
-    packed: bool,
-) -> tuple[Fit, list[Choice]]:
-    t = cfg.training
-    unit = "rows" if packed else "samples"
-    pinned_batch = bool({"training.micro_batch_size", "training.gradient_accumulation_steps"} & keep)
-    pinned_ckpt = "training.gradient_checkpointing" in keep
-    pinned_offload = "training.checkpoint_offload" in keep
-    layers_total = shape.num_layers if shape else 1
-    written = Fit(
+@dataclass(frozen=True)
+class BatchProblem:
+    """What the split of the optimizer step is chosen from: built once by the plan, given to both
+    `fit_batch` and `batch_advice`.
+
+    `cfg` is the user's config (its speed keys, the batch as written); `run` the config being
+    planned, read when each of them runs (the plan sets the chosen split on it in between).
+    """
+
+    cfg: TrainConfig
+    run: TrainConfig
+    facts: Facts
+    shape: ModelShape | None
+    shape_note: str
+    keep: frozenset[str]  # the keys the user's config sets (speed.keep)
+    rows_per_step: int  # rows per optimizer step (samples, where they are not packed)
+    packed: bool
+
+    @property
+    def unit(self) -> str:
+        return "rows" if self.packed else "samples"
+
+    @property
+    def layers(self) -> int:
+        return self.shape.num_layers if self.shape else 1
+
+    @property
+    def pinned_batch(self) -> bool:
+        return bool({"training.micro_batch_size", "training.gradient_accumulation_steps"} & self.keep)
+
+    @property
+    def pinned_checkpointing(self) -> bool:
+        return "training.gradient_checkpointing" in self.keep
+
+    @property
+    def pinned_offload(self) -> bool:
+        return "training.checkpoint_offload" in self.keep
+
+    @property
+    def offload_forced(self) -> bool:
+        """The config asks for it: every layer recomputed, its input in host memory."""
+        t = self.cfg.training
+        return self.pinned_offload and t.checkpoint_offload and t.gradient_checkpointing
+
+    @property
+    def may_offload(self) -> bool:
+        """Inputs in host memory: as written, or speed: auto's last resort where the host has room."""
+        if self.offload_forced:
+            return True
+        pinned = self.pinned_offload or self.pinned_checkpointing
+        return not pinned and bool(self.facts.host_available_bytes)
+
+
+class Candidate(NamedTuple):
+    """A split that fits, ordered so that the best is the largest: the fastest, then the one with
+    fewer recomputed layers, then the one with fewer accumulation steps."""
+
+    rate: float  # tokens/s by the speed model (0: no card to rate with)
+    fewer_layers: int  # -layers
+    fewer_steps: int  # -accum
+    micro_batch: int
+    accum: int
+    layers: int  # decoder layers checkpointed
+    peak: int
+    host_bytes: int  # the checkpointed layers' inputs in pinned host memory (0: on the GPU)
+
+
+def fit_batch(problem: BatchProblem) -> tuple[Fit, list[Choice]]:
+    """The split of the optimizer step (micro-batch x accumulation) and its checkpointed layers that
+    the speed model rates fastest among those the memory model fits on the card, with the two
+    choices; the split as written where there is no device memory to fit or no way to size it."""
+    written = _written_fit(problem)
+    if problem.facts.device_kind != "cuda":
+        return _fit_on_cpu(problem, written)
+    if problem.shape is None or not problem.facts.memory_bytes:
+        unsized = problem.shape_note or "unknown device memory"
+        why = f"the memory model cannot size this run ({unsized}): as configured"
+        return written, _as_written(problem, written, why)
+    budget = int(problem.facts.memory_bytes * (1 - SAFETY_MARGIN))
+    base = _base_workload(problem)
+    try:
+        scored = sorted(_candidates(problem, base, budget), reverse=True)
+    except EstimateError as exc:
+        why = f"the memory model refuses this run ({exc}): as configured"
+        return written, _as_written(problem, written, why)
+    if not scored:
+        why = (
+            f"nothing fits {_budget_text(problem, budget)} by the memory model: as configured; "
+            "expect an out-of-memory error"
+        )
+        return written, _as_written(problem, written, why)
+    best = scored[0]
+    every = _every_nth(best.layers, problem.layers)
+    rate = round(best.rate, 1) if best.rate else None
+    offload = bool(best.host_bytes)
+    fit = Fit(best.micro_batch, best.accum, best.layers, every, budget, best.peak, rate, offload)
+    return fit, [_batch_choice(problem, scored, budget), _checkpointing_choice(problem, best, every)]
+
+
+def _written_fit(problem: BatchProblem) -> Fit:
+    t = problem.cfg.training
+    return Fit(
         t.micro_batch_size,
         t.gradient_accumulation_steps,
-        layers_total if t.gradient_checkpointing else 0,
+        problem.layers if t.gradient_checkpointing else 0,
         1 if t.gradient_checkpointing else 0,
-        offload=offload_as_written(t, facts),
+        offload=offload_as_written(t, problem.facts),
     )
-    if facts.device_kind != "cuda":
-        fit, ckpt = written, _yours_or(pinned_ckpt, "gradient checkpointing", written, "")
-        if not pinned_ckpt and shape is not None:
-            fit, ckpt = _cpu_checkpointing(run, facts, shape, written)
-        batch = _yours_or(
-            pinned_batch,
-            "micro-batch",
-            written,
-            "on the CPU there is no device memory to "
-            "fit and a larger micro-batch is no faster per token: as configured",
-        )
-        return fit, [batch, ckpt]
-    if shape is None or not facts.memory_bytes:
-        why = (
-            f"the memory model cannot size this run ({shape_note or 'unknown device memory'}): as configured"
-        )
-        return written, _as_written(written, why, pinned_batch, pinned_ckpt)
 
-    budget = int(facts.memory_bytes * (1 - SAFETY_MARGIN))
-    where = f"{_gib(budget)} GiB ({facts.memory_note} less the {SAFETY_MARGIN:.0%} margin)"
-    base = replace(
-        workload_from_config(run, shape),
+
+def _fit_on_cpu(problem: BatchProblem, written: Fit) -> tuple[Fit, list[Choice]]:
+    """The batch as configured; checkpointing only where host memory is short."""
+    pinned = problem.pinned_checkpointing
+    fit, ckpt = written, _yours_or(pinned, "gradient checkpointing", written, "")
+    if not pinned and problem.shape is not None:
+        fit, ckpt = _cpu_checkpointing(problem.run, problem.facts, problem.shape, written)
+    batch = _yours_or(
+        problem.pinned_batch,
+        "micro-batch",
+        written,
+        "on the CPU there is no device memory to "
+        "fit and a larger micro-batch is no faster per token: as configured",
+    )
+    return fit, [batch, ckpt]
+
+
+def _candidates(problem: BatchProblem, base: Workload, budget: int) -> list[Candidate]:
+    """Every split of the step that fits `budget`, each with the fewest checkpointed layers it fits
+    with, or with every layer's input in host memory where only that fits. EstimateError where the
+    memory model refuses a split."""
+    options = _layer_options(problem)
+    out = []
+    for mb, accum in _splits(problem):
+        split = replace(base, micro_batch=mb, grad_accum=accum)
+        off = estimate_memory(replace(split, gradient_checkpointing=False))
+        on = estimate_memory(replace(split, gradient_checkpointing=True))
+        found = _fewest_layers(problem, base, off, on, mb, accum, options, budget)
+        if found is None:
+            found = _inputs_on_host(problem, base, on, mb, accum, budget)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _base_workload(problem: BatchProblem) -> Workload:
+    """The memory and speed models' inputs: the run as planned, with the kernels the plan chooses."""
+    cfg, facts = problem.cfg, problem.facts
+    return replace(
+        workload_from_config(problem.run, problem.shape),
         precision=facts.precision,
         liger=uses_liger(cfg, facts),
         checkpoint_offload=False,
         fused_lora=fused_lora_note(cfg) is None,
-        fused_mlp=mlp_block_note(cfg, shape) is None,
+        fused_mlp=mlp_block_note(cfg, problem.shape) is None,
     )
-    if pinned_batch:
-        splits = [(t.micro_batch_size, t.gradient_accumulation_steps)]
-    else:  # every micro-batch size that splits the step, with the fewest accumulation steps
-        splits = []
-        for accum in range(1, rows_per_step + 1):
-            mb = math.ceil(rows_per_step / accum)
-            if not splits or splits[-1][0] != mb:
-                splits.append((mb, accum))
-    if pinned_ckpt:
-        layer_options = [layers_total if t.gradient_checkpointing else 0]
+
+
+def _splits(problem: BatchProblem) -> list[tuple[int, int]]:
+    """(micro-batch, accumulation) pairs: as written where the config sets them, else every
+    micro-batch size that splits the step, with the fewest accumulation steps."""
+    t = problem.cfg.training
+    if problem.pinned_batch:
+        return [(t.micro_batch_size, t.gradient_accumulation_steps)]
+    splits: list[tuple[int, int]] = []
+    for accum in range(1, problem.rows_per_step + 1):
+        mb = math.ceil(problem.rows_per_step / accum)
+        if not splits or splits[-1][0] != mb:
+            splits.append((mb, accum))
+    return splits
+
+
+def _layer_options(problem: BatchProblem) -> list[int]:
+    """The counts of checkpointed layers to try, fewest first (every_n_layers: ceil(layers / n))."""
+    if problem.offload_forced:  # as written: every layer recomputed, its input in host memory
+        return []
+    n = problem.layers
+    if problem.pinned_checkpointing:
+        return [n if problem.cfg.training.gradient_checkpointing else 0]
+    return sorted({0} | {math.ceil(n / every) for every in range(1, n + 1)})
+
+
+def _fewest_layers(
+    problem: BatchProblem, base: Workload, off, on, mb: int, accum: int, options: list[int], budget: int
+) -> Candidate | None:
+    for k in options:
+        peak = _partial_peak(off, on, k, problem.layers)
+        if peak <= budget:
+            rate = _tokens_per_s(base, mb, accum, k, problem.layers, problem.facts.card)
+            return Candidate(rate, -k, -accum, mb, accum, k, peak, 0)
+    return None
+
+
+def _inputs_on_host(
+    problem: BatchProblem, base: Workload, on, mb: int, accum: int, budget: int
+) -> Candidate | None:
+    """Every layer recomputed, its input in pinned host memory, where the host has room for them."""
+    host = on.part("checkpoints").bytes
+    room = problem.offload_forced or host <= HOST_SHARE * (problem.facts.host_available_bytes or 0)
+    if not (problem.may_offload and host and room):
+        return None
+    # the GPU holds one recomputed block and two inputs (one copied back, one recomputed):
+    # the memory model's own estimate, as its left-one-out check measured it
+    on_host = replace(base, micro_batch=mb, grad_accum=accum, checkpoint_offload=True)
+    peak = estimate_memory(on_host).peak_bytes
+    if peak > budget:
+        return None
+    n = problem.layers
+    rate = _tokens_per_s(base, mb, accum, n, n, problem.facts.card, True)
+    return Candidate(rate, -n, -accum, mb, accum, n, peak, host)
+
+
+def _every_nth(k: int, layers: int) -> int:
+    """transformers' every_n_layers that checkpoints `k` of `layers` (0: none)."""
+    return 0 if k == 0 else min(n for n in range(1, layers + 1) if math.ceil(layers / n) == k)
+
+
+def _budget_text(problem: BatchProblem, budget: int) -> str:
+    return f"{_gib(budget)} GiB ({problem.facts.memory_note} less the {SAFETY_MARGIN:.0%} margin)"
+
+
+def _batch_choice(problem: BatchProblem, scored: list[Candidate], budget: int) -> Choice:
+    best, unit = scored[0], problem.unit
+    if problem.pinned_batch:
+        why = "training.micro_batch_size is set in your config"
     else:
-        layer_options = sorted({0} | {math.ceil(layers_total / n) for n in range(1, layers_total + 1)})
-    host_free = facts.host_available_bytes
-    forced = pinned_offload and t.checkpoint_offload and t.gradient_checkpointing
-    if forced:  # as written: every layer recomputed, its input in host memory
-        may_offload, layer_options = True, []
-    else:  # speed: auto's last resort, where the host has room
-        may_offload = not pinned_offload and not pinned_ckpt and bool(host_free)
-    scored = []
-    for mb, accum in splits:
-        try:
-            off = estimate_memory(
-                replace(base, micro_batch=mb, grad_accum=accum, gradient_checkpointing=False)
-            )
-            on = estimate_memory(replace(base, micro_batch=mb, grad_accum=accum, gradient_checkpointing=True))
-        except EstimateError as exc:
-            return written, _as_written(
-                written,
-                f"the memory model refuses this run ({exc}): as configured",
-                pinned_batch,
-                pinned_ckpt,
-            )
-        for k in layer_options:
-            peak = _partial_peak(off, on, k, layers_total)
-            if peak <= budget:
-                rate = _tokens_per_s(base, mb, accum, k, layers_total, facts.card)
-                scored.append((rate, -k, -accum, mb, accum, k, peak, 0))
-                break
-        else:  # not even with every layer recomputed: their inputs to the host, if it has room
-            host = on.part("checkpoints").bytes
-            if not (may_offload and host and (forced or host <= HOST_SHARE * (host_free or 0))):
-                continue
-            # the GPU holds one recomputed block and two inputs (one copied back, one recomputed):
-            # the memory model's own estimate, as its left-one-out check measured it
-            on_host = replace(base, micro_batch=mb, grad_accum=accum, checkpoint_offload=True)
-            peak = estimate_memory(on_host).peak_bytes
-            if peak <= budget:
-                rate = _tokens_per_s(base, mb, accum, layers_total, layers_total, facts.card, True)
-                scored.append((rate, -layers_total, -accum, mb, accum, layers_total, peak, host))
-    if not scored:
-        why = f"nothing fits {where} by the memory model: as configured; expect an out-of-memory error"
-        return written, _as_written(written, why, pinned_batch, pinned_ckpt)
-    scored.sort(reverse=True)
-    rate, _, _, mb, accum, k, peak, host = scored[0]
-    every = 0 if k == 0 else min(n for n in range(1, layers_total + 1) if math.ceil(layers_total / n) == k)
-    rate_note = f", ~{rate / 1000:.1f}k tokens/s by the speed model{facts.card_note}" if rate else ""
-    if len(scored) > 1 and rate:
-        r2, _, _, mb2, accum2, k2, _, host2 = scored[1]
-        where2 = ", inputs in host memory" if host2 else ""
-        rate_note += f"; next best {mb2} x {accum2} with {k2} layers checkpointed{where2}, ~{r2 / 1000:.1f}k"
-    written_step = (
-        f"{t.micro_batch_size} x {t.gradient_accumulation_steps}{' samples, packed' if packed else ''}"
-    )
-    batch_why = (
-        "training.micro_batch_size is set in your config"
-        if pinned_batch
-        else f"{rows_per_step} {unit} per optimizer step (from your {written_step}); the fastest split "
-        f"that fits: peak ~{_gib(peak)} GiB of {where}{rate_note}"
-    )
-    value = (
-        "off"
-        if k == 0
-        else (
-            f"all {layers_total} layers"
-            if k == layers_total
-            else f"{k} of {layers_total} layers (every {every}{_nth(every)})"
+        t = problem.cfg.training
+        packed = " samples, packed" if problem.packed else ""
+        why = (
+            f"{problem.rows_per_step} {unit} per optimizer step (from your "
+            f"{t.micro_batch_size} x {t.gradient_accumulation_steps}{packed}); the fastest split "
+            f"that fits: peak ~{_gib(best.peak)} GiB of {_budget_text(problem, budget)}"
+            f"{_rate_note(problem, scored)}"
         )
-    )
-    ckpt_why = (
-        "training.gradient_checkpointing is set in your config"
-        if pinned_ckpt
-        else "not needed: the activations fit"
-        if k == 0
-        else f"the fewest recomputed layers with which {mb} x {accum} fits"
-    )
-    if host and forced:
-        value += ", inputs in host memory"
-        ckpt_why = "training.checkpoint_offload is set in your config"
-    elif host:
-        value += ", inputs in host memory"
-        ckpt_why = (
-            f"{mb} x {accum} fits only with the layer inputs ({_gib(host)} GiB) in pinned host memory "
-            f"(of {_gib(host_free)} GiB available, {HOST_SHARE:.0%} at most): copied out under the "
-            f"next layers' compute, back before each recompute, "
-            f"~{host / speed_model.HOST_LINK_BYTES_PER_S * accum:.2f} s a step at "
-            f"{speed_model.HOST_LINK_BYTES_PER_S / 1e9:.0f} GB/s (PCIe 4.0 x16, stated)"
-        )
-    fit = Fit(mb, accum, k, every, budget, peak, round(rate, 1) if rate else None, bool(host))
-    return fit, [
-        Choice(
-            "micro-batch",
-            f"{mb} x {accum} ({mb * accum} {unit} per step)",
-            batch_why,
-            "yours" if pinned_batch else "auto",
-        ),
-        Choice("gradient checkpointing", value, ckpt_why, "yours" if pinned_ckpt or forced else "auto"),
-    ]
+    value = f"{best.micro_batch} x {best.accum} ({best.micro_batch * best.accum} {unit} per step)"
+    return Choice("micro-batch", value, why, "yours" if problem.pinned_batch else "auto")
 
 
-BATCH_KEYS = {
-    "training.micro_batch_size",
-    "training.gradient_accumulation_steps",
-    "training.gradient_checkpointing",
-    "training.checkpoint_offload",
-}
+def _rate_note(problem: BatchProblem, scored: list[Candidate]) -> str:
+    """The winner's tokens/s by the speed model, and the runner-up's."""
+    best = scored[0]
+    if not best.rate:
+        return ""
+    note = f", ~{best.rate / 1000:.1f}k tokens/s by the speed model{problem.facts.card_note}"
+    if len(scored) > 1:
+        second = scored[1]
+        where = ", inputs in host memory" if second.host_bytes else ""
+        note += (
+            f"; next best {second.micro_batch} x {second.accum} with {second.layers} layers "
+            f"checkpointed{where}, ~{second.rate / 1000:.1f}k"
+        )
+    return note
+
+
+def _checkpointing_choice(problem: BatchProblem, best: Candidate, every: int) -> Choice:
+    n, k = problem.layers, best.layers
+    if k == 0:
+        value = "off"
+    elif k == n:
+        value = f"all {n} layers"
+    else:
+        value = f"{k} of {n} layers (every {every}{_nth(every)})"
+    if problem.pinned_checkpointing:
+        why = "training.gradient_checkpointing is set in your config"
+    elif k == 0:
+        why = "not needed: the activations fit"
+    else:
+        why = f"the fewest recomputed layers with which {best.micro_batch} x {best.accum} fits"
+    if best.host_bytes:
+        value += ", inputs in host memory"
+        why = (
+            "training.checkpoint_offload is set in your config"
+            if problem.offload_forced
+            else _host_note(problem, best)
+        )
+    source = "yours" if problem.pinned_checkpointing or problem.offload_forced else "auto"
+    return Choice("gradient checkpointing", value, why, source)
+
+
+def _host_note(problem: BatchProblem, best: Candidate) -> str:
+    host, link = best.host_bytes, speed_model.HOST_LINK_BYTES_PER_S
+    return (
+        f"{best.micro_batch} x {best.accum} fits only with the layer inputs ({_gib(host)} GiB) in pinned "
+        f"host memory (of {_gib(problem.facts.host_available_bytes)} GiB available, {HOST_SHARE:.0%} at "
+        f"most): copied out under the next layers' compute, back before each recompute, "
+        f"~{host / link * best.accum:.2f} s a step at "
+        f"{link / 1e9:.0f} GB/s (PCIe 4.0 x16, stated)"
+    )
+
+
+BATCH_KEYS = frozenset(
+    {
+        "training.micro_batch_size",
+        "training.gradient_accumulation_steps",
+        "training.gradient_checkpointing",
+        "training.checkpoint_offload",
+    }
+)
 MAX_BUSY_MICRO_BATCH = 1024
 
 
-def busy_tokens(base: Workload, card: speed_model.CardSpeed | None) -> int | None:
+def busy_tokens(base: Workload, card) -> int | None:
     """The fewest tokens per micro-batch (whole rows of `base.seq_len`) at which, by the speed model, the
     card's work outlasts the host's launches: below it the GPU is underfed, whatever feeds it."""
     if card is None:
@@ -259,27 +387,19 @@ def busy_tokens(base: Workload, card: speed_model.CardSpeed | None) -> int | Non
     return None
 
 
-def batch_advice(
-    cfg: TrainConfig,
-    run: TrainConfig,
-    facts: Facts,
-    shape: ModelShape | None,
-    shape_note: str,
-    keep: set[str],
-    rows_per_step: int,
-    packed: bool,
-) -> dict[str, Any]:
+def batch_advice(problem: BatchProblem) -> dict:
     """The speed model's view of the run's batch, for the doctor: the tokens per micro-batch that keep
     the card busy, and the split speed: auto picks with the batch keys free, against the run's own."""
+    facts, shape = problem.facts, problem.shape
     if facts.device_kind != "cuda" or shape is None or not facts.memory_bytes or facts.card is None:
         return {}
     try:
-        base = replace(workload_from_config(run, shape), precision=facts.precision)
+        base = replace(workload_from_config(problem.run, shape), precision=facts.precision)
         busy = busy_tokens(base, facts.card)
     except EstimateError:
         return {}
-    as_run, _ = fit_batch(run, run, facts, shape, shape_note, set(keep) | BATCH_KEYS, rows_per_step, packed)
-    free, _ = fit_batch(cfg, run, facts, shape, shape_note, set(keep) - BATCH_KEYS, rows_per_step, packed)
+    as_run, _ = fit_batch(replace(problem, cfg=problem.run, keep=problem.keep | BATCH_KEYS))
+    free, _ = fit_batch(replace(problem, keep=problem.keep - BATCH_KEYS))
     out: dict = {"busy_tokens_per_micro_batch": busy}
     if free.tokens_per_s and as_run.tokens_per_s:
         out["auto_split"] = {
@@ -301,14 +421,14 @@ def _yours_or(pinned: bool, name: str, fit: Fit, why: str) -> Choice:
     )
 
 
-def _as_written(written: Fit, why: str, pinned_batch: bool, pinned_ckpt: bool) -> list[Choice]:
+def _as_written(problem: BatchProblem, written: Fit, why: str) -> list[Choice]:
     return [
-        _yours_or(pinned_batch, "micro-batch", written, why),
-        _yours_or(pinned_ckpt, "gradient checkpointing", written, why),
+        _yours_or(problem.pinned_batch, "micro-batch", written, why),
+        _yours_or(problem.pinned_checkpointing, "gradient checkpointing", written, why),
     ]
 
 
-def _cpu_checkpointing(run: TrainConfig, facts: Facts, shape: ModelShape, written: Fit) -> tuple[Fit, Choice]:
+def _cpu_checkpointing(run, facts: Facts, shape, written: Fit) -> tuple[Fit, Choice]:
     """On the CPU, recomputing activations only costs time unless host memory is short."""
     try:
         w = replace(
@@ -330,7 +450,7 @@ def _cpu_checkpointing(run: TrainConfig, facts: Facts, shape: ModelShape, writte
     return fit, Choice("gradient checkpointing", f"all {shape.num_layers} layers", why, "auto")
 
 
-def _partial_peak(off: MemoryEstimate, on: MemoryEstimate, k: int, layers: int) -> int:
+def _partial_peak(off, on, k: int, layers: int) -> int:
     """Peak with `k` of `layers` blocks checkpointed, from the memory model's two extremes."""
     if k == 0:
         return off.peak_bytes
@@ -342,12 +462,12 @@ def _partial_peak(off: MemoryEstimate, on: MemoryEstimate, k: int, layers: int) 
     return int(static + (layers - k) * per_layer + k * saved + on.part("activations").bytes)
 
 
-def offload_as_written(t: TrainingSection, facts: Facts) -> bool:
+def offload_as_written(t, facts: Facts) -> bool:
     """training.checkpoint_offload as the trainer carries it out: with checkpointing, on a GPU."""
     return bool(t.gradient_checkpointing and t.checkpoint_offload and facts.device_kind == "cuda")
 
 
-def uses_liger(cfg: TrainConfig, facts: Facts) -> bool:
+def uses_liger(cfg, facts: Facts) -> bool:
     """Whether speed: auto applies Liger's kernels (its activations are then smaller)."""
     return (
         facts.device_kind == "cuda"
@@ -366,10 +486,10 @@ SILU_MLP_MODELS = ("llama", "mistral", "qwen2", "qwen3")
 MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 
 
-def mlp_block_note(cfg: TrainConfig, shape: ModelShape | None = None) -> str | None:
+def mlp_block_note(cfg, shape=None) -> str | None:
     """Why the MLPs keep their own forward; None: the fused MLP block (speed.mlp_block: fused)."""
     if cfg.speed.mlp_block != "fused":
-        return "speed.mlp_block: off (the default: the fused block is not yet measured on a GPU)"
+        return "speed.mlp_block: off (the default)"
     note = fused_lora_note(cfg)
     if note is not None:
         return f"it needs the fused LoRA layers: {note}"
@@ -383,7 +503,7 @@ def mlp_block_note(cfg: TrainConfig, shape: ModelShape | None = None) -> str | N
     return None
 
 
-def fused_lora_note(cfg: TrainConfig) -> str | None:
+def fused_lora_note(cfg) -> str | None:
     """Why speed.backend runs peft's own LoRA layers; None: the fused ones."""
     if cfg.speed.mode != "auto":
         return "speed: off runs peft's layers as written"
@@ -399,13 +519,7 @@ def fused_lora_note(cfg: TrainConfig) -> str | None:
 
 
 def _tokens_per_s(
-    base: Workload,
-    mb: int,
-    accum: int,
-    k: int,
-    layers: int,
-    card: speed_model.CardSpeed | None,
-    offload: bool = False,
+    base: Workload, mb: int, accum: int, k: int, layers: int, card, offload: bool = False
 ) -> float:
     """The speed model's tokens/s; a partly checkpointed model pays the recompute of its share,
     and inputs held in host memory their copy back (speed.HOST_LINK_BYTES_PER_S)."""

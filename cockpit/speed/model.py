@@ -403,6 +403,58 @@ def estimate_speed(w: Workload, card: CardSpeed | Card) -> SpeedEstimate:
     if w.precision == "fp32":
         peak_flops = card_fp32_flops(card)
     bandwidth = card.bandwidth_gbs * 1e9
+    device, device_f, device_b = _device_s(w, peak_flops, bandwidth)
+    host_scale = getattr(card, "host_scale", 1.0)  # the catalog's Card: the reference host
+    host_f = host_pass_s(w, host_scale)
+    host_b = host_f * (BACKWARD_HOST_SHARE + (1 if w.gradient_checkpointing else 0))
+    micro_s = micro_batch_s(w, (host_f, device_f), (host_b, device_b))
+    host_copy = 0.0
+    if w.gradient_checkpointing and w.checkpoint_offload:  # each block's input back before its recompute
+        residual = 4 if w.precision == "fp32" else 2
+        host_copy = tokens * w.shape.num_layers * w.shape.hidden_size * residual / HOST_LINK_BYTES_PER_S
+        micro_s += host_copy
+    parts = {"host": host_f + host_b, **device, "host_copy": host_copy}
+    optimizer_s = optimizer_step_s(
+        trainable_params(w) * OPTIMIZER_BYTES[w.optimizer],
+        bandwidth,
+        trainable_tensors(w),
+        host_scale,
+        w.optimizer,
+    )
+    step_s = micro_s * w.grad_accum + optimizer_s
+    if host_f + host_b >= device_f + device_b:
+        bound = "overhead"
+    else:
+        memory = parts["logits"] + parts["elementwise"] + parts["dequantisation"] + parts["adapters"]
+        bound = "compute" if parts["arithmetic"] >= memory else "memory"
+    return SpeedEstimate(
+        tokens_per_s=tokens * w.grad_accum / step_s,
+        micro_batch_s=micro_s,
+        optimizer_step_s=optimizer_s,
+        parts_s=parts,
+        step_s=step_s,
+        bound=bound,
+        card=card.name,
+    )
+
+
+def host_pass_s(w: Workload, host_scale: float = 1.0) -> float:
+    """The host's time for one forward pass: Python and kernel launches per decoder layer, per 4-bit
+    linear and per adapted linear, on a host `host_scale` times as slow as the reference one."""
+    kbit_linears = w.shape.num_layers * len(w.shape.linear_shapes()) if w.method == "qlora" else 0
+    fused = w.fused_lora and w.method in FUSED_ADAPTER_HOST_SHARE
+    layer_host = HOST_LAYER_S * (HOST_LIGER_SHARE if w.liger else 1.0)
+    return host_scale * (
+        w.shape.num_layers * layer_host
+        + kbit_linears * HOST_KBIT_LINEAR_S
+        + adapted_linears(w) * HOST_ADAPTER_S * (FUSED_ADAPTER_HOST_SHARE[w.method] if fused else 1.0)
+    )
+
+
+def _device_s(w: Workload, peak_flops: float, bandwidth: float) -> tuple[dict[str, float], float, float]:
+    """The device's time for a micro-batch by kind of work (forward and backward together), and its
+    forward's and its backward's time."""
+    tokens = w.tokens_per_micro_batch
     # a fixed time per kernel beside its work: the faster the card (or the slower the number format),
     # the more tokens a micro-batch needs to hide it, so T_HALF, fitted on the H200 in bf16, scales
     # with the rate the matmuls run at
@@ -415,11 +467,9 @@ def estimate_speed(w: Workload, card: CardSpeed | Card) -> SpeedEstimate:
     logits_f, logits_b = (tokens * w.shape.vocab_size * b / bandwidth for b in logits_bytes_per_entry(w))
     recompute = 1 if w.gradient_checkpointing else 0
     dequant_pass = 0.0
-    kbit_linears = 0
     if w.method == "qlora":  # every pass writes each 4-bit weight out in 16 bits and reads it back
         quantised = w.shape.num_layers * w.shape.layer_linear_params
         dequant_pass = quantised * DEQUANT_BYTES[w.quant_bits] / bandwidth
-        kbit_linears = w.shape.num_layers * len(w.shape.linear_shapes())
     fused = w.fused_lora and w.method in FUSED_ADAPTER_HOST_SHARE
     adapter_bytes = ADAPTER_BYTES * (FUSED_ADAPTER_BYTES_SHARE[w.method] if fused else 1.0)
     adapters_s = tokens * adapted_features(w) * adapter_bytes / bandwidth  # a third forward
@@ -428,53 +478,16 @@ def estimate_speed(w: Workload, card: CardSpeed | Card) -> SpeedEstimate:
     elementwise = tokens * w.shape.num_layers * elementwise_bytes_per_token(w) / (bandwidth * ELEMENTWISE_EFF)
     elementwise_f = elementwise
     elementwise_b = elementwise * (ELEMENTWISE_BACKWARD + recompute)
-    layer_host = HOST_LAYER_S * (HOST_LIGER_SHARE if w.liger else 1.0)
-    host_scale = getattr(card, "host_scale", 1.0)  # the catalog's Card: the reference host
-    host_pass = host_scale * (
-        w.shape.num_layers * layer_host
-        + kbit_linears * HOST_KBIT_LINEAR_S
-        + adapted_linears(w) * HOST_ADAPTER_S * (FUSED_ADAPTER_HOST_SHARE[w.method] if fused else 1.0)
-    )
-    host_f, host_b = host_pass, host_pass * (BACKWARD_HOST_SHARE + recompute)
     device_f = arithmetic_f + logits_f + elementwise_f + dequant_pass + adapters_s / 3
     device_b = arithmetic_b + logits_b + elementwise_b + dequant_pass * (1 + recompute) + adapters_s * 2 / 3
-    micro_s = micro_batch_s(w, (host_f, device_f), (host_b, device_b))
-    host_copy = 0.0
-    if w.gradient_checkpointing and w.checkpoint_offload:  # each block's input back before its recompute
-        residual = 4 if w.precision == "fp32" else 2
-        host_copy = tokens * w.shape.num_layers * w.shape.hidden_size * residual / HOST_LINK_BYTES_PER_S
-        micro_s += host_copy
     parts = {
-        "host": host_f + host_b,
         "arithmetic": arithmetic_f + arithmetic_b,
         "logits": logits_f + logits_b,
         "elementwise": elementwise_f + elementwise_b,
         "dequantisation": dequant_pass * (2 + recompute),
         "adapters": adapters_s,
-        "host_copy": host_copy,
     }
-    optimizer_s = optimizer_step_s(
-        trainable_params(w) * OPTIMIZER_BYTES[w.optimizer],
-        bandwidth,
-        trainable_tensors(w),
-        host_scale,
-        w.optimizer,
-    )
-    step_s = micro_s * w.grad_accum + optimizer_s
-    if host_f + host_b >= device_f + device_b:
-        bound = "overhead"
-    else:
-        memory = parts["logits"] + parts["elementwise"] + parts["dequantisation"] + adapters_s
-        bound = "compute" if parts["arithmetic"] >= memory else "memory"
-    return SpeedEstimate(
-        tokens_per_s=tokens * w.grad_accum / step_s,
-        micro_batch_s=micro_s,
-        optimizer_step_s=optimizer_s,
-        parts_s=parts,
-        step_s=step_s,
-        bound=bound,
-        card=card.name,
-    )
+    return parts, device_f, device_b
 
 
 def estimate_run(

@@ -22,6 +22,7 @@ from textual.worker import Worker, WorkerState
 from cockpit.config import schema as config_mod
 from cockpit.oom import relaunch as relaunch_mod
 from cockpit.oom.remedies import Analysis, Option
+from cockpit.paths import cockpit_command
 from cockpit.run import process
 from screens.confirm import Confirm
 from screens.oom.figures import (
@@ -187,7 +188,8 @@ class OomWizard(Screen[Any]):
         if not option.applicable:
             return f"{option.title}: {option.resume}"
         if self.session.mode == "playback":
-            return f"this is a replay: relaunch the run with cockpit restart {self.session.run.run_id}"
+            restart = f"{cockpit_command()} restart {self.session.run.run_id}"
+            return f"this is a replay: relaunch the run with {restart}"
         if process.is_alive(self.session.run):
             return "the failed trainer is still exiting: try again in a moment"
         return None

@@ -31,6 +31,7 @@ from cockpit.gpus.card import age_words, price_age_days
 from cockpit.models import shape as modelshape
 from cockpit.models import shipped as shapes
 from cockpit.models.memory import estimate_memory
+from cockpit.paths import cockpit_command
 from cockpit.plan.cards import CardRow
 from cockpit.plan.cards_text import CHEAPEST_MARK, FASTEST_MARK, tie_words
 from cockpit.plan.multi_rows import MULTI_COUNTS, row_workload
@@ -357,4 +358,5 @@ class PickerScreen(Screen[None]):
             )
             return
         self.picker.written.append(target)
-        self.notify(f"wrote {chosen}. Set dataset.path in it, then: cockpit train {chosen}", timeout=15)
+        then = f"{cockpit_command()} train {chosen}"
+        self.notify(f"wrote {chosen}. Set dataset.path in it, then: {then}", timeout=15)

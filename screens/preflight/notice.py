@@ -16,12 +16,15 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from cockpit.paths import cockpit_command
 from cockpit.preflight.checks.base import CheckResult
 from widgets.check_list import GLYPHS, STATUS_STYLES
 from widgets.footer import Footer
 from widgets.hanging import HangingLines
 
-HINT = "The run goes on. `cockpit preflight` runs every check; --skip-preflight skips these."
+
+def hint() -> str:
+    return f"The run goes on. `{cockpit_command()} preflight` runs every check; --skip-preflight skips these."
 
 
 def notice_text(problems: Sequence[CheckResult]) -> HangingLines:
@@ -61,7 +64,7 @@ class PreflightNotice(ModalScreen[None]):
             yield Static(f"Quick preflight before this run: {counted(self.problems)}", id="notice-title")
             with VerticalScroll(id="notice-body"):
                 yield Static(notice_text(self.problems), id="notice-problems")
-            yield Static(HINT, id="notice-hint")
+            yield Static(hint(), id="notice-hint")
             yield Static("Enter or Esc: back to the run", id="notice-keys")
         yield Footer()  # the keys of this notice, not those of the screen under it
 

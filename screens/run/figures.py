@@ -11,12 +11,14 @@ from rich.text import Text
 
 from cockpit import fmt
 from cockpit.live.event_text import describe
+from cockpit.paths import cockpit_command
 from cockpit.protocol.wire import Fault
 from cockpit.run.state import RunState
 from widgets.stats import Row
 
 ERROR_MESSAGE_CHARS = 300
 BEST_MARK = "★"  # the checkpoint with the lowest eval loss
+CLIENT_LINE_INDENT = " " * len("0:00:00 ")  # the events log's lines of this client carry no event time
 
 
 def param_count(n: int | None) -> str:
@@ -183,7 +185,7 @@ def error_text(state: RunState, interrupted: bool = False) -> Text | None:
         names = [c["name"] for c in state.checkpoints]
     if names:
         text.append(f"checkpoints intact: {', '.join(names)}", style="bold")
-        text.append(f"; continue with: cockpit restart {state.run_id}")
+        text.append(f"; continue with: {cockpit_command()} restart {state.run_id}")
     else:
         text.append("no complete checkpoint: a restart begins from step 0")
     return text

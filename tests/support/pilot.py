@@ -49,6 +49,9 @@ class ScriptedSession:
     """The RunSession interface over recorded events: `feed()` makes more arrive, commands are recorded."""
 
     playing = False
+    rewinds = 0
+    rewind_pending = False
+    speed = 1.0
 
     def __init__(self, run: RunDir, events: list[dict], *, alive: bool = True, recorded: bool = False):
         self.run = run
@@ -85,6 +88,12 @@ class ScriptedSession:
 
     def recorded_now(self) -> float | None:
         return None
+
+    def set_speed(self, speed: float) -> float:
+        return self.speed
+
+    def skip(self, seconds: float) -> None:
+        pass
 
     @property
     def ended(self) -> bool:

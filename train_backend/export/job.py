@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import resource
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cockpit.config.load import load_config
+from cockpit.config.schema import TrainConfig
 from cockpit.results import merge_check
 from train_backend import model as model_mod
 from train_backend.channel import Emitter
@@ -104,132 +107,55 @@ def run_export(request: dict, emitter: Emitter) -> int:
         return 1
 
 
+@dataclass
+class Job:
+    """What the client asked for (the request), and what the load found."""
+
+    request: dict
+    source: Path  # the checkpoint or final/ folder: an adapter, or a whole model (method: full)
+    out: Path
+    dtype_name: str
+    gguf_type: str | None
+    merge: bool
+    cfg: TrainConfig
+    is_adapter: bool
+    device: model_mod.Device
+    dtype: Any = None  # the torch dtype of dtype_name
+    # the load's
+    config: Any = None  # the model's transformers config
+    tokenizer: Any = None
+    tokenizer_dir: Path | None = None
+    base_path: str = ""
+
+
 def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
+    """The export, stage by stage: load, merge and check (an adapter), write, convert (GGUF)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    run_dir, source, out = Path(request["run_dir"]), Path(request["source"]), Path(request["out_dir"])
-    dtype_name, gguf_type, merge = request["dtype"], request.get("gguf"), bool(request.get("merge"))
-    cfg = load_config(run_dir / "config.yaml")
-    is_adapter = (source / "adapter_config.json").is_file()
-    device = model_mod.detect_device()
-    dtype = getattr(torch, DTYPES[dtype_name])
-    dtype_note = " (fp16 on the CPU: slow)" if dtype_name == "fp16" and device.kind == "cpu" else ""
-    if is_adapter and not (merge or gguf_type):
-        return _adapter_only(source, out, dtype_name, device, stages, emitter)
-
-    stages.begin("load", message=f"base {cfg.model.name} in {dtype_name} on {device.kind}{dtype_note}")
-    if is_adapter:
-        base_path = model_mod.resolve_model_path(cfg, request.get("train_precision") or "fp32", device)
-    else:
-        base_path = str(source)  # a full fine-tune: the checkpoint is the model
-    config = AutoConfig.from_pretrained(base_path, revision=cfg.model.revision if is_adapter else None)
-    tokenizer_dir = source if (source / "tokenizer.json").is_file() else Path(base_path)
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    if gguf_type:  # refuse before the expensive part
-        to_gguf.gguf_architecture(config.model_type)
-        to_gguf.rope_settings(config.to_dict())
-        to_gguf.tokenizer_vocab(tokenizer_dir, config.vocab_size, tokenizer.unk_token_id)
-    kwargs = {"dtype": dtype}
-    if device.kind == "cuda":
-        kwargs["device_map"] = {"": torch.cuda.current_device()}
-        torch.cuda.reset_peak_memory_stats()
-    revision = cfg.model.revision if is_adapter else None
-    model = AutoModelForCausalLM.from_pretrained(base_path, revision=revision, **kwargs)
-    model.eval()
-    stages.end()
-
+    job = _job(request)
+    if job.is_adapter and not (job.merge or job.gguf_type):
+        return _adapter_only(job.source, job.out, job.dtype_name, job.device, stages, emitter)
+    model = _load(job, stages)
     check = None
-    if is_adapter:
-        from peft import PeftModel
-        from peft.tuners.lora import LoraLayer
-
-        model = PeftModel.from_pretrained(model, str(source))
-        model.eval()
-        inputs = _check_inputs(tokenizer, model.device)
-        stages.begin(
-            "reference", total=len(inputs), unit="input", message="logits of base + adapter, unmerged"
-        )
-        reference = _logits(model, inputs)
-        with model.disable_adapter():  # the adapter's own effect, for the verdict
-            base_logits = _logits(model, inputs)
-        stages.end()
-        layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
-        stages.begin("merge", total=len(layers), unit="layer")
-        with torch.no_grad():
-            for done, layer in enumerate(layers, start=1):
-                layer.merge()
-                if done % max(1, len(layers) // 20) == 0 or done == len(layers):
-                    stages.step(done, len(layers), "layer")
-            model = model.merge_and_unload()  # already merged: this unwraps the LoRA layers
-        stages.end()
-        stages.begin("check", total=len(inputs), unit="input", message="logits of the merged model")
-        merged_logits = _logits(model, inputs)
-        check = _compare(reference, merged_logits, base_logits, dtype_name, device.kind)
-        stages.end()
-        emitter.emit("export_check", **check.to_event())
-        if not check.passed:
-            raise Refused(
-                "check_failed",
-                f"the merged model does not match base + adapter: {check.describe()}. Nothing was written.",
-                "The adapter may not belong to this base (model.name / revision changed since training?).",
-            )
-        if cfg.method == "qlora" and device.kind == "cuda":
-            quantised = _quantised_gap(cfg, base_path, source, request, device, inputs, merged_logits)
-            if quantised is not None:
-                emitter.emit("export_check", **quantised.to_event(), gating=False)
-    elif merge:
+    if job.is_adapter:
+        model, check = _merge(job, model, stages, emitter)
+    elif job.merge:
         emitter.emit(
-            "warning", message=f"{source.name} is a whole model (method: full): nothing to merge", hint=""
+            "warning", message=f"{job.source.name} is a whole model (method: full): nothing to merge", hint=""
         )
-
-    special = tokens.special_tokens(tokenizer)
-    files: list[str] = []
-    out.mkdir(parents=True, exist_ok=True)
-    stages.begin("write", message=f"safetensors shards of at most {MAX_SHARD}")
-    model.generation_config = GenerationConfig(
-        bos_token_id=special["bos"], eos_token_id=special["eos_ids"], pad_token_id=special["pad"]
-    )
-    model.save_pretrained(str(out), max_shard_size=MAX_SHARD)
-    tokenizer.save_pretrained(str(out))
-    stages.end()
-
-    gguf_result = None
-    if gguf_type:
-        state = model.state_dict()
-        shapes = {name: tuple(t.shape) for name, t in state.items()}
-        name = request.get("name") or "model"
-        gguf_file = out / f"{name}-{gguf_type}.gguf"
-        stages.begin("convert", total=len(shapes), unit="tensor", message=gguf_file.name)
-        gguf_result = to_gguf.write_gguf(
-            gguf_file,
-            config.to_dict(),
-            lambda hf_name: state[hf_name].detach().to("cpu", torch.float32).numpy(),
-            shapes,
-            tokenizer_dir,
-            special,
-            gguf_type,
-            name,
-            progress=lambda done, total: (
-                stages.step(done, total, "tensor")
-                if done % max(1, total // 20) == 0 or done == total
-                else None
-            ),
-        )
-        (out / "Modelfile").write_text(tokens.modelfile(gguf_file.name, tokenizer, special["eos_tokens"]))
-        stages.end()
-
-    files = sorted(p.name for p in out.iterdir() if p.is_file())
-    params = sum(p.numel() for p in model.parameters())
+    special = tokens.special_tokens(job.tokenizer)
+    _write(job, model, special, stages)
+    gguf_result = _convert(job, model, special, stages) if job.gguf_type else None
+    files = sorted(p.name for p in job.out.iterdir() if p.is_file())
     emitter.emit(
         "export_done",
-        out_dir=str(out),
-        files=[{"name": f, "bytes": (out / f).stat().st_size} for f in files],
-        merged=bool(is_adapter and (merge or gguf_type)),
-        dtype=dtype_name,
-        device=device.to_dict(),
-        params=params,
-        model_type=config.model_type,
+        out_dir=str(job.out),
+        files=[{"name": f, "bytes": (job.out / f).stat().st_size} for f in files],
+        merged=bool(job.is_adapter and (job.merge or job.gguf_type)),
+        dtype=job.dtype_name,
+        device=job.device.to_dict(),
+        params=sum(p.numel() for p in model.parameters()),
+        model_type=job.config.model_type,
         eos_tokens=special["eos_tokens"],
         check=check.to_event() if check else None,
         gguf=None if gguf_result is None else gguf_result.to_event(),
@@ -237,9 +163,145 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
         timings_s=stages.timings,
         peak_rss_bytes=peak_rss_bytes(),
         stage_peak_rss_bytes=stages.peaks,
-        peak_gpu_bytes=torch.cuda.max_memory_allocated() if device.kind == "cuda" else None,
+        peak_gpu_bytes=torch.cuda.max_memory_allocated() if job.device.kind == "cuda" else None,
     )
     return 0
+
+
+def _job(request: dict) -> Job:
+    import torch
+
+    run_dir, source = Path(request["run_dir"]), Path(request["source"])
+    job = Job(
+        request=request,
+        source=source,
+        out=Path(request["out_dir"]),
+        dtype_name=request["dtype"],
+        gguf_type=request.get("gguf"),
+        merge=bool(request.get("merge")),
+        cfg=load_config(run_dir / "config.yaml"),
+        is_adapter=(source / "adapter_config.json").is_file(),
+        device=model_mod.detect_device(),
+    )
+    job.dtype = getattr(torch, DTYPES[job.dtype_name])
+    return job
+
+
+def _load(job: Job, stages: Stages):
+    """The base in the export's dtype (a full fine-tune's checkpoint is the model), its tokenizer;
+    a GGUF export the converter cannot write is refused before the expensive part."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    cfg, source, device = job.cfg, job.source, job.device
+    dtype_note = " (fp16 on the CPU: slow)" if job.dtype_name == "fp16" and device.kind == "cpu" else ""
+    stages.begin("load", message=f"base {cfg.model.name} in {job.dtype_name} on {device.kind}{dtype_note}")
+    if job.is_adapter:
+        precision = job.request.get("train_precision") or "fp32"
+        job.base_path = model_mod.resolve_model_path(cfg, precision, device)
+    else:
+        job.base_path = str(source)  # a full fine-tune: the checkpoint is the model
+    revision = cfg.model.revision if job.is_adapter else None
+    job.config = AutoConfig.from_pretrained(job.base_path, revision=revision)
+    job.tokenizer_dir = source if (source / "tokenizer.json").is_file() else Path(job.base_path)
+    job.tokenizer = AutoTokenizer.from_pretrained(str(job.tokenizer_dir))
+    if job.gguf_type:
+        to_gguf.gguf_architecture(job.config.model_type)
+        to_gguf.rope_settings(job.config.to_dict())
+        to_gguf.tokenizer_vocab(job.tokenizer_dir, job.config.vocab_size, job.tokenizer.unk_token_id)
+    kwargs = {"dtype": job.dtype}
+    if device.kind == "cuda":
+        kwargs["device_map"] = {"": torch.cuda.current_device()}
+        torch.cuda.reset_peak_memory_stats()
+    model = AutoModelForCausalLM.from_pretrained(job.base_path, revision=revision, **kwargs)
+    model.eval()
+    stages.end()
+    return model
+
+
+def _merge(job: Job, model, stages: Stages, emitter: Emitter):
+    """(merged model, its check): base + adapter, merged layer by layer, held to the logits of the
+    unmerged pair; a merge that does not match is refused."""
+    import torch
+    from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
+
+    model = PeftModel.from_pretrained(model, str(job.source))
+    model.eval()
+    inputs = _check_inputs(job.tokenizer, model.device)
+    stages.begin("reference", total=len(inputs), unit="input", message="logits of base + adapter, unmerged")
+    reference = _logits(model, inputs)
+    with model.disable_adapter():  # the adapter's own effect, for the verdict
+        base_logits = _logits(model, inputs)
+    stages.end()
+    layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
+    stages.begin("merge", total=len(layers), unit="layer")
+    with torch.no_grad():
+        for done, layer in enumerate(layers, start=1):
+            layer.merge()
+            if done % max(1, len(layers) // 20) == 0 or done == len(layers):
+                stages.step(done, len(layers), "layer")
+        model = model.merge_and_unload()  # already merged: this unwraps the LoRA layers
+    stages.end()
+    stages.begin("check", total=len(inputs), unit="input", message="logits of the merged model")
+    merged_logits = _logits(model, inputs)
+    check = _compare(reference, merged_logits, base_logits, job.dtype_name, job.device.kind)
+    stages.end()
+    emitter.emit("export_check", **check.to_event())
+    if not check.passed:
+        raise Refused(
+            "check_failed",
+            f"the merged model does not match base + adapter: {check.describe()}. Nothing was written.",
+            "The adapter may not belong to this base (model.name / revision changed since training?).",
+        )
+    if job.cfg.method == "qlora" and job.device.kind == "cuda":
+        quantised = _quantised_gap(
+            job.cfg, job.base_path, job.source, job.request, job.device, inputs, merged_logits
+        )
+        if quantised is not None:
+            emitter.emit("export_check", **quantised.to_event(), gating=False)
+    return model, check
+
+
+def _write(job: Job, model, special: dict, stages: Stages) -> None:
+    """safetensors shards and the tokenizer, with a generation config that stops at the EOS tokens."""
+    from transformers import GenerationConfig
+
+    job.out.mkdir(parents=True, exist_ok=True)
+    stages.begin("write", message=f"safetensors shards of at most {MAX_SHARD}")
+    model.generation_config = GenerationConfig(
+        bos_token_id=special["bos"], eos_token_id=special["eos_ids"], pad_token_id=special["pad"]
+    )
+    model.save_pretrained(str(job.out), max_shard_size=MAX_SHARD)
+    job.tokenizer.save_pretrained(str(job.out))
+    stages.end()
+
+
+def _convert(job: Job, model, special: dict, stages: Stages) -> to_gguf.GgufResult:
+    """The GGUF file of the merged weights, and an ollama Modelfile beside it."""
+    import torch
+
+    state = model.state_dict()
+    shapes = {name: tuple(t.shape) for name, t in state.items()}
+    name = job.request.get("name") or "model"
+    gguf_file = job.out / f"{name}-{job.gguf_type}.gguf"
+    stages.begin("convert", total=len(shapes), unit="tensor", message=gguf_file.name)
+    result = to_gguf.write_gguf(
+        gguf_file,
+        job.config.to_dict(),
+        lambda hf_name: state[hf_name].detach().to("cpu", torch.float32).numpy(),
+        shapes,
+        job.tokenizer_dir,
+        special,
+        job.gguf_type,
+        name,
+        progress=lambda done, total: (
+            stages.step(done, total, "tensor") if done % max(1, total // 20) == 0 or done == total else None
+        ),
+    )
+    (job.out / "Modelfile").write_text(tokens.modelfile(gguf_file.name, job.tokenizer, special["eos_tokens"]))
+    stages.end()
+    return result
 
 
 def _adapter_only(source: Path, out: Path, dtype_name: str, device, stages: Stages, emitter: Emitter) -> int:

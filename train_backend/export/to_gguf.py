@@ -442,6 +442,35 @@ def write_gguf(
     vocab = tokenizer_vocab(tokenizer_dir, int(config["vocab_size"]), special.get("unk"))
 
     writer = gguf.GGUFWriter(str(path), arch)
+    _add_model_keys(writer, config, rope, name, out_type)
+    _add_tokenizer_keys(writer, vocab, special)
+    extra: list[tuple[str, np.ndarray]] = []
+    if rope["rope_type"] == "llama3":
+        extra.append(("rope_freqs.weight", llama3_rope_factors(config)))
+    _add_tensor_infos(writer, planned, extra)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    total = len(planned) + len(extra)
+    for done, data in enumerate(_converted(planned, tensors), start=1):
+        writer.write_tensor_data(data)
+        progress(done, total)
+    for _, array in extra:
+        writer.write_tensor_data(array)
+    writer.close()
+    kinds: dict[str, int] = {}
+    for item in planned:
+        kinds[item.kind] = kinds.get(item.kind, 0) + 1
+    for _ in extra:
+        kinds["F32"] = kinds.get("F32", 0) + 1
+    progress(total, total)
+    return GgufResult(str(path), total, path.stat().st_size, out_type, arch, kinds)
+
+
+def _add_model_keys(writer, config: dict, rope: dict, name: str, out_type: str) -> None:
+    """The architecture's shape, its rotary embedding, the file's type."""
+    import gguf
+
     writer.add_name(name)
     writer.add_context_length(int(config.get("max_position_embeddings") or 4096))
     writer.add_embedding_length(int(config["hidden_size"]))
@@ -463,6 +492,9 @@ def write_gguf(
     writer.add_file_type(int(file_type))
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
+
+def _add_tokenizer_keys(writer, vocab: Vocab, special: dict) -> None:
+    """The vocabulary, its merges or scores, the special tokens and the chat template."""
     writer.add_tokenizer_model(vocab.model)
     if vocab.pre is not None:
         writer.add_tokenizer_pre(vocab.pre)
@@ -487,9 +519,11 @@ def write_gguf(
     if special.get("chat_template"):
         writer.add_chat_template(special["chat_template"])
 
-    extra: list[tuple[str, np.ndarray]] = []
-    if rope["rope_type"] == "llama3":
-        extra.append(("rope_freqs.weight", llama3_rope_factors(config)))
+
+def _add_tensor_infos(writer, planned: list[Planned], extra: list[tuple[str, np.ndarray]]) -> None:
+    """Each tensor's name, shape and type, in the order their data follows."""
+    import gguf
+
     qtype = gguf.GGMLQuantizationType
     for item in planned:
         if item.kind == "Q8_0":
@@ -504,23 +538,6 @@ def write_gguf(
             )
     for gguf_name, array in extra:
         writer.add_tensor_info(gguf_name, array.shape, array.dtype, array.nbytes)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    total = len(planned) + len(extra)
-    for done, data in enumerate(_converted(planned, tensors), start=1):
-        writer.write_tensor_data(data)
-        progress(done, total)
-    for _, array in extra:
-        writer.write_tensor_data(array)
-    writer.close()
-    kinds: dict[str, int] = {}
-    for item in planned:
-        kinds[item.kind] = kinds.get(item.kind, 0) + 1
-    for _ in extra:
-        kinds["F32"] = kinds.get("F32", 0) + 1
-    progress(total, total)
-    return GgufResult(str(path), total, path.stat().st_size, out_type, arch, kinds)
 
 
 def _converted(planned: list[Planned], tensors: Callable[[str], np.ndarray]) -> Iterator[np.ndarray]:

@@ -104,66 +104,17 @@ def measure_read_speed(
             _write_test_file(fd_w, file_bytes)
         finally:
             os.close(fd_w)
-        probe_fd = _open_direct(path)
-        direct = probe_fd is not None
-        if probe_fd is not None:
-            os.close(probe_fd)
-        method = "O_DIRECT" if direct else "fadvise(DONTNEED)"
-
-        # sequential pass: at most ~60% of the budget left after writing
+        direct = _direct_reads(path)
+        # the sequential pass takes at most ~60% of the budget left after writing
         if not direct:
             _drop_cache(path)
         seq_deadline = time.monotonic() + max(0.2, (deadline - time.monotonic()) * 0.6)
-        fd = _open_reader(path, direct)
-        buf = mmap.mmap(-1, block_bytes)
-        seq_bytes, offset = 0, 0
-        seq_started = time.monotonic()
-        try:
-            while offset < file_bytes and time.monotonic() < seq_deadline:
-                n = os.preadv(fd, [buf], offset)
-                if n <= 0:
-                    break
-                seq_bytes += n
-                offset += n
-        finally:
-            buf.close()
-            os.close(fd)
-        seq_s = max(time.monotonic() - seq_started, 1e-9)
-        truncated = offset < file_bytes
-
-        # random pass: readahead off and cache dropped, so 4 KiB reads go to the device
+        seq_bytes, seq_s = _sequential_pass(path, direct, file_bytes, block_bytes, seq_deadline)
+        # the random pass: readahead off and cache dropped, so 4 KiB reads go to the device
         if not direct:
             _drop_cache(path)
         rand_deadline = max(time.monotonic() + 0.2, deadline)
-        counts = [0] * random_jobs
-        blocks = file_bytes // ALIGN
-
-        def job(index: int) -> None:
-            rng = random.Random(index)
-            jfd = _open_reader(path, direct)
-            jbuf = mmap.mmap(-1, ALIGN)
-            try:
-                if not direct:
-                    os.posix_fadvise(jfd, 0, 0, os.POSIX_FADV_RANDOM)
-                n = 0
-                while True:
-                    for _ in range(64):
-                        os.preadv(jfd, [jbuf], rng.randrange(blocks) * ALIGN)
-                    n += 64
-                    if time.monotonic() >= rand_deadline:
-                        break
-                counts[index] = n
-            finally:
-                jbuf.close()
-                os.close(jfd)
-
-        rand_started = time.monotonic()
-        threads = [threading.Thread(target=job, args=(i,), daemon=True) for i in range(random_jobs)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        rand_s = max(time.monotonic() - rand_started, 1e-9)
+        random_reads, rand_s = _random_pass(path, direct, file_bytes, random_jobs, rand_deadline)
     finally:
         try:
             os.unlink(path)
@@ -171,14 +122,78 @@ def measure_read_speed(
             pass
     return ReadSpeed(
         seq_mb_per_s=seq_bytes / seq_s / 1e6,
-        iops=sum(counts) / rand_s,
-        method=method,
+        iops=random_reads / rand_s,
+        method="O_DIRECT" if direct else "fadvise(DONTNEED)",
         file_bytes=file_bytes,
         seq_bytes_read=seq_bytes,
-        random_reads=sum(counts),
+        random_reads=random_reads,
         seconds=time.monotonic() - started,
-        truncated=truncated,
+        truncated=seq_bytes < file_bytes,
     )
+
+
+def _direct_reads(path: str) -> bool:
+    """Whether the file's filesystem takes O_DIRECT reads (else the page cache is dropped instead)."""
+    probe_fd = _open_direct(path)
+    if probe_fd is not None:
+        os.close(probe_fd)
+    return probe_fd is not None
+
+
+def _sequential_pass(
+    path: str, direct: bool, file_bytes: int, block_bytes: int, deadline: float
+) -> tuple[int, float]:
+    """The file read from the start in `block_bytes` reads until its end or `deadline`:
+    (bytes read, seconds)."""
+    fd = _open_reader(path, direct)
+    buf = mmap.mmap(-1, block_bytes)
+    seq_bytes, offset = 0, 0
+    seq_started = time.monotonic()
+    try:
+        while offset < file_bytes and time.monotonic() < deadline:
+            n = os.preadv(fd, [buf], offset)
+            if n <= 0:
+                break
+            seq_bytes += n
+            offset += n
+    finally:
+        buf.close()
+        os.close(fd)
+    return seq_bytes, max(time.monotonic() - seq_started, 1e-9)
+
+
+def _random_pass(path: str, direct: bool, file_bytes: int, jobs: int, deadline: float) -> tuple[int, float]:
+    """4 KiB reads at random offsets from `jobs` threads, each at queue depth 1, until `deadline`:
+    (reads, seconds)."""
+    counts = [0] * jobs
+    blocks = file_bytes // ALIGN
+
+    def job(index: int) -> None:
+        rng = random.Random(index)
+        jfd = _open_reader(path, direct)
+        jbuf = mmap.mmap(-1, ALIGN)
+        try:
+            if not direct:
+                os.posix_fadvise(jfd, 0, 0, os.POSIX_FADV_RANDOM)
+            n = 0
+            while True:
+                for _ in range(64):
+                    os.preadv(jfd, [jbuf], rng.randrange(blocks) * ALIGN)
+                n += 64
+                if time.monotonic() >= deadline:
+                    break
+            counts[index] = n
+        finally:
+            jbuf.close()
+            os.close(jfd)
+
+    rand_started = time.monotonic()
+    threads = [threading.Thread(target=job, args=(i,), daemon=True) for i in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts), max(time.monotonic() - rand_started, 1e-9)
 
 
 def check_disk_speed(
