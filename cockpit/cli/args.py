@@ -64,13 +64,13 @@ def _oom_flags(sp: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_init(sub) -> None:
+def _add_init(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser("init", help="write a commented config template")
     sp.add_argument("path", nargs="?", default="cockpit.yaml")
     sp.add_argument("--force", action="store_true", help="overwrite an existing file")
 
 
-def _add_train_and_demo(sub) -> None:
+def _add_train_and_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser("train", help="validate CONFIG and start a run")
     sp.add_argument("config", help="YAML config (cockpit init writes one)")
     _start_flags(sp)
@@ -126,7 +126,7 @@ def _start_flags(sp: argparse.ArgumentParser) -> None:
     _view_flags(sp)
 
 
-def _add_estimate(sub) -> None:
+def _add_estimate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser("estimate", help="predict peak GPU memory of a config, in parts (no GPU needed)")
     workload_args(sp)
     sp.add_argument(
@@ -140,7 +140,7 @@ def _add_estimate(sub) -> None:
     sp.add_argument("--json", action="store_true")
 
 
-def _add_cards_and_pick(sub) -> None:
+def _add_cards_and_pick(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser("cards", help="every card for a run: fit, peak, speed, time and cost (no GPU needed)")
     workload_args(sp)
     run_size_args(sp)
@@ -153,7 +153,7 @@ def _add_cards_and_pick(sub) -> None:
     sp.add_argument("--multi", action="store_true", help="start with the 2x/4x/8x GPU rows shown (key g)")
 
 
-def _add_preflight(sub) -> None:
+def _add_preflight(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser("preflight", help="is this box healthy and set up right? (GPU, host, disk, network)")
     sp.add_argument(
         "--quick", action="store_true", help="skip the disk speed probe, the download and big probes"
@@ -168,7 +168,7 @@ def _add_preflight(sub) -> None:
     sp.add_argument("--multi", action="store_true", help="with several GPUs: peer access and NCCL all-reduce")
 
 
-def _add_runs(sub) -> None:
+def _add_runs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser("runs", help="list runs: status, start, duration, loss, cost, config, disk")
     sp.add_argument("--json", action="store_true", help="the rows as JSON, every figure with its unit")
     free = sp.add_mutually_exclusive_group()
@@ -182,7 +182,7 @@ def _add_runs(sub) -> None:
     sp.add_argument("--yes", action="store_true", help="with --rm or --prune: do not ask first (scripts)")
 
 
-def _add_attach_and_replay(sub) -> None:
+def _add_attach_and_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser("attach", help="replay a run's history and follow it live")
     sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
     _view_flags(sp)
@@ -206,7 +206,7 @@ def _add_attach_and_replay(sub) -> None:
     )
 
 
-def _add_restart_and_stop(sub) -> None:
+def _add_restart_and_stop(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser(
         "restart", help="start the trainer again in a run's directory, from its last checkpoint"
     )
@@ -236,7 +236,7 @@ def _add_restart_and_stop(sub) -> None:
     )
 
 
-def _add_export_and_fetch(sub) -> None:
+def _add_export_and_fetch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser(
         "export", help="export a run: its adapter, or the merged model (safetensors, GGUF) with a model card"
     )
@@ -261,7 +261,7 @@ def _add_export_and_fetch(sub) -> None:
     sp.add_argument("model", help="the model spec, e.g. smollm2-135m")
 
 
-def _add_run_commands(sub) -> None:
+def _add_run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The commands a running trainer answers through its control FIFO."""
     for name, text in (
         ("save", "save a checkpoint now"),
@@ -355,7 +355,7 @@ def run_size_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--budget", type=float, metavar="USD", help="flag the fastest card within this cost")
 
 
-def workload_overrides(args) -> list[str]:
+def workload_overrides(args: argparse.Namespace) -> list[str]:
     """--set items, then the flags as `key=value` (the flags win)."""
     out = list(args.overrides)
     for dest, key in WORKLOAD_FLAGS.items():
@@ -370,7 +370,7 @@ def workload_overrides(args) -> list[str]:
     return out
 
 
-def dataset_text(args) -> str:
+def dataset_text(args: argparse.Namespace) -> str:
     """--tokens, or --samples x --mean-tokens, as the picker's dataset field reads it."""
     from cockpit.plan.cards_inputs import CardsError
 

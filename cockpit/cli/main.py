@@ -244,7 +244,8 @@ def _show(
         from cockpit.live.headless import follow
 
         code = follow(session, log_every_s=args.log_every)
-        while (session := _relaunch_after_oom(run, session.state, args)) is not None:
+        while (relaunched := _relaunch_after_oom(run, session.state, args)) is not None:
+            session = relaunched
             code = follow(session, log_every_s=args.log_every)  # the relaunched trainer
         return code
     from cockpit.live.watch import LiveWatch
@@ -388,6 +389,7 @@ def _free_disk(args: argparse.Namespace) -> int:
     """`cockpit runs --rm RUN` / `--prune`: say what goes and what it frees, ask, delete."""
     from cockpit.results import runs_list
 
+    skipped: list[str]  # a line for each run left alone
     try:
         if args.rm:
             removals, skipped = [runs_list.plan_rm(rundir.find(args.rm))], []
@@ -523,7 +525,8 @@ def _later(module: str, name: str) -> Callable[[argparse.Namespace], int]:
     view's) does not pay for the planning and finishing commands' imports (~0.15 s of CPU)."""
 
     def handler(args: argparse.Namespace) -> int:
-        return getattr(importlib.import_module(module), name)(args)
+        command: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), name)
+        return command(args)
 
     handler.__name__ = name
     return handler

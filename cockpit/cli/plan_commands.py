@@ -49,18 +49,17 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         cfg, shape, workload = load_workload(args)
         if args.inference:
             result = estimate_report.estimate_inference(shape, args.bits, args.context)
-            workload = None
         else:
             result = est.estimate_memory(workload)
     except (modelshape.ShapeError, est.EstimateError) as exc:
         print(f"cannot estimate: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    fits = None if args.vram is None else est.verdict(result, int(args.vram * est.GIB))
+    fits = None if args.vram is None else est.verdict(result, int(args.vram * fmt.GIB))
     if args.json:
         inputs = (
-            estimate_report.workload_inputs(workload)
-            if workload
-            else {"model": shape.name, "bits": args.bits, "context": args.context}
+            {"model": shape.name, "bits": args.bits, "context": args.context}
+            if args.inference
+            else estimate_report.workload_inputs(workload)
         )
         data = estimate_report.to_dict(result, inputs)
         data["fits_vram"] = fits  # fits | tight | no | null
@@ -124,7 +123,7 @@ def cmd_cards(args: argparse.Namespace) -> int:
         epochs = cfg.training.epochs if args.epochs is None else args.epochs
         size = cards_inputs.parse_dataset(_dataset_size(args), epochs, cfg.training.max_steps)
         counts = cards_multi.parse_gpu_counts(args.gpus)
-        table = table.card_table(workload, catalog.load_catalog(), size, args.budget, gpu_counts=counts)
+        cards = table.card_table(workload, catalog.load_catalog(), size, args.budget, gpu_counts=counts)
     except (modelshape.ShapeError, est.EstimateError) as exc:
         print(f"cannot estimate: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -134,7 +133,7 @@ def cmd_cards(args: argparse.Namespace) -> int:
     except catalog.CatalogError as exc:
         print(f"card catalog: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps(table.to_dict(), indent=1) if args.json else table_text(table, output_width()))
+    print(json.dumps(cards.to_dict(), indent=1) if args.json else table_text(cards, output_width()))
     return 0
 
 

@@ -601,6 +601,7 @@ def workload_from_config(cfg: Any, shape: ModelShape, trainer: str = "trl") -> W
 def _config_sharding(cfg: Any) -> str:
     """What the trainer runs: the strategy asked for, else auto's rule without the card
     (a full fine-tune counts as sharded: the trainer picks DDP only when a replica fits)."""
-    if cfg.distributed.strategy in SHARDINGS:
-        return cfg.distributed.strategy
+    strategy: str = cfg.distributed.strategy
+    if strategy in SHARDINGS:
+        return strategy
     return "fsdp" if cfg.method == "full" else "ddp"

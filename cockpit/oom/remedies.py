@@ -161,7 +161,9 @@ def analyse(
     return Analysis(target, observation, base, estimate, gap, ranked, notes, speed_card)
 
 
-def _failed_workload(cfg, shape: ModelShape, data: dict, precision: str | None, notes: list[str]) -> Workload:
+def _failed_workload(
+    cfg: TrainConfig, shape: ModelShape, data: dict[str, Any], precision: str | None, notes: list[str]
+) -> Workload:
     """The memory model's inputs for the failed run: the precision the trainer chose, and sequences
     as long as the longest sample where batches are padded to it."""
     base = workload_from_config(cfg, shape)
@@ -195,7 +197,9 @@ def _shortfall(observation: Observation, estimate: MemoryEstimate, notes: list[s
     return gap
 
 
-def _ranked(base: Workload, all_knobs: list[Knob], gap: int, target: Target, card: CardSpeed) -> list[Option]:
+def _ranked(
+    base: Workload, all_knobs: list[Knob], gap: int, target: Target, card: CardSpeed | Card
+) -> list[Option]:
     """The best choice of each knob, and the few combinations worth showing, ranked (rank_key)."""
     options = [_option(base, (c,), gap, target, card) for k in all_knobs for c in k.choices]
     singles = sorted(_best_per_knob(options), key=rank_key)

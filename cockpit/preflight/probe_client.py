@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from cockpit.protocol.wire import Fault, LineDecoder
 from cockpit.run.process import project_root
@@ -52,7 +52,7 @@ class ProbeAnswer:
         return None
 
 
-def add_message(findings: dict[str, Any], message: dict) -> None:
+def add_message(findings: dict[str, Any], message: dict[str, Any]) -> None:
     """Fold one `probe` message into the findings (per-device findings append)."""
     name, data = message.get("finding"), message.get("data")
     if not isinstance(name, str) or not isinstance(data, dict):
@@ -101,6 +101,8 @@ def run_probe(
             env=child_env,
             start_new_session=True,  # its own process group: the timeout kills spawned helpers too
         )
+        stdout = proc.stdout
+        assert stdout is not None  # stdout=PIPE
         if sample is not None:
             sampler = threading.Thread(
                 target=_sample_loop, args=(sample, sample_every_s, stop_sampling, answer.samples), daemon=True
@@ -112,7 +114,7 @@ def run_probe(
             stop_sampling.set()
             if proc.poll() is None:
                 _kill_group(proc)
-            proc.stdout.close()
+            stdout.close()
         answer.returncode = proc.returncode
         answer.duration_s = round(time.monotonic() - started, 2)
         answer.stderr_tail = _tail(stderr_file)
@@ -132,7 +134,7 @@ def _child_env(env: dict[str, str] | None) -> dict[str, str]:
     return child_env
 
 
-def _collect(proc: subprocess.Popen, deadline: float, answer: ProbeAnswer) -> None:
+def _collect(proc: subprocess.Popen[bytes], deadline: float, answer: ProbeAnswer) -> None:
     """The child's messages into `answer` until it exits or `deadline` passes (then it is killed)."""
     decoder = LineDecoder()
     items = _read_until(proc, decoder, deadline)
@@ -154,16 +156,19 @@ def _collect(proc: subprocess.Popen, deadline: float, answer: ProbeAnswer) -> No
             _kill_group(proc)
 
 
-def _tail(stderr_file) -> str:
+def _tail(stderr_file: IO[bytes]) -> str:
     """The last STDERR_TAIL_BYTES of the child's stderr."""
     stderr_file.seek(0, os.SEEK_END)
     stderr_file.seek(max(0, stderr_file.tell() - STDERR_TAIL_BYTES))
     return stderr_file.read().decode("utf-8", errors="replace")
 
 
-def _read_until(proc: subprocess.Popen, decoder: LineDecoder, deadline: float) -> list | None:
+def _read_until(
+    proc: subprocess.Popen[bytes], decoder: LineDecoder, deadline: float
+) -> list[dict[str, Any] | Fault] | None:
     """Everything the child writes until it closes stdout; None when the deadline passes first."""
-    items: list = []
+    items: list[dict[str, Any] | Fault] = []
+    assert proc.stdout is not None  # run_probe starts the probe with stdout=PIPE
     fd = proc.stdout.fileno()
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
@@ -179,7 +184,7 @@ def _read_until(proc: subprocess.Popen, decoder: LineDecoder, deadline: float) -
             items += decoder.feed(data)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -190,7 +195,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _sample_loop(sample: Callable[[], Any], every_s: float, stop: threading.Event, out: list) -> None:
+def _sample_loop(sample: Callable[[], Any], every_s: float, stop: threading.Event, out: list[Any]) -> None:
     while not stop.is_set():
         try:
             out.append(sample())

@@ -107,7 +107,7 @@ def run_checks(
     `on_result` gets every result, `on_check` every finished check with all its results.
     """
     planned = [_as_check(item, i) for i, item in enumerate(checks)]
-    finished: queue.Queue = queue.Queue()
+    finished: queue.Queue[tuple[int, list[CheckResult]]] = queue.Queue()
     results: dict[int, list[CheckResult]] = {}
     running: dict[int, float] = {}  # index -> start time
     pending = list(range(len(planned)))

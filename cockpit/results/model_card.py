@@ -9,8 +9,10 @@ did not record is written as "not recorded", never guessed.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -26,11 +28,11 @@ class RunFacts:
     """What a card says about the run, gathered once."""
 
     run_id: str
-    config: dict
+    config: dict[str, Any]
     state: RunState
     eval_loss: float | None = None
     eval_step: int | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def read_facts(run: rundir.RunDir) -> RunFacts:
@@ -47,7 +49,7 @@ def read_facts(run: rundir.RunDir) -> RunFacts:
     return RunFacts(run.run_id, config, state, eval_loss, eval_step)
 
 
-def _get(d: dict, dotted: str, default=None):
+def _get(d: dict[str, Any], dotted: str, default: Any = None) -> Any:
     for part in dotted.split("."):
         if not isinstance(d, dict) or part not in d:
             return default
@@ -55,7 +57,7 @@ def _get(d: dict, dotted: str, default=None):
     return d
 
 
-def _or(value, fmt=str) -> str:
+def _or(value: Any, fmt: Callable[[Any], str] = str) -> str:
     return NOT_RECORDED if value is None else fmt(value)
 
 
@@ -63,7 +65,7 @@ def _duration(seconds: float | None) -> str:
     return f"{fmt.duration(seconds)} (h:mm:ss, all trainer attempts)" if seconds else NOT_RECORDED
 
 
-def card_fields(facts: RunFacts, export: dict) -> dict[str, str]:
+def card_fields(facts: RunFacts, export: dict[str, Any]) -> dict[str, str]:
     """The card's facts as label -> text (also what the tests check)."""
     c, s = facts.config, facts.state
     train_loss = (s.outcome or {}).get("train_loss")
@@ -92,7 +94,7 @@ def card_fields(facts: RunFacts, export: dict) -> dict[str, str]:
     }
 
 
-def _method_text(c: dict) -> str:
+def _method_text(c: dict[str, Any]) -> str:
     """The method with its LoRA settings and, for QLoRA, the base's quantisation."""
     method = c.get("method", NOT_RECORDED)
     if method == "full":
@@ -115,7 +117,7 @@ def _method_text(c: dict) -> str:
     return text
 
 
-def _hyperparameters_text(c: dict, s: RunState) -> str:
+def _hyperparameters_text(c: dict[str, Any], s: RunState) -> str:
     t = c.get("training") or {}
     batch = (t.get("micro_batch_size"), t.get("gradient_accumulation_steps"))
     return (
@@ -127,7 +129,7 @@ def _hyperparameters_text(c: dict, s: RunState) -> str:
     )
 
 
-def _data_text(c: dict, s: RunState) -> str:
+def _data_text(c: dict[str, Any], s: RunState) -> str:
     """The dataset and split, and what the trainer counted in it."""
     data = s.data
     text = f"{_get(c, 'dataset.path')} (split {_get(c, 'dataset.split')})"
@@ -156,14 +158,14 @@ def _hardware_text(s: RunState) -> str:
     return hardware
 
 
-def _versions_text(s: RunState, export: dict) -> str:
+def _versions_text(s: RunState, export: dict[str, Any]) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in sorted((s.versions or {}).items()) if v) or NOT_RECORDED
     if export.get("export_versions"):
         versions += "; export: " + ", ".join(f"{k} {v}" for k, v in sorted(export["export_versions"].items()))
     return versions
 
 
-def render(facts: RunFacts, export: dict) -> str:
+def render(facts: RunFacts, export: dict[str, Any]) -> str:
     """README.md: Hugging Face front matter, what the files are, the facts, and the merge check."""
     fields = card_fields(facts, export)
     base = fields["Base model"]
@@ -217,7 +219,7 @@ def render(facts: RunFacts, export: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_card(folder: Path, facts: RunFacts, export: dict) -> Path:
+def write_card(folder: Path, facts: RunFacts, export: dict[str, Any]) -> Path:
     path = folder / "README.md"
     path.write_text(render(facts, export), encoding="utf-8")
     (folder / "cockpit-export.json").write_text(json.dumps(export, indent=1, default=str), encoding="utf-8")

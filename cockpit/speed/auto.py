@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 from cockpit import fmt
 from cockpit.config.schema import TrainConfig
@@ -94,11 +95,11 @@ class SpeedPlan:
     predicted_peak_bytes: int | None = None
     predicted_tokens_per_s: float | None = None
     busy_tokens_per_micro_batch: int | None = None
-    auto_split: dict | None = None
-    flops: dict | None = None  # FLOPs per token and the card's peak, for MFU (cockpit.speed.flops)
+    auto_split: dict[str, Any] | None = None
+    flops: dict[str, Any] | None = None  # FLOPs per token and the card's peak, for MFU (cockpit.speed.flops)
     host_probe_ms: float | None = None  # the host's probe (train_backend/speed/host_probe.py)
 
-    def to_event(self) -> dict:
+    def to_event(self) -> dict[str, Any]:
         t = self.config.training
         return {
             "mode": self.mode,
@@ -276,9 +277,7 @@ def _packing(
     want, source, why = _packing_wanted(cfg, facts, keep, used, per_row)
     mode = PACKING_BY_ATTENTION.get(attn)
     packing = "none"
-    if want and mode is None:
-        why = f"{why}; but attention {attn} does not keep packed samples apart, so packing is off"
-    elif want:
+    if want and mode is not None:
         packing = mode
         how = (
             "one flattened sequence per micro-batch (varlen kernel)"
@@ -286,6 +285,8 @@ def _packing(
             else "rows with position_ids restarting per sample: transformers masks each sample to itself"
         )
         why = f"{why}; {how}"
+    elif want:
+        why = f"{why}; but attention {attn} does not keep packed samples apart, so packing is off"
     value = {"none": "off", "rows": f"rows of {max_length}", "flat": "padding-free (flattened)"}[packing]
     return packing, per_row, Choice("packing", value, why, source)
 
@@ -388,6 +389,7 @@ def _lora_backend(cfg: TrainConfig) -> Choice:
     """speed.backend: the fused LoRA layer (train_backend/speed/fused_lora.py) or peft's own."""
     note = fused_lora_note(cfg)
     if cfg.method not in ("lora", "qlora"):
+        assert note is not None, "fused_lora_note gives the reason of a method without adapters"
         return Choice("LoRA layers", "none", note, "fixed")
     if note is not None:
         return Choice("LoRA layers", "peft", note, "yours" if cfg.speed.backend == "hf" else "auto")
@@ -464,7 +466,7 @@ def _scales(
 
 def flops_info(
     cfg: TrainConfig, facts: Facts, lengths: list[int], shape: ModelShape | None, checkpoint_layers: int
-) -> dict | None:
+) -> dict[str, Any] | None:
     """The speed plan's `flops`: FLOPs per real token (model and hardware, cockpit.speed.flops) and
     the card's dense bf16 peak, from which a client computes MFU; None without a shape."""
     if shape is None:

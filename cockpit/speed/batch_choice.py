@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from cockpit import fmt
-from cockpit.config.schema import TrainConfig
+from cockpit.config.schema import TrainConfig, TrainingSection
 from cockpit.models.memory import (
     SAFETY_MARGIN,
     EstimateError,
+    MemoryEstimate,
     Workload,
     estimate_memory,
     workload_from_config,
@@ -154,7 +155,7 @@ def fit_batch(problem: BatchProblem) -> tuple[Fit, list[Choice]]:
         why = f"the memory model cannot size this run ({unsized}): as configured"
         return written, _as_written(problem, written, why)
     budget = int(problem.facts.memory_bytes * (1 - SAFETY_MARGIN))
-    base = _base_workload(problem)
+    base = _base_workload(problem, problem.shape)
     try:
         scored = sorted(_candidates(problem, base, budget), reverse=True)
     except EstimateError as exc:
@@ -219,16 +220,17 @@ def _candidates(problem: BatchProblem, base: Workload, budget: int) -> list[Cand
     return out
 
 
-def _base_workload(problem: BatchProblem) -> Workload:
-    """The memory and speed models' inputs: the run as planned, with the kernels the plan chooses."""
+def _base_workload(problem: BatchProblem, shape: ModelShape) -> Workload:
+    """The memory and speed models' inputs: the run as planned (its model's `shape`, which fit_batch
+    has found known), with the kernels the plan chooses."""
     cfg, facts = problem.cfg, problem.facts
     return replace(
-        workload_from_config(problem.run, problem.shape),
+        workload_from_config(problem.run, shape),
         precision=facts.precision,
         liger=uses_liger(cfg, facts),
         checkpoint_offload=False,
         fused_lora=fused_lora_note(cfg) is None,
-        fused_mlp=mlp_block_note(cfg, problem.shape) is None,
+        fused_mlp=mlp_block_note(cfg, shape) is None,
     )
 
 
@@ -257,7 +259,14 @@ def _layer_options(problem: BatchProblem) -> list[int]:
 
 
 def _fewest_layers(
-    problem: BatchProblem, base: Workload, off, on, mb: int, accum: int, options: list[int], budget: int
+    problem: BatchProblem,
+    base: Workload,
+    off: MemoryEstimate,
+    on: MemoryEstimate,
+    mb: int,
+    accum: int,
+    options: list[int],
+    budget: int,
 ) -> Candidate | None:
     for k in options:
         peak = _partial_peak(off, on, k, problem.layers)
@@ -268,10 +277,10 @@ def _fewest_layers(
 
 
 def _inputs_on_host(
-    problem: BatchProblem, base: Workload, on, mb: int, accum: int, budget: int
+    problem: BatchProblem, base: Workload, on: MemoryEstimate, mb: int, accum: int, budget: int
 ) -> Candidate | None:
     """Every layer recomputed, its input in pinned host memory, where the host has room for them."""
-    host = on.part("checkpoints").bytes
+    host = _part_bytes(on, "checkpoints")
     room = problem.offload_forced or host <= HOST_SHARE * (problem.facts.host_available_bytes or 0)
     if not (problem.may_offload and host and room):
         return None
@@ -375,7 +384,7 @@ BATCH_KEYS = frozenset(
 MAX_BUSY_MICRO_BATCH = 1024
 
 
-def busy_tokens(base: Workload, card) -> int | None:
+def busy_tokens(base: Workload, card: speed_model.CardSpeed | None) -> int | None:
     """The fewest tokens per micro-batch (whole rows of `base.seq_len`) at which, by the speed model, the
     card's work outlasts the host's launches: below it the GPU is underfed, whatever feeds it."""
     if card is None:
@@ -387,7 +396,7 @@ def busy_tokens(base: Workload, card) -> int | None:
     return None
 
 
-def batch_advice(problem: BatchProblem) -> dict:
+def batch_advice(problem: BatchProblem) -> dict[str, Any]:
     """The speed model's view of the run's batch, for the doctor: the tokens per micro-batch that keep
     the card busy, and the split speed: auto picks with the batch keys free, against the run's own."""
     facts, shape = problem.facts, problem.shape
@@ -400,7 +409,7 @@ def batch_advice(problem: BatchProblem) -> dict:
         return {}
     as_run, _ = fit_batch(replace(problem, cfg=problem.run, keep=problem.keep | BATCH_KEYS))
     free, _ = fit_batch(replace(problem, keep=problem.keep - BATCH_KEYS))
-    out: dict = {"busy_tokens_per_micro_batch": busy}
+    out: dict[str, Any] = {"busy_tokens_per_micro_batch": busy}
     if free.tokens_per_s and as_run.tokens_per_s:
         out["auto_split"] = {
             "micro_batch_size": free.micro_batch,
@@ -428,7 +437,7 @@ def _as_written(problem: BatchProblem, written: Fit, why: str) -> list[Choice]:
     ]
 
 
-def _cpu_checkpointing(run, facts: Facts, shape, written: Fit) -> tuple[Fit, Choice]:
+def _cpu_checkpointing(run: TrainConfig, facts: Facts, shape: ModelShape, written: Fit) -> tuple[Fit, Choice]:
     """On the CPU, recomputing activations only costs time unless host memory is short."""
     try:
         w = replace(
@@ -450,24 +459,32 @@ def _cpu_checkpointing(run, facts: Facts, shape, written: Fit) -> tuple[Fit, Cho
     return fit, Choice("gradient checkpointing", f"all {shape.num_layers} layers", why, "auto")
 
 
-def _partial_peak(off, on, k: int, layers: int) -> int:
+def _partial_peak(off: MemoryEstimate, on: MemoryEstimate, k: int, layers: int) -> int:
     """Peak with `k` of `layers` blocks checkpointed, from the memory model's two extremes."""
     if k == 0:
         return off.peak_bytes
     if k == layers:  # every block recomputed: the model's own estimate (the loss's backward ends first)
         return on.peak_bytes
-    per_layer = off.part("activations").bytes / layers
-    saved = on.part("checkpoints").bytes / layers if on.part("checkpoints") else 0
-    static = off.peak_bytes - off.part("activations").bytes
-    return int(static + (layers - k) * per_layer + k * saved + on.part("activations").bytes)
+    per_layer = _part_bytes(off, "activations") / layers
+    checkpoints = on.part("checkpoints")
+    saved = checkpoints.bytes / layers if checkpoints else 0
+    static = off.peak_bytes - _part_bytes(off, "activations")
+    return int(static + (layers - k) * per_layer + k * saved + _part_bytes(on, "activations"))
 
 
-def offload_as_written(t, facts: Facts) -> bool:
+def _part_bytes(estimate: MemoryEstimate, key: str) -> int:
+    """Bytes of a part the memory model always gives: activations; checkpoints, with checkpointing on."""
+    part = estimate.part(key)
+    assert part is not None, f"the memory model gave no {key!r} part"
+    return part.bytes
+
+
+def offload_as_written(t: TrainingSection, facts: Facts) -> bool:
     """training.checkpoint_offload as the trainer carries it out: with checkpointing, on a GPU."""
     return bool(t.gradient_checkpointing and t.checkpoint_offload and facts.device_kind == "cuda")
 
 
-def uses_liger(cfg, facts: Facts) -> bool:
+def uses_liger(cfg: TrainConfig, facts: Facts) -> bool:
     """Whether speed: auto applies Liger's kernels (its activations are then smaller)."""
     return (
         facts.device_kind == "cuda"
@@ -486,7 +503,7 @@ SILU_MLP_MODELS = ("llama", "mistral", "qwen2", "qwen3")
 MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 
 
-def mlp_block_note(cfg, shape=None) -> str | None:
+def mlp_block_note(cfg: TrainConfig, shape: ModelShape | None = None) -> str | None:
     """Why the MLPs keep their own forward; None: the fused MLP block (speed.mlp_block: fused)."""
     if cfg.speed.mlp_block != "fused":
         return "speed.mlp_block: off (the default)"
@@ -503,7 +520,7 @@ def mlp_block_note(cfg, shape=None) -> str | None:
     return None
 
 
-def fused_lora_note(cfg) -> str | None:
+def fused_lora_note(cfg: TrainConfig) -> str | None:
     """Why speed.backend runs peft's own LoRA layers; None: the fused ones."""
     if cfg.speed.mode != "auto":
         return "speed: off runs peft's layers as written"
@@ -519,7 +536,13 @@ def fused_lora_note(cfg) -> str | None:
 
 
 def _tokens_per_s(
-    base: Workload, mb: int, accum: int, k: int, layers: int, card, offload: bool = False
+    base: Workload,
+    mb: int,
+    accum: int,
+    k: int,
+    layers: int,
+    card: speed_model.CardSpeed | None,
+    offload: bool = False,
 ) -> float:
     """The speed model's tokens/s; a partly checkpointed model pays the recompute of its share,
     and inputs held in host memory their copy back (speed.HOST_LINK_BYTES_PER_S)."""

@@ -190,7 +190,7 @@ def card_fp32_flops(card: CardSpeed | Card) -> float:
     is False unless set, and the trainer does not set it), so an fp32 run multiplies on the CUDA
     cores at the card's dense FP32 rate, not on the tensor cores. A card without that figure gets the
     H100/H200 datasheets' FP32 share of the dense BF16 rate (67 of 989 TFLOPS), stated here."""
-    fp32 = getattr(card, "fp32_tflops", None)  # the catalog's Card does not carry it yet
+    fp32: float | None = getattr(card, "fp32_tflops", None)  # the catalog's Card does not carry it yet
     if fp32:
         return fp32 * 1e12
     return card.bf16_dense_tflops * 1e12 * FP32_SHARE_OF_BF16_DENSE
@@ -257,7 +257,8 @@ def attention_kernels(head_dim: int) -> tuple[AttentionKernel, AttentionKernel]:
     def between(a: AttentionKernel, b: AttentionKernel) -> AttentionKernel:
         return AttentionKernel(*(x + t * (y - x) for x, y in zip(vars(a).values(), vars(b).values())))
 
-    return tuple(between(a, b) for a, b in zip(ATTENTION_KERNELS[low], ATTENTION_KERNELS[high]))
+    lows, highs = ATTENTION_KERNELS[low], ATTENTION_KERNELS[high]  # each (forward, backward)
+    return between(lows[0], highs[0]), between(lows[1], highs[1])
 
 
 def attention_s(w: Workload, peak_flops: float) -> tuple[float, float]:

@@ -157,7 +157,9 @@ def gradient_bytes(w: Workload) -> int:
     """Bytes of the gradients reduced once per optimizer step: DDP's buckets (the memory model's
     `ddp_buckets` part, the gradients' own dtype); FSDP reduces in the 16-bit reduce_dtype."""
     if w.sharding == "ddp":
-        return estimate_memory(w).part("ddp_buckets").bytes
+        buckets = estimate_memory(w).part("ddp_buckets")
+        assert buckets is not None, "every estimate of DDP on more than one GPU has its buckets"
+        return buckets.bytes
     return count_trainable(w) * (4 if w.precision == "fp32" else 2)
 
 
