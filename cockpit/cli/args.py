@@ -84,7 +84,7 @@ def _add_train_and_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     _start_flags(sp)
 
 
-def _add_data(sub) -> None:
+def _add_data(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser(
         "data", help="read the dataset as the trainer will: formats, rows, token lengths, errors, a preview"
     )

@@ -4,10 +4,13 @@ data's real tokens per epoch."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from cockpit import fmt, yaml_text
 from cockpit.config import load as config_load
@@ -18,7 +21,7 @@ from cockpit.run.exit_codes import EXIT_FAILED, EXIT_USAGE
 PROGRESS_AFTER_S = 3.0  # a check this long says how far it has read
 
 
-def cmd_data(args) -> int:
+def cmd_data(args: argparse.Namespace) -> int:
     from cockpit.datacheck.cache import cached_check
     from cockpit.datacheck.run_cost import run_figures
     from cockpit.datacheck.text import report_lines
@@ -59,7 +62,7 @@ def data_ok_to_start(cfg: config.TrainConfig, source: str) -> bool:
     return True
 
 
-def config_tokens(args) -> tuple[str, dict | None]:
+def config_tokens(args: argparse.Namespace) -> tuple[str, dict[str, Any] | None]:
     """(the dataset size as the picker's field reads it, the data check's report) when the config
     names a dataset and no --tokens or --samples were given; else ("", None)."""
     if not names_dataset(args):
@@ -83,7 +86,7 @@ def config_tokens(args) -> tuple[str, dict | None]:
     return str(tokens), report
 
 
-def names_dataset(args) -> bool:
+def names_dataset(args: argparse.Namespace) -> bool:
     """Whether the command's config (or a --set) names a dataset, and no size flag was given."""
     if getattr(args, "tokens", None) is not None or getattr(args, "samples", None) is not None:
         return False
@@ -102,14 +105,14 @@ def _say(lines: list[str]) -> None:
     print("\n".join(wrapped(lines, output_width())), file=sys.stderr, flush=True)
 
 
-def _progress_printer():
+def _progress_printer() -> Callable[[dict[str, Any]], None]:
     """Progress on stderr once the check has taken PROGRESS_AFTER_S: in place on a terminal, a line
     every few seconds otherwise."""
     started = time.monotonic()
     last = [0.0]
     terminal = sys.stderr.isatty()
 
-    def show(message: dict) -> None:
+    def show(message: dict[str, Any]) -> None:
         now = time.monotonic()
         if now - started < PROGRESS_AFTER_S or (not terminal and now - last[0] < 10):
             return

@@ -8,8 +8,10 @@ import resource
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from cockpit.config.schema import TrainConfig
+from cockpit.config.schema import DatasetSource, TrainConfig
 from cockpit.config.sources import mix_counts
 from train_backend.data import LONG_ROW_FACTOR
 from train_backend.datacheck import findings, parallel
@@ -23,112 +25,61 @@ PREVIEW_PER_SOURCE = 2
 PREVIEW_MAX = 6
 
 
-def run_check(cfg: TrainConfig, progress: Callable[[dict], None] | None = None) -> dict:
+@dataclass
+class Checking:
+    """What every source's reading shares: the config, the tokenizer, the duplicates seen so far."""
+
+    cfg: TrainConfig
+    tokenizer: Any
+    answers: Callable[..., tuple[int, bool]] | None
+    duplicates: Duplicates
+    progress: Callable[[dict[str, Any]], None] | None
+
+    @property
+    def max_length(self) -> int:
+        return self.cfg.training.max_length
+
+    @property
+    def limit(self) -> int:
+        return LONG_ROW_FACTOR * self.max_length
+
+
+def run_check(cfg: TrainConfig, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """The report of `cfg`'s data (docs/data.md)."""
     started = time.monotonic()
-    max_length = cfg.training.max_length
-    limit = LONG_ROW_FACTOR * max_length
     found = load_tokenizer(cfg)
     tokenizer = found.tokenizer
     train_on = getattr(cfg.dataset, "train_on", "auto")
-    answers = preview_mod.answer_cut_reader(tokenizer, train_on, max_length) if tokenizer else None
-    duplicates = Duplicates()
-    several = cfg.dataset.sources is not None
-    specs = cfg.dataset.source_list()
+    answers = (
+        preview_mod.answer_cut_reader(tokenizer, train_on, cfg.training.max_length) if tokenizer else None
+    )
+    checking = Checking(cfg, tokenizer, answers, Duplicates(), progress)
     problems: list[Problem] = []
     warnings: list[Problem] = []
-    sources: list[dict] = []
+    sources: list[dict[str, Any]] = []
     tallies: list[SourceRows | None] = []
-    for number, spec in enumerate(specs, 1):
-        split_key = f"dataset.sources[{number}].split" if several else "dataset.split"
-        opened = open_source(number, spec, limit, split_key)
-        entry = {
-            "number": number,
-            "path": opened.label,
-            "kind": opened.kind,
-            "file": opened.file,
-            "bytes": opened.bytes,
-            "splits": opened.splits,
-            "split": spec.split,
-            "weight": spec.weight,
-            "samples": spec.samples,
-        }
+    for number, spec in enumerate(cfg.dataset.source_list(), 1):
+        entry, rows = _read_source(checking, number, spec)
         sources.append(entry)
-        if opened.problem is not None:
-            opened.problem.source, opened.problem.file = number, opened.label
-            problems.append(opened.problem)
-            tallies.append(None)
-            continue
-        every = sample_every(opened.bytes, opened.num_rows)
-        max_rows = cfg.dataset.max_samples if not several else None
-        rows = SourceRows(
-            opened, tokenizer, Lengths(max_length, every=every), duplicates, limit, max_rows, answers
-        )
-
-        def said(read: int, read_bytes: int, number=number, total=opened.bytes) -> None:
-            if progress is not None:
-                progress(
-                    {"source": number, "rows_read": read, "bytes_read": read_bytes, "bytes_total": total}
-                )
-
-        if parallel.wanted(rows):
-
-            def worker_rows(opened=opened, every=every) -> SourceRows:
-                lengths = Lengths(max_length, every=every)
-                return SourceRows(opened, tokenizer, lengths, Duplicates(), limit, None, answers)
-
-            said(0, 0)
-            parallel.run(rows, worker_rows)
-        else:
-            rows.run(said)
         tallies.append(rows)
-        entry.update(_source_part(rows, tokenizer is not None))
-        problems.extend(findings.errors(rows, max_length, limit))
+        if rows is None:
+            problems.append(entry.pop("problem"))
+            continue
+        problems.extend(findings.errors(rows, checking.max_length, checking.limit))
         warnings.extend(findings.warnings(rows, cfg))
     formats = {t.format for t in tallies if t is not None and t.format}
-    if len(formats) > 1:
-        named = ", ".join(f"source {t.opened.number}: {t.format}" for t in tallies if t is not None)
-        problems.append(
-            Problem(
-                "formats",
-                f"the sources are in different formats ({named}); one run trains on one format",
-                expected="every source in the same format",
-                fix="convert the odd source's rows, or set each source's format and fields so they agree",
-            )
-        )
-    if train_on == "answers" and formats & {"text", "tokens"}:
-        problems.append(
-            Problem(
-                "train_on",
-                f"dataset.train_on: answers, but the rows are {', '.join(sorted(formats))}: text and tokens "
-                "have no answers to tell from prompts",
-                expected="chat rows (messages) or prompt/completion rows",
-                fix="set dataset.train_on: all (every token trains), or give chat or prompt/completion rows",
-            )
-        )
+    problems.extend(findings.mix_errors(formats, [t for t in tallies if t is not None], train_on))
     if tokenizer is None:
         warnings.append(Problem("tokenizer", f"token lengths not counted: no tokenizer ({found.problem})"))
     totals = _totals(cfg, tallies, sources, tokenizer is not None)
-    dupes = duplicates.found()
+    dupes = checking.duplicates.found()
     if dupes["count"]:
-        several = len(specs) > 1
-        pairs = ", ".join(
-            f"{findings.at(d['copy'], several)} = {findings.at(d['of'], several)}" for d in dupes["rows"][:3]
-        )
-        warnings.append(
-            Problem(
-                "duplicates",
-                f"{findings.rows_text(dupes['count'])} "
-                f"{'is an exact copy' if dupes['count'] == 1 else 'are exact copies'} of an earlier row "
-                f"({pairs}{', ...' if dupes['count'] > 3 else ''}); each copy trains that row once more",
-                fix="remove the copies, unless the repetition is meant",
-                count=dupes["count"],
-            )
-        )
-    report = {
+        warnings.append(findings.duplicates_warning(dupes, len(sources) > 1))
+    return {
         "version": REPORT_VERSION,
         "ok": not problems,
-        "max_length": max_length,
-        "long_row_chars": limit,
+        "max_length": checking.max_length,
+        "long_row_chars": checking.limit,
         "train_on": train_on,
         "tokenizer": {
             "source": found.source,
@@ -139,13 +90,63 @@ def run_check(cfg: TrainConfig, progress: Callable[[dict], None] | None = None) 
         "sources": sources,
         "totals": totals,
         "duplicates": dupes,
-        "preview": _preview(tallies, tokenizer, train_on, max_length),
+        "preview": _preview(tallies, tokenizer, train_on, checking.max_length),
         "problems": [p.to_dict() for p in problems],
         "warnings": [w.to_dict() for w in warnings],
         "elapsed_s": round(time.monotonic() - started, 2),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
-    return report
+
+
+def _read_source(
+    checking: Checking, number: int, spec: DatasetSource
+) -> tuple[dict[str, Any], SourceRows | None]:
+    """One source opened and read: its part of the report, and its rows' tally (None when it cannot
+    be read: the entry's `problem` says why)."""
+    cfg, max_length, limit = checking.cfg, checking.max_length, checking.limit
+    several = cfg.dataset.sources is not None
+    split_key = f"dataset.sources[{number}].split" if several else "dataset.split"
+    opened = open_source(number, spec, limit, split_key)
+    entry: dict[str, Any] = {
+        "number": number,
+        "path": opened.label,
+        "kind": opened.kind,
+        "file": opened.file,
+        "bytes": opened.bytes,
+        "splits": opened.splits,
+        "split": spec.split,
+        "weight": spec.weight,
+        "samples": spec.samples,
+    }
+    if opened.problem is not None:
+        opened.problem.source, opened.problem.file = number, opened.label
+        entry["problem"] = opened.problem
+        return entry, None
+    every = sample_every(opened.bytes, opened.num_rows)
+    max_rows = cfg.dataset.max_samples if not several else None
+    tokenizer, answers = checking.tokenizer, checking.answers
+    rows = SourceRows(
+        opened, tokenizer, Lengths(max_length, every=every), checking.duplicates, limit, max_rows, answers
+    )
+
+    def said(read: int, read_bytes: int) -> None:
+        if checking.progress is not None:
+            checking.progress(
+                {"source": number, "rows_read": read, "bytes_read": read_bytes, "bytes_total": opened.bytes}
+            )
+
+    if parallel.wanted(rows):
+
+        def worker_rows() -> SourceRows:
+            lengths = Lengths(max_length, every=every)
+            return SourceRows(opened, tokenizer, lengths, Duplicates(), limit, None, answers)
+
+        said(0, 0)
+        parallel.run(rows, worker_rows)
+    else:
+        rows.run(said)
+    entry.update(_source_part(rows, tokenizer is not None))
+    return entry, rows
 
 
 def _source_part(rows: SourceRows, counted: bool) -> dict:

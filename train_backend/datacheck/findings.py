@@ -149,41 +149,7 @@ def warnings(rows: SourceRows, cfg: TrainConfig) -> list[Problem]:
                 count=rows.no_answer.count,
             )
         )
-    lengths = rows.lengths
-    if lengths.truncated.count:
-        max_length = lengths.max_length
-        cut = lengths.truncated
-        message = (
-            f"{rows_text(cut.count)} {'is' if cut.count == 1 else 'are'} longer than training.max_length "
-            f"({max_length}) and cut ({where(cut.rows, cut.count)}); the longest is {lengths.longest:,} "
-            f"tokens ({at(lengths.longest_row or {})}); {lengths.cut_tokens:,} tokens are cut off in all"
-        )
-        if lengths.answer_lost.count:
-            message += (
-                f". In {lengths.answer_lost.count:,} of them the cut takes every answer token: "
-                f"{'it trains' if lengths.answer_lost.count == 1 else 'they train'} nothing "
-                f"({where(lengths.answer_lost.rows, lengths.answer_lost.count)})"
-            )
-        if lengths.answer_cut.count:
-            message += (
-                f". In {lengths.answer_cut.count:,} the cut takes the end of the answer "
-                f"({where(lengths.answer_cut.rows, lengths.answer_cut.count)})"
-            )
-        elif rows.format == "text":
-            message += ". The cut takes the end of each such text"
-        wanted = round_up(lengths.longest)
-        out.append(
-            Problem(
-                "truncated",
-                message,
-                fix=f"raise training.max_length (to {wanted} keeps every row whole), shorten those rows, or "
-                "remove them",
-                source=number,
-                file=label,
-                rows=lengths.truncated.rows,
-                count=lengths.truncated.count,
-            )
-        )
+    out.extend(_truncation(rows))
     if rows.unused:
         out.append(
             Problem(
@@ -234,3 +200,83 @@ def names(columns: list[str]) -> str:
 
 def _first_row(named) -> int:
     return named.rows[0]["row"] if named.rows else 0
+
+
+def mix_errors(formats: set[str], tallies: list[SourceRows], train_on: str) -> list[Problem]:
+    """What the sources together cannot train: two formats; answers on rows without answers."""
+    out = []
+    if len(formats) > 1:
+        named = ", ".join(f"source {t.opened.number}: {t.format}" for t in tallies)
+        out.append(
+            Problem(
+                "formats",
+                f"the sources are in different formats ({named}); one run trains on one format",
+                expected="every source in the same format",
+                fix="convert the odd source's rows, or set each source's format and fields so they agree",
+            )
+        )
+    if train_on == "answers" and formats & {"text", "tokens"}:
+        out.append(
+            Problem(
+                "train_on",
+                f"dataset.train_on: answers, but the rows are {', '.join(sorted(formats))}: text and tokens "
+                "have no answers to tell from prompts",
+                expected="chat rows (messages) or prompt/completion rows",
+                fix="set dataset.train_on: all (every token trains), or give chat or prompt/completion rows",
+            )
+        )
+    return out
+
+
+def duplicates_warning(dupes: dict, several: bool) -> Problem:
+    count = dupes["count"]
+    pairs = ", ".join(f"{at(d['copy'], several)} = {at(d['of'], several)}" for d in dupes["rows"][:3])
+    return Problem(
+        "duplicates",
+        f"{rows_text(count)} {'is an exact copy' if count == 1 else 'are exact copies'} of an earlier row "
+        f"({pairs}{', ...' if count > 3 else ''}); each copy trains that row once more",
+        fix="remove the copies, unless the repetition is meant",
+        count=count,
+    )
+
+
+def _truncation(rows: SourceRows) -> list[Problem]:
+    """The rows max_length cuts, and whether the cut takes their answers."""
+    out: list[Problem] = []
+    label, number = rows.opened.label, rows.opened.number
+    lengths = rows.lengths
+    if lengths.truncated.count:
+        max_length = lengths.max_length
+        cut = lengths.truncated
+        message = (
+            f"{rows_text(cut.count)} {'is' if cut.count == 1 else 'are'} longer than training.max_length "
+            f"({max_length}) and cut ({where(cut.rows, cut.count)}); the longest is {lengths.longest:,} "
+            f"tokens ({at(lengths.longest_row or {})}); {lengths.cut_tokens:,} tokens are cut off in all"
+        )
+        if lengths.answer_lost.count:
+            message += (
+                f". In {lengths.answer_lost.count:,} of them the cut takes every answer token: "
+                f"{'it trains' if lengths.answer_lost.count == 1 else 'they train'} nothing "
+                f"({where(lengths.answer_lost.rows, lengths.answer_lost.count)})"
+            )
+        if lengths.answer_cut.count:
+            message += (
+                f". In {lengths.answer_cut.count:,} the cut takes the end of the answer "
+                f"({where(lengths.answer_cut.rows, lengths.answer_cut.count)})"
+            )
+        elif rows.format == "text":
+            message += ". The cut takes the end of each such text"
+        wanted = round_up(lengths.longest)
+        out.append(
+            Problem(
+                "truncated",
+                message,
+                fix=f"raise training.max_length (to {wanted} keeps every row whole), shorten those rows, or "
+                "remove them",
+                source=number,
+                file=label,
+                rows=lengths.truncated.rows,
+                count=lengths.truncated.count,
+            )
+        )
+    return out
