@@ -26,7 +26,7 @@ from cockpit.config.secrets import ScrubbedOutput, secret_values
 from cockpit.models import packaged
 from cockpit.plain import output_width, wrapped
 from cockpit.run import process, rundir
-from cockpit.run.control import NotRunning, send_command
+from cockpit.run.control import NotRunning, NotTheFifo, send_command
 from cockpit.run.exit_codes import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.run.status import run_status
 
@@ -74,6 +74,13 @@ def _main(argv: list[str] | None) -> int:
     except rundir.RunNotFound as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
+    except NotTheFifo as exc:
+        print(
+            f"{exc}. The trainer cannot take commands this way; `cockpit stop` still stops it (SIGTERM, "
+            "on which it saves a checkpoint).",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     except NotRunning as exc:
         print(
             f"{exc}. `{paths.cockpit_command()} runs` shows its status; "
