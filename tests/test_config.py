@@ -176,6 +176,25 @@ def test_train_check_reports_config_error(tmp_path, capsys):
     assert "unknown key 'training.batch_size'" in out and "micro_batch_size" in out
 
 
+def test_an_error_in_a_set_value_names_set_not_the_file(tmp_path, capsys):
+    """The file does not hold the bad value: the message must not send the user there."""
+    from cockpit.cli.main import main
+
+    path = tmp_path / "x.yaml"
+    path.write_text("training:\n  max_steps: 5\n")
+    for item, said in [
+        ("dataset.max_samples=0", "config error: --set dataset.max_samples: 0 (int) is out of range"),
+        ("dataset.max_sample=3", "config error: --set dataset.max_sample: unknown key 'dataset.max_sample'"),
+        ("model.name=./nowhere", "config error: --set model.name: local path './nowhere' does not exist"),
+    ]:
+        assert main(["train", str(path), "--check", "--set", item]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(said) and str(path) not in err, err
+    path.write_text("dataset:\n  max_samples: 0\n")  # the file's own mistake still names the file
+    assert main(["train", str(path), "--check", "--set", "training.max_steps=3"]) == 2
+    assert capsys.readouterr().err.startswith(f"config error: {path}: dataset.max_samples: 0")
+
+
 def test_relative_paths_become_absolute_for_the_trainer(tmp_path, monkeypatch):
     (tmp_path / "data.jsonl").write_text('{"text": "a"}\n')
     (tmp_path / "model").mkdir()

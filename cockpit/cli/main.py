@@ -135,9 +135,9 @@ def _load(path: str, args: argparse.Namespace) -> config.TrainConfig:
         if args.export.startswith("gguf-"):
             overrides.append(f"export.gguf={args.export.removeprefix('gguf-')}")
     try:
-        return config_load.load_config(path, overrides)
+        return config_load.load_config(path, overrides, sets=args.overrides)
     except config.ConfigError as exc:
-        if str(exc).startswith((str(path), "config file ")):
+        if str(exc).startswith((str(path), "config file ", "--set ")):
             raise
         raise config.ConfigError(f"{path}: {exc}") from None
 

@@ -39,8 +39,11 @@ if TYPE_CHECKING:
 _Section = TypeVar("_Section", bound="DataclassInstance")  # TrainConfig or one of its sections
 
 
-def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None = None) -> TrainConfig:
-    """Read YAML, apply `key=value` overrides, validate. Raises ConfigError."""
+def load_config(
+    path: str | os.PathLike[str] | None, overrides: list[str] | None = None, sets: list[str] | None = None
+) -> TrainConfig:
+    """Read YAML, apply `key=value` overrides, validate. Raises ConfigError; one about a key that one of
+    `sets` (the user's `--set` items among the overrides; by default all of them) gave names `--set`."""
     raw: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -72,7 +75,21 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None
         raw = loaded
     for item in overrides or []:
         apply_override(raw, item)
-    return config_from_dict(raw)
+    try:
+        return config_from_dict(raw)
+    except ConfigError as exc:
+        raise _blame_override(exc, (overrides or []) if sets is None else sets) from None
+
+
+def _blame_override(exc: ConfigError, overrides: list[str]) -> ConfigError:
+    """An error about a key that a `--set` gave names `--set`, not the file (which may not even hold
+    the key); other errors as they are."""
+    text = str(exc)
+    for item in reversed(overrides):  # the last --set of a key is the one that counts
+        key = item.partition("=")[0].strip()
+        if text.startswith(f"{key}:") or text.startswith(f"unknown key {_quote(key)}"):
+            return ConfigError(f"--set {text}" if text.startswith(key) else f"--set {key}: {text}")
+    return exc
 
 
 class _UniqueKeyLoader(yaml_text.SafeLoader):
