@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from cockpit.config.schema import DatasetSection
+from cockpit.fmt import quoted
 from train_backend.errors import DataError
 
 LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -41,7 +42,7 @@ def load_raw(section: DatasetSection, split_key: str = "dataset.split"):
             if isinstance(loaded, datasets.DatasetDict):
                 if section.split not in loaded:
                     raise DataError(
-                        f"{split_key}: {section.split!r} not in {str(local)!r}; splits are: "
+                        f"{split_key}: {quoted(section.split)} not in {quoted(str(local))}; splits are: "
                         f"{', '.join(loaded.keys())}"
                     )
                 loaded = loaded[section.split]
@@ -50,11 +51,13 @@ def load_raw(section: DatasetSection, split_key: str = "dataset.split"):
             builder = LOCAL_BUILDERS.get(local.suffix.lower())
             if builder is None:
                 raise DataError(
-                    f"dataset.path: {str(local)!r} has suffix {local.suffix!r}; expected one of "
+                    f"dataset.path: {quoted(str(local))} has suffix {quoted(local.suffix)}; expected one of "
                     f"{', '.join(LOCAL_BUILDERS)} or a folder written by save_to_disk"
                 )
             if not local.read_bytes().strip():
-                raise DataError(f"dataset.path: {str(local)!r} is empty; give a file with one sample per row")
+                raise DataError(
+                    f"dataset.path: {quoted(str(local))} is empty; give a file with one sample per row"
+                )
             return datasets.load_dataset(builder, data_files=str(local), split="train")
         return datasets.load_dataset(path, split=section.split)
     except DataError:
@@ -64,7 +67,7 @@ def load_raw(section: DatasetSection, split_key: str = "dataset.split"):
         where = "local file" if local.exists() else f"hub dataset (endpoint {endpoint})"
         bad_line = _first_bad_json_line(local) if local.suffix.lower() == ".jsonl" else None
         reason = bad_line or _reason(exc)
-        raise DataError(f"could not load dataset {path!r} as a {where}: {reason}") from exc
+        raise DataError(f"could not load dataset {quoted(path)} as a {where}: {reason}") from exc
 
 
 def _reason(exc: BaseException) -> str:
@@ -118,8 +121,8 @@ def prepare(
     if column not in columns:
         key = {"text": "dataset.text_field", "messages": "dataset.messages_field"}.get(fmt, "dataset.format")
         raise DataError(
-            f"dataset column {column!r} not found; columns are: {', '.join(columns)}. Set {key} to the right "
-            "column (or dataset.format)."
+            f"dataset column {quoted(column)} not found; columns are: {', '.join(columns)}. Set {key} to "
+            "the right column (or dataset.format)."
         )
     total = len(raw)
     if section.max_samples is not None:
@@ -132,7 +135,9 @@ def prepare(
 
     rows = check_rows(raw[fmt if fmt != "tokens" else "input_ids"], fmt, column)
     if rows.kept == 0:
-        raise DataError(f"dataset has no usable samples in column {column!r}: {rows.dropped_note(len(raw))}")
+        raise DataError(
+            f"dataset has no usable samples in column {quoted(column)}: {rows.dropped_note(len(raw))}"
+        )
     kept = raw.select(rows.keep) if rows.dropped else raw
     dropped = len(raw) - len(kept)
     if fmt == "messages" and not getattr(tokenizer, "chat_template", None):

@@ -66,7 +66,7 @@ class Classified:
 def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Classified:
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, ConfigError):  # one may carry its own hint (test_aids.AidError)
-        return Classified("config", str(exc), getattr(exc, "hint", None) or _config_hint(run_dir))
+        return Classified("config", _bounded(str(exc)), getattr(exc, "hint", None) or _config_hint(run_dir))
     if _NO_TARGET.search(text):  # peft's NoMatchingPeftModuleError, or its ValueError of old
         return Classified(
             "config",
@@ -76,7 +76,7 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             "or use lora.target_modules: all-linear, and start again.",
         )
     if isinstance(exc, DataError):
-        return Classified("data", str(exc), "Fix the dataset settings (dataset.*) and start again.")
+        return Classified("data", _bounded(str(exc)), "Fix the dataset settings (dataset.*) and start again.")
     oom = parse_oom_message(text)
     if oom is not None or type(exc).__name__ == "OutOfMemoryError":
         info = oom.to_dict() if oom is not None else {"kind": "allocator"}
@@ -122,6 +122,14 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             "(set HF_ENDPOINT for a mirror, HF_TOKEN for gated models), or synthetic:<arch>.",
         )
     return Classified("other", text[:2000], "See the traceback and backend.log in the run directory.")
+
+
+def _bounded(message: str, limit: int = 2000) -> str:
+    """An error's message as the event carries it: a value it quotes in full (a pasted file) does not
+    become a line of 100,000 characters; the traceback in backend.log keeps all of it."""
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}... ({len(message) - limit:,} characters more in backend.log)"
 
 
 def refused_write(exc: BaseException) -> BaseException | None:

