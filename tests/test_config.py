@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import stat
+
 import pytest
 import yaml
 
@@ -110,6 +112,36 @@ def test_a_config_that_is_a_directory_or_not_text(tmp_path):
     path.write_bytes(b"\xff\xfe\x00m\x00o")
     with pytest.raises(ConfigError, match="not a text file in UTF-8"):
         load_config(path)
+
+
+def test_a_symlink_loop_or_a_fifo_as_the_config_is_named_and_init_refuses_it(tmp_path, capsys):
+    """Was `not found` for both; `cockpit init` on them: a traceback (the loop), a hang (the FIFO)."""
+    import os
+    import subprocess
+    import sys
+
+    from cockpit.cli.main import main
+
+    loop, fifo = tmp_path / "loop.yaml", tmp_path / "fifo.yaml"
+    loop.symlink_to(loop.name)
+    os.mkfifo(fifo)
+    for path, what in [(loop, "a loop of symbolic links"), (fifo, "a FIFO")]:
+        with pytest.raises(ConfigError, match=f"{path}' is {what}"):
+            load_config(path)
+        assert main(["train", str(path), "--check"]) == 2
+        assert f"is {what}" in capsys.readouterr().err
+        init = subprocess.run(  # a child: the hang would not end
+            [sys.executable, "-m", "cockpit", "init", str(path), "--force"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert init.returncode == 2 and "Traceback" not in init.stderr
+        assert (
+            f"is {what}" in init.stderr
+            and "cockpit init writes a regular file, even with --force" in init.stderr
+        )
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.readlink(loop) == loop.name  # left as they were
 
 
 def test_invalid_yaml_and_wrong_top_level(tmp_path):

@@ -93,6 +93,14 @@ def _main(argv: list[str] | None) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     path = Path(args.path)
+    odd = paths.not_a_regular_file(path) or ("a directory" if path.is_dir() else None)
+    if odd is not None:  # writing would fail (a loop, a directory) or wait for a reader (a FIFO)
+        print(
+            f"{quoted(str(path))} is {odd}: cockpit init writes a regular file, even with --force; give "
+            "another path (or remove that one first)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if path.exists() and not args.force:
         print(f"{path} exists; use --force to overwrite", file=sys.stderr)
         return EXIT_USAGE

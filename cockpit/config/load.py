@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Union, get_args, get_origin
 
 import yaml
 
-from cockpit import yaml_text
+from cockpit import paths, yaml_text
 from cockpit.config.schema import (
     REPORTER_PACKAGES,
     REPORTERS,
@@ -52,6 +52,12 @@ def load_config(
             raise ConfigError(
                 f"{_quote(str(path))} is a directory; give the config's YAML file "
                 f"({cockpit_command()} init writes one)"
+            )
+        odd = paths.not_a_regular_file(path)
+        if odd is not None:
+            raise ConfigError(
+                f"config file {_quote(str(path))} is {odd}, not a file to read; give the config's YAML "
+                f"file (cockpit init FILE writes one)"
             )
         if not path.is_file():
             raise ConfigError(

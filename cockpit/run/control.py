@@ -6,6 +6,7 @@ import errno
 import os
 import stat
 
+from cockpit import paths
 from cockpit.protocol.wire import encode
 from cockpit.run.rundir import RunDir
 
@@ -44,21 +45,9 @@ def _check_fifo(run: RunDir, name: str) -> None:
     except FileNotFoundError:
         raise NotRunning(f"run {run.run_id} has no live trainer to take '{name}'") from None
     if not stat.S_ISFIFO(info.st_mode):
-        raise NotTheFifo(_not_the_fifo_text(run, name, f"is {_kind(info.st_mode)}"))
+        raise NotTheFifo(_not_the_fifo_text(run, name, f"is {paths.file_kind(info.st_mode)}"))
     if info.st_uid != os.getuid():
         raise NotTheFifo(_not_the_fifo_text(run, name, f"belongs to another user (uid {info.st_uid})"))
-
-
-def _kind(mode: int) -> str:
-    kinds = (
-        (stat.S_ISREG, "a regular file"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    )
-    return next((words for test, words in kinds if test(mode)), "not a FIFO")
 
 
 def _not_the_fifo_text(run: RunDir, name: str, what: str) -> str:
