@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import re
 import traceback
 from dataclasses import dataclass
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import yaml
 
+from cockpit import paths
 from cockpit.config.schema import ConfigError
+from cockpit.fmt import quoted
 from cockpit.paths import cockpit_command
 from cockpit.run import disk_guard as checkpoint_space
 from cockpit.run import rundir
@@ -107,6 +110,9 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             "Its checkpoints went with it: nothing is left to restart. Start a new run with "
             f"`{cockpit_command()} train CONFIG`, and keep the run directory until the run ends.",
         )
+    refused = refused_permission(exc)
+    if refused is not None and phase == "loading_model":
+        return _not_writable(refused, run_dir)
     if _GPU_FAILURE.search(text):
         return Classified(
             "gpu",
@@ -147,6 +153,52 @@ def refused_write(exc: BaseException) -> BaseException | None:
             return link
         link = link.__cause__ or link.__context__
     return None
+
+
+def refused_permission(exc: BaseException) -> OSError | None:
+    """The OSError in exc's chain that says a file's permissions or a read-only file system refused it."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, OSError) and link.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return link
+        link = link.__cause__ or link.__context__
+    return None
+
+
+def _not_writable(exc: OSError, run_dir: str | None) -> Classified:
+    """A model cache (COCKPIT_CACHE, HF_HOME) the trainer may not write: a fix about model.name would
+    send the user the wrong way."""
+    where = str(exc.filename or "")
+    caches = {
+        "COCKPIT_CACHE (synthetic: models)": paths.cache_root(),
+        "HF_HOME (hub downloads)": Path(os.environ.get("HF_HOME") or "~/.cache/huggingface").expanduser(),
+    }
+    named = [key for key, cache in caches.items() if where and _related(Path(where), cache)]
+    what = f"the model cache {quoted(where)}" if named else quoted(where)
+    run = Path(run_dir).name if run_dir else "RUN"
+    message = f"{what} cannot be written or read: {exc.strerror or exc} (while loading the model)"
+    if named:
+        hint = (
+            f"Set {named[0]} to a folder you can write to (or make that one writable), then continue with "
+            f"`{cockpit_command()} restart {run}`."
+        )
+    else:
+        hint = (
+            f"Make that path readable (and writable, if it is a cache), then `{cockpit_command()} restart "
+            f"{run}`."
+        )
+    return Classified("disk", message, hint)
+
+
+def _related(path: Path, folder: Path) -> bool:
+    """`path` inside `folder`, or one of its parents (a cache's parent that cannot be made)."""
+    try:
+        path, folder = path.resolve(), folder.resolve()
+    except OSError:
+        return False
+    return path.is_relative_to(folder) or folder.is_relative_to(path)
 
 
 def _disk_full(exc: BaseException, phase: str, run_dir: str | None) -> Classified:

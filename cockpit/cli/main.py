@@ -104,7 +104,15 @@ def cmd_init(args: argparse.Namespace) -> int:
     if path.exists() and not args.force:
         print(f"{path} exists; use --force to overwrite", file=sys.stderr)
         return EXIT_USAGE
-    path.write_text(config.template(), encoding="utf-8")
+    try:
+        path.write_text(config.template(), encoding="utf-8")
+    except OSError as exc:  # a read-only folder, a full disk, no such folder
+        print(
+            f"could not write {quoted(str(path))}: {exc.strerror or exc}. Give a path in a folder you can "
+            f"write to, e.g. {paths.cockpit_command()} init ~/my-run.yaml",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     print(f"wrote {path}; edit it, then: {paths.cockpit_command()} train {path}")
     return 0
 
@@ -211,7 +219,13 @@ def _start(cfg: config.TrainConfig, args: argparse.Namespace, source: str) -> in
             "with free space.",
             file=sys.stderr,
         )
-        return EXIT_USAGE if cfg.output.dir else EXIT_FAILED
+        return EXIT_USAGE  # docs/reliability.md: a place that cannot be written is the user's to fix
+    if not rundir.is_listed(run):
+        _say(
+            f"warning: {paths.runs_root()} cannot be written, so `cockpit runs` will not list this run; "
+            f"follow it by its path: cockpit attach {run.path}",
+            keep=(f"cockpit attach {run.path}",),
+        )
     try:
         run.write_source(source)
     except OSError:

@@ -172,15 +172,23 @@ def create(root: Path | None, model_name: str, config_yaml: str) -> RunDir:
             continue
     else:
         raise RuntimeError(f"could not create a run directory under {root}")
-    os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
     run = RunDir(path)
+    try:
+        _fill(run, config_yaml)
+    except BaseException:  # no half-made run directory for `cockpit runs` to list as failed
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    _register(run, paths.runs_root())
+    return run
+
+
+def _fill(run: RunDir, config_yaml: str) -> None:
+    os.chmod(run.path, 0o700)  # mkdir's mode is filtered by the umask
     _write_private(run.config_path, config_yaml)
     _write_private(run.events_path, "")
     _write_private(run.log_path, "")
     os.mkfifo(run.control_path, 0o600)
     run.checkpoints_dir.mkdir(mode=0o700)
-    _register(run, paths.runs_root())
-    return run
 
 
 SOURCE_MARK = "# copied from: "  # the first line `cockpit train` writes into a run's config.yaml
@@ -207,13 +215,18 @@ def _register(run: RunDir, default_root: Path) -> None:
     """Runs outside the default root get a symlink there, so `cockpit runs` finds every run."""
     if default_root.exists() and run.path.parent.resolve() == default_root.resolve():
         return
-    default_root.mkdir(parents=True, exist_ok=True, mode=0o700)
     link = default_root / run.run_id
-    if not link.exists():
-        try:
+    try:
+        default_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not link.exists():
             link.symlink_to(run.path.resolve())
-        except OSError:
-            pass  # a read-only home is no reason to fail a run
+    except OSError:
+        pass  # a read-only home is no reason to fail a run; the CLI says `cockpit runs` misses it
+
+
+def is_listed(run: RunDir) -> bool:
+    """Whether `cockpit runs` finds the run (in the default root, or linked from it)."""
+    return any(r.path == run.path.resolve() for r in all_runs())
 
 
 def all_runs(root: Path | None = None) -> list[RunDir]:
