@@ -98,3 +98,24 @@ def test_the_trainer_stops_within_seconds_of_its_directory_being_deleted(tmp_pat
     assert not any(e["type"] == "checkpoint" for e in lines)
     assert client.returncode == 1
     assert f"the run directory {run} was deleted (or replaced) while the trainer ran" in out
+
+
+def test_the_summary_of_a_deleted_run_offers_no_restart(tmp_path):
+    """Its checkpoints went with the directory: `cockpit restart` (or chat, export) cannot work."""
+    from cockpit.protocol.wire import encode
+    from cockpit.results.summary import summarize, summary_lines
+    from cockpit.run import journal
+
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(
+        encode("hello", pid=1)
+        + encode("log", step=3, total_steps=10)
+        + encode("error", kind="other", message="the run directory /r was deleted", step=3)
+    )
+    state = journal.fold(events)
+    gone = tmp_path / "20261201-101010-tiny"  # not there
+    lines = summary_lines(summarize(state, gone, []))
+    assert not any("cockpit restart" in line for line in lines), lines
+    assert "next: cockpit train CONFIG (a new run: this one's directory and checkpoints are gone)" in lines
+    gone.mkdir()  # the same run with its directory: restart is the way on
+    assert "next: cockpit restart 20261201-101010-tiny" in summary_lines(summarize(state, gone, []))
