@@ -19,6 +19,7 @@ from cockpit.run import disk_guard as checkpoint_space
 from cockpit.run import rundir
 from cockpit.run.oom_messages import parse_oom_message
 from train_backend import test_aids
+from train_backend.weights_check import Truncated, truncated_weights
 
 EXIT_CODES = {"other": 1, "config": 2, "data": 3, "model_load": 4, "oom": 5, "disk": 6, "gpu": 7}
 # CUDA errors that mean the device itself failed or went away, not the program
@@ -121,6 +122,9 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             f"intact: when the GPU answers again, continue with `{cockpit_command()} restart RUN`.",
         )
     if isinstance(exc, ModelLoadError) or phase == "loading_model":
+        cut = truncated_weights(exc, run_dir)
+        if cut is not None:
+            return _truncated(cut, run_dir)
         return Classified(
             "model_load",
             text[:2000],
@@ -136,6 +140,18 @@ def _bounded(message: str, limit: int = 2000) -> str:
     if len(message) <= limit:
         return message
     return f"{message[:limit]}... ({len(message) - limit:,} characters more in backend.log)"
+
+
+def _truncated(cut: Truncated, run_dir: str | None) -> Classified:
+    run = Path(run_dir).name if run_dir else "RUN"
+    return Classified(
+        "model_load",
+        f"{cut.path.name} ({cut.path}) is truncated: {cut.size:,} bytes on disk, its header declares "
+        f"{cut.declared:,}; a download or a copy was cut short",
+        f"Fetch or copy {cut.path.name} again (a hub model: delete it from the cache and download it again, "
+        f"e.g. huggingface-cli download ORG/NAME; a local folder: copy it again from its source, then check "
+        f"its size), then continue with `{cockpit_command()} restart {run}`.",
+    )
 
 
 def refused_write(exc: BaseException) -> BaseException | None:
