@@ -167,6 +167,7 @@ def summary_lines(s: RunSummary) -> list[str]:
             "started": "running; output in backend.log",
             "finished": "done (exit 0)",
             "failed": "FAILED, see backend.log; the run directory is intact",
+            "timed_out": "TIMED OUT (cost.on_end_timeout_min) and ended; see backend.log",
         }.get(s.on_end_state, s.on_end_state)
         lines.append(f"on_end: {s.on_end}: {state}")
     return lines

@@ -73,6 +73,11 @@ def end_command_text(item: dict[str, Any]) -> str:
         return f"on_end: the run {item.get('run_status')}; running: {command}"
     if state == "finished":
         return f"on_end: done in {item.get('duration_s')} s (exit 0): {command}"
+    if state == "timed_out":
+        return (
+            f"on_end TIMED OUT after {item.get('duration_s')} s (cost.on_end_timeout_min): ended with its "
+            f"process group: {command}; its output is in backend.log, the run directory is intact"
+        )
     why = f"exit {item.get('returncode')}" if item.get("error") is None else item.get("error")
     return f"on_end FAILED ({why}): {command}; its output is in backend.log, the run directory is intact"
 
