@@ -119,3 +119,62 @@ def test_init_in_a_read_only_folder_is_said_without_a_traceback(tmp_path, capsys
     assert main(["init", str(target)]) == 2
     err = capsys.readouterr().err
     assert f"could not write '{target}'" in err and "a folder you can write to" in err
+
+
+@pytest.mark.parametrize("command", ["attach", "replay"])
+def test_standard_input_that_is_not_a_terminal_gets_plain_lines_not_a_screen(command, tmp_path):
+    """`cockpit demo </dev/null` on a pty: the screen never got its `q` and never exited, at 36% of a
+    core. The output is a terminal, the input is not: plain lines, said, and the command ends."""
+    import os
+    import pty
+    import shutil
+    import subprocess
+    import sys
+    import threading
+
+    from conftest import FIXTURES, ROOT
+
+    run = tmp_path / "home" / "runs" / "20261130-120000-tiny"
+    run.mkdir(parents=True)
+    shutil.copy(FIXTURES / "demo_run_events.jsonl", run / "events.jsonl")
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env.update(COCKPIT_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT), TERM="xterm-256color")
+    master, slave = pty.openpty()
+    args = [command, run.name] + (["--speed", "0"] if command == "replay" else [])
+    client = subprocess.Popen(
+        [sys.executable, "-m", "cockpit", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = bytearray()
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        code = client.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(client.pid, 9)
+        client.wait()
+        pytest.fail(f"still running 60 s on, its input at /dev/null: {bytes(seen[-300:])!r}")
+    finally:
+        reader.join(5)
+        os.close(master)
+    text = seen.decode(errors="replace").replace("\r\n", "\n").replace("\n  ", " ")
+    assert code == 0, text[-600:]
+    assert "standard input is not a terminal" in text and "as with --no-ui" in text
+    assert "done: finished at step 88" in text and "\x1b[?1049h" not in text  # no alternate screen

@@ -296,8 +296,23 @@ def _show(
 
 def _headless(args: argparse.Namespace) -> bool:
     """--no-ui, or output that is not a terminal (a log file, a pipe): a screen there would only
-    write escape codes into it and wait for keys that never come."""
+    write escape codes into it and wait for keys that never come. Input that is not a terminal
+    (`</dev/null`, a pipe) is the same: the screen would never get its `q`, and Textual's input
+    thread spins on the end of file; said once, then plain lines (as --no-ui)."""
+    if not args.no_ui and sys.stdout.isatty() and not _stdin_is_a_terminal():
+        _say(
+            "standard input is not a terminal (</dev/null, a pipe, a service): the live screen needs "
+            "keys, so plain lines follow instead, as with --no-ui. Run from a terminal for the screen."
+        )
+        args.no_ui = True
     return args.no_ui or not sys.stdout.isatty()
+
+
+def _stdin_is_a_terminal() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError):  # closed, or replaced by something without a descriptor
+        return False
 
 
 def _relaunch_after_oom(run: rundir.RunDir, state: RunState, args: argparse.Namespace) -> RunSession | None:
