@@ -465,6 +465,15 @@ class ExportDoneEvent(TypedDict, total=False):
     peak_gpu_bytes: Annotated[int | None, Meaning("torch.cuda.max_memory_allocated (CUDA)")]
 
 
+class BusyEvent(TypedDict, total=False):
+    """The trainer began work between steps that says nothing until it ends: an eval pass, sampling, a
+    checkpoint save. Its own event (eval, checkpoint) or the next log ends it; a silence meanwhile is
+    judged against that work's past durations, not the steps'."""
+
+    what: Annotated[str, Meaning("eval, samples or save")]
+    step: Annotated[int, Meaning("the optimizer step it follows")]
+
+
 class EvalEvent(TypedDict, total=False):
     """The eval loss on the held-out split: the base before step 1, every eval.steps, the end."""
 
@@ -558,6 +567,7 @@ EVENTS: dict[str, type] = {
     "export_progress": ExportProgressEvent,
     "export_check": ExportCheckEvent,
     "export_done": ExportDoneEvent,
+    "busy": BusyEvent,
     "eval": EvalEvent,
     "sample": SampleEvent,
     "chat_ready": ChatReadyEvent,

@@ -39,6 +39,12 @@ INPUT_FIELDS: Final = ("data_wait_s", "compute_s", "data_wait_share", "tokens_pe
 # does not swing it), and none before ETA_MIN_STEPS steps were timed (the first ones load and compile)
 ETA_WINDOW_STEPS = 20
 ETA_MIN_STEPS = 3
+# the event that ends each kind of work between steps, and its field that says how long it took
+BUSY_DURATIONS = {
+    "eval": ("eval", "eval_s"),
+    "sample": ("samples", "seconds"),
+    "checkpoint": ("save", "save_s"),
+}
 
 
 def notice_text(item: dict[str, Any] | Fault) -> str | None:
@@ -144,6 +150,8 @@ class RunState:
     faults: int = 0
     last_ts: float | None = None
     log_gap_s: float | None = None  # between the last two log events: how often a training step is said
+    busy: dict[str, Any] | None = None  # work between steps under way (a busy event): what, step, ts
+    busy_s: dict[str, float] = field(default_factory=dict)  # what -> the longest it took (eval_s, save_s...)
     _last_log_ts: float | None = None
 
     # ------------------------------------------------------------ folding
@@ -166,9 +174,26 @@ class RunState:
                 self.attempts[-1].last_ts = max(self.attempts[-1].last_ts, ts)
         if kind not in EVENT_TYPES:
             return
+        self._track_busy(kind, item, ts)
         handler = getattr(self, f"_on_{kind}", None)
         if handler is not None:
             handler(item)
+
+    def _track_busy(self, kind: str, item: dict[str, Any], ts: float | None) -> None:
+        """The work between steps under way (an eval pass, sampling, a save), and how long each kind
+        took at most: what a silence meanwhile is judged by (cockpit.live.stall)."""
+        if kind == "busy":
+            self.busy = {"what": item.get("what"), "step": item.get("step"), "ts": ts}
+            return
+        what, key = BUSY_DURATIONS.get(kind, (None, None))
+        took = number(item.get(key)) if key else None
+        if what and took is not None:
+            self.busy_s[what] = max(took, self.busy_s.get(what, 0.0))
+        ends_it = kind in ("log", "paused", "done", "error", "exit") or (
+            self.busy is not None and self.busy.get("what") == what and what != "samples"
+        )
+        if self.busy is not None and ends_it:
+            self.busy = None
 
     def _notice(self, text: str) -> None:
         self.notices.append(text)
