@@ -216,3 +216,23 @@ def test_a_control_channel_that_is_not_the_fifo_is_said_and_stop_falls_back(home
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_runs_reads_what_the_checkpoints_show_when_the_events_stopped_early(home):
+    """events.jsonl stopped taking events at step 1 (nothing else recorded); checkpoint-30 and final/
+    exist: `cockpit runs` said `finished 1/30`."""
+    from cockpit.results import runs_list
+
+    began = [encode("hello", pid=1), encode("train_begin", total_steps=30)]
+    run = make_run(
+        [*began, encode("log", step=1, total_steps=30)], {"pid": dead_pid(), "boot_id": process.boot_id()}
+    )
+    for step in (20, 30):
+        (run.checkpoints_dir / f"checkpoint-{step}").mkdir()
+        (run.checkpoints_dir / f"checkpoint-{step}" / rundir.COMPLETE_MARKER).write_text("{}")
+    run.final_dir.mkdir()
+    status = run_status(run)
+    assert status.state == "finished" and status.step == 30 and status.total_steps == 30
+    assert "events.jsonl ends at step 1; checkpoint-30 shows the run reached step 30" in status.detail
+    (row,) = runs_list.rows([run])
+    assert row.step == 30 and "30/30" in runs_list.table_lines([row])[1]

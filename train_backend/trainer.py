@@ -85,6 +85,8 @@ class TrainingRun:
         if owner:
             CommandListener(str(run.control_path), controls.on_command, controls.on_fault).start()
             RunDirWatch(run.path, controls.on_run_dir_gone).start()
+            if world is None:  # the one writer of events.jsonl (several GPUs: rank 0 of a launcher's run)
+                emitter.keep_record(run.events_path, run.events_fallback_path, controls.on_events_lost)
             start_recorder(run)
         return cls(run, emitter, world, controls, owner, budget_mod.history_state(run.events_path))
 

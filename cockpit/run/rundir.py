@@ -3,6 +3,7 @@
 <root>/<run id>/
     config.yaml      the resolved config (no secrets)
     events.jsonl     every protocol message, appended (the trainer's stdout)
+    events-fallback.jsonl  the messages after events.jsonl stopped taking them (immutable, replaced)
     backend.log      everything else the trainer printed
     control          FIFO for commands (stop/save/pause/resume), mode 0600
     trainer.json     pid, process group, start time, boot id of the current trainer
@@ -27,6 +28,7 @@ from cockpit.fmt import quoted
 
 CONFIG_NAME = "config.yaml"
 EVENTS_NAME = "events.jsonl"
+EVENTS_FALLBACK_NAME = "events-fallback.jsonl"  # where the trainer goes on when events.jsonl refuses
 LOG_NAME = "backend.log"
 CONTROL_NAME = "control"
 TRAINER_NAME = "trainer.json"
@@ -57,6 +59,10 @@ class RunDir:
     @property
     def events_path(self) -> Path:
         return self.path / EVENTS_NAME
+
+    @property
+    def events_fallback_path(self) -> Path:
+        return self.path / EVENTS_FALLBACK_NAME
 
     @property
     def log_path(self) -> Path:
