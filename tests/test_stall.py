@@ -184,3 +184,58 @@ def test_the_process_look_reads_the_state_and_the_cpu_of_a_real_process():
         spinner.kill()
         spinner.wait()
     assert read_stat(spinner.pid) is None  # reaped: nothing to read
+
+
+def test_a_wall_clock_step_is_neither_silence_nor_cost_and_the_trainer_says_it_once(tmp_path, monkeypatch):
+    """The clock stepped +1 h (NTP) while the trainer is quiet: the live view said `no event from the
+    trainer for 1:00:01` and elapsed 1:01:14. The session's clock (now_ts) moves on the monotonic clock,
+    billing follows the trainer's mono_s, and the trainer's emitter says the step once."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from cockpit.live import session as session_mod
+    from cockpit.run.rundir import RunDir
+    from train_backend import channel
+
+    run = tmp_path / "run"
+    run.mkdir()
+    t0 = time.time() - 10
+    lines = [event("hello", t0, pid=1, mono_s=0.0), event("phase", t0, phase="training", mono_s=0.0)]
+    lines += [event("log", t0 + s, step=s, step_time_s=1.0, loss=1.0, mono_s=float(s)) for s in range(1, 10)]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        live = session_mod.RunSession(RunDir(run), proc=stand_in)
+        live.poll()
+        real_time = time.time
+        monkeypatch.setattr(session_mod.time, "time", lambda: real_time() + 3600)  # stepped, quiet
+        now = live.now_ts()
+        assert now - live.state.last_ts < 5 and find_stall(live.state, now) is None
+        assert live.state.billed_s(now) < 20
+        # the trainer's next event, stamped by the stepped clock: billed by its mono_s
+        with open(run / "events.jsonl", "a") as f:
+            f.write(
+                json.dumps(event("log", t0 + 3610, step=10, step_time_s=1.0, loss=1.0, mono_s=10.0)) + "\n"
+            )
+        live.poll()
+        assert 10 <= live.state.billed_s(live.now_ts()) < 20
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+    # the trainer's side: every event carries mono_s, and a step of its wall clock is said once
+    read_fd, write_fd = os.pipe()
+    emitter = channel.Emitter(write_fd, secrets=[])
+    emitter.emit("log", step=1)
+    wall = channel.time.time
+    monkeypatch.setattr(channel.time, "time", lambda: wall() + 3600)
+    emitter.emit("log", step=2)
+    emitter.emit("log", step=3)
+    os.close(write_fd)
+    said = [json.loads(line) for line in os.read(read_fd, 1 << 16).splitlines()]
+    os.close(read_fd)
+    assert [e["type"] for e in said] == ["log", "log", "warning", "log"]
+    assert said[2]["message"].startswith("the wall clock was stepped by +1:00:00")
+    assert said[1]["ts"] - said[0]["ts"] > 3599 and said[1]["mono_s"] - said[0]["mono_s"] < 5

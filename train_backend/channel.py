@@ -61,6 +61,7 @@ class Emitter:
         self.broken = False
         self.dropped = 0
         self.record: EventsRecord | None = None  # the trainer's: events.jsonl kept honest (keep_record)
+        self.clock = ClockWatch()  # each event's mono_s, and a step of the wall clock said once
 
     def keep_record(self, events_path: Path, fallback_path: Path, on_lost: Callable[[str], None]) -> None:
         """When the events file stops taking events (made immutable, read-only, replaced or removed),
@@ -70,7 +71,13 @@ class Emitter:
             self.record = EventsRecord(self.fd, events_path, fallback_path, on_lost)
 
     def emit(self, msg_type: str, **fields) -> None:
-        line = encode(msg_type, **_scrub_fields(fields, self.secrets))
+        wall, mono_s, jumped = self.clock.read()
+        line = encode(msg_type, ts=wall, mono_s=mono_s, **_scrub_fields(fields, self.secrets))
+        self._write(msg_type, line)
+        if jumped is not None:  # after the event it was seen at, whose ts it explains
+            self.emit("warning", message=jumped, hint="")
+
+    def _write(self, msg_type: str, line: bytes) -> None:
         lost = None
         with self._lock:
             if self.broken:
@@ -100,6 +107,41 @@ class Emitter:
                 self.broken = self.fd < 0
         if lost is not None:
             self.record.on_lost(lost)  # outside the lock: it emits
+
+
+class ClockWatch:
+    """The trainer's two clocks: the wall clock for the events' `ts` (shown to people), the monotonic
+    one for `mono_s` (what time and cost are counted on: NTP never steps it). A step of the wall clock
+    against the monotonic one (NTP setting it, a VM resumed) is said once per step."""
+
+    JUMP_S = 5.0  # a disagreement this large is a step, not drift
+
+    def __init__(self) -> None:
+        self._wall0, self._mono0 = time.time(), time.monotonic()
+        self._said_s = 0.0  # the step already said
+        self._lock = threading.Lock()
+
+    def read(self) -> tuple[float, float, str | None]:
+        """(wall time, seconds on the monotonic clock since the start, the warning for a new step)."""
+        with self._lock:
+            wall, mono = time.time(), time.monotonic()
+            step = (wall - self._wall0) - (mono - self._mono0)
+            news = None
+            if abs(step - self._said_s) >= self.JUMP_S:
+                news = _jump_text(step - self._said_s)
+                self._said_s = step
+            return wall, round(mono - self._mono0, 3), news
+
+
+def _jump_text(step_s: float) -> str:
+    sign = "+" if step_s > 0 else "-"
+    minutes, seconds = divmod(round(abs(step_s)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return (
+        f"the wall clock was stepped by {sign}{hours}:{minutes:02d}:{seconds:02d} (NTP, or the machine "
+        "was suspended): elapsed time and cost are counted on the monotonic clock (mono_s), unchanged; "
+        "event times (ts) follow the wall clock"
+    )
 
 
 def _write_all(fd: int, line: bytes) -> None:

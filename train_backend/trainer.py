@@ -196,7 +196,7 @@ def start(r: TrainingRun) -> Setup:
         max_usd=cfg.cost.max_usd,
         emulated_vram=emulation,
     )
-    budget = budget_mod.budget_for(cfg, r.prior, time.time())
+    budget = budget_mod.budget_for(cfg, r.prior, time.monotonic())  # NTP never steps it
     if emulation is not None and not emulation["applied"]:
         r.emitter.emit(
             "warning",

@@ -283,7 +283,8 @@ def _show(
         from cockpit.money.idle import settings_of
 
         watch = LiveWatch(pid, doctor=settings_of(run.config_path).doctor()).start()
-    app = CockpitApp(session, watch=watch, preflight_problems=list(preflight_problems))
+    # the session's clock: a step of the wall clock (NTP) is no silence, elapsed time or cost
+    app = CockpitApp(session, watch=watch, preflight_problems=list(preflight_problems), clock=session.now_ts)
     code = app.run() or 0
     if app.relaunched is not None:  # the OOM wizard started a new trainer: follow it
         return _show(run, app.relaunched, args)

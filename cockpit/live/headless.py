@@ -232,7 +232,13 @@ class _StallWatch:
             pid = (session.run.read_trainer() or {}).get("pid")
             self.look = TrainerLook(pid) if isinstance(pid, int) else None
         seen = self.look.look() if self.look is not None else None
-        return find_stall(session.state, time.time(), seen)
+        return find_stall(session.state, _now(session), seen)
+
+
+def _now(session: RunSource) -> float:
+    """The live session's clock (RunSession.now_ts: not stepped with the wall clock), else the wall's."""
+    now_ts = getattr(session, "now_ts", None)
+    return now_ts() if now_ts is not None else time.time()
 
 
 def _print_changes(shown: dict[str, Finding], findings: list[Finding], out: TextIO) -> None:
@@ -297,7 +303,7 @@ def _follow_live(session: RunSource, console: Console, watch: LiveWatch | None, 
                 line = describe(item)
                 if line:
                     live.console.print(line, markup=False, highlight=False)
-            now = state.last_ts if session.trainer_gone else time.time()
+            now = state.last_ts if session.trainer_gone else _now(session)
             said = stalls.update(stall_of())
             if said:
                 live.console.print(said, markup=False, highlight=False)

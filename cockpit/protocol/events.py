@@ -574,7 +574,7 @@ EVENTS: dict[str, type] = {
     "chat_token": ChatTokenEvent,
     "chat_done": ChatDoneEvent,
 }
-ENVELOPE = ("v", "type", "ts")
+ENVELOPE = ("v", "type", "ts", "mono_s")  # mono_s: the trainer's monotonic clock (docs/protocol.md)
 JSON_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}
 
 

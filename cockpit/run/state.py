@@ -96,6 +96,16 @@ class Attempt:
     started_ts: float
     last_ts: float
     resume_from: str | None = None
+    # the same on the trainer's monotonic clock (its events' mono_s), where they carry it: what the
+    # attempt lasted whatever the wall clock did (an NTP step of an hour bills nothing)
+    started_mono: float | None = None
+    last_mono: float | None = None
+
+    @property
+    def lasted_s(self) -> float:
+        if self.started_mono is not None and self.last_mono is not None:
+            return max(0.0, self.last_mono - self.started_mono)
+        return max(0.0, self.last_ts - self.started_ts)
 
 
 @dataclass
@@ -172,6 +182,9 @@ class RunState:
             # noticed, maybe much later) does not stretch it over time when nothing ran
             if self.attempts and not self.ended and kind not in ("hello", "config_change", "exit"):
                 self.attempts[-1].last_ts = max(self.attempts[-1].last_ts, ts)
+                mono = number(item.get("mono_s"))
+                if mono is not None and self.attempts[-1].started_mono is not None:
+                    self.attempts[-1].last_mono = max(self.attempts[-1].last_mono or 0.0, mono)
         if kind not in EVENT_TYPES:
             return
         self._track_busy(kind, item, ts)
@@ -201,7 +214,8 @@ class RunState:
 
     def _on_hello(self, m: HelloEvent) -> None:
         ts = number(m.get("ts")) or 0.0
-        self.attempts.append(Attempt(m.get("pid"), ts, ts, m.get("resume_from")))
+        mono = number(m.get("mono_s"))
+        self.attempts.append(Attempt(m.get("pid"), ts, ts, m.get("resume_from"), mono, mono))
         self.run_id = m.get("run_id", self.run_id)
         self.device = m.get("device") or {}
         self.precision = m.get("precision")
@@ -411,13 +425,12 @@ class RunState:
         return not self.ended and self.eta_s() is None
 
     def billed_s(self, now_ts: float | None = None) -> float:
-        """Wall time of all trainer attempts so far: what the instance was billed while training ran."""
-        total = 0.0
-        for i, attempt in enumerate(self.attempts):
-            end = attempt.last_ts
-            if i == len(self.attempts) - 1 and now_ts is not None and not self.ended:
-                end = max(end, now_ts)
-            total += max(0.0, end - attempt.started_ts)
+        """Time of all trainer attempts so far (on the trainer's monotonic clock where its events carry
+        it): what the instance was billed while training ran. `now_ts` adds the time since the live
+        attempt's last event (a live client's clock: cockpit.live.session.RunSession.now_ts)."""
+        total = sum(attempt.lasted_s for attempt in self.attempts)
+        if self.attempts and now_ts is not None and not self.ended:
+            total += max(0.0, now_ts - self.attempts[-1].last_ts)
         return total
 
     def cost_so_far(self, now_ts: float | None = None) -> float | None:
