@@ -404,6 +404,7 @@ def _check_combinations(cfg: TrainConfig) -> None:
             ".json/.jsonl/.csv/.parquet file, a folder written by datasets' save_to_disk, a hub id, or "
             "'demo'."
         )
+    _check_train_on(cfg)
     targets = cfg.lora.target_modules
     if isinstance(targets, str) and targets != "all-linear":
         raise ConfigError(
@@ -414,6 +415,15 @@ def _check_combinations(cfg: TrainConfig) -> None:
     _check_cost(cfg)
     _check_report_to(cfg)
     _check_eval(cfg)
+
+
+def _check_train_on(cfg: TrainConfig) -> None:
+    if cfg.dataset.train_on == "answers" and cfg.dataset.format in ("text", "tokens"):
+        raise ConfigError(
+            f"dataset.train_on: answers, but dataset.format is {cfg.dataset.format}, whose rows have no "
+            "answers to tell from prompts. Set dataset.train_on: all (every token trains), or give chat "
+            "rows (format: messages) or prompt/completion rows (format: prompt_completion)."
+        )
 
 
 def _check_eval(cfg: TrainConfig) -> None:

@@ -84,11 +84,21 @@ class DatasetSection:
     format: str = _f(
         "auto",
         "'text' (one field of ready text, the article's guanaco format), 'messages' (chat, rendered with "
-        "the tokenizer's chat template), 'tokens' (pre-tokenized input_ids), or auto",
-        choices=("auto", "text", "messages", "tokens"),
+        "the tokenizer's chat template), 'prompt_completion' (a prompt and its completion: strings, or "
+        "lists of chat turns), 'tokens' (pre-tokenized input_ids), or auto",
+        choices=("auto", "text", "messages", "prompt_completion", "tokens"),
     )
     text_field: str = _f("text", "column holding the text when format is text")
     messages_field: str = _f("messages", "column holding the chat turns when format is messages")
+    prompt_field: str = _f("prompt", "column holding the prompt when format is prompt_completion")
+    completion_field: str = _f("completion", "column holding the completion when format is prompt_completion")
+    train_on: str = _f(
+        "auto",
+        "which tokens the loss counts: answers (the assistant turns of chat rows, the completion of "
+        "prompt/completion rows, each with its end-of-turn), all (every token: continued pretraining), "
+        "or auto (answers for chat and prompt/completion data, all for text and tokens)",
+        choices=("auto", "answers", "all"),
+    )
     max_samples: int | None = _f(None, "use only the first N samples", min=1)
     eval_split: str | None = _f(
         None,
