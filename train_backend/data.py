@@ -12,6 +12,8 @@ from pathlib import Path
 
 from cockpit.config.schema import DatasetSection
 from cockpit.fmt import quoted
+from train_backend import answer_data
+from train_backend import prompt_completion as pc
 from train_backend.errors import DataError
 
 LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -23,7 +25,9 @@ def demo_dataset_path() -> str:
 
 @dataclass
 class PreparedData:
-    dataset: object  # datasets.Dataset with one column: text, messages or input_ids
+    # datasets.Dataset with one column: text, messages or input_ids; prompt and completion; rows
+    # tokenized with their answers (answer_data) have input_ids and labels beside them
+    dataset: object
     format: str
     stats: dict
     lengths: list[int] = field(default_factory=list)  # each sample's tokens, before truncation
@@ -102,11 +106,14 @@ def detect_format(columns: list[str], section: DatasetSection) -> str:
         return "tokens"
     if section.messages_field in columns:
         return "messages"
+    if pc.has_columns(columns, section):
+        return pc.FORMAT
     if section.text_field in columns:
         return "text"
     raise DataError(
         f"dataset has none of the expected columns ('{section.text_field}' for text, "
-        f"'{section.messages_field}' for chat, 'input_ids' for tokens); columns are: {', '.join(columns)}. "
+        f"'{section.messages_field}' for chat, '{section.prompt_field}' and '{section.completion_field}' for "
+        f"prompt/completion, 'input_ids' for tokens); columns are: {', '.join(columns)}. "
         "Set dataset.text_field or dataset.messages_field to the right column."
     )
 
@@ -117,8 +124,11 @@ def prepare(
     raw = load_raw(section, split_key)
     columns = list(raw.column_names)
     fmt = detect_format(columns, section)
-    column = {"text": section.text_field, "messages": section.messages_field, "tokens": "input_ids"}[fmt]
-    if column not in columns:
+    column = {"text": section.text_field, "messages": section.messages_field, "tokens": "input_ids"}.get(fmt)
+    if fmt == pc.FORMAT:
+        raw = pc.select(raw, section)
+        column = f"{section.prompt_field}, {section.completion_field}"
+    elif column not in columns:
         key = {"text": "dataset.text_field", "messages": "dataset.messages_field"}.get(fmt, "dataset.format")
         raise DataError(
             f"dataset column {quoted(column)} not found; columns are: {', '.join(columns)}. Set {key} to "
@@ -127,32 +137,44 @@ def prepare(
     total = len(raw)
     if section.max_samples is not None:
         raw = raw.select(range(min(section.max_samples, total)))
-    raw = raw.select_columns([column])
+    if fmt != pc.FORMAT:
+        raw = raw.select_columns([column])
     if fmt == "text" and column != "text":
         raw = raw.rename_column(column, "text")
     if fmt == "messages" and column != "messages":
         raw = raw.rename_column(column, "messages")
 
-    rows = check_rows(raw[fmt if fmt != "tokens" else "input_ids"], fmt, column)
+    values = pc.rows(raw) if fmt == pc.FORMAT else raw[fmt if fmt != "tokens" else "input_ids"]
+    rows = check_rows(values, fmt, column)
     if rows.kept == 0:
         raise DataError(
             f"dataset has no usable samples in column {quoted(column)}: {rows.dropped_note(len(raw))}"
         )
     kept = raw.select(rows.keep) if rows.dropped else raw
     dropped = len(raw) - len(kept)
-    if fmt == "messages" and not getattr(tokenizer, "chat_template", None):
+    chat = fmt == "messages" or (fmt == pc.FORMAT and pc.conversational(kept))
+    if chat and not getattr(tokenizer, "chat_template", None):
         raise DataError(
-            "dataset is in chat format (messages) but the tokenizer has no chat template; use a model "
+            f"dataset is in chat format ({fmt}) but the tokenizer has no chat template; use a model "
             "with one, or give a 'text' column with dataset.format: text"
         )
-    lengths = token_lengths(kept, fmt, tokenizer, rows.keep)
+    answers = None
+    if answer_data.pretokenized(fmt, section.train_on):
+        answers = answer_data.tokenize_rows(kept, fmt, tokenizer, max_length, section.train_on, rows.keep)
+        kept, lengths = answers.dataset, answers.lengths
+    else:
+        lengths = token_lengths(kept, fmt, tokenizer, rows.keep)
     stats = length_stats(lengths, max_length)
     stats.update(samples=len(kept), dropped=dropped, source_rows=total, format=fmt, column=column)
+    stats.update(answer_data.trained_fields(kept, fmt, section.train_on, stats["tokens_total"]))
+    if answers is not None:
+        stats.update(answers.fields(max_length, _rows_text))
     note = rows.dropped_note(len(raw)) if dropped else None
     return PreparedData(kept, fmt, stats, lengths, note)
 
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
+CHAT_ROWS_LOOK = 'Each row is a list of turns like {"role": "user", "content": "..."}'
 ROWS_NAMED = 5  # rows an error or a note names; the count says how many more
 
 
@@ -187,6 +209,8 @@ def check_rows(values: list, fmt: str, column: str) -> RowCheck:
             empty.append(index)
             continue
         problem = _chat_problem(value) if fmt == "messages" else None
+        if fmt == pc.FORMAT:
+            problem = pc.problem(value, _chat_problem)
         if problem is None:
             keep.append(index)
             continue
@@ -194,19 +218,23 @@ def check_rows(values: list, fmt: str, column: str) -> RowCheck:
         first_bad = first_bad or problem
     if bad:
         more = f"; {len(bad)} rows have such problems ({_rows_text(bad)})" if len(bad) > 1 else ""
+        how = pc.HOW_ROWS_LOOK if fmt == pc.FORMAT else CHAT_ROWS_LOOK
         raise DataError(
-            f"dataset row {bad[0] + 1} (column {column!r}): {first_bad}{more}. Each row is a list of turns "
-            f'like {{"role": "user", "content": "..."}}; fix those rows or remove them.'
+            f"dataset row {bad[0] + 1} (column {column!r}): {first_bad}{more}. {how}; fix those rows or "
+            "remove them."
         )
     why = {
         "text": f"empty or missing {column!r}",
         "messages": f"no turns in {column!r}",
+        pc.FORMAT: "empty or missing completion",
         "tokens": "empty or missing input_ids",
     }[fmt]
     return RowCheck(keep, empty, why)
 
 
 def _empty(value, fmt: str) -> bool:
+    if fmt == pc.FORMAT:
+        return pc.is_empty(value)
     if fmt == "text":
         return not isinstance(value, str) or not value.strip()
     return value is None or (isinstance(value, list) and len(value) == 0)

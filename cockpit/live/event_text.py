@@ -31,6 +31,7 @@ def describe(item: dict[str, Any] | Fault) -> str | None:
             f"{item.get('tokens_min')}/{item.get('tokens_mean')}/{item.get('tokens_p95')}/"
             f"{item.get('tokens_max')}, "
             f"{item.get('truncated')} truncated at {item.get('max_length')}, {item.get('dropped')} dropped"
+            f"{trained_text(item)}"
         )
     if kind == "model":
         return (
@@ -118,6 +119,16 @@ def flops_text(flops: dict[str, Any]) -> str:
     if peak:
         return f"{text} against {peak / 1e12:.0f} TFLOPS: {flops.get('peak_source')}"
     return f"{text}; no MFU: {flops.get('peak_source')}"
+
+
+def trained_text(item: dict[str, Any]) -> str:
+    """The data line's end: what the loss counts ("trained tokens (answers): 41% of 12,345") and the
+    rows whose answers max_length cut or dropped, named."""
+    share, total = item.get("trained_share"), item.get("tokens_total")
+    if not isinstance(share, (int, float)) or not isinstance(total, int):
+        return ""
+    text = f"; trained tokens ({item.get('train_on')}): {share:.0%} of {total:,}"
+    return text + (f"\n  {item['note']}" if item.get("note") else "")
 
 
 def speed_plan_lines(item: dict[str, Any]) -> str:

@@ -62,7 +62,7 @@ class DataEvent(TypedDict, total=False):
     samples: Annotated[int, Meaning("rows kept")]
     dropped: Annotated[int, Meaning("empty or malformed rows")]
     source_rows: Annotated[int, Meaning("rows read")]
-    format: Annotated[str, Meaning("text, messages or tokens")]
+    format: Annotated[str, Meaning("text, messages, prompt_completion or tokens")]
     column: Annotated[str, Meaning("the column read")]
     tokens_min: Annotated[int, Meaning("shortest sample, in tokens")]
     tokens_mean: Annotated[float, Meaning("mean sample length")]
@@ -75,6 +75,23 @@ class DataEvent(TypedDict, total=False):
     max_length: Annotated[int, Meaning("training.max_length")]
     tokens_over: Annotated[
         dict[str, int], Meaning("samples longer than each power of two (for the OOM wizard)")
+    ]
+    train_on: Annotated[
+        str,
+        Meaning(
+            "answers (the loss counts the answers' tokens) or all (every token), as dataset.train_on chose"
+        ),
+    ]
+    trained_tokens: Annotated[
+        int, Meaning("tokens the loss counts, after truncation (each row's first token never counts)")
+    ]
+    trained_share: Annotated[float | None, Meaning("trained_tokens over tokens_total, 0-1")]
+    answers_cut: Annotated[int | None, Meaning("rows whose answers max_length cuts; they train on the rest")]
+    answers_dropped: Annotated[
+        int | None, Meaning("rows dropped with nothing to train on: every answer cut off, or none")
+    ]
+    note: Annotated[
+        str | None, Meaning("those rows named, e.g. `... cuts the answers of 3 rows (rows 4, 9, 12)`")
     ]
     eval_samples: Annotated[int | None, Meaning("rows held out for evaluation (never trained on)")]
     eval_source: Annotated[str | None, Meaning("where they come from: eval_fraction, a split or a file")]
@@ -224,6 +241,10 @@ class LogEvent(TypedDict, total=False):
     learning_rate: Annotated[float | None, Meaning("the scheduler's rate")]
     grad_norm: Annotated[float | None, Meaning("gradient norm before clipping")]
     tokens_seen: Annotated[int, Meaning("real tokens so far (attention mask sum, never padding)")]
+    trained_tokens_seen: Annotated[
+        int | None,
+        Meaning("tokens the loss counted so far in this attempt (the answers' alone with train_on answers)"),
+    ]
     tokens_per_s: Annotated[float | None, Meaning("real tokens over wall time since the previous log")]
     samples_per_s: Annotated[float | None, Meaning("samples over wall time since the previous log")]
     step_time_s: Annotated[float, Meaning("median interval between step ends in the window (the ETA's)")]
