@@ -1,12 +1,13 @@
 """`dataset.train_on`: the key and its config error, the rows the trainer gets (prompt/completion
 data included), the rows whose answers max_length cuts, the `data` event's trained tokens and
-its line."""
+its line; end to end, a chat run trained on its answers against one trained on all its tokens."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from conftest import cockpit, events, only_run, write_config
 
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, DatasetSection
@@ -143,3 +144,98 @@ def test_the_data_line_reads_the_share():
         "tokens_total": 12345,
     }
     assert describe(item).endswith("; trained tokens (answers): 41% of 12,345")
+
+
+# ---------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, cache_dir) -> dict:
+    """One run per train_on on the shipped chat rows (tiny model, 4 steps, the same eval rows), and
+    a prompt/completion run with packed rows."""
+    import os
+
+    from conftest import ROOT, SUPPORT
+
+    from train_backend.data import demo_dataset_path
+
+    chat = demo_dataset_path().replace("train.jsonl", "chat.jsonl")
+    done = {}
+    for name, overrides in {
+        "answers": {"dataset.path": chat, "dataset.eval_fraction": 0.2, "eval.prompts": 1},
+        "all": {"dataset.path": chat, "dataset.eval_fraction": 0.2, "dataset.train_on": "all"},
+        "packed": {"dataset.path": None, "training.packing": True},
+    }.items():
+        tmp = tmp_path_factory.mktemp(name)
+        if overrides["dataset.path"] is None:
+            rows = [{"prompt": f"Q: what is {n} + {n}? A:", "completion": f" {2 * n}"} for n in range(40)]
+            overrides["dataset.path"] = write_rows(tmp / "pc.jsonl", rows)
+        env = dict(
+            os.environ,
+            COCKPIT_HOME=str(tmp / "home"),
+            COCKPIT_CACHE=str(cache_dir),
+            HF_HUB_OFFLINE="1",
+            HF_DATASETS_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            HF_DATASETS_CACHE=str(cache_dir / "datasets"),
+            PYTHONPATH=os.pathsep.join([str(SUPPORT), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            PYTHONUNBUFFERED="1",
+        )
+        env.pop("COCKPIT_TEST_MODULES_DIR", None)
+        config = write_config(
+            tmp / "c.yaml",
+            {"training.max_steps": 4, "output.save_steps": 4, "eval.max_new_tokens": 4, **overrides},
+        )
+        proc = cockpit(
+            ["train", str(config), "--no-ui", "--log-every", "0", "--skip-preflight"], env, timeout=600
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        done[name] = (events(only_run(env)), proc.stdout)
+    return done
+
+
+def first(evs: list[dict], kind: str) -> dict:
+    return next(e for e in evs if e["type"] == kind)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("train-on-runs")
+def test_a_chat_run_trains_and_evaluates_its_answers_alone(runs):
+    from cockpit.protocol.events import undeclared
+
+    answers, _ = runs["answers"]
+    everything, _ = runs["all"]
+    assert {e["type"]: undeclared(e) for e in answers if undeclared(e)} == {}
+    data, data_all = first(answers, "data"), first(everything, "data")
+    assert data["train_on"] == "answers" and data_all["train_on"] == "all"
+    assert data["tokens_total"] == data_all["tokens_total"]  # the same rows, tokenized the same
+    assert data["trained_tokens"] < 0.6 * data_all["trained_tokens"]
+    logs, logs_all = [e for e in answers if e["type"] == "log"], [e for e in everything if e["type"] == "log"]
+    seen = [e["trained_tokens_seen"] for e in logs]
+    assert seen == sorted(seen) and 0 < seen[-1] < 0.6 * logs[-1]["tokens_seen"]
+    assert logs_all[-1]["trained_tokens_seen"] > 0.9 * logs_all[-1]["tokens_seen"]
+    # the same held-out rows: the answers' eval counts their answers' tokens alone
+    evals, evals_all = first(answers, "eval"), first(everything, "eval")
+    assert evals["eval_samples"] == evals_all["eval_samples"]
+    assert 0 < evals["eval_tokens"] < 0.6 * evals_all["eval_tokens"]
+    assert first(answers, "sample")["reference"]  # a prompt taken from a held-out chat row
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("train-on-runs")
+def test_the_headless_data_line_says_what_trains(runs):
+    _, out = runs["answers"]
+    line = next(text for text in out.splitlines() if "data: " in text)
+    assert "samples (messages)" in line and "; trained tokens (answers): " in line
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("train-on-runs")
+def test_prompt_completion_rows_train_packed(runs):
+    evs, _ = runs["packed"]
+    data = first(evs, "data")
+    assert data["format"] == "prompt_completion" and data["train_on"] == "answers"
+    assert first(evs, "speed_plan")["packing"] == "rows"
+    last = [e for e in evs if e["type"] == "log"][-1]
+    assert 0 < last["trained_tokens_seen"] < 0.4 * last["tokens_seen"]
+    assert evs[-1]["type"] == "done" and evs[-1]["status"] == "finished"

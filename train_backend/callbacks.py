@@ -208,6 +208,7 @@ class CockpitCallback(TrainerCallback):
             learning_rate=logs.get("learning_rate"),
             grad_norm=logs.get("grad_norm"),
             tokens_seen=tokens,
+            trained_tokens_seen=int(logs["trained_tokens"]) if "trained_tokens" in logs else None,
             tokens_per_s=round((tokens - tok0) / dt, 1) if tokens >= tok0 and steps > 0 else None,
             samples_per_s=round(steps * batch / dt, 3) if steps > 0 else None,
             step_time_s=round(statistics.median(intervals), 4) if intervals else round(dt / max(steps, 1), 4),

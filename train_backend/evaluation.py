@@ -4,7 +4,8 @@ checkpoint and at the end, as `eval` and `sample` events.
 
 The eval loss is the mean cross-entropy per predicted token over the eval samples, each tokenized
 as the trainer tokenizes its rows (text + eos, or the chat template) and truncated to
-`training.max_length`: the same quantity as the training loss, on data it never trains on.
+`training.max_length`: the same quantity as the training loss, on data it never trains on. Rows
+trained on their answers (`dataset.train_on`) count the answers' tokens alone, as training does.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from pathlib import Path
 
 from cockpit.config.schema import TrainConfig
 from cockpit.run import journal, rundir
+from train_backend import answer_data, generation
 from train_backend import data as data_mod
-from train_backend import generation
+from train_backend import prompt_completion as pc
 from train_backend.errors import DataError
 
 FRACTION_SOURCE = "eval_fraction"
@@ -30,6 +32,7 @@ class EvalData:
     fmt: str
     source: str  # what it was taken from, for the data event
     input_ids: list[list[int]] = field(default_factory=list)
+    labels: list[list[int]] | None = None  # -100 off the answers, when only the answers train
 
 
 @dataclass
@@ -61,6 +64,9 @@ def split_eval(cfg: TrainConfig, prepared: data_mod.PreparedData, tokenizer):
         lengths = [prepared.lengths[i] for i in kept]
         stats = dict(prepared.stats)
         stats.update(data_mod.length_stats(lengths, cfg.training.max_length), samples=len(kept))
+        stats.update(
+            answer_data.trained_fields(train_ds, prepared.format, ds.train_on, stats["tokens_total"])
+        )
         train = data_mod.PreparedData(train_ds, prepared.format, stats, lengths, prepared.dropped_note)
         source = f"{FRACTION_SOURCE} {ds.eval_fraction} of {n} samples, seed {cfg.training.seed}"
         evaluation = EvalData(eval_ds, prepared.format, source)
@@ -113,6 +119,9 @@ def _load_split(cfg: TrainConfig, prepared: data_mod.PreparedData, tokenizer) ->
 
 
 def tokenize(evaluation: EvalData, tokenizer, max_length: int) -> list[list[int]]:
+    if "labels" in evaluation.dataset.column_names:  # tokenized with their answers (answer_data)
+        evaluation.labels = [list(v) for v in evaluation.dataset["labels"]]
+        return [list(v) for v in evaluation.dataset["input_ids"]]
     column = {"text": "text", "messages": "messages", "tokens": "input_ids"}[evaluation.fmt]
     values = evaluation.dataset[column]
     if evaluation.fmt == "tokens":
@@ -128,8 +137,11 @@ def tokenize(evaluation: EvalData, tokenizer, max_length: int) -> list[list[int]
     return [ids[:max_length] for ids in encoded if len(ids) > 1]
 
 
-def eval_loss(model, input_ids: list[list[int]], batch_size: int, pad_id: int) -> tuple[float, int]:
-    """(mean loss per predicted token, predicted tokens) over the eval samples, without gradients."""
+def eval_loss(
+    model, input_ids: list[list[int]], batch_size: int, pad_id: int, labels: list[list[int]] | None = None
+) -> tuple[float, int]:
+    """(mean loss per predicted token, predicted tokens) over the eval samples, without gradients.
+    `labels`: each sample's, -100 where a token is not counted (default: every token counts)."""
     import torch
 
     device = getattr(model, "device", None) or next(model.parameters()).device
@@ -144,9 +156,12 @@ def eval_loss(model, input_ids: list[list[int]], batch_size: int, pad_id: int) -
             for i, row in enumerate(rows):
                 ids[i, : len(row)] = torch.tensor(row)
                 mask[i, : len(row)] = 1
-            labels = ids.masked_fill(mask == 0, -100)
-            out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
-            counted = int((labels[:, 1:] != -100).sum())
+            targets = ids.masked_fill(mask == 0, -100)
+            if labels is not None:
+                for i, index in enumerate(order[start : start + batch_size]):
+                    targets[i, : len(labels[index])] = torch.tensor(labels[index])
+            out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=targets.to(device))
+            counted = int((targets[:, 1:] != -100).sum())
             total += float(out.loss) * counted
             tokens += counted
     return (total / tokens if tokens else float("nan")), tokens
@@ -176,10 +191,14 @@ def build_prompts(
             "text to show; give the prompts as a list of strings"
         )
     column = "messages" if evaluation.fmt == "messages" else "text"
-    rows = evaluation.dataset[column][:wanted]
+    if evaluation.fmt == pc.FORMAT:
+        head = evaluation.dataset.select(range(min(wanted, len(evaluation.dataset))))
+        rows = [pc.as_example(row) for row in pc.rows(head)]
+    else:
+        rows = [(evaluation.fmt, value) for value in evaluation.dataset[column][:wanted]]
     prompts = []
-    for i, value in enumerate(rows):
-        shown, rendered, reference = generation.split_example(style, evaluation.fmt, value, tokenizer, prefix)
+    for i, (fmt, value) in enumerate(rows):
+        shown, rendered, reference = generation.split_example(style, fmt, value, tokenizer, prefix)
         prompts.append(Prompt(i, shown, rendered, reference))
     return prompts
 
@@ -253,6 +272,7 @@ class Evaluator:
                     self.evaluation.input_ids,
                     self.cfg.training.micro_batch_size,
                     self.trainer.processing_class.pad_token_id or 0,
+                    self.evaluation.labels,
                 )
         finally:
             if was_training:

@@ -101,6 +101,8 @@ def render_chat(style: str, tokenizer, messages: list[dict], prefix: str = "") -
 
 def split_example(style: str, fmt: str, value, tokenizer, prefix: str = "") -> tuple[str, Rendered, str]:
     """An eval-split row as (the prompt shown, the prompt rendered, the reference answer)."""
+    if fmt == "prompt_completion":  # a row of text: its prompt, continued as it is
+        return value["prompt"].strip(), Rendered(value["prompt"], True), value["completion"].strip()
     if fmt == "messages":
         turns = list(value)
         last = max((i for i, m in enumerate(turns) if m["role"] == "assistant"), default=None)

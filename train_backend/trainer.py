@@ -18,10 +18,19 @@ from cockpit.config.schema import ConfigError, TrainConfig
 from cockpit.money import budget as budget_mod
 from cockpit.run import rundir
 from cockpit.run.state import RunState
-from train_backend import checkpoints, emulated_card, generation, oom_watch, step_meter, test_aids
+from train_backend import (
+    answer_data,
+    checkpoints,
+    emulated_card,
+    generation,
+    oom_watch,
+    step_meter,
+    test_aids,
+)
 from train_backend import data as data_mod
 from train_backend import evaluation as eval_mod
 from train_backend import model as model_mod
+from train_backend import prompt_completion as pc
 from train_backend.channel import CommandListener, Emitter
 from train_backend.controls import Controls
 from train_backend.distributed import RankControls, World, choose_strategy, local_first
@@ -258,9 +267,8 @@ def build_trainer(r: TrainingRun, s: Setup, plan, data: Data, loaded: Loaded, to
     cfg = s.cfg
     peft_config = None if cfg.method == "full" else model_mod.lora_config(cfg)
     _tracker_dirs(cfg, r.run)
-    train_data, data_kwargs, cache = fast.cached_dataset(
-        plan, r.run.path, data.prepared.dataset, cfg, tokenizer
-    )
+    rows = answer_data.trainer_columns(data.prepared.dataset)
+    train_data, data_kwargs, cache = fast.cached_dataset(plan, r.run.path, rows, cfg, tokenizer)
     args = build_sft_config(cfg, r.run, s.precision, s.device.kind, fast.sft_kwargs(plan, data_kwargs))
     if r.world is not None:
         args = r.world.adapt_sft_config(args, cfg)
@@ -271,6 +279,7 @@ def build_trainer(r: TrainingRun, s: Setup, plan, data: Data, loaded: Loaded, to
     )
     callbacks = _callbacks(r, s, plan, data, evaluator, meter)
     trainer_cls = step_meter.metered(fast.trainer_class(plan, checkpoints.trainer_class()), meter)
+    trainer_cls = answer_data.counting_trained_tokens(trainer_cls)
     trainer = trainer_cls(
         model=loaded.model,
         args=args,
@@ -522,8 +531,10 @@ def _tracker_dirs(cfg: TrainConfig, run: rundir.RunDir) -> None:
 
 def _prompt_style(prepared: data_mod.PreparedData, tokenizer) -> tuple[str, str]:
     """How prompts are written for this data (train_backend.generation), and llama2 rows' prefix."""
-    texts = prepared.dataset["text"][:50] if prepared.format == "text" else []
-    style = generation.detect_style(prepared.format, texts, tokenizer)
+    fmt, texts = prepared.format, prepared.dataset["text"][:50] if prepared.format == "text" else []
+    if fmt == pc.FORMAT:
+        fmt, texts = pc.style_inputs(prepared.dataset)
+    style = generation.detect_style(fmt, texts, tokenizer)
     return style, generation.text_prefix(texts) if style == "llama2" else ""
 
 
