@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import reprlib
 
 GIB = 2**30  # bytes in a GiB: nvidia-smi's and torch's "GB"
 MIB = 2**20
+MAX_QUOTED_CHARS = 200  # docs/reliability.md: a message quotes a user's value in part, however large
 
 
 def duration(seconds: float | None) -> str:
@@ -107,3 +109,23 @@ def share(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.1%}" if value < 0.1 else f"{value:.0%}"
+
+
+_REPR = reprlib.Repr()  # stops early inside a large list or mapping: bounded time too
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxother = 3, 6, 6, 120
+
+
+def quoted(value: object, limit: int = MAX_QUOTED_CHARS) -> str:
+    """A user's value as a message echoes it: its repr, at most `limit` characters. A longer string
+    keeps its start and end around `...` and says its length (`'aaaa...aaaa' (120,000 characters)`),
+    so a pasted file or a runaway `--set` neither floods the terminal nor hides what it was."""
+    if isinstance(value, str):
+        text = repr(value[: limit + 1])
+        if len(value) <= limit and len(text) <= limit + 2:  # the quotes aside
+            return text
+        note = f" ({len(value):,} characters)"
+        room = max(8, limit - len(note) - 5)  # less the quotes and the "..."
+        head, tail = room * 2 // 3, room - room * 2 // 3
+        return f"'{repr(value[:head])[1:-1][:head]}...{repr(value[-tail:])[1:-1][-tail:]}'{note}"
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import shutil
+import stat
 import sys
 import sysconfig
 from pathlib import Path
@@ -60,3 +62,32 @@ def _as_typed(path: Path) -> str:
     except (ValueError, OSError):  # not under it, or it is gone
         shown = str(path.absolute())
     return shlex.quote(shown)
+
+
+def file_kind(mode: int) -> str:
+    """What an `os.stat` mode is, in words: "a regular file", "a FIFO", "a directory"..."""
+    kinds = (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (a named pipe)"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
+    return next((words for test, words in kinds if test(mode)), "not a file")
+
+
+def not_a_regular_file(path: Path) -> str | None:
+    """Why `path`, which exists, is no file to read or write whole: a loop of symbolic links, a FIFO
+    (reading or writing it waits for the other end for ever), a socket, a device; None for a regular file,
+    a directory, or nothing there."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a loop of symbolic links (it leads back to itself)"
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return file_kind(mode)

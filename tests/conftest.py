@@ -245,3 +245,21 @@ def pytest_collection_modifyitems(config, items):
     }
     ordered = sorted(units, key=lambda key: -cost[key])  # stable: equal costs keep collection order
     items[:] = [item for key in ordered for item in units[key]]
+
+
+def unwritable_dir(tmp_path):
+    """A folder nobody here may create files in: a 0500 folder, or, for root (whom modes do not stop),
+    one under /sys; the test is skipped where neither refuses."""
+    import os
+
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir(mode=0o500)
+        return folder / "home"
+    folder = "/sys/cockpit-read-only-test"
+    try:
+        os.mkdir(folder)
+    except OSError:
+        return Path(folder)
+    os.rmdir(folder)
+    pytest.skip("no place here refuses a write")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import unwritable_dir
 
 from cockpit.cli.main import main
 
@@ -86,3 +87,94 @@ def test_inference_context_must_be_tokens(value, capsys):
     with pytest.raises(SystemExit) as info:
         main(["estimate", "--model", "synthetic:tiny", "--inference", "--context", value])
     assert info.value.code == 2 and "give tokens of context from 1 to 1048576" in capsys.readouterr().err
+
+
+def test_a_read_only_home_is_exit_2_names_it_and_leaves_no_half_made_run(tmp_path, monkeypatch, capsys):
+    import types
+
+    from cockpit.cli import main as cli
+    from cockpit.run import process, rundir
+
+    home = unwritable_dir(tmp_path)
+    monkeypatch.setenv("COCKPIT_HOME", str(home))
+    assert main(["demo", "--no-ui", "--skip-preflight"]) == 2  # was 1
+    err = capsys.readouterr().err
+    assert f"cannot create the run directory under {home / 'runs'}" in err and "Traceback" not in err
+    out = tmp_path / "out"  # a writable output.dir: the run starts, and `runs` missing it is said
+    monkeypatch.setattr(process, "launch", lambda run: types.SimpleNamespace(pid=12345))
+    monkeypatch.setattr(cli, "_show", lambda *a, **k: 0)
+    assert main(["demo", "--no-ui", "--skip-preflight", "--set", f"output.dir={out}"]) == 0
+    err = capsys.readouterr().err.replace("\n  ", " ")  # unwrapped
+    assert "cannot create" not in err and "`cockpit runs` will not list this run" in err
+    (made,) = out.iterdir()
+    assert (made / "config.yaml").is_file() and f"cockpit attach {made}" in err
+    monkeypatch.setattr(rundir.os, "mkfifo", lambda *a: (_ for _ in ()).throw(OSError(28, "No space")))
+    with pytest.raises(OSError):
+        rundir.create(out, "synthetic:tiny", "")
+    assert list(out.iterdir()) == [made]  # the half-made one was removed
+
+
+def test_init_in_a_read_only_folder_is_said_without_a_traceback(tmp_path, capsys):
+    target = unwritable_dir(tmp_path) / "my.yaml"
+    assert main(["init", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"could not write '{target}'" in err and "a folder you can write to" in err
+
+
+@pytest.mark.parametrize("command", ["attach", "replay"])
+def test_standard_input_that_is_not_a_terminal_gets_plain_lines_not_a_screen(command, tmp_path):
+    """`cockpit demo </dev/null` on a pty: the screen never got its `q` and never exited, at 36% of a
+    core. The output is a terminal, the input is not: plain lines, said, and the command ends."""
+    import os
+    import pty
+    import shutil
+    import subprocess
+    import sys
+    import threading
+
+    from conftest import FIXTURES, ROOT
+
+    run = tmp_path / "home" / "runs" / "20261130-120000-tiny"
+    run.mkdir(parents=True)
+    shutil.copy(FIXTURES / "demo_run_events.jsonl", run / "events.jsonl")
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env.update(COCKPIT_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT), TERM="xterm-256color")
+    master, slave = pty.openpty()
+    args = [command, run.name] + (["--speed", "0"] if command == "replay" else [])
+    client = subprocess.Popen(
+        [sys.executable, "-m", "cockpit", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = bytearray()
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        code = client.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(client.pid, 9)
+        client.wait()
+        pytest.fail(f"still running 60 s on, its input at /dev/null: {bytes(seen[-300:])!r}")
+    finally:
+        reader.join(5)
+        os.close(master)
+    text = seen.decode(errors="replace").replace("\r\n", "\n").replace("\n  ", " ")
+    assert code == 0, text[-600:]
+    assert "standard input is not a terminal" in text and "as with --no-ui" in text
+    assert "done: finished at step 88" in text and "\x1b[?1049h" not in text  # no alternate screen

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import stat
+
 import pytest
 import yaml
 
@@ -112,6 +114,36 @@ def test_a_config_that_is_a_directory_or_not_text(tmp_path):
         load_config(path)
 
 
+def test_a_symlink_loop_or_a_fifo_as_the_config_is_named_and_init_refuses_it(tmp_path, capsys):
+    """Was `not found` for both; `cockpit init` on them: a traceback (the loop), a hang (the FIFO)."""
+    import os
+    import subprocess
+    import sys
+
+    from cockpit.cli.main import main
+
+    loop, fifo = tmp_path / "loop.yaml", tmp_path / "fifo.yaml"
+    loop.symlink_to(loop.name)
+    os.mkfifo(fifo)
+    for path, what in [(loop, "a loop of symbolic links"), (fifo, "a FIFO")]:
+        with pytest.raises(ConfigError, match=f"{path}' is {what}"):
+            load_config(path)
+        assert main(["train", str(path), "--check"]) == 2
+        assert f"is {what}" in capsys.readouterr().err
+        init = subprocess.run(  # a child: the hang would not end
+            [sys.executable, "-m", "cockpit", "init", str(path), "--force"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert init.returncode == 2 and "Traceback" not in init.stderr
+        assert (
+            f"is {what}" in init.stderr
+            and "cockpit init writes a regular file, even with --force" in init.stderr
+        )
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.readlink(loop) == loop.name  # left as they were
+
+
 def test_invalid_yaml_and_wrong_top_level(tmp_path):
     assert "not valid YAML" in err(text="model: [unclosed", tmp_path=tmp_path)
     assert "expected a mapping of sections" in err(text="- a\n- b\n", tmp_path=tmp_path)
@@ -174,6 +206,25 @@ def test_train_check_reports_config_error(tmp_path, capsys):
     assert main(["train", str(path), "--check"]) == 2
     out = capsys.readouterr().err
     assert "unknown key 'training.batch_size'" in out and "micro_batch_size" in out
+
+
+def test_an_error_in_a_set_value_names_set_not_the_file(tmp_path, capsys):
+    """The file does not hold the bad value: the message must not send the user there."""
+    from cockpit.cli.main import main
+
+    path = tmp_path / "x.yaml"
+    path.write_text("training:\n  max_steps: 5\n")
+    for item, said in [
+        ("dataset.max_samples=0", "config error: --set dataset.max_samples: 0 (int) is out of range"),
+        ("dataset.max_sample=3", "config error: --set dataset.max_sample: unknown key 'dataset.max_sample'"),
+        ("model.name=./nowhere", "config error: --set model.name: local path './nowhere' does not exist"),
+    ]:
+        assert main(["train", str(path), "--check", "--set", item]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(said) and str(path) not in err, err
+    path.write_text("dataset:\n  max_samples: 0\n")  # the file's own mistake still names the file
+    assert main(["train", str(path), "--check", "--set", "training.max_steps=3"]) == 2
+    assert capsys.readouterr().err.startswith(f"config error: {path}: dataset.max_samples: 0")
 
 
 def test_relative_paths_become_absolute_for_the_trainer(tmp_path, monkeypatch):

@@ -71,3 +71,50 @@ def test_an_error_quotes_a_large_value_only_in_part(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert "does not exist" in str(info.value) and len(str(info.value)) < MAX_QUOTED_CHARS + 200
+
+
+LONG = "a" * 120_000
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["train", "CONFIG", "--check", "--set", f"model.name={LONG}"],  # was shape.py's OSError, 121 KB
+        ["train", "CONFIG", "--check", "--set", f"dataset.path={LONG}"],  # was "config OK", then a run
+        ["train", "CONFIG", "--check", "--set", f"model.name={'a' * 300}"],  # past the hub's 96 a part
+        ["train", "CONFIG", "--check", "--set", f"dataset.path={'a' * 300}"],
+        ["estimate", "--model", LONG],
+        ["estimate", "--model", "./" + "a" * 300],  # a name the OS cannot take
+        ["estimate", "--model", "synthetic:tiny", "--context", LONG],
+        ["attach", LONG, "--no-ui"],
+    ],
+)
+def test_a_very_long_value_is_refused_with_a_bounded_message(args, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COCKPIT_HOME", str(tmp_path / "home"))
+    config = tmp_path / "x.yaml"
+    config.write_text("model:\n  name: synthetic:tiny\nmethod: lora\n")
+    try:
+        code = main([str(config) if a == "CONFIG" else a for a in args])
+    except SystemExit as exc:  # argparse's refusal
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err[-600:]
+    assert len(err) < 2 * MAX_QUOTED_CHARS + 600, err[:600]
+    if args[0] == "train" and LONG in args[-1]:
+        assert "(120,000 characters)" in err and "is too long" in err
+    assert not (tmp_path / "home" / "runs").exists()  # no run directory
+
+
+def test_the_quote_helper_bounds_every_value_and_the_trainer_bounds_its_error():
+    from cockpit.fmt import quoted
+    from cockpit.models.shape import ShapeError, load_shape
+    from train_backend.errors import DataError, classify
+
+    assert quoted("q_proj") == "'q_proj'"
+    text = quoted(LONG)
+    assert len(text) <= MAX_QUOTED_CHARS and text.startswith("'aaa") and text.endswith("(120,000 characters)")
+    assert len(quoted(list(range(100_000)))) <= MAX_QUOTED_CHARS
+    with pytest.raises(ShapeError):  # not OSError: File name too long
+        load_shape("./" + "a" * 300)
+    verdict = classify(DataError(f"could not load dataset {LONG}"), "loading_data")
+    assert verdict.kind == "data" and len(verdict.message) < 2100 and "more in backend.log" in verdict.message

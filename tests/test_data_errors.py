@@ -47,3 +47,42 @@ def test_a_model_folder_without_tokenizer_files_says_so(tmp_path):
     assert "the folder has no tokenizer files" in message and "tokenizer.save_pretrained" in message
     (tmp_path / "tokenizer.json").write_text("{}")
     assert "no tokenizer files" not in _load_failure("tokenizer", str(tmp_path), exc)
+
+
+@pytest.mark.parametrize("cut", ["in the data", "in the header"])
+def test_a_truncated_model_safetensors_is_named_with_its_sizes(cut, tmp_path):
+    """Was SafetensorError's `incomplete metadata` with the generic model.name fix."""
+    import os
+
+    import numpy as np
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    from train_backend.errors import ModelLoadError, classify
+
+    model = tmp_path / "model"
+    model.mkdir()
+    weights = model / "model.safetensors"
+    save_file({"w": np.zeros((64, 64), np.float32)}, str(weights))
+    whole = weights.stat().st_size
+    os.truncate(weights, whole // 2 if cut == "in the data" else 20)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(f"model:\n  name: {model}\n")
+    try:
+        with safe_open(str(weights), framework="np"):  # what transformers' loader calls
+            pass
+    except Exception as exc:
+        try:
+            raise ModelLoadError(f"could not load the model from local path '{model}': {exc}") from exc
+        except ModelLoadError as wrapped:
+            verdict = classify(wrapped, "loading_model", str(run_dir))
+    else:
+        raise AssertionError("the cut file loaded")
+    size = weights.stat().st_size
+    assert verdict.kind == "model_load"
+    assert verdict.message.startswith(f"model.safetensors ({weights}) is truncated: {size:,} bytes on disk")
+    if cut == "in the data":
+        assert f"its header declares {whole:,}" in verdict.message
+    assert "Check model.name" not in verdict.hint and "Fetch or copy model.safetensors again" in verdict.hint
+    assert "cockpit restart run" in verdict.hint

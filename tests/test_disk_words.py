@@ -8,6 +8,8 @@ import os
 import sys
 from collections import namedtuple
 
+from conftest import unwritable_dir
+
 from cockpit.run import disk_guard as cs
 from train_backend import model as model_mod
 from train_backend.errors import classify
@@ -61,3 +63,21 @@ def test_a_full_cache_while_building_a_synthetic_model_is_a_disk_error(tmp_path,
     assert "COCKPIT_CACHE" in verdict.hint and "model.name" not in verdict.hint
     assert not any(p.name.startswith(".tiny") for p in (cache / "synthetic").iterdir())
     assert os.path.isdir(run_dir)
+
+
+def test_a_read_only_model_cache_is_a_disk_error_naming_the_cache(tmp_path, monkeypatch):
+    """Was `model_load` with a fix about model.name: the cache is what to change."""
+    cache = unwritable_dir(tmp_path)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    monkeypatch.setenv("COCKPIT_CACHE", str(cache))
+    try:
+        model_mod.ensure_synthetic("tiny", "fp32", "cpu")
+    except OSError as exc:
+        verdict = classify(exc, "loading_model", str(run_dir))
+    else:
+        raise AssertionError("the cache took the model")
+    assert verdict.kind == "disk" and verdict.message.startswith("the model cache ")
+    assert "cannot be written or read" in verdict.message
+    assert "Set COCKPIT_CACHE (synthetic: models) to a folder you can write to" in verdict.hint
+    assert "model.name" not in verdict.hint and "cockpit restart run" in verdict.hint

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import wait_for
 from support.nvml_fake import FakeGpu, FakeNvml
 
 from cockpit.cli.main import main
@@ -191,6 +192,55 @@ def test_a_failing_end_command_is_said_and_the_run_directory_stays(home):
     assert row.on_end["state"] == "failed" and row.on_end["returncode"] == 3
     said = "  on_end FAILED (exit 3): echo partial; exit 3 (see its backend.log)"
     assert said in runs_list.table_lines([row])
+
+
+def test_a_hanging_end_command_is_ended_at_its_limit_and_said(home):
+    """`sleep 3600` as cost.on_end ran for ever, and `cockpit runs` did not show it running."""
+    import threading
+
+    command = "sleep 3600 & echo $! > child.pid; wait"
+    limit = "on_end_timeout_min: 0.05"  # 3 s
+    config = f"model: {{name: 'synthetic:tiny'}}\ncost: {{on_end: {json.dumps(command)}, {limit}}}\n"
+    run = make_run(history(), config)
+    final(run)
+    log = io.StringIO()
+    codes = []
+    began = time.monotonic()
+    with _stdout(log):
+        runner = threading.Thread(
+            target=lambda: codes.append(
+                end_runner.run_end(run, json.loads(run.trainer_path.read_text())["pid"])
+            )
+        )
+        runner.start()
+        started = wait_for(lambda: journal.last_event(run.events_path, "end_command"), 20, what="on_end")
+        assert started["state"] == "started" and started["timeout_s"] == 3.0
+        (row,) = runs_list.rows([run])
+        assert any(line.startswith("  on_end running for 0:00:0") for line in runs_list.table_lines([row]))
+        runner.join(60)
+    assert codes == [1] and time.monotonic() - began < 30
+    child = int((run.path / "child.pid").read_text())
+
+    def gone() -> bool:  # the group's SIGKILL lands asynchronously
+        try:
+            return psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_for(gone, 10, what="the command's child ended with its group")
+    assert "on_end TIMED OUT after" in log.getvalue() and "its process group was ended" in log.getvalue()
+    last = journal.last_event(run.events_path, "end_command")
+    assert last["state"] == "timed_out" and last["timeout_s"] == 3.0 and last["duration_s"] < 20
+    (row,) = runs_list.rows([run])
+    said = f" (cost.on_end_timeout_min), ended: {command} (see backend.log)"
+    assert any(
+        line.startswith("  on_end TIMED OUT after 0:00:") and line.endswith(said)
+        for line in runs_list.table_lines([row])
+    )
+    state = journal.fold(run.events_path)
+    assert summary.run_summary_lines(run, state)[-1].endswith(
+        "TIMED OUT (cost.on_end_timeout_min) and ended; see backend.log"
+    )
 
 
 def test_the_end_runner_waits_for_the_trainer_to_end(home, tmp_path):

@@ -175,3 +175,43 @@ def test_on_end_after_a_failure_that_fails_itself(tmp_path, cache_dir):
     pid = json.loads((run / "trainer.json").read_text())["pid"]
     assert end_runner.run_end(RunDir(run), pid) == 0  # never twice
     assert (run / "ends.txt").read_text() == "status failed\n"
+
+
+def test_a_wall_clock_step_mid_run_bills_nothing_and_is_said_once(tmp_path, cache_dir):
+    """The clock stepped +1 h mid-run (as NTP does): the run was billed the hour ($0.038 -> $2.04) and
+    cost.max_usd stopped it at once. Time and cost now come from the trainer's monotonic clock
+    (mono_s), and the step is said once."""
+    import itertools
+    import re
+
+    from conftest import cockpit_bg, wait_event, wait_run_dir
+
+    from cockpit.run import journal
+
+    env = make_env(tmp_path, cache_dir)
+    trigger = tmp_path / "step-the-clock"
+    env["COCKPIT_TEST_CLOCK_STEP"] = f"{trigger}:3600"
+    env.update(test_aids.environ(step_sleep_s=0.2))
+    overrides = {"training.max_steps": 30, "cost.max_usd": 0.5}  # $2/h
+    client = cockpit_bg(["train", str(write_config(tmp_path / "c.yaml", overrides)), "--no-ui"], env)
+    try:
+        run = wait_run_dir(env)
+        wait_event(run, lambda e: e["type"] == "log" and e["step"] >= 3, timeout=240)
+        trigger.touch()
+        out, err = client.communicate(timeout=300)
+    finally:
+        client.kill()
+    assert client.returncode == 0, out + err  # finished: not stopped by the budget at the step
+    evs = events(run)
+    logs = [e for e in evs if e["type"] == "log"]
+    assert any(b["ts"] - a["ts"] > 3000 for a, b in itertools.pairwise(logs)), "the clock was not stepped"
+    said = [
+        e for e in evs if e["type"] == "warning" and "the wall clock was stepped by +1:00:" in e["message"]
+    ]
+    assert len(said) == 1 and "counted on the monotonic clock" in said[0]["message"]
+    assert not any(e["type"] == "budget" for e in evs)
+    state = journal.fold(run / "events.jsonl")
+    assert state.billed_s() < 600 and state.cost_so_far() < 0.35, state.billed_s()
+    elapsed = re.findall(r"elapsed (\d+):(\d\d):(\d\d)", out)
+    assert elapsed and all(int(h) == 0 and int(m) < 10 for h, m, _s in elapsed), elapsed[-3:]
+    assert "no event from the trainer" not in out

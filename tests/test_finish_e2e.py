@@ -209,3 +209,26 @@ def test_the_finish_line_bench_smoke(tmp_path, env):
     assert result["chat"]["exit"] == 0 and result["chat"]["checkpoint"] == "best"
     assert result["chat"]["loaded"].startswith("loaded in") and result["chat"]["ended"].startswith("[")
     assert result["eval_and_samples_share_of_runtime"] > 0
+
+
+@SHARED
+def test_work_between_steps_is_announced_by_a_busy_event(finished):
+    """An eval pass, sampling and a checkpoint save say nothing until they end: the trainer says when
+    each begins, so a client judges the silence by that work, not by the steps (cockpit.live.stall)."""
+    from cockpit.run.state import RunState
+
+    _run, evs, _out, _env = finished
+    ends = {"eval": "eval", "checkpoint": "save", "sample": "samples"}
+    checked = set()
+    for i, e in enumerate(evs):
+        if e["type"] not in ends or (e["type"] == "sample" and e["index"] != 0):
+            continue
+        before = next(b for b in reversed(evs[:i]) if b["type"] in ("busy", "log"))
+        assert before["type"] == "busy" and before["what"] == ends[e["type"]], (e, before)
+        assert before["step"] == e["step"]
+        checked.add(e["type"])
+    assert checked == {"eval", "checkpoint", "sample"}
+    state = RunState()
+    for e in evs:
+        state.apply(e)
+    assert state.busy is None and set(state.busy_s) == {"eval", "save", "samples"}

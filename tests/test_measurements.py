@@ -330,3 +330,36 @@ def test_the_fused_lora_figures_are_the_benchs():
         if r["side"] in ("cockpit", "cockpit@unsloth-memory")
     ]
     assert fused and all(r["lora_fused"] == {"fused": 224, "kept": {}} for r in fused)
+
+
+def test_the_fresh_clone_figures_are_the_record():
+    record = (RESULTS / "2026-12-07-fresh-clone-cpu.txt").read_text()
+    # the doc's excerpt is the record's own lines
+    excerpt = (ROOT / "docs" / "measurements.md").read_text().split("From the record:\n\n```\n", 1)[1]
+    lines = record.splitlines()
+    assert all(line in lines for line in excerpt.split("\n```", 1)[0].splitlines())
+    (first, second) = re.findall(r"(?m)^## (?:first|second) command: (.+)$", record)
+    readme = (ROOT / "README.md").read_text()
+    assert f"{first}\n{second}\n" in readme  # the README's two commands, as the record ran them
+    (code1, m1, s1), (code2, _, _) = re.findall(r"(?m)^exit (\d+), wall (\d+):(\d+)\.\d+ \(", record)
+    assert code1 == "0" and f"`{first}`: exit 0 in {m1}:{s1}." in MEASURED
+    start = re.search(r"(?m)^date: \S+T(\d\d):(\d\d):(\d\d)Z$", record).groups()
+    run = re.search(r"(?m)^\$ cockpit attach \d{8}-(\d\d)(\d\d)(\d\d)-tiny --no-ui", record).groups()
+    took = sum(int(r) * f for r, f in zip(run, (3600, 60, 1))) - sum(
+        int(s) * f for s, f in zip(start, (3600, 60, 1))
+    )
+    assert f"install.sh took about {took // 60}:{took % 60:02d}" in MEASURED
+    venv = re.search(r"(?m)^du -sh \.venv: (\S+)$", record).group(1)
+    assert f"`.venv` {venv}, torch 2.13.0+cpu" in MEASURED and "torch: 2.13.0+cpu cuda None" in record
+    nvidia = re.search(r"pip list \| grep -i nvidia:\n((?:  .*\n)+)", record).group(1).split()
+    assert nvidia[0] == "nvidia-ml-py" and len(nvidia) == 2 and "lists only nvidia-ml-py" in MEASURED
+    assert re.search(r"CUDA libraries .*:\n  \(none\)\n", record) and "no CUDA library" in MEASURED
+    assert re.search(r"cockpit, as a shell finds it: /usr/local/bin/cockpit\n  which is: /tmp/fresh/", record)
+    assert re.search(r"--no-ui    \(typed.*\n(?:  .*\n)*?  exit 0\n", record)
+    assert "Watch: cockpit attach 20261207-023318-tiny" in record
+    failed, passed, skipped, h, m, s = re.search(
+        r"(?m)^  (\d+) failed, (\d+) passed, (\d+) skipped, .* \((\d+):(\d\d):(\d\d)\)$", record
+    ).groups()
+    assert code2 == "1" and int(h) == 0
+    assert f"{passed} passed, {skipped} skipped, {failed} failed in {m}:{s}" in MEASURED
+    assert len(re.findall(r"(?m)^  FAILED ", record)) == int(failed)

@@ -133,6 +133,72 @@ def test_emitter_survives_a_full_disk_and_a_gone_reader(monkeypatch):
     os.close(write_fd)
 
 
+def test_an_events_file_that_refuses_events_sends_them_to_the_fallback_and_asks_to_stop(
+    tmp_path, monkeypatch
+):
+    """events.jsonl made immutable (`chattr +i`: EPERM) or replaced mid-run: the trainer went on
+    'without events' and its record ended there. Now they go on in events-fallback.jsonl, which the
+    readers read after it, and the run is asked to stop (with a checkpoint), once."""
+    import errno
+    import os
+
+    from cockpit.run import journal
+    from train_backend.channel import Emitter
+
+    events, fallback = tmp_path / "events.jsonl", tmp_path / "events-fallback.jsonl"
+    fd = os.open(events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    emitter = Emitter(fd, secrets=[])
+    lost = []
+    emitter.keep_record(
+        events, fallback, lambda why: (lost.append(why), emitter.emit("warning", message=why))
+    )
+    emitter.emit("log", step=1)
+    real_write = os.write
+
+    def immutable(to, data):
+        if to == fd:
+            raise OSError(errno.EPERM, "Operation not permitted")
+        return real_write(to, data)
+
+    monkeypatch.setattr(os, "write", immutable)
+    emitter.emit("log", step=2)
+    emitter.emit("done", status="stopped", step=2)
+    assert lost == ["events.jsonl cannot be written (Operation not permitted)"] and not emitter.broken
+    steps = [e.get("step") for e in journal.read_all(events) if e["type"] in ("log", "done")]
+    assert steps == [1, 2, 2]  # read on from the fallback
+    assert journal.fold(events).status == "stopped"
+    monkeypatch.setattr(os, "write", real_write)
+    os.chmod(events, 0o400)  # a client's record goes there too when the file refuses it
+    monkeypatch.setattr(journal.os, "open", _refusing(events, journal.os.open))
+    journal.append(events, "exit", reason="test")
+    assert journal.last_event(events, "exit")["reason"] == "test"
+    assert "exit" not in events.read_text()
+
+    # another file put in its place: found by its identity, before the write that would be lost
+    fd2 = os.open(tmp_path / "other.jsonl", os.O_WRONLY | os.O_CREAT, 0o600)
+    moved, fallback2 = tmp_path / "b" / "events.jsonl", tmp_path / "b" / "events-fallback.jsonl"
+    moved.parent.mkdir()
+    emitter2 = Emitter(fd2, secrets=[])
+    lost.clear()
+    emitter2.keep_record(moved, fallback2, lost.append)
+    moved.write_text("")  # not the file fd2 writes to
+    emitter2.record._checked = -1e9
+    emitter2.emit("log", step=3)
+    assert lost == ["events.jsonl was replaced by another file"]
+    assert '"step":3' in fallback2.read_text() and "replaced" in fallback2.read_text()
+
+
+def _refusing(path, real_open):
+    import errno
+
+    def open_(name, flags, *args):
+        if str(name) == str(path):
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(name))
+        return real_open(name, flags, *args)
+
+    return open_
+
+
 def test_one_money_format_for_the_picker_and_the_run_view():
     from cockpit import fmt
 

@@ -98,3 +98,63 @@ def test_the_trainer_stops_within_seconds_of_its_directory_being_deleted(tmp_pat
     assert not any(e["type"] == "checkpoint" for e in lines)
     assert client.returncode == 1
     assert f"the run directory {run} was deleted (or replaced) while the trainer ran" in out
+
+
+def test_the_summary_of_a_deleted_run_offers_no_restart(tmp_path):
+    """Its checkpoints went with the directory: `cockpit restart` (or chat, export) cannot work."""
+    from cockpit.protocol.wire import encode
+    from cockpit.results.summary import summarize, summary_lines
+    from cockpit.run import journal
+
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(
+        encode("hello", pid=1)
+        + encode("log", step=3, total_steps=10)
+        + encode("error", kind="other", message="the run directory /r was deleted", step=3)
+    )
+    state = journal.fold(events)
+    gone = tmp_path / "20261201-101010-tiny"  # not there
+    lines = summary_lines(summarize(state, gone, []))
+    assert not any("cockpit restart" in line for line in lines), lines
+    assert "next: cockpit train CONFIG (a new run: this one's directory and checkpoints are gone)" in lines
+    gone.mkdir()  # the same run with its directory: restart is the way on
+    assert "next: cockpit restart 20261201-101010-tiny" in summary_lines(summarize(state, gone, []))
+
+
+@pytest.mark.slow
+def test_an_events_file_replaced_mid_run_stops_with_a_checkpoint_and_the_record_goes_on(
+    tmp_path, env, capsys
+):
+    """Was: the trainer went on 'without events', the client said it silent, `cockpit runs` recorded
+    how far the file got. Now the trainer notices, goes on in events-fallback.jsonl and stops with a
+    checkpoint; the client follows it there and `cockpit runs` tells the truth."""
+    import os
+
+    from conftest import events
+
+    config = write_config(tmp_path / "c.yaml", {"training.max_steps": 400, "output.save_steps": 1000})
+    slow = {**env, **test_aids.environ(step_sleep_s=0.2)}
+    client = cockpit_bg(["train", str(config), "--no-ui", "--skip-preflight"], slow)
+    try:
+        run = wait_run_dir(env)
+        wait_event(run, lambda e: e["type"] == "log" and e["step"] >= 2, timeout=240)
+        stand_in = run / "stand-in.jsonl"
+        stand_in.write_text("")
+        os.replace(stand_in, run / "events.jsonl")  # what a log rotation or a careless script does
+        out, err = client.communicate(timeout=120)
+    finally:
+        client.kill()
+    assert client.returncode == 3, out + err  # stopped
+    fallback = [json.loads(line) for line in (run / "events-fallback.jsonl").read_text().splitlines()]
+    assert fallback[0]["type"] == "warning" and "events.jsonl was replaced" in fallback[0]["message"]
+    (checkpoint,) = [e for e in fallback if e["type"] == "checkpoint"]
+    done = fallback[-1]
+    assert done["type"] == "done" and done["status"] == "stopped" and done["step"] == checkpoint["step"]
+    assert (
+        "stopping with a checkpoint at the end of this step" in out and "no event from the trainer" not in out
+    )
+    assert events(run) == []  # the stand-in holds nothing of the trainer's
+    capsys.readouterr()
+    assert main(["runs", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["status"] == "stopped" and row["step"] == checkpoint["step"]

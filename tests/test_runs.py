@@ -184,3 +184,55 @@ def test_runs_cli_fits_80_columns_with_a_long_reason(home, capsys):
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 80 and "failed" in out
     assert "none is visible" in " ".join(out.split())  # wrapped, not cut
+
+
+def test_a_control_channel_that_is_not_the_fifo_is_said_and_stop_falls_back(home, capsys):
+    """A regular file or a directory in the FIFO's place: nothing is written there (`sent` would be a
+    lie), the command says what it found; `stop` goes on with SIGTERM."""
+    from cockpit.cli.main import main
+    from cockpit.run import pids
+    from cockpit.run.control import NotTheFifo
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        record = {"pid": sleeper.pid, "pgid": sleeper.pid, **pids.identity(sleeper.pid)}
+        run = make_run([encode("hello", pid=sleeper.pid)], record | {"boot_id": process.boot_id()})
+        run.control_path.unlink()
+        run.control_path.write_text("")
+        with pytest.raises(NotTheFifo, match="is a regular file, not the FIFO"):
+            send_command(run, "pause")
+        assert run.control_path.read_text() == ""  # nothing written into the file
+        assert main(["save", run.run_id]) == 1
+        err = capsys.readouterr().err
+        assert "'save' was not sent" in err and "regular file" in err and "cockpit stop" in err
+        run.control_path.unlink()
+        run.control_path.mkdir()
+        assert main(["pause", run.run_id]) == 1  # was an IsADirectoryError traceback
+        captured = capsys.readouterr()
+        assert "is a directory, not the FIFO" in captured.err and "sent" not in captured.out
+        said = []
+        assert process.stop(run, grace_s=5, term_s=10, say=said.append) == "terminated"
+        assert "is a directory" in said[0] and "SIGTERM" in said[0]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_runs_reads_what_the_checkpoints_show_when_the_events_stopped_early(home):
+    """events.jsonl stopped taking events at step 1 (nothing else recorded); checkpoint-30 and final/
+    exist: `cockpit runs` said `finished 1/30`."""
+    from cockpit.results import runs_list
+
+    began = [encode("hello", pid=1), encode("train_begin", total_steps=30)]
+    run = make_run(
+        [*began, encode("log", step=1, total_steps=30)], {"pid": dead_pid(), "boot_id": process.boot_id()}
+    )
+    for step in (20, 30):
+        (run.checkpoints_dir / f"checkpoint-{step}").mkdir()
+        (run.checkpoints_dir / f"checkpoint-{step}" / rundir.COMPLETE_MARKER).write_text("{}")
+    run.final_dir.mkdir()
+    status = run_status(run)
+    assert status.state == "finished" and status.step == 30 and status.total_steps == 30
+    assert "events.jsonl ends at step 1; checkpoint-30 shows the run reached step 30" in status.detail
+    (row,) = runs_list.rows([run])
+    assert row.step == 30 and "30/30" in runs_list.table_lines([row])[1]

@@ -5,6 +5,7 @@ its line; end to end, a chat run trained on its answers against one trained on a
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import cockpit, events, only_run, write_config
@@ -44,7 +45,7 @@ def test_answers_on_text_is_a_config_error_with_the_fix():
         with pytest.raises(ConfigError) as info:
             load_config(None, [f"dataset.format={fmt}", "dataset.train_on=answers"])
         message = str(info.value)
-        assert message.startswith(f"dataset.train_on: answers, but dataset.format is {fmt}")
+        assert message.startswith(f"--set dataset.train_on: answers, but dataset.format is {fmt}")
         assert "Set dataset.train_on: all" in message and "format: messages" in message
     with pytest.raises(ConfigError, match="is not one of auto, answers, all"):
         load_config(None, ["dataset.train_on=prompts"])
@@ -239,3 +240,21 @@ def test_prompt_completion_rows_train_packed(runs):
     last = [e for e in evs if e["type"] == "log"][-1]
     assert 0 < last["trained_tokens_seen"] < 0.4 * last["tokens_seen"]
     assert evs[-1]["type"] == "done" and evs[-1]["status"] == "finished"
+
+
+def test_the_docs_figures_are_the_records():
+    from conftest import ROOT
+
+    record = (ROOT / "bench" / "results" / "2026-12-07-answers-vs-all-cpu.txt").read_text()
+    figures = re.findall(
+        r"^seed (\d+): answers ([\d.]+), all ([\d.]+) \(([+-][\d.]+%) for answers\)$", record, re.M
+    )
+    mean = re.search(r"^mean: answers [\d.]+, all [\d.]+ \(([+-][\d.]+%)\)", record, re.M).group(1)
+    assert len(figures) == 2
+    data_doc = (ROOT / "docs" / "data.md").read_text()
+    measured = " ".join((ROOT / "docs" / "measurements.md").read_text().split())
+    for seed, answers, everything, change in figures:
+        assert f"| {seed} | {answers} | {everything} |" in data_doc
+        assert f"{answers} against {everything} with seed {seed}" in measured
+        assert f"by {change.lstrip('+-')}" in data_doc  # "lower by 4.0%", "higher by 2.4%"
+    assert f"(mean {mean})" in data_doc and f"(mean {mean})" in measured

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cockpit.fmt import quoted
 from train_backend.errors import DataError
 
 TRAIN_ON = ("auto", "answers", "all")
@@ -159,7 +160,7 @@ def answer_spans(tokenizer, turns: list[dict], text: str, first: int = 0) -> lis
         if found < 0:
             raise DataError(
                 f"the chat template does not write assistant turn {index + 1} as its text "
-                f"({content[:60]!r}): the answer's tokens cannot be told from the prompt's. "
+                f"({quoted(content, 60)}): the answer's tokens cannot be told from the prompt's. "
                 "Set dataset.train_on: all, or use a template that writes each turn's content as it is."
             )
         content_end = found + len(content)

@@ -147,7 +147,7 @@ class CockpitCallback(TrainerCallback):
         budget, controls = self.budget, self.controls
         if budget is None or controls.budget_reached is not None:
             return
-        now = time.time()
+        now = time.monotonic()  # a step of the wall clock is no time billed
         if not budget.reached(now):
             return
         spent = budget.cost_usd(now)

@@ -65,6 +65,7 @@ class AtomicCheckpoints:
         if not check.fits:
             raise CheckpointWontFit(check, _refusal_hint(self.run, self.cfg, step))
         started = time.time()
+        self.emitter.emit("busy", what="save", step=step)  # silent until its checkpoint event
         self._write_staged(model, trial, staged, local_main)
         self.accelerator.wait_for_everyone()
         if local_main:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import threading
 
+from cockpit.paths import cockpit_command
 from cockpit.protocol.wire import Fault
 from train_backend.channel import Emitter
 
@@ -58,6 +59,20 @@ class Controls:
     def on_run_dir_gone(self, reason: str) -> None:
         self.emitter.emit("warning", message=f"{reason}: stopping at the end of this step", hint="")
         self.gone.set()
+        self.stop.set()
+        self.paused.clear()
+        self.wake.set()
+
+    def on_events_lost(self, reason: str) -> None:
+        """events.jsonl stopped taking events (made immutable, read-only, replaced): nobody following the
+        run would see it go on, nor `cockpit runs` how it ended; stop with a checkpoint (the events go
+        on in the fallback file), as a stop request does."""
+        self.emitter.emit(
+            "warning",
+            message=f"{reason}: stopping with a checkpoint at the end of this step",
+            hint=f"make the events file writable again (chattr -i, chmod u+w), then {cockpit_command()} "
+            "restart RUN",
+        )
         self.stop.set()
         self.paused.clear()
         self.wake.set()

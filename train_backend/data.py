@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from cockpit.config.schema import DatasetSection
+from cockpit.fmt import quoted
 from train_backend import answer_data
 from train_backend import prompt_completion as pc
 from train_backend.errors import DataError
@@ -47,7 +48,7 @@ def load_raw(section: DatasetSection, split_key: str = "dataset.split", long_row
             if isinstance(loaded, datasets.DatasetDict):
                 if section.split not in loaded:
                     raise DataError(
-                        f"{split_key}: {section.split!r} not in {str(local)!r}; splits are: "
+                        f"{split_key}: {quoted(section.split)} not in {quoted(str(local))}; splits are: "
                         f"{', '.join(loaded.keys())}"
                     )
                 loaded = loaded[section.split]
@@ -61,11 +62,13 @@ def load_raw(section: DatasetSection, split_key: str = "dataset.split", long_row
             builder = LOCAL_BUILDERS.get(local.suffix.lower())
             if builder is None:
                 raise DataError(
-                    f"dataset.path: {str(local)!r} has suffix {local.suffix!r}; expected one of "
+                    f"dataset.path: {quoted(str(local))} has suffix {quoted(local.suffix)}; expected one of "
                     f"{', '.join(LOCAL_BUILDERS)} or a folder written by save_to_disk"
                 )
             if local.stat().st_size == 0 or not _has_bytes(local):
-                raise DataError(f"dataset.path: {str(local)!r} is empty; give a file with one sample per row")
+                raise DataError(
+                    f"dataset.path: {quoted(str(local))} is empty; give a file with one sample per row"
+                )
             if section.split != "train":  # a file has one split; datasets would call it train
                 raise DataError(
                     f"{split_key}: {section.split!r}, but {str(local)!r} is one file: its rows are all the "
@@ -83,7 +86,7 @@ def load_raw(section: DatasetSection, split_key: str = "dataset.split", long_row
         where = "local file" if local.exists() else f"hub dataset (endpoint {endpoint})"
         bad_line = _first_bad_json_line(local) if local.suffix.lower() == ".jsonl" else None
         reason = bad_line or _reason(exc)
-        raise DataError(f"could not load dataset {path!r} as a {where}: {reason}") from exc
+        raise DataError(f"could not load dataset {quoted(path)} as a {where}: {reason}") from exc
 
 
 def _has_bytes(path: Path) -> bool:
@@ -173,8 +176,8 @@ def prepare(
     elif column not in columns:
         key = {"text": "dataset.text_field", "messages": "dataset.messages_field"}.get(fmt, "dataset.format")
         raise DataError(
-            f"dataset column {column!r} not found; columns are: {', '.join(columns)}. Set {key} to the right "
-            "column (or dataset.format)."
+            f"dataset column {quoted(column)} not found; columns are: {', '.join(columns)}. Set {key} to "
+            "the right column (or dataset.format)."
         )
     total = len(raw)
     if section.max_samples is not None:
@@ -189,7 +192,9 @@ def prepare(
     values = pc.rows(raw) if fmt == pc.FORMAT else raw[fmt if fmt != "tokens" else "input_ids"]
     rows = check_rows(values, fmt, column)
     if rows.kept == 0:
-        raise DataError(f"dataset has no usable samples in column {column!r}: {rows.dropped_note(len(raw))}")
+        raise DataError(
+            f"dataset has no usable samples in column {quoted(column)}: {rows.dropped_note(len(raw))}"
+        )
     kept = raw.select(rows.keep) if rows.dropped else raw
     dropped = len(raw) - len(kept)
     chat = fmt == "messages" or (fmt == pc.FORMAT and pc.conversational(kept))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import re
 import traceback
 from dataclasses import dataclass
@@ -10,12 +11,15 @@ from pathlib import Path
 
 import yaml
 
+from cockpit import paths
 from cockpit.config.schema import ConfigError
+from cockpit.fmt import quoted
 from cockpit.paths import cockpit_command
 from cockpit.run import disk_guard as checkpoint_space
 from cockpit.run import rundir
 from cockpit.run.oom_messages import parse_oom_message
 from train_backend import test_aids
+from train_backend.weights_check import Truncated, truncated_weights
 
 EXIT_CODES = {"other": 1, "config": 2, "data": 3, "model_load": 4, "oom": 5, "disk": 6, "gpu": 7}
 # CUDA errors that mean the device itself failed or went away, not the program
@@ -66,7 +70,7 @@ class Classified:
 def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Classified:
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, ConfigError):  # one may carry its own hint (test_aids.AidError)
-        return Classified("config", str(exc), getattr(exc, "hint", None) or _config_hint(run_dir))
+        return Classified("config", _bounded(str(exc)), getattr(exc, "hint", None) or _config_hint(run_dir))
     if _NO_TARGET.search(text):  # peft's NoMatchingPeftModuleError, or its ValueError of old
         return Classified(
             "config",
@@ -76,7 +80,7 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             "or use lora.target_modules: all-linear, and start again.",
         )
     if isinstance(exc, DataError):
-        return Classified("data", str(exc), "Fix the dataset settings (dataset.*) and start again.")
+        return Classified("data", _bounded(str(exc)), "Fix the dataset settings (dataset.*) and start again.")
     oom = parse_oom_message(text)
     if oom is not None or type(exc).__name__ == "OutOfMemoryError":
         info = oom.to_dict() if oom is not None else {"kind": "allocator"}
@@ -107,6 +111,9 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             "Its checkpoints went with it: nothing is left to restart. Start a new run with "
             f"`{cockpit_command()} train CONFIG`, and keep the run directory until the run ends.",
         )
+    refused = refused_permission(exc)
+    if refused is not None and phase == "loading_model":
+        return _not_writable(refused, run_dir)
     if _GPU_FAILURE.search(text):
         return Classified(
             "gpu",
@@ -115,6 +122,9 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             f"intact: when the GPU answers again, continue with `{cockpit_command()} restart RUN`.",
         )
     if isinstance(exc, ModelLoadError) or phase == "loading_model":
+        cut = truncated_weights(exc, run_dir)
+        if cut is not None:
+            return _truncated(cut, run_dir)
         return Classified(
             "model_load",
             text[:2000],
@@ -122,6 +132,26 @@ def classify(exc: BaseException, phase: str, run_dir: str | None = None) -> Clas
             "(set HF_ENDPOINT for a mirror, HF_TOKEN for gated models), or synthetic:<arch>.",
         )
     return Classified("other", text[:2000], "See the traceback and backend.log in the run directory.")
+
+
+def _bounded(message: str, limit: int = 2000) -> str:
+    """An error's message as the event carries it: a value it quotes in full (a pasted file) does not
+    become a line of 100,000 characters; the traceback in backend.log keeps all of it."""
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}... ({len(message) - limit:,} characters more in backend.log)"
+
+
+def _truncated(cut: Truncated, run_dir: str | None) -> Classified:
+    run = Path(run_dir).name if run_dir else "RUN"
+    return Classified(
+        "model_load",
+        f"{cut.path.name} ({cut.path}) is truncated: {cut.size:,} bytes on disk, its header declares "
+        f"{cut.declared:,}; a download or a copy was cut short",
+        f"Fetch or copy {cut.path.name} again (a hub model: delete it from the cache and download it again, "
+        f"e.g. huggingface-cli download ORG/NAME; a local folder: copy it again from its source, then check "
+        f"its size), then continue with `{cockpit_command()} restart {run}`.",
+    )
 
 
 def refused_write(exc: BaseException) -> BaseException | None:
@@ -139,6 +169,52 @@ def refused_write(exc: BaseException) -> BaseException | None:
             return link
         link = link.__cause__ or link.__context__
     return None
+
+
+def refused_permission(exc: BaseException) -> OSError | None:
+    """The OSError in exc's chain that says a file's permissions or a read-only file system refused it."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, OSError) and link.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return link
+        link = link.__cause__ or link.__context__
+    return None
+
+
+def _not_writable(exc: OSError, run_dir: str | None) -> Classified:
+    """A model cache (COCKPIT_CACHE, HF_HOME) the trainer may not write: a fix about model.name would
+    send the user the wrong way."""
+    where = str(exc.filename or "")
+    caches = {
+        "COCKPIT_CACHE (synthetic: models)": paths.cache_root(),
+        "HF_HOME (hub downloads)": Path(os.environ.get("HF_HOME") or "~/.cache/huggingface").expanduser(),
+    }
+    named = [key for key, cache in caches.items() if where and _related(Path(where), cache)]
+    what = f"the model cache {quoted(where)}" if named else quoted(where)
+    run = Path(run_dir).name if run_dir else "RUN"
+    message = f"{what} cannot be written or read: {exc.strerror or exc} (while loading the model)"
+    if named:
+        hint = (
+            f"Set {named[0]} to a folder you can write to (or make that one writable), then continue with "
+            f"`{cockpit_command()} restart {run}`."
+        )
+    else:
+        hint = (
+            f"Make that path readable (and writable, if it is a cache), then `{cockpit_command()} restart "
+            f"{run}`."
+        )
+    return Classified("disk", message, hint)
+
+
+def _related(path: Path, folder: Path) -> bool:
+    """`path` inside `folder`, or one of its parents (a cache's parent that cannot be made)."""
+    try:
+        path, folder = path.resolve(), folder.resolve()
+    except OSError:
+        return False
+    return path.is_relative_to(folder) or folder.is_relative_to(path)
 
 
 def _disk_full(exc: BaseException, phase: str, run_dir: str | None) -> Classified:

@@ -261,6 +261,7 @@ class Evaluator:
     def run_eval(self, step: int, stage: str) -> float | None:
         if self.evaluation is None or not self.evaluation.input_ids:
             return None
+        self.emitter.emit("busy", what="eval", step=step)  # silent until its eval event
         model = self.trainer.model
         was_training = model.training
         model.eval()
@@ -301,6 +302,7 @@ class Evaluator:
     def run_samples(self, step: int, stage: str, checkpoint: str | None = None) -> None:
         if not self.prompts or not self.sampling:
             return
+        self.emitter.emit("busy", what="samples", step=step)  # silent until its first sample event
         model = self.trainer.model
         tokenizer = self.trainer.processing_class
         was_training = model.training

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from cockpit.config.schema import ConfigError, TrainConfig
+from cockpit.fmt import quoted
 from cockpit.models import packaged
 from cockpit.models import shipped as shapes
 from cockpit.paths import cache_root
@@ -221,16 +222,16 @@ def _load_failure(what: str, name: str, exc: Exception) -> str:
     if local.exists():
         if what == "tokenizer" and local.is_dir() and not any(local.glob("tokenizer*")):
             return (
-                f"could not load the tokenizer from local path {name!r}: the folder has no tokenizer files "
-                "(tokenizer.json, tokenizer_config.json, tokenizer.model). Copy them from the base model "
-                f"(tokenizer.save_pretrained) into it. {text}"
+                f"could not load the tokenizer from local path {quoted(name)}: the folder has no tokenizer "
+                "files (tokenizer.json, tokenizer_config.json, tokenizer.model). Copy them from the base "
+                f"model (tokenizer.save_pretrained) into it. {text}"
             )
-        return f"could not load the {what} from local path {name!r}: {text}"
+        return f"could not load the {what} from local path {quoted(name)}: {text}"
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co (default)")
     offline = " (HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE") else ""
     return (
-        f"could not load the {what} {name!r} from the hub at {endpoint}{offline}: {text}. If the hub is slow "
-        "or unreachable here, set HF_ENDPOINT to a mirror, or download once and use the local path."
+        f"could not load the {what} {quoted(name)} from the hub at {endpoint}{offline}: {text}. If the hub "
+        "is slow or unreachable here, set HF_ENDPOINT to a mirror, or download once and use the local path."
     )
 
 

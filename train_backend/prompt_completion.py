@@ -6,6 +6,7 @@ exist (`dataset.prompt_field`, `dataset.completion_field`)."""
 from __future__ import annotations
 
 from cockpit.config.schema import DatasetSection
+from cockpit.fmt import quoted
 from train_backend.errors import DataError
 
 FORMAT = "prompt_completion"
@@ -27,8 +28,8 @@ def select(raw, section: DatasetSection):
     if missing:
         key = "dataset.prompt_field" if missing[0] == section.prompt_field else "dataset.completion_field"
         raise DataError(
-            f"dataset column {missing[0]!r} not found; columns are: {', '.join(raw.column_names)}. Set {key} "
-            "to the right column (or dataset.format)."
+            f"dataset column {quoted(missing[0])} not found; columns are: {', '.join(raw.column_names)}. "
+            f"Set {key} to the right column (or dataset.format)."
         )
     raw = raw.select_columns(list(wanted))
     for name, new in zip(wanted, ("prompt", "completion")):

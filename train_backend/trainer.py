@@ -95,6 +95,8 @@ class TrainingRun:
         if owner:
             CommandListener(str(run.control_path), controls.on_command, controls.on_fault).start()
             RunDirWatch(run.path, controls.on_run_dir_gone).start()
+            if world is None:  # the one writer of events.jsonl (several GPUs: rank 0 of a launcher's run)
+                emitter.keep_record(run.events_path, run.events_fallback_path, controls.on_events_lost)
             start_recorder(run)
         return cls(run, emitter, world, controls, owner, budget_mod.history_state(run.events_path))
 
@@ -204,7 +206,7 @@ def start(r: TrainingRun) -> Setup:
         max_usd=cfg.cost.max_usd,
         emulated_vram=emulation,
     )
-    budget = budget_mod.budget_for(cfg, r.prior, time.time())
+    budget = budget_mod.budget_for(cfg, r.prior, time.monotonic())  # NTP never steps it
     if emulation is not None and not emulation["applied"]:
         r.emitter.emit(
             "warning",

@@ -10,6 +10,7 @@ import re
 
 from cockpit import __version__
 from cockpit.cli import finish_commands
+from cockpit.fmt import quoted
 from cockpit.run import process
 
 
@@ -279,7 +280,9 @@ def context_tokens(text: str) -> int:
     except ValueError:
         value = 0
     if not 1 <= value <= 2**20:
-        raise argparse.ArgumentTypeError(f"{text!r}: give tokens of context from 1 to 1048576, e.g. 4096")
+        raise argparse.ArgumentTypeError(
+            f"{quoted(text)}: give tokens of context from 1 to 1048576, e.g. 4096"
+        )
     return value
 
 
@@ -290,7 +293,7 @@ def seconds(text: str) -> float:
     except ValueError:
         value = -1.0
     if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: give seconds, 0 or more, e.g. 10")
+        raise argparse.ArgumentTypeError(f"{quoted(text)}: give seconds, 0 or more, e.g. 10")
     return value
 
 
@@ -299,11 +302,11 @@ def vram_gib(text: str) -> float:
     match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(GiB|G|MiB|M)?\s*", text)
     if not match:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: give GiB as nvidia-smi counts them (MiB / 1024), e.g. 24GiB or 24576MiB"
+            f"{quoted(text)}: give GiB as nvidia-smi counts them (MiB / 1024), e.g. 24GiB or 24576MiB"
         )
     number = float(match.group(1))
     if number <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a size above 0, e.g. 24GiB or 24576MiB")
+        raise argparse.ArgumentTypeError(f"{quoted(text)}: give a size above 0, e.g. 24GiB or 24576MiB")
     return number / 1024 if match.group(2) in ("MiB", "M") else number
 
 

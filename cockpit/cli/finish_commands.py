@@ -11,6 +11,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, TextIO
 
+from cockpit.fmt import quoted
 from cockpit.plain import output_width
 from cockpit.run import rundir
 from cockpit.run.exit_codes import EXIT_FAILED, EXIT_USAGE
@@ -161,5 +162,5 @@ def _tokens(text: str) -> int:
     except ValueError:
         value = 0
     if not 1 <= value <= 32768:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of tokens from 1 to 32768, e.g. 256")
+        raise argparse.ArgumentTypeError(f"{quoted(text)}: give a number of tokens from 1 to 32768, e.g. 256")
     return value

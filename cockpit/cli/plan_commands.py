@@ -32,7 +32,7 @@ def load_workload(args: argparse.Namespace) -> tuple[TrainConfig, ModelShape, Wo
     from cockpit.models import memory as est
     from cockpit.models import shape as modelshape
 
-    cfg = config_load.load_config(args.config, workload_overrides(args))
+    cfg = config_load.load_config(args.config, workload_overrides(args), sets=args.overrides)
     shape = modelshape.load_shape(cfg.model.name, cfg.model.revision or "main")
     warning = context_warning(shape, cfg.training.max_length)
     if warning:
@@ -143,7 +143,7 @@ def cmd_pick(args: argparse.Namespace) -> int:
     from cockpit.gpus import catalog
     from cockpit.plan import cards_inputs
 
-    cfg = config_load.load_config(args.config, workload_overrides(args))
+    cfg = config_load.load_config(args.config, workload_overrides(args), sets=args.overrides)
     from cockpit.cli.data_commands import config_tokens
 
     report = None

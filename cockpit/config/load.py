@@ -9,7 +9,6 @@ import difflib
 import math
 import os
 import re
-import reprlib
 from collections.abc import Hashable, Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Union, get_args, get_origin
 
 import yaml
 
-from cockpit import yaml_text
+from cockpit import paths, yaml_text
 from cockpit.config import sources as dataset_sources
 from cockpit.config.schema import (
     REPORTER_PACKAGES,
@@ -31,6 +30,8 @@ from cockpit.config.schema import (
     type_hints,
 )
 from cockpit.config.secrets import secret_in_values
+from cockpit.fmt import MAX_QUOTED_CHARS as MAX_QUOTED_CHARS  # what the tests bound an error by
+from cockpit.fmt import quoted
 from cockpit.models import shipped as shapes
 from cockpit.paths import cockpit_command
 
@@ -40,19 +41,28 @@ if TYPE_CHECKING:
 _Section = TypeVar("_Section", bound="DataclassInstance")  # TrainConfig or one of its sections
 
 
-def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None = None) -> TrainConfig:
-    """Read YAML, apply `key=value` overrides, validate. Raises ConfigError."""
+def load_config(
+    path: str | os.PathLike[str] | None, overrides: list[str] | None = None, sets: list[str] | None = None
+) -> TrainConfig:
+    """Read YAML, apply `key=value` overrides, validate. Raises ConfigError; one about a key that one of
+    `sets` (the user's `--set` items among the overrides; by default all of them) gave names `--set`."""
     raw: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
         if path.is_dir():
             raise ConfigError(
-                f"{str(path)!r} is a directory; give the config's YAML file "
+                f"{_quote(str(path))} is a directory; give the config's YAML file "
                 f"({cockpit_command()} init writes one)"
+            )
+        odd = paths.not_a_regular_file(path)
+        if odd is not None:
+            raise ConfigError(
+                f"config file {_quote(str(path))} is {odd}, not a file to read; give the config's YAML "
+                f"file (cockpit init FILE writes one)"
             )
         if not path.is_file():
             raise ConfigError(
-                f"config file {str(path)!r} not found. Write one with: {cockpit_command()} init {path}"
+                f"config file {_quote(str(path))} not found. Write one with: {cockpit_command()} init {path}"
             )
         try:
             loaded = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
@@ -73,7 +83,21 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None
         raw = loaded
     for item in overrides or []:
         apply_override(raw, item)
-    return config_from_dict(raw)
+    try:
+        return config_from_dict(raw)
+    except ConfigError as exc:
+        raise _blame_override(exc, (overrides or []) if sets is None else sets) from None
+
+
+def _blame_override(exc: ConfigError, overrides: list[str]) -> ConfigError:
+    """An error about a key that a `--set` gave names `--set`, not the file (which may not even hold
+    the key); other errors as they are."""
+    text = str(exc)
+    for item in reversed(overrides):  # the last --set of a key is the one that counts
+        key = item.partition("=")[0].strip()
+        if text.startswith(f"{key}:") or text.startswith(f"unknown key {_quote(key)}"):
+            return ConfigError(f"--set {text}" if text.startswith(key) else f"--set {key}: {text}")
+    return exc
 
 
 class _UniqueKeyLoader(yaml_text.SafeLoader):
@@ -101,7 +125,10 @@ class _UniqueKeyLoader(yaml_text.SafeLoader):
 # a real config has a few hundred values; YAML aliases can make billions out of a few lines (a "billion
 # laughs"), which are cheap to load as shared references but not to walk, print or save
 MAX_CONFIG_VALUES = 10_000
-MAX_QUOTED_CHARS = 200
+# the longest string a key takes: a path (PATH_MAX), a hub id, a shell command; a longer one is a paste gone
+# wrong, refused before it reaches the file system, a run directory or a message
+MAX_VALUE_CHARS = 4096
+HUB_NAME_CHARS = 96  # the hub's limit on each part of org/name
 
 
 def _check_size(loaded: Any, where: str) -> None:
@@ -139,7 +166,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     for part in parts[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"--set {key}: {part!r} is a value, not a section")
+            raise ConfigError(f"--set {_quote(key)}: {_quote(part)} is a value, not a section")
         node = child
     node[parts[-1]] = value
 
@@ -262,6 +289,13 @@ def _check_value(key: str, value: Any, hint: Any, meta: Mapping[str, Any]) -> An
             f"{key}: a value is required ({_type_words(allowed)}); remove the key for the default"
         )
     value = _coerce(key, value, allowed)
+    if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+        is_path = value.startswith(("/", "./", "../", "~"))
+        what = "does not exist: no path" if is_path else "is too long: no value"
+        raise ConfigError(
+            f"{key}: {_quote(value)} {what} here is longer than {MAX_VALUE_CHARS:,} characters (the longest "
+            "path the OS takes); check what was pasted or substituted there"
+        )
     if isinstance(value, float) and not math.isfinite(value):  # YAML's .nan/.inf, or --set x=nan
         raise ConfigError(f"{key}: {value} is not a finite number; give a number like 1 or 2e-4")
     choices = meta.get("choices")
@@ -325,14 +359,7 @@ def _type_words(allowed: tuple[Any, ...]) -> str:
     return " or ".join(out)
 
 
-_QUOTE = reprlib.Repr()
-_QUOTE.maxlevel, _QUOTE.maxlist, _QUOTE.maxdict, _QUOTE.maxstring, _QUOTE.maxother = 3, 6, 6, 120, 120
-
-
-def _quote(value: Any) -> str:
-    """The value as an error quotes it: bounded (reprlib stops early), however large the value."""
-    text = _QUOTE.repr(value)
-    return text if len(text) <= MAX_QUOTED_CHARS else text[: MAX_QUOTED_CHARS - 3] + "..."
+_quote = quoted  # the value as an error quotes it: bounded, however large the value
 
 
 def _show(value: Any) -> str:
@@ -365,19 +392,23 @@ def _check_combinations(cfg: TrainConfig) -> None:
                 f"model.name: {_quote(name)} has no config.json; point it at the folder that holds "
                 "config.json and the weights (the one save_pretrained wrote)."
             )
-    elif not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name):
+    elif not is_hub_id(name):
         raise ConfigError(
-            f"model.name: {_quote(name)} is neither a local path, a hub id (org/name) nor synthetic:<arch>"
+            f"model.name: {_quote(name)} is neither a local path, a hub id (org/name) nor synthetic:<arch> "
+            f"(a hub id has word characters, dots and dashes, at most {HUB_NAME_CHARS} on each side of the /)"
         )
 
+    ds = cfg.dataset.path
     if cfg.dataset.sources is None:
-        dataset_sources.check_path("dataset.path", cfg.dataset.path)
-    if cfg.dataset.train_on == "answers" and cfg.dataset.format in ("text", "tokens"):
+        dataset_sources.check_path("dataset.path", ds)
+    if cfg.dataset.sources is None and ds != "demo" and not looks_like_path(ds) and not is_hub_id(ds):
         raise ConfigError(
-            f"dataset.train_on: answers, but dataset.format is {cfg.dataset.format}, whose rows have no "
-            "answers to tell from prompts. Set dataset.train_on: all (every token trains), or give chat "
-            "rows (format: messages) or prompt/completion rows (format: prompt_completion)."
+            f"dataset.path: {_quote(ds)} is neither an existing file or folder nor a hub id (org/name: word "
+            f"characters, dots and dashes, at most {HUB_NAME_CHARS} on each side of the /). Give a "
+            ".json/.jsonl/.csv/.parquet file, a folder written by datasets' save_to_disk, a hub id, or "
+            "'demo'."
         )
+    _check_train_on(cfg)
     targets = cfg.lora.target_modules
     if isinstance(targets, str) and targets != "all-linear":
         raise ConfigError(
@@ -390,12 +421,21 @@ def _check_combinations(cfg: TrainConfig) -> None:
     _check_eval(cfg)
 
 
+def _check_train_on(cfg: TrainConfig) -> None:
+    if cfg.dataset.train_on == "answers" and cfg.dataset.format in ("text", "tokens"):
+        raise ConfigError(
+            f"dataset.train_on: answers, but dataset.format is {cfg.dataset.format}, whose rows have no "
+            "answers to tell from prompts. Set dataset.train_on: all (every token trains), or give chat "
+            "rows (format: messages) or prompt/completion rows (format: prompt_completion)."
+        )
+
+
 def _check_eval(cfg: TrainConfig) -> None:
     ds, ev = cfg.dataset, cfg.eval
     if ds.eval_split is not None and ds.eval_fraction is not None:
         raise ConfigError(
-            f"dataset.eval_split ({ds.eval_split!r}) and dataset.eval_fraction ({ds.eval_fraction}) are both "
-            "set; the eval data comes from one of them: keep one"
+            f"dataset.eval_split ({_quote(ds.eval_split)}) and dataset.eval_fraction ({ds.eval_fraction}) "
+            "are both set; the eval data comes from one of them: keep one"
         )
     if ds.eval_split is not None:
         if not ds.eval_split.strip():
@@ -408,14 +448,14 @@ def _check_eval(cfg: TrainConfig) -> None:
             path = Path(ds.eval_split).expanduser()
             if not path.exists():
                 raise ConfigError(
-                    f"dataset.eval_split: {ds.eval_split!r} does not exist. Give a split of the dataset "
-                    "(e.g. validation), an existing .json/.jsonl/.csv/.parquet file, or use "
+                    f"dataset.eval_split: {_quote(ds.eval_split)} does not exist. Give a split of the "
+                    "dataset (e.g. validation), an existing .json/.jsonl/.csv/.parquet file, or use "
                     "dataset.eval_fraction: 0.05 to hold out part of the training data."
                 )
         if ds.eval_split == ds.split and not looks_like_path(ds.eval_split):
             raise ConfigError(
-                f"dataset.eval_split: {ds.eval_split!r} is the split trained on (dataset.split); eval data "
-                "must be held out: name another split, or use dataset.eval_fraction"
+                f"dataset.eval_split: {_quote(ds.eval_split)} is the split trained on (dataset.split); "
+                "eval data must be held out: name another split, or use dataset.eval_fraction"
             )
     has_eval = ds.eval_split is not None or ds.eval_fraction is not None
     if not has_eval and ev.steps is not None:
@@ -483,7 +523,7 @@ def _check_report_to(cfg: TrainConfig) -> None:
         close = difflib.get_close_matches(unknown[0], REPORTERS, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ConfigError(
-            f"report_to: {unknown[0]!r} is not a tracker the cockpit feeds; give any of "
+            f"report_to: {_quote(unknown[0])} is not a tracker the cockpit feeds; give any of "
             f"{', '.join(REPORTERS)} (or leave report_to out: off).{hint}"
         )
     if len(set(names)) != len(names):
@@ -521,6 +561,14 @@ def with_absolute_paths(cfg: TrainConfig, base: Path | None = None) -> TrainConf
     if cfg.export.to:
         cfg.export.to = str((base / Path(cfg.export.to).expanduser()).resolve())
     return cfg
+
+
+def is_hub_id(name: str) -> bool:
+    """`org/name` or `name` as the hub spells them: word characters, dots and dashes, each part at
+    most HUB_NAME_CHARS."""
+    return bool(re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name)) and all(
+        len(part) <= HUB_NAME_CHARS for part in name.split("/")
+    )
 
 
 def looks_like_path(name: str) -> bool:

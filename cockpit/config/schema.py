@@ -289,6 +289,13 @@ class CostSection:
         "wrote is on disk, e.g. 'sudo shutdown -h now' (cockpit train --then); its output goes to "
         "backend.log",
     )
+    on_end_timeout_min: float = _f(
+        5.0,
+        "how long cost.on_end may run, in minutes: past it its process group is ended (SIGTERM, then "
+        "SIGKILL) and the run's events and `cockpit runs` say it timed out",
+        min=0.05,
+        max=1440,
+    )
     idle_minutes: float = _f(
         5.0,
         "the idle alarm: every GPU below 5% util this long while no run trains (paused, ended) says so, "

@@ -24,6 +24,7 @@ from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.doctor.window import Finding
 from cockpit.live.event_text import describe
 from cockpit.live.stall import Stall, StallNotices, find_stall
+from cockpit.live.trainer_seen import TrainerLook
 from cockpit.live.watch import LiveWatch, finding_line, gpu_status
 from cockpit.money import idle
 from cockpit.paths import cockpit_command
@@ -182,13 +183,13 @@ def _follow_plain(
     view = RunState(run_id=session.run.run_id)
     last_log, last_step = -1e18, None
     shown: dict[str, Finding] = {}
-    stalls = StallNotices()
+    stalls, stall_of = StallNotices(), _StallWatch(session)
     while True:
         items = session.poll()
         sample, findings = watch.update(session.state) if watch else (None, [])
         _print_changes(shown, findings, out)
         _alarm(alarm, findings, out)
-        said = stalls.update(_stall(session))
+        said = stalls.update(stall_of())
         if said:
             print(f"{datetime.now().isoformat(timespec='seconds')} {said}", file=out, flush=True)
         for item in items:
@@ -215,11 +216,29 @@ def _follow_plain(
             time.sleep(POLL_S)
 
 
-def _stall(session: RunSource) -> Stall | None:
-    """A live trainer gone quiet (cockpit.live.stall); a replay's silences are in its recording."""
-    if session.mode != "live" or session.trainer_gone:
-        return None
-    return find_stall(session.state, time.time())
+class _StallWatch:
+    """A live trainer gone quiet (cockpit.live.stall), judged with a look at its process (its state
+    letter, its CPU use: cockpit.live.trainer_seen); a replay's silences are in its recording."""
+
+    def __init__(self, session: RunSource) -> None:
+        self.session = session
+        self.look: TrainerLook | None = None
+
+    def __call__(self) -> Stall | None:
+        session = self.session
+        if session.mode != "live" or session.trainer_gone:
+            return None
+        if self.look is None:
+            pid = (session.run.read_trainer() or {}).get("pid")
+            self.look = TrainerLook(pid) if isinstance(pid, int) else None
+        seen = self.look.look() if self.look is not None else None
+        return find_stall(session.state, _now(session), seen)
+
+
+def _now(session: RunSource) -> float:
+    """The live session's clock (RunSession.now_ts: not stepped with the wall clock), else the wall's."""
+    now_ts = getattr(session, "now_ts", None)
+    return now_ts() if now_ts is not None else time.time()
 
 
 def _print_changes(shown: dict[str, Finding], findings: list[Finding], out: TextIO) -> None:
@@ -270,7 +289,7 @@ def _render(
 
 
 def _follow_live(session: RunSource, console: Console, watch: LiveWatch | None, alarm: idle.IdleAlarm) -> int:
-    stalls = StallNotices()
+    stalls, stall_of = StallNotices(), _StallWatch(session)
     with Live(console=console, refresh_per_second=REFRESH_PER_S, transient=False) as live:
         while True:
             items = session.poll()
@@ -284,8 +303,8 @@ def _follow_live(session: RunSource, console: Console, watch: LiveWatch | None, 
                 line = describe(item)
                 if line:
                     live.console.print(line, markup=False, highlight=False)
-            now = state.last_ts if session.trainer_gone else time.time()
-            said = stalls.update(_stall(session))
+            now = state.last_ts if session.trainer_gone else _now(session)
+            said = stalls.update(stall_of())
             if said:
                 live.console.print(said, markup=False, highlight=False)
             group = _render(state, now, sample, findings, watch is not None, _trainer_pids(watch, state))

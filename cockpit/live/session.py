@@ -38,6 +38,7 @@ class RunSession:
         self.trainer_gone = False
         self._alive_checked = 0.0
         self._alive = True
+        self._received = (time.time(), time.monotonic())  # the clocks when events last came
         # a live client says it is attached, so the end runner's idle watch leaves the alarm to it
         self._presence = None if recorded else clients.attached(run)
         if self._presence is not None:
@@ -61,6 +62,15 @@ class RunSession:
             self.state.apply(item)
         if items:
             self.snapshot = self.state.snapshot()
+            self._received = (time.time(), time.monotonic())
+
+    def now_ts(self) -> float:
+        """Now, as the wall clock read when events last came, moved on by the monotonic clock since:
+        the clock a live view measures silence, elapsed time and cost on. A step of the wall clock
+        while the trainer is quiet (NTP setting it an hour on) is no hour of silence or of cost; the
+        trainer's next event, stamped by the stepped clock, brings the view onto it."""
+        wall, mono = self._received
+        return wall + (time.monotonic() - mono)
 
     @property
     def label(self) -> str | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cockpit.fmt import quoted
 from cockpit.models import shipped as shapes
 from cockpit.paths import cache_root
 
@@ -171,21 +172,31 @@ def load_shape(spec: str, revision: str = "main", timeout_s: float = HUB_TIMEOUT
         return from_config_dict(shape, spec, f"shipped shape ({shape.get('_source', arch)})")
     if shapes.is_synthetic(spec):
         raise ShapeError(
-            f"unknown synthetic architecture {arch!r}; shipped: {', '.join(shapes.shape_names())}"
+            f"unknown synthetic architecture {quoted(arch)}; shipped: {', '.join(shapes.shape_names())}"
         )
     path = Path(spec).expanduser()
-    if path.exists():
+    if _exists(path):
         file = path / "config.json" if path.is_dir() else path
         if not file.is_file():
-            raise ShapeError(f"{spec}: no config.json in this folder")
+            raise ShapeError(f"{quoted(spec)}: no config.json in this folder")
         try:
             config = json.loads(file.read_text(encoding="utf-8"))
         except ValueError as exc:
             raise ShapeError(f"{file}: not valid JSON ({exc})") from None
         return from_config_dict(config, spec, f"local {file}")
     if spec.startswith(("/", ".", "~")) or spec.count("/") != 1:
-        raise ShapeError(f"{spec!r} is neither an existing path, a hub id (org/name) nor a shipped shape")
+        raise ShapeError(
+            f"{quoted(spec)} is neither an existing path, a hub id (org/name) nor a shipped shape"
+        )
     return from_config_dict(fetch_hub_config(spec, revision, timeout_s), spec, f"hub {spec}@{revision}")
+
+
+def _exists(path: Path) -> bool:
+    """Whether a path exists; a name the OS cannot take (too long, a NUL byte) does not."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def hub_endpoint() -> str:

@@ -1,7 +1,9 @@
 """The budget: `cost.max_usd` against what a run has cost, over all its attempts.
 
-A run's cost is `cost.price_per_hour` times the wall time of its trainer attempts (each from its
-`hello` to its last event; cockpit.run.state.RunState.billed_s), the figure the run view shows.
+A run's cost is `cost.price_per_hour` times the time of its trainer attempts (each from its
+`hello` to its last event, on the trainer's monotonic clock, `mono_s`, where its events carry it:
+a step of the wall clock bills nothing; cockpit.run.state.RunState.billed_s), the figure the run
+view shows.
 The trainer checks it at every step end and, once it reaches the budget, saves a checkpoint and
 stops; a restart whose budget is already spent is refused before anything loads.
 """
@@ -31,7 +33,7 @@ class Budget:
     max_usd: float
     price_per_hour: float
     prior_s: float  # billed seconds of the attempts before this one
-    started_ts: float  # this attempt's start (its hello)
+    started_ts: float  # this attempt's start (its hello), on the clock `now_ts` is read from: monotonic
 
     def cost_usd(self, now_ts: float) -> float:
         return self.price_per_hour * (self.prior_s + max(0.0, now_ts - self.started_ts)) / 3600

@@ -15,7 +15,8 @@ SIGKILLed --no-ui) and is out of reach of `cockpit stop`'s signals to the traine
    run twice for one ending, whoever else starts a runner for it;
 4. syncs the file systems, runs the steps asked to come first (`steps_before_on_end`: the
    export asked for with the run, `export.at_end`), then the command, with its output in
-   backend.log and an `end_command` event before and after it in events.jsonl;
+   backend.log and an `end_command` event before and after it in events.jsonl; a command still
+   running after `cost.on_end_timeout_min` has its process group ended (`timed_out`);
 5. with `cost.on_idle` set, watches the GPUs while no client is attached
    (cockpit.money.idle_watch) and runs on_idle once they have idled `cost.idle_minutes`.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -174,7 +176,8 @@ def run_end(run: RunDir, trainer_pid: int) -> int:
     failed_steps = run_steps(run, steps_before_on_end(cfg, run, status.state))
     code = 1 if failed_steps else 0
     if command:
-        code = run_command(run, command, status.state, trainer_pid)
+        limit_s = round(cfg.cost.on_end_timeout_min * 60, 3)
+        code = run_command(run, command, status.state, trainer_pid, limit_s)
     if cfg.cost.on_idle:
         settings = idle.IdleSettings(cfg.cost.idle_minutes, cfg.cost.on_idle)
         log(idle_watch.watch(run, settings, say=log).text)
@@ -208,40 +211,75 @@ def run_steps(run: RunDir, steps: list[EndStep]) -> list[str]:
     return failed
 
 
-def run_command(run: RunDir, command: str, run_status: str, trainer_pid: int) -> int:
-    """The end command through the shell, in the run directory, output on our stdout (backend.log)."""
-    log(f"on_end: the run {run_status}; running: {command}")
-    append_event(run, "end_command", state="started", command=command, run_status=run_status)
+def run_command(
+    run: RunDir, command: str, run_status: str, trainer_pid: int, timeout_s: float = 300.0
+) -> int:
+    """The end command through the shell, in the run directory, output on our stdout (backend.log);
+    past `timeout_s` (cost.on_end_timeout_min) its process group is ended and it is recorded as
+    timed out."""
+    log(f"on_end: the run {run_status}; running: {command} (at most {timeout_s / 60:g} min)")
+    append_event(
+        run, "end_command", state="started", command=command, run_status=run_status, timeout_s=timeout_s
+    )
     env = dict(
         os.environ, COCKPIT_RUN_ID=run.run_id, COCKPIT_RUN_DIR=str(run.path), COCKPIT_RUN_STATUS=run_status
     )
-    began = time.time()
+    began = time.monotonic()
+    timed_out = False
     try:
-        code = subprocess.run(
-            command, shell=True, stdin=subprocess.DEVNULL, cwd=run.path, env=env, check=False
-        ).returncode
+        shell = subprocess.Popen(  # a group of its own: what it starts is ended with it
+            command, shell=True, stdin=subprocess.DEVNULL, cwd=run.path, env=env, start_new_session=True
+        )
+        code, timed_out = _wait_bounded(shell, timeout_s)
         error = None
     except OSError as exc:  # no shell, no such directory
         code, error = None, f"{exc.strerror or exc}"
-    took = round(time.time() - began, 2)
-    ok = code == 0
+    took = round(time.monotonic() - began, 2)
+    ok = code == 0 and not timed_out
     if ok:
         log(f"on_end: done in {took} s (exit 0)")
+    elif timed_out:
+        log(
+            f"on_end TIMED OUT after {took} s (cost.on_end_timeout_min {timeout_s / 60:g}): its process "
+            f"group was ended: {command}; the run directory is intact"
+        )
     else:
         why = f"exit {code}" if error is None else error
         log(f"on_end FAILED ({why}) after {took} s: {command}; the run directory is intact")
     append_event(
         run,
         "end_command",
-        state="finished" if ok else "failed",
+        state="finished" if ok else "timed_out" if timed_out else "failed",
         command=command,
         run_status=run_status,
         returncode=code,
         error=error,
         duration_s=took,
+        timeout_s=timeout_s,
         trainer_pid=trainer_pid,
     )
     return 0 if ok else 1
+
+
+def _wait_bounded(
+    shell: subprocess.Popen[bytes], timeout_s: float, term_s: float = 10.0
+) -> tuple[int | None, bool]:
+    """(its exit status, whether it ran out of time): past `timeout_s`, SIGTERM to its process group,
+    then SIGKILL after `term_s`."""
+    try:
+        return shell.wait(timeout_s), False
+    except subprocess.TimeoutExpired:
+        pass
+    for sig, wait_s in ((signal.SIGTERM, term_s), (signal.SIGKILL, 5.0)):  # SIGKILL: any stray member too
+        try:
+            os.killpg(shell.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            shell.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+    return shell.poll(), True
 
 
 def main(argv: list[str]) -> int:

@@ -369,12 +369,15 @@ class BudgetEvent(TypedDict, total=False):
 class EndCommandEvent(TypedDict, total=False):
     """Written by the end runner (cockpit.money.end_runner) around cost.on_end, after the run's end."""
 
-    state: Annotated[str, Meaning("started, then finished or failed")]
+    state: Annotated[str, Meaning("started, then finished, failed or timed_out")]
     command: Annotated[str, Meaning("the shell command (cost.on_end)")]
     run_status: Annotated[str, Meaning("how the run ended: finished, stopped or failed")]
     returncode: Annotated[int | None, Meaning("its exit status; null when the shell could not start")]
     error: Annotated[str | None, Meaning("why the shell could not start")]
     duration_s: Annotated[float, Meaning("how long it ran")]
+    timeout_s: Annotated[
+        float, Meaning("how long it may run (cost.on_end_timeout_min); past it, its process group is ended")
+    ]
     trainer_pid: Annotated[int, Meaning("the trainer attempt whose end it was")]
 
 
@@ -499,6 +502,15 @@ class ExportDoneEvent(TypedDict, total=False):
     peak_gpu_bytes: Annotated[int | None, Meaning("torch.cuda.max_memory_allocated (CUDA)")]
 
 
+class BusyEvent(TypedDict, total=False):
+    """The trainer began work between steps that says nothing until it ends: an eval pass, sampling, a
+    checkpoint save. Its own event (eval, checkpoint) or the next log ends it; a silence meanwhile is
+    judged against that work's past durations, not the steps'."""
+
+    what: Annotated[str, Meaning("eval, samples or save")]
+    step: Annotated[int, Meaning("the optimizer step it follows")]
+
+
 class EvalEvent(TypedDict, total=False):
     """The eval loss on the held-out split: the base before step 1, every eval.steps, the end."""
 
@@ -594,13 +606,14 @@ EVENTS: dict[str, type] = {
     "export_progress": ExportProgressEvent,
     "export_check": ExportCheckEvent,
     "export_done": ExportDoneEvent,
+    "busy": BusyEvent,
     "eval": EvalEvent,
     "sample": SampleEvent,
     "chat_ready": ChatReadyEvent,
     "chat_token": ChatTokenEvent,
     "chat_done": ChatDoneEvent,
 }
-ENVELOPE = ("v", "type", "ts")
+ENVELOPE = ("v", "type", "ts", "mono_s")  # mono_s: the trainer's monotonic clock (docs/protocol.md)
 JSON_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}
 
 

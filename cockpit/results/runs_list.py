@@ -89,7 +89,7 @@ def row_of(run: RunDir) -> RunRow:
 def _end_command(event: dict[str, Any] | None) -> dict[str, Any] | None:
     if not event:
         return None
-    keys = ("state", "command", "returncode", "error", "duration_s")
+    keys = ("state", "command", "returncode", "error", "duration_s", "timeout_s", "ts")
     return {k: event[k] for k in keys if k in event}
 
 
@@ -139,7 +139,30 @@ def table_lines(found: list[RunRow]) -> list[str]:
         if r.on_end and r.on_end.get("state") == "failed":
             why = r.on_end.get("error") or f"exit {r.on_end.get('returncode')}"
             out.append(f"  on_end FAILED ({why}): {r.on_end.get('command')} (see its backend.log)")
+        elif r.on_end:
+            out += on_end_lines(r.on_end, time.time())
     return out
+
+
+def on_end_lines(on_end: dict[str, Any], now_ts: float) -> list[str]:
+    """cost.on_end still running (with its limit), timed out, or started and never ended (its runner
+    gone: past its limit, it cannot be running)."""
+    state, command = on_end.get("state"), on_end.get("command")
+    limit = on_end.get("timeout_s")
+    if state == "timed_out":
+        took = fmt.duration(on_end.get("duration_s"))
+        return [
+            f"  on_end TIMED OUT after {took} (cost.on_end_timeout_min), ended: {command} (see backend.log)"
+        ]
+    if state != "started" or not isinstance(on_end.get("ts"), (int, float)):
+        return []
+    running = now_ts - on_end["ts"]
+    if isinstance(limit, (int, float)) and running > limit + 60:
+        return [
+            f"  on_end started {fmt.duration(running)} ago and never ended (its runner killed?): {command}"
+        ]
+    bound = f" of at most {fmt.duration(limit)}" if isinstance(limit, (int, float)) else ""
+    return [f"  on_end running for {fmt.duration(running)}{bound}: {command}"]
 
 
 # ---------------------------------------------------------------- freeing disk

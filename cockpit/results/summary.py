@@ -90,7 +90,11 @@ def summarize(
         adapter_is_final=is_final,
         adapter_was_saved=bool(outcome.get("output")),
         error=error,
-        next_commands=next_commands(run_path.name, state, adapter, is_final, checkpoints, reason),
+        next_commands=(
+            next_commands(run_path.name, state, adapter, is_final, checkpoints, reason)
+            if run_path.is_dir()
+            else gone_commands()
+        ),
         on_end=on_end,
         on_end_state=ended_command.get("state"),
     )
@@ -116,6 +120,12 @@ def next_commands(
     elif state.status == "failed":
         out.append(f"{me} restart {run_id}")
     return out
+
+
+def gone_commands() -> list[str]:
+    """What goes on from a run whose directory is gone: restart, chat and export need its checkpoints,
+    which went with it; only a new run is left."""
+    return ["cockpit train CONFIG (a new run: this one's directory and checkpoints are gone)"]
 
 
 def _step_of(checkpoint: str) -> str:
@@ -157,6 +167,7 @@ def summary_lines(s: RunSummary) -> list[str]:
             "started": "running; output in backend.log",
             "finished": "done (exit 0)",
             "failed": "FAILED, see backend.log; the run directory is intact",
+            "timed_out": "TIMED OUT (cost.on_end_timeout_min) and ended; see backend.log",
         }.get(s.on_end_state, s.on_end_state)
         lines.append(f"on_end: {s.on_end}: {state}")
     return lines

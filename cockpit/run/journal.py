@@ -5,7 +5,9 @@ which is the descriptor `open_for_trainer` hands them; a client that must record
 trainer could not (how it ended, a config change before a relaunch) calls `append`. Both end a
 line a killed writer left unfinished first, so every message starts on a line of its own.
 Readers follow the file from the start (`EventFollower`: replay, then live) or fold it whole
-into a `RunState` (`fold`), or find the last event of a type (`last_event`).
+into a `RunState` (`fold`), or find the last event of a type (`last_event`). A trainer whose
+events.jsonl stops taking events (made immutable, replaced) goes on in events-fallback.jsonl
+beside it: every reader here reads that one after it, and `append` writes there when refused.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from cockpit.protocol.wire import Fault, LineDecoder, encode
+from cockpit.run.rundir import EVENTS_FALLBACK_NAME, EVENTS_NAME
 
 if TYPE_CHECKING:
     from cockpit.run.state import RunState
@@ -31,13 +34,29 @@ def append(path: Path, msg_type: str, **fields: Any) -> bytes:
     """Append one event; returns the line written. OSError (a full disk, a run directory gone)
     is the caller's to report."""
     line = encode(msg_type, **fields)
+    try:
+        _append_line(path, line)
+    except PermissionError:  # made immutable or read-only: where the trainer goes on too
+        fallback = fallback_of(path)
+        if fallback is None:
+            raise
+        _append_line(fallback, line)
+    return line
+
+
+def _append_line(path: Path, line: bytes) -> None:
     end_partial_line(path)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line)  # one write: a line is never interleaved with the trainer's
     finally:
         os.close(fd)
-    return line
+
+
+def fallback_of(path: Path) -> Path | None:
+    """The file the events go on in when `path` (a run's events.jsonl) refuses them; None for another
+    file."""
+    return path.with_name(EVENTS_FALLBACK_NAME) if path.name == EVENTS_NAME else None
 
 
 def end_partial_line(path: Path) -> None:
@@ -65,8 +84,16 @@ class EventFollower:
         self.decoder = LineDecoder()
         self._file: BinaryIO | None = None
         self.finished = False
+        fallback = fallback_of(path)
+        self._fallback = EventFollower(fallback, chunk_bytes) if fallback is not None else None
 
     def poll(self) -> list[dict[str, Any] | Fault]:
+        items = self._poll_own()
+        if self._fallback is not None:  # what came after events.jsonl stopped taking events
+            items.extend(self._fallback.poll())
+        return items
+
+    def _poll_own(self) -> list[dict[str, Any] | Fault]:
         if self._file is None:
             try:
                 self._file = open(self.path, "rb")  # noqa: SIM115 - held open while following
@@ -81,16 +108,20 @@ class EventFollower:
 
     def finish(self) -> list[dict[str, Any] | Fault]:
         """The writer is gone: read the rest, and report a line it left unfinished."""
-        items = self.poll()
+        items = self._poll_own()
         if not self.finished:
             self.finished = True
             items.extend(self.decoder.finish())
+        if self._fallback is not None:
+            items.extend(self._fallback.finish())
         return items
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._fallback is not None:
+            self._fallback.close()
 
 
 def read_all(path: Path) -> list[dict[str, Any] | Fault]:

@@ -157,9 +157,11 @@ def stop(
         say(f"asked the trainer to stop (up to {grace_s:.0f} s for its checkpoint)")
         if _wait_gone(run, grace_s):
             return "stopped"
+        say("the trainer did not stop in time: SIGTERM to its process group")
+    except control.NotTheFifo as exc:
+        say(f"{exc}; SIGTERM to its process group instead (the trainer saves a checkpoint on it)")
     except control.NotRunning:
-        pass
-    say("the trainer did not stop in time: SIGTERM to its process group")
+        say("the trainer did not stop in time: SIGTERM to its process group")
     _signal_group(pgid, signal.SIGTERM)
     if _wait_gone(run, term_s):
         _signal_group(pgid, signal.SIGKILL)  # stray workers of the group

@@ -3,6 +3,7 @@
 <root>/<run id>/
     config.yaml      the resolved config (no secrets)
     events.jsonl     every protocol message, appended (the trainer's stdout)
+    events-fallback.jsonl  the messages after events.jsonl stopped taking them (immutable, replaced)
     backend.log      everything else the trainer printed
     control          FIFO for commands (stop/save/pause/resume), mode 0600
     trainer.json     pid, process group, start time, boot id of the current trainer
@@ -23,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from cockpit import paths
+from cockpit.fmt import quoted
 
 CONFIG_NAME = "config.yaml"
 EVENTS_NAME = "events.jsonl"
+EVENTS_FALLBACK_NAME = "events-fallback.jsonl"  # where the trainer goes on when events.jsonl refuses
 LOG_NAME = "backend.log"
 CONTROL_NAME = "control"
 TRAINER_NAME = "trainer.json"
@@ -56,6 +59,10 @@ class RunDir:
     @property
     def events_path(self) -> Path:
         return self.path / EVENTS_NAME
+
+    @property
+    def events_fallback_path(self) -> Path:
+        return self.path / EVENTS_FALLBACK_NAME
 
     @property
     def log_path(self) -> Path:
@@ -171,15 +178,23 @@ def create(root: Path | None, model_name: str, config_yaml: str) -> RunDir:
             continue
     else:
         raise RuntimeError(f"could not create a run directory under {root}")
-    os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
     run = RunDir(path)
+    try:
+        _fill(run, config_yaml)
+    except BaseException:  # no half-made run directory for `cockpit runs` to list as failed
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    _register(run, paths.runs_root())
+    return run
+
+
+def _fill(run: RunDir, config_yaml: str) -> None:
+    os.chmod(run.path, 0o700)  # mkdir's mode is filtered by the umask
     _write_private(run.config_path, config_yaml)
     _write_private(run.events_path, "")
     _write_private(run.log_path, "")
     os.mkfifo(run.control_path, 0o600)
     run.checkpoints_dir.mkdir(mode=0o700)
-    _register(run, paths.runs_root())
-    return run
 
 
 SOURCE_MARK = "# copied from: "  # the first line `cockpit train` writes into a run's config.yaml
@@ -206,13 +221,18 @@ def _register(run: RunDir, default_root: Path) -> None:
     """Runs outside the default root get a symlink there, so `cockpit runs` finds every run."""
     if default_root.exists() and run.path.parent.resolve() == default_root.resolve():
         return
-    default_root.mkdir(parents=True, exist_ok=True, mode=0o700)
     link = default_root / run.run_id
-    if not link.exists():
-        try:
+    try:
+        default_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not link.exists():
             link.symlink_to(run.path.resolve())
-        except OSError:
-            pass  # a read-only home is no reason to fail a run
+    except OSError:
+        pass  # a read-only home is no reason to fail a run; the CLI says `cockpit runs` misses it
+
+
+def is_listed(run: RunDir) -> bool:
+    """Whether `cockpit runs` finds the run (in the default root, or linked from it)."""
+    return any(r.path == run.path.resolve() for r in all_runs())
 
 
 def all_runs(root: Path | None = None) -> list[RunDir]:
@@ -227,9 +247,18 @@ def all_runs(root: Path | None = None) -> list[RunDir]:
     return sorted(runs, key=lambda r: r.run_id)
 
 
+def _is_run_path(spec: str) -> bool:
+    """Whether `spec` is the path of a run directory; a name the OS cannot take (too long, a NUL
+    byte) is not."""
+    try:
+        return Path(spec).expanduser().is_dir() and (Path(spec).expanduser() / EVENTS_NAME).exists()
+    except (OSError, ValueError):
+        return False
+
+
 def find(spec: str | None, root: Path | None = None) -> RunDir:
     """A run by path, id, unique id prefix, or the newest when spec is None or 'last'."""
-    if spec and Path(spec).expanduser().is_dir() and (Path(spec).expanduser() / EVENTS_NAME).exists():
+    if spec and _is_run_path(spec):
         return RunDir(Path(spec).expanduser().resolve())
     runs = all_runs(root)
     where = root or paths.runs_root()
@@ -246,5 +275,6 @@ def find(spec: str | None, root: Path | None = None) -> RunDir:
         return matches[0]
     if not matches:
         me = paths.cockpit_command()
-        raise RunNotFound(f"no run matches {spec!r} under {where}; `{me} runs` lists them")
-    raise RunNotFound(f"{spec!r} matches {len(matches)} runs: {', '.join(r.run_id for r in matches[:6])}")
+        raise RunNotFound(f"no run matches {quoted(spec)} under {where}; `{me} runs` lists them")
+    shown = ", ".join(r.run_id for r in matches[:6])
+    raise RunNotFound(f"{quoted(spec)} matches {len(matches)} runs: {shown}")

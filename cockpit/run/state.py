@@ -39,6 +39,12 @@ INPUT_FIELDS: Final = ("data_wait_s", "compute_s", "data_wait_share", "tokens_pe
 # does not swing it), and none before ETA_MIN_STEPS steps were timed (the first ones load and compile)
 ETA_WINDOW_STEPS = 20
 ETA_MIN_STEPS = 3
+# the event that ends each kind of work between steps, and its field that says how long it took
+BUSY_DURATIONS = {
+    "eval": ("eval", "eval_s"),
+    "sample": ("samples", "seconds"),
+    "checkpoint": ("save", "save_s"),
+}
 
 
 def notice_text(item: dict[str, Any] | Fault) -> str | None:
@@ -73,6 +79,11 @@ def end_command_text(item: dict[str, Any]) -> str:
         return f"on_end: the run {item.get('run_status')}; running: {command}"
     if state == "finished":
         return f"on_end: done in {item.get('duration_s')} s (exit 0): {command}"
+    if state == "timed_out":
+        return (
+            f"on_end TIMED OUT after {item.get('duration_s')} s (cost.on_end_timeout_min): ended with its "
+            f"process group: {command}; its output is in backend.log, the run directory is intact"
+        )
     why = f"exit {item.get('returncode')}" if item.get("error") is None else item.get("error")
     return f"on_end FAILED ({why}): {command}; its output is in backend.log, the run directory is intact"
 
@@ -85,6 +96,16 @@ class Attempt:
     started_ts: float
     last_ts: float
     resume_from: str | None = None
+    # the same on the trainer's monotonic clock (its events' mono_s), where they carry it: what the
+    # attempt lasted whatever the wall clock did (an NTP step of an hour bills nothing)
+    started_mono: float | None = None
+    last_mono: float | None = None
+
+    @property
+    def lasted_s(self) -> float:
+        if self.started_mono is not None and self.last_mono is not None:
+            return max(0.0, self.last_mono - self.started_mono)
+        return max(0.0, self.last_ts - self.started_ts)
 
 
 @dataclass
@@ -139,6 +160,8 @@ class RunState:
     faults: int = 0
     last_ts: float | None = None
     log_gap_s: float | None = None  # between the last two log events: how often a training step is said
+    busy: dict[str, Any] | None = None  # work between steps under way (a busy event): what, step, ts
+    busy_s: dict[str, float] = field(default_factory=dict)  # what -> the longest it took (eval_s, save_s...)
     _last_log_ts: float | None = None
 
     # ------------------------------------------------------------ folding
@@ -159,11 +182,31 @@ class RunState:
             # noticed, maybe much later) does not stretch it over time when nothing ran
             if self.attempts and not self.ended and kind not in ("hello", "config_change", "exit"):
                 self.attempts[-1].last_ts = max(self.attempts[-1].last_ts, ts)
+                mono = number(item.get("mono_s"))
+                if mono is not None and self.attempts[-1].started_mono is not None:
+                    self.attempts[-1].last_mono = max(self.attempts[-1].last_mono or 0.0, mono)
         if kind not in EVENT_TYPES:
             return
+        self._track_busy(kind, item, ts)
         handler = getattr(self, f"_on_{kind}", None)
         if handler is not None:
             handler(item)
+
+    def _track_busy(self, kind: str, item: dict[str, Any], ts: float | None) -> None:
+        """The work between steps under way (an eval pass, sampling, a save), and how long each kind
+        took at most: what a silence meanwhile is judged by (cockpit.live.stall)."""
+        if kind == "busy":
+            self.busy = {"what": item.get("what"), "step": item.get("step"), "ts": ts}
+            return
+        what, key = BUSY_DURATIONS.get(kind, (None, None))
+        took = number(item.get(key)) if key else None
+        if what and took is not None:
+            self.busy_s[what] = max(took, self.busy_s.get(what, 0.0))
+        ends_it = kind in ("log", "paused", "done", "error", "exit") or (
+            self.busy is not None and self.busy.get("what") == what and what != "samples"
+        )
+        if self.busy is not None and ends_it:
+            self.busy = None
 
     def _notice(self, text: str) -> None:
         self.notices.append(text)
@@ -171,7 +214,8 @@ class RunState:
 
     def _on_hello(self, m: HelloEvent) -> None:
         ts = number(m.get("ts")) or 0.0
-        self.attempts.append(Attempt(m.get("pid"), ts, ts, m.get("resume_from")))
+        mono = number(m.get("mono_s"))
+        self.attempts.append(Attempt(m.get("pid"), ts, ts, m.get("resume_from"), mono, mono))
         self.run_id = m.get("run_id", self.run_id)
         self.device = m.get("device") or {}
         self.precision = m.get("precision")
@@ -381,13 +425,12 @@ class RunState:
         return not self.ended and self.eta_s() is None
 
     def billed_s(self, now_ts: float | None = None) -> float:
-        """Wall time of all trainer attempts so far: what the instance was billed while training ran."""
-        total = 0.0
-        for i, attempt in enumerate(self.attempts):
-            end = attempt.last_ts
-            if i == len(self.attempts) - 1 and now_ts is not None and not self.ended:
-                end = max(end, now_ts)
-            total += max(0.0, end - attempt.started_ts)
+        """Time of all trainer attempts so far (on the trainer's monotonic clock where its events carry
+        it): what the instance was billed while training ran. `now_ts` adds the time since the live
+        attempt's last event (a live client's clock: cockpit.live.session.RunSession.now_ts)."""
+        total = sum(attempt.lasted_s for attempt in self.attempts)
+        if self.attempts and now_ts is not None and not self.ended:
+            total += max(0.0, now_ts - self.attempts[-1].last_ts)
         return total
 
     def cost_so_far(self, now_ts: float | None = None) -> float | None:

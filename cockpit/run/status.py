@@ -13,6 +13,7 @@ from cockpit.protocol.wire import Fault, LineDecoder, encode
 from cockpit.run import journal, process
 from cockpit.run.oom_messages import silent_oom
 from cockpit.run.rundir import RunDir
+from cockpit.run.state import RunState
 
 
 @dataclass
@@ -33,10 +34,11 @@ def run_status(run: RunDir) -> RunStatus:
     if alive:
         label = "paused" if state.status == "paused" else "running"
         return RunStatus(label, state.phase, state.step, state.total_steps, state.last_ts)
+    beyond = _steps_beyond_events(run, state)
     if state.status in ("finished", "stopped"):
         return RunStatus(
             state.status,
-            (state.outcome or {}).get("message", ""),
+            (state.outcome or {}).get("message", "") + beyond,
             state.step,
             state.total_steps,
             state.last_ts,
@@ -63,6 +65,22 @@ def run_status(run: RunDir) -> RunStatus:
         state.total_steps,
         state.last_ts,
     )
+
+
+def _steps_beyond_events(run: RunDir, state: RunState) -> str:
+    """An ended run whose complete checkpoints went further than its events say (events.jsonl stopped
+    taking events and nothing else was recorded): the step is the checkpoints', and the detail says
+    why the two differ; "" when they agree."""
+    checkpoints = run.complete_checkpoints()
+    if not checkpoints:
+        return ""
+    newest = checkpoints[-1]
+    step = int(newest.name.rsplit("-", 1)[-1])
+    if step <= state.step:
+        return ""
+    said = state.step
+    state.step = step
+    return f" (events.jsonl ends at step {said}; {newest.name} shows the run reached step {step})"
 
 
 def record_exit(run: RunDir, returncode: int | None) -> list[dict[str, Any] | Fault]:

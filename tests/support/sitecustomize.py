@@ -17,3 +17,20 @@ if _out:
             f.write("\n".join(names))
 
     atexit.register(_record)
+
+# COCKPIT_TEST_CLOCK_STEP=PATH:SECONDS: the trainer's wall clock is stepped by SECONDS once PATH exists,
+# as NTP steps it; its monotonic clock is not (tests/test_finish_cost_e2e.py)
+_step = os.environ.get("COCKPIT_TEST_CLOCK_STEP")
+if _step and "train_backend" in getattr(sys, "orig_argv", ()):
+    import time as _time
+
+    _trigger, _by = _step.rsplit(":", 1)
+    _real_time, _seen = _time.time, {"at": 0.0, "stepped": False}
+
+    def _stepped_time() -> float:
+        now = _time.monotonic()
+        if not _seen["stepped"] and now - _seen["at"] >= 0.2:
+            _seen["at"], _seen["stepped"] = now, os.path.exists(_trigger)
+        return _real_time() + (float(_by) if _seen["stepped"] else 0.0)
+
+    _time.time = _stepped_time
