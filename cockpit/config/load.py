@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Union, get_args, get_origin
 import yaml
 
 from cockpit import paths, yaml_text
+from cockpit.config import preference
 from cockpit.config import sources as dataset_sources
 from cockpit.config.schema import (
     REPORTER_PACKAGES,
@@ -419,6 +420,7 @@ def _check_combinations(cfg: TrainConfig) -> None:
     _check_cost(cfg)
     _check_report_to(cfg)
     _check_eval(cfg)
+    preference.check(cfg)
 
 
 def _check_train_on(cfg: TrainConfig) -> None:

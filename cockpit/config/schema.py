@@ -17,6 +17,18 @@ import yaml
 from cockpit.models import shipped as shapes
 
 METHODS = ("qlora", "lora", "full")
+OBJECTIVES = ("sft", "dpo", "kto", "orpo")  # docs/preference.md
+DPO_LOSSES = (
+    "sigmoid",
+    "hinge",
+    "ipo",
+    "robust",
+    "bco_pair",
+    "sppo_hard",
+    "apo_zero",
+    "apo_down",
+    "sigmoid_norm",
+)
 OPTIMIZERS = (
     "adamw_torch",
     "adamw_torch_fused",
@@ -241,6 +253,39 @@ class TrainingSection:
 
 
 @dataclass
+class PreferenceSection:
+    """What objective dpo, kto and orpo read (docs/preference.md); sft ignores it."""
+
+    beta: float = _f(
+        0.1,
+        "dpo and kto: how far the policy may move from the reference (higher: closer to it); orpo: the "
+        "weight of the odds-ratio term beside the SFT loss (the paper's lambda)",
+        min=0,
+        exclusive_min=True,
+    )
+    dpo_loss: str = _f("sigmoid", "dpo: TRL's loss_type (sigmoid is the DPO paper's)", choices=DPO_LOSSES)
+    max_prompt_length: int | None = _f(
+        None,
+        "prompt tokens kept, from its end (the tokens nearest the answer); a longer prompt loses its "
+        "start. null: only training.max_length cuts (the end of each prompt + answer)",
+        min=1,
+        max=1 << 20,
+    )
+    precompute_ref_log_probs: bool = _f(
+        False,
+        "dpo and kto: the reference's log-probs computed once before step 1 (one forward pass over the "
+        "data) and kept with the rows: no reference forward during training, so a lower peak",
+    )
+    chosen_field: str = _f("chosen", "dpo and orpo: the column of the preferred answer")
+    rejected_field: str = _f("rejected", "dpo and orpo: the column of the dispreferred answer")
+    label_field: str = _f("label", "kto: the column saying whether the completion is desirable (true/false)")
+    desirable_weight: float = _f(1.0, "kto: weight of the desirable rows' loss", min=0, exclusive_min=True)
+    undesirable_weight: float = _f(
+        1.0, "kto: weight of the undesirable rows' loss", min=0, exclusive_min=True
+    )
+
+
+@dataclass
 class OutputSection:
     dir: str | None = _f(
         None, "root of run directories (default: $COCKPIT_HOME/runs or ~/.local/share/lora-cockpit/runs)"
@@ -421,8 +466,23 @@ class TrainConfig:
     model: ModelSection = field(default_factory=ModelSection)
     dataset: DatasetSection = field(default_factory=DatasetSection)
     method: str = _f("qlora", "qlora (4/8-bit base + LoRA), lora (16-bit base + LoRA), full", choices=METHODS)
+    objective: str = _f(
+        "sft",
+        "what the run trains for: sft (the next-token loss on the data), dpo (chosen over rejected, against "
+        "a reference), kto (desirable and undesirable completions, against a reference), orpo (the SFT "
+        "loss on chosen plus an odds-ratio term; no reference). Any method; docs/preference.md",
+        choices=OBJECTIVES,
+    )
+    init_from: str | None = _f(
+        None,
+        "start from an earlier run's adapter, trained further (SFT, then DPO): RUN (its final adapter, else "
+        "its last complete checkpoint), RUN:best (lowest eval loss), RUN:N (checkpoint-N), or an adapter "
+        "folder; RUN is an id, a unique prefix or a path. dpo and kto then take that adapter's model as "
+        "the reference. lora and qlora only",
+    )
     lora: LoraSection = field(default_factory=LoraSection)
     quantization: QuantizationSection = field(default_factory=QuantizationSection)
+    preference: PreferenceSection = field(default_factory=PreferenceSection)
     training: TrainingSection = field(default_factory=TrainingSection)
     gpus: int = _f(
         1, "GPUs (one process each) on this machine; > 1 starts the trainer through torchrun", min=1, max=64
