@@ -186,6 +186,11 @@ def _start(cfg: config.TrainConfig, args: argparse.Namespace, source: str) -> in
 
     if not data_ok_to_start(cfg, source):
         return EXIT_USAGE
+    if cfg.init_from is not None:  # the adapter found now is the one the trainer loads
+        from cockpit.results.init_from import resolved
+
+        cfg.init_from, what = resolved(cfg.init_from, cfg.model.name)
+        _say(f"init_from: {what}, trained further as this run's adapter", keep=(cfg.init_from,))
     if args.check:
         print(said)
         return 0
