@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from cockpit import fmt
+from cockpit.live import preference_text
 from cockpit.protocol.wire import Fault
 from cockpit.run.state import notice_text
 
@@ -53,6 +54,10 @@ def describe(item: dict[str, Any] | Fault) -> str | None:
         return eval_line(item)
     if kind == "sample":
         return sample_line(item)
+    if kind == "preference_setup":
+        return preference_text.setup_line(item)
+    if kind == "preference_eval":
+        return preference_text.eval_line(item)
     if kind == "error":
         return f"ERROR ({item.get('kind')}): {item.get('message')}\n  fix: {item.get('hint')}"
     if kind == "done":

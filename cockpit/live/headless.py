@@ -22,6 +22,7 @@ from rich.text import Text
 from cockpit import fmt
 from cockpit.doctor.multi_gpu import rank_pids
 from cockpit.doctor.window import Finding
+from cockpit.live import preference_text
 from cockpit.live.event_text import describe
 from cockpit.live.stall import Stall, StallNotices, find_stall
 from cockpit.live.trainer_seen import TrainerLook
@@ -48,6 +49,7 @@ def status_line(state: RunState, now_ts: float | None) -> str:
     if state.eval_loss is not None:
         parts.append(f"eval {fmt.loss(state.eval_loss)}")
     parts += [
+        *preference_text.status_parts(state.preference),
         f"lr {fmt.sci(state.learning_rate)}",
         f"tok/s {fmt.rate(state.tokens_per_s)}",
         *([f"MFU {fmt.share(state.mfu)}"] if state.mfu is not None else []),

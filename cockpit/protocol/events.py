@@ -546,6 +546,75 @@ class SampleEvent(TypedDict, total=False):
     style: Annotated[str, Meaning("the prompt style (as in data)")]
 
 
+class PreferenceSetupEvent(TypedDict, total=False):
+    """A preference run (objective dpo, kto or orpo) set up: its reference, its rows (docs/preference.md)."""
+
+    objective: Annotated[str, Meaning("dpo, kto or orpo")]
+    reference: Annotated[
+        str,
+        Meaning(
+            "what the policy is scored against: adapter_off (the base, adapter disabled), ref_adapter (the "
+            "init_from adapter, frozen), copy (a 16-bit copy of the base), precomputed, or none (orpo)"
+        ),
+    ]
+    reference_note: Annotated[str, Meaning("the same in words")]
+    beta: Annotated[float, Meaning("preference.beta")]
+    loss_type: Annotated[str, Meaning("dpo: TRL's loss_type (preference.dpo_loss); else the objective")]
+    init_from: Annotated[str | None, Meaning("the adapter folder the run started from")]
+    max_prompt_length: Annotated[int | None, Meaning("preference.max_prompt_length")]
+    max_length: Annotated[int, Meaning("training.max_length: the most tokens of a prompt + answer")]
+    rows: Annotated[int, Meaning("training rows (pairs, or KTO's completions)")]
+    sequences_per_row: Annotated[int, Meaning("2 for a pair (chosen and rejected in one forward), 1 for kto")]
+    prompt_tokens_p50: Annotated[int, Meaning("median prompt, in tokens, before the cut")]
+    prompt_tokens_max: Annotated[int, Meaning("longest prompt")]
+    answer_tokens_p50: Annotated[int, Meaning("median answer (chosen, rejected or completion)")]
+    answer_tokens_max: Annotated[int, Meaning("longest answer")]
+    prompts_cut: Annotated[int, Meaning("rows whose prompt max_prompt_length cuts (its start goes)")]
+    answers_cut: Annotated[int, Meaning("rows whose answer max_length cuts (its end goes)")]
+    rows_dropped_by_length: Annotated[int, Meaning("rows dropped: the prompt left no room for an answer")]
+
+
+class PreferenceLogEvent(TypedDict, total=False):
+    """A preference run's figures for one logged step, beside its `log` (the fields its objective has)."""
+
+    step: Annotated[int, Meaning("optimizer step")]
+    objective: Annotated[str, Meaning("dpo, kto or orpo")]
+    loss: Annotated[float | None, Meaning("the objective's loss")]
+    accuracy: Annotated[
+        float, Meaning("dpo, orpo: share of pairs whose chosen reward beats the rejected one's, 0-1")
+    ]
+    margins: Annotated[float, Meaning("mean chosen reward minus rejected reward")]
+    rewards_chosen: Annotated[float, Meaning("mean reward of the chosen (kto: desirable) answers")]
+    rewards_rejected: Annotated[float, Meaning("mean reward of the rejected (kto: undesirable) answers")]
+    kl: Annotated[float, Meaning("kto: the batch's KL estimate between the policy and the reference")]
+    log_odds_ratio: Annotated[float, Meaning("orpo: mean log-sigmoid of the chosen/rejected log-odds ratio")]
+    log_odds_chosen: Annotated[float, Meaning("orpo: mean log-odds of chosen over rejected")]
+    nll_loss: Annotated[float, Meaning("orpo: the SFT loss on the chosen answers")]
+    logps_chosen: Annotated[float, Meaning("mean log-probability of the chosen answers")]
+    logps_rejected: Annotated[float, Meaning("mean log-probability of the rejected answers")]
+
+
+class PreferenceEvalEvent(TypedDict, total=False):
+    """A preference run's eval on the held-out rows (TRL's evaluate): before step 1, each eval.steps, the end."""
+
+    step: Annotated[int, Meaning("the step evaluated (0: before training)")]
+    stage: Annotated[str, Meaning("base, train or final")]
+    objective: Annotated[str, Meaning("dpo, kto or orpo")]
+    eval_loss: Annotated[float | None, Meaning("the objective's loss on the held-out rows")]
+    eval_rows: Annotated[int, Meaning("held-out rows")]
+    eval_s: Annotated[float, Meaning("time the pass took")]
+    accuracy: Annotated[float, Meaning("dpo, orpo: the reward accuracy on held-out pairs, 0-1")]
+    margins: Annotated[float, Meaning("mean chosen minus rejected reward")]
+    rewards_chosen: Annotated[float, Meaning("mean reward of the chosen (desirable) answers")]
+    rewards_rejected: Annotated[float, Meaning("mean reward of the rejected (undesirable) answers")]
+    kl: Annotated[float, Meaning("kto: the KL estimate")]
+    log_odds_ratio: Annotated[float, Meaning("orpo: as in preference_log")]
+    log_odds_chosen: Annotated[float, Meaning("orpo: as in preference_log")]
+    nll_loss: Annotated[float, Meaning("orpo: the SFT loss on the chosen answers")]
+    logps_chosen: Annotated[float, Meaning("mean log-probability of the chosen answers")]
+    logps_rejected: Annotated[float, Meaning("mean log-probability of the rejected answers")]
+
+
 class ChatReadyEvent(TypedDict, total=False):
     """The chat backend (cockpit chat, on its pipe) loaded its weights."""
 
@@ -609,6 +678,9 @@ EVENTS: dict[str, type] = {
     "busy": BusyEvent,
     "eval": EvalEvent,
     "sample": SampleEvent,
+    "preference_setup": PreferenceSetupEvent,
+    "preference_log": PreferenceLogEvent,
+    "preference_eval": PreferenceEvalEvent,
     "chat_ready": ChatReadyEvent,
     "chat_token": ChatTokenEvent,
     "chat_done": ChatDoneEvent,

@@ -25,12 +25,16 @@ from cockpit.protocol.events import (
     ModelEvent,
     PausedEvent,
     PhaseEvent,
+    PreferenceEvalEvent,
+    PreferenceLogEvent,
+    PreferenceSetupEvent,
     ResumedEvent,
     SampleEvent,
     SpeedPlanEvent,
     TrainBeginEvent,
 )
 from cockpit.protocol.wire import EVENT_TYPES, Fault, number
+from cockpit.run.preference_state import PreferenceState
 from cockpit.speed import flops
 
 MAX_NOTICES = 200
@@ -151,6 +155,7 @@ class RunState:
     best_eval: dict[str, Any] = field(default_factory=dict)  # step, eval_loss: the lowest so far
     best_checkpoint: str | None = None  # the kept checkpoint with the lowest eval loss
     samples: list[dict[str, Any]] = field(default_factory=list)  # the sample events, in order
+    preference: PreferenceState = field(default_factory=PreferenceState)  # objective dpo, kto or orpo
     attempts: list[Attempt] = field(default_factory=list)
     train_started_ts: float | None = None
     first_log_ts: float | None = None  # this attempt's first log event: its steps are measured from then
@@ -323,6 +328,15 @@ class RunState:
     def _on_sample(self, m: SampleEvent) -> None:
         self.samples.append({k: v for k, v in m.items() if k not in ("v", "type")})
 
+    def _on_preference_setup(self, m: PreferenceSetupEvent) -> None:
+        self.preference.on_setup(dict(m))
+
+    def _on_preference_log(self, m: PreferenceLogEvent) -> None:
+        self.preference.on_log(dict(m))
+
+    def _on_preference_eval(self, m: PreferenceEvalEvent) -> None:
+        self.preference.on_eval(dict(m))
+
     def _on_budget(self, m: BudgetEvent) -> None:
         self.budget_reached = {k: v for k, v in m.items() if k not in ("v", "type")}
 
@@ -390,6 +404,7 @@ class RunState:
                 value = value.copy()
             copied[f.name] = value
         copied["attempts"] = [replace(a) for a in self.attempts]
+        copied["preference"] = self.preference.copy()
         return RunState(**copied)
 
     @property
