@@ -253,6 +253,7 @@ class Evaluator:
         self.evaluation, self.prompts, self.style = evaluation, prompts, style
         self.trainer = None  # set once the trainer exists
         self.sampling = True  # off under FSDP: generation needs the whole model on one device
+        self.base_without_adapter = True  # the base's samples: the model with its adapter disabled
         self.every = cfg.eval.steps or cfg.output.save_steps
 
     def due(self, step: int) -> bool:
@@ -310,7 +311,7 @@ class Evaluator:
         try:
             with self.trainer.accelerator.autocast():
                 for prompt in self.prompts:
-                    if stage == "base" and hasattr(model, "disable_adapter"):
+                    if stage == "base" and self.base_without_adapter and hasattr(model, "disable_adapter"):
                         with model.disable_adapter():
                             answer = self._generate(model, tokenizer, prompt)
                     else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import signal
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cockpit.config import preference as objectives
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, TrainConfig
 from cockpit.money import budget as budget_mod
@@ -24,9 +24,11 @@ from train_backend import (
     data_mix,
     emulated_card,
     generation,
+    init_adapter,
     oom_watch,
     step_meter,
     test_aids,
+    train_args,
 )
 from train_backend import data as data_mod
 from train_backend import evaluation as eval_mod
@@ -36,6 +38,8 @@ from train_backend.channel import CommandListener, Emitter
 from train_backend.controls import Controls
 from train_backend.distributed import RankControls, World, choose_strategy, local_first
 from train_backend.errors import classify, format_traceback
+from train_backend.preference import build as preference
+from train_backend.preference.evaluation import PreferenceEvaluator
 from train_backend.rundir_watch import RunDirectoryGone, RunDirWatch
 from train_backend.speed import host_probe as host_speed
 from train_backend.speed import setup as fast
@@ -146,6 +150,7 @@ class Data:
     style: str  # how prompts are written (train_backend.generation)
     prefix: str
     prompts: list[eval_mod.Prompt]  # sampled before step 1, after each checkpoint and at the end
+    preference: dict | None = None  # a preference objective's rows: the data's part of preference_setup
 
 
 @dataclass
@@ -232,14 +237,26 @@ def prepare_data(r: TrainingRun, s: Setup, tokenizer) -> Data:
     """The dataset, its eval split and the sample prompts; `data`."""
     cfg = s.cfg
     r.enter("preparing_data", f"loading {cfg.dataset.where()}")
-    prepared = data_mix.prepare_all(cfg.dataset, tokenizer, cfg.training.max_length, cfg.training.seed)
-    prepared, held_out = eval_mod.split_eval(cfg, prepared, tokenizer)
-    style, prefix = _prompt_style(prepared, tokenizer)
-    prompts = eval_mod.build_prompts(cfg, held_out, tokenizer, style, prefix)
+    setup = None
+    if objectives.is_preference(cfg):
+        pairs = preference.prepare(cfg, tokenizer)
+        prepared, held_out, style, prefix, prompts = (
+            pairs.train,
+            pairs.held_out,
+            pairs.style,
+            "",
+            pairs.prompts,
+        )
+        setup = pairs.setup
+    else:
+        prepared = data_mix.prepare_all(cfg.dataset, tokenizer, cfg.training.max_length, cfg.training.seed)
+        prepared, held_out = eval_mod.split_eval(cfg, prepared, tokenizer)
+        style, prefix = _prompt_style(prepared, tokenizer)
+        prompts = eval_mod.build_prompts(cfg, held_out, tokenizer, style, prefix)
     r.emitter.emit("data", **prepared.stats, **_eval_fields(held_out, style, prefix, prompts))
     if prepared.dropped_note:
         r.emitter.emit("warning", message=prepared.dropped_note, hint="fix or remove those rows")
-    return Data(prepared, held_out, style, prefix, prompts)
+    return Data(prepared, held_out, style, prefix, prompts, setup)
 
 
 def plan_speed(r: TrainingRun, s: Setup, data: Data):
@@ -260,40 +277,43 @@ def load_model(r: TrainingRun, s: Setup, plan) -> Loaded:
     model = model_mod.load_model(cfg, s.model_path, s.precision, s.device, sharded=r.sharded)
     fast.apply_fused_kernels(plan, model)
     scales = fast.apply_quant_scales(cfg, model, r.sharded)
+    model = init_adapter.attach(cfg, model)  # init_from: the earlier run's adapter, trained further
     return Loaded(model, scales, time.time() - started)
 
 
 def build_trainer(r: TrainingRun, s: Setup, plan, data: Data, loaded: Loaded, tokenizer) -> Built:
-    """TRL's SFTTrainer with the cockpit's callbacks and checkpoints, made ready by the speed plan."""
+    """TRL's trainer for the objective (SFTTrainer, or DPO, KTO, ORPO: train_backend.preference) with
+    the cockpit's callbacks and checkpoints, made ready by the speed plan."""
     cfg = s.cfg
-    peft_config = None if cfg.method == "full" else model_mod.lora_config(cfg)
+    peft_config = None if cfg.method == "full" or cfg.init_from else model_mod.lora_config(cfg)
     _tracker_dirs(cfg, r.run)
-    rows = answer_data.trainer_columns(data.prepared.dataset)
-    train_data, data_kwargs, cache = fast.cached_dataset(plan, r.run.path, rows, cfg, tokenizer)
-    args = build_sft_config(cfg, r.run, s.precision, s.device.kind, fast.sft_kwargs(plan, data_kwargs))
-    if r.world is not None:
-        args = r.world.adapt_sft_config(args, cfg)
     meter = step_meter.StepMeter()  # the data wait and tokens per micro-batch, for the doctor
     eval_tracker = eval_mod.EvalTracker(r.run) if data.held_out is not None else None
-    evaluator = eval_mod.Evaluator(
+    evaluator_cls = PreferenceEvaluator if data.preference is not None else eval_mod.Evaluator
+    evaluator = evaluator_cls(
         cfg, r.emitter, eval_tracker or eval_mod.EvalTracker(r.run), data.held_out, data.prompts, data.style
     )
     callbacks = _callbacks(r, s, plan, data, evaluator, meter)
-    trainer_cls = step_meter.metered(fast.trainer_class(plan, checkpoints.trainer_class()), meter)
-    trainer_cls = answer_data.counting_trained_tokens(trainer_cls)
-    trainer = trainer_cls(
+    kwargs = dict(
         model=loaded.model,
-        args=args,
-        train_dataset=train_data,
         processing_class=tokenizer,
         peft_config=peft_config,
         callbacks=callbacks,
-        run=r.run,
-        emitter=r.emitter,
-        cfg=cfg,
         eval_tracker=eval_tracker,
         aids=s.aids,
     )
+    cache = None
+    if data.preference is not None:
+        kwargs.update(
+            train_dataset=data.prepared.dataset,
+            eval_dataset=data.held_out.dataset if data.held_out is not None else None,
+            extra=fast.sft_kwargs(plan, None),
+            trainer_cls_wrap=lambda cls: step_meter.metered(cls, meter),
+        )
+        model_args = (s.model_path, s.precision, s.device, r.sharded)
+        trainer = preference.build_trainer(cfg, r.run, r.emitter, data.preference, kwargs, model_args)
+    else:
+        trainer, cache = _sft_trainer(r, s, plan, data, tokenizer, meter, kwargs)
     evaluator.trainer = trainer
     if data.prompts and r.sharded:
         evaluator.sampling = False
@@ -309,6 +329,23 @@ def build_trainer(r: TrainingRun, s: Setup, plan, data: Data, loaded: Loaded, to
     return built
 
 
+def _sft_trainer(r: TrainingRun, s: Setup, plan, data: Data, tokenizer, meter, kwargs: dict):
+    """TRL's SFTTrainer on the rows with their answers, from the token cache where there is one;
+    (trainer, the cache folder to fill)."""
+    cfg = s.cfg
+    rows = answer_data.trainer_columns(data.prepared.dataset)
+    train_data, data_kwargs, cache = fast.cached_dataset(plan, r.run.path, rows, cfg, tokenizer)
+    args = build_sft_config(cfg, r.run, s.precision, s.device.kind, fast.sft_kwargs(plan, data_kwargs))
+    if r.world is not None:
+        args = r.world.adapt_sft_config(args, cfg)
+    trainer_cls = step_meter.metered(fast.trainer_class(plan, checkpoints.trainer_class()), meter)
+    trainer_cls = answer_data.counting_trained_tokens(trainer_cls)
+    trainer = trainer_cls(
+        args=args, train_dataset=train_data, run=r.run, emitter=r.emitter, cfg=cfg, **kwargs
+    )
+    return trainer, cache
+
+
 def _callbacks(r: TrainingRun, s: Setup, plan, data: Data, evaluator, meter) -> list:
     from train_backend.callbacks import CockpitCallback
 
@@ -316,6 +353,11 @@ def _callbacks(r: TrainingRun, s: Setup, plan, data: Data, evaluator, meter) -> 
     callbacks = [CockpitCallback(r.emitter, r.controls, cfg, budget=s.budget, meter=meter, aids=s.aids)]
     if data.held_out is not None or data.prompts:
         callbacks.append(eval_mod.make_eval_callback(evaluator, r.controls))
+    if data.preference is not None:
+        from train_backend.preference.metrics import PreferenceCallback
+
+        # before the cockpit's own: a step's figures are folded when its log line is drawn
+        callbacks.insert(0, PreferenceCallback(r.emitter, cfg.objective))
     callbacks.extend(fast.extra_callbacks(plan, r.emitter))
     if cfg.debug.profile_steps and (r.world is None or r.world.rank == 0):
         from train_backend.profiling import make_profile_callback
@@ -399,7 +441,7 @@ def finish(r: TrainingRun, s: Setup, data: Data, built: Built, result) -> int:
         evaluator.run_eval(step, "final")
     final = None
     if s.cfg.output.save_final:
-        r.enter("saving", "final adapter" if built.peft_config else "final model")
+        r.enter("saving", "final adapter" if built.peft_config or s.cfg.init_from else "final model")
         _save_final(r, trainer, built.tokenizer)
         final = str(r.run.final_dir)
     if data.prompts:
@@ -463,41 +505,8 @@ def build_sft_config(
     """`extra`: arguments the speed plan adds or replaces (train_backend.speed.setup.sft_kwargs)."""
     from trl import SFTConfig
 
-    t = cfg.training
-    kwargs = dict(
-        output_dir=str(run.checkpoints_dir),
-        per_device_train_batch_size=t.micro_batch_size,
-        gradient_accumulation_steps=t.gradient_accumulation_steps,
-        num_train_epochs=t.epochs,
-        max_steps=t.max_steps if t.max_steps is not None else -1,
-        learning_rate=t.learning_rate,
-        lr_scheduler_type=t.lr_scheduler,
-        warmup_steps=t.warmup,
-        optim=t.optimizer,
-        weight_decay=t.weight_decay,
-        max_grad_norm=t.max_grad_norm,
-        gradient_checkpointing=t.gradient_checkpointing,
-        bf16=precision == "bf16",
-        fp16=precision == "fp16",
-        use_cpu=device_kind == "cpu",
-        max_length=t.max_length,
-        packing=t.packing,
-        train_sampling_strategy=t.sampling,
-        seed=t.seed,
-        data_seed=t.seed,
-        logging_steps=t.logging_steps,
-        logging_first_step=True,
-        dataloader_num_workers=t.dataloader_num_workers,
-        save_strategy="steps",
-        save_steps=cfg.output.save_steps,
-        save_total_limit=None,  # rotation happens after the atomic rename (AtomicCheckpoints)
-        report_to=list(cfg.report_to or []),  # validated installed (cockpit.config.load)
-        run_name=run.run_id,  # the trackers' name for it
-        disable_tqdm=True,
-        dataset_text_field="text",
-    )
-    if "trackio" in kwargs["report_to"] and "project" in {f.name for f in dataclasses.fields(SFTConfig)}:
-        kwargs["project"] = "lora-cockpit"  # trackio's project (an argument of newer transformers)
+    kwargs = train_args.common_kwargs(cfg, run, precision, device_kind, SFTConfig)
+    kwargs.update(packing=cfg.training.packing, dataset_text_field="text")
     kwargs.update(extra or {})
     return SFTConfig(**kwargs)
 
