@@ -595,7 +595,8 @@ class PreferenceLogEvent(TypedDict, total=False):
 
 
 class PreferenceEvalEvent(TypedDict, total=False):
-    """A preference run's eval on the held-out rows (TRL's evaluate): before step 1, each eval.steps, the end."""
+    """A preference run's eval on the held-out rows (TRL's evaluate): before step 1, each eval.steps,
+    and at the end."""
 
     step: Annotated[int, Meaning("the step evaluated (0: before training)")]
     stage: Annotated[str, Meaning("base, train or final")]
