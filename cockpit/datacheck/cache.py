@@ -47,6 +47,9 @@ def cache_key(cfg: TrainConfig) -> tuple[str, bool]:
         "cockpit": __version__,
         "dataset": json.loads(json.dumps(cfg.dataset, default=lambda o: o.__dict__)),
         "max_length": cfg.training.max_length,
+        # a preference objective reads other files and columns, and cuts prompts (docs/preference.md)
+        "objective": cfg.objective,
+        "preference": json.loads(json.dumps(cfg.preference, default=lambda o: o.__dict__)),
         "eval_fraction": cfg.dataset.eval_fraction,
         "model": [cfg.model.name, cfg.model.revision, _tokenizer_stats(cfg.model.name)],
         "files": stats,

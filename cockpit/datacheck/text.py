@@ -27,6 +27,7 @@ def report_lines(report: dict[str, Any], source: str, width: int) -> list[str]:
     for entry in report["sources"]:
         lines += source_lines(entry, report)
     lines += token_lines(report, width)
+    lines += preference_lines(report.get("preference"))
     lines += run_lines(report.get("run"))
     lines += problem_lines(report)
     lines += warning_lines(report)
@@ -123,6 +124,25 @@ def token_lines(report: dict[str, Any], width: int, duplicates: bool = True) -> 
     dupes = report.get("duplicates") or {}
     if duplicates and not dupes.get("count"):
         lines.append(f"exact duplicates: none among {dupes.get('checked_rows', 0):,} rows")
+    return lines
+
+
+def preference_lines(part: dict[str, Any] | None) -> list[str]:
+    """A preference objective's rows in tokens: prompts and answers, and what the cuts take."""
+    if not part or "prompt_tokens" not in part:
+        return []
+    pairs = part["sequences_per_row"] == 2
+    limit = part.get("max_prompt_length")
+    rows = "a pair a row: chosen and rejected each with the prompt" if pairs else "one completion a row"
+    lines = [
+        f"{part['objective']}: {rows}; prompt tokens p50 {part['prompt_tokens']['p50']}, "
+        f"max {part['prompt_tokens']['max']:,}; "
+        f"answer tokens p50 {part['answer_tokens']['p50']}, max {part['answer_tokens']['max']:,}",
+        f"  cuts: {_rows(part['prompt_cut']['count'])} lose the start of their prompt "
+        f"(max_prompt_length {limit if limit is not None else 'null'}), {_rows(part['answer_cut']['count'])} "
+        f"the end of an answer (max_length), {_rows(part['answer_lost']['count'])} dropped (no room left for "
+        "an answer)",
+    ]
     return lines
 
 

@@ -45,7 +45,11 @@ class Checking:
 
 
 def run_check(cfg: TrainConfig, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """The report of `cfg`'s data (docs/data.md)."""
+    """The report of `cfg`'s data (docs/data.md); a preference objective's: datacheck.pairs."""
+    if cfg.objective != "sft":
+        from train_backend.datacheck import pairs
+
+        return pairs.run_check(cfg, progress)
     started = time.monotonic()
     found = load_tokenizer(cfg)
     tokenizer = found.tokenizer
