@@ -66,6 +66,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=1))
         return 0
     what = "inference" if args.inference else f"{cfg.method} training ({args.trainer} trainer)"
+    if not args.inference and cfg.objective != "sft":
+        what = f"{cfg.method} {cfg.objective} ({args.trainer} trainer; reference: {workload.reference})"
     lines = [f"{shape.name}: {fmt.params(shape.params)} params ({shape.source}), {what}; an estimate:"]
     lines += estimate_part_lines(result.parts, output_width())
     lines.append(f"  {'peak device memory (as nvidia-smi)':<36} {_figure(result.peak_bytes)}")

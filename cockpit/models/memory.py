@@ -40,7 +40,7 @@ form) is in cockpit.models.memory_report.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cockpit import fmt
@@ -77,6 +77,19 @@ NCCL_BUFFERS_BYTES = int(0.5 * GIB)
 # what a prediction must leave free on the card: the model's own error (<10% on measured
 # points) and memory other processes or fragmentation take
 SAFETY_MARGIN = 0.05
+
+# Preference objectives (docs/preference.md), counted from TRL 1.16's trainers, not fitted yet:
+# bench/preference_memory.py measures them against this model on a GPU.
+OBJECTIVES = ("sft", "dpo", "kto", "orpo")
+PAIRED = ("dpo", "orpo")  # chosen and rejected in one forward: twice the sequences a row
+# what the policy is scored against (train_backend.preference.trainers): adapter_off, the base with the
+# adapter disabled (no second copy); ref_adapter, init_from's adapter copied as a frozen 'ref'
+# adapter; copy, a 16-bit second model (a full fine-tune); precomputed, scored once before step 1;
+# none (sft, orpo)
+REFERENCES = ("none", "adapter_off", "ref_adapter", "copy", "precomputed")
+# a no-grad forward's live tensors inside one block, per token, in hidden sizes: the residual and its
+# norm, q, attention out and the MLP's gate, up and their product (k and v, intermediate sizes apart)
+REF_FORWARD_SCALE = 1.0
 # what is still allocated during the optimizer step (the backward's activations are freed by then)
 STEP_HELD_PARTS = ("weights", "quant_constants", "gradients", "optimizer", "adapter")
 
@@ -106,10 +119,17 @@ class Workload:
     fused_lora: bool = False  # each frozen linear and its adapter in one autograd function (speed.backend)
     unpacked_scales: bool = False  # double-quantised 4-bit scales kept in fp32 (quantization.unpack_scales)
     fused_mlp: bool = False  # the MLP and its adapters in one function, down_proj's input recomputed
+    objective: str = "sft"  # sft | dpo | kto | orpo (docs/preference.md)
+    reference: str = "none"  # what dpo and kto score against (REFERENCES; reference_kind)
 
     @property
     def tokens_per_micro_batch(self) -> int:
         return self.seq_len * self.micro_batch
+
+    @property
+    def sequences_per_row(self) -> int:
+        """Sequences a row puts through the model with gradients: chosen and rejected for a pair."""
+        return 2 if self.objective in PAIRED else 1
 
 
 @dataclass(frozen=True)
@@ -190,6 +210,17 @@ def check(w: Workload) -> None:
         raise EstimateError(f"sharding {w.sharding!r}: expected ddp or fsdp")
     if w.sharding == "fsdp" and w.gpus > 1 and w.method == "qlora" and w.quant_bits == 8:
         raise EstimateError("FSDP shards 4-bit QLoRA weights only; with 8-bit weights use ddp")
+    if w.objective not in OBJECTIVES or w.reference not in REFERENCES:
+        raise EstimateError(
+            f"objective {w.objective!r}, reference {w.reference!r}: expected an objective of "
+            f"{', '.join(OBJECTIVES)} and a reference of {', '.join(REFERENCES)}"
+        )
+    if w.reference != reference_kind(
+        w.objective, w.method, w.reference == "precomputed", w.reference == "ref_adapter"
+    ):
+        raise EstimateError(
+            f"reference {w.reference!r} does not go with objective {w.objective} and {w.method}"
+        )
     unknown = w.shape.unknown_targets(w.lora_targets) if w.method != "full" else []
     if unknown:
         names = ", ".join(w.shape.linear_shapes())
@@ -269,8 +300,11 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
     check(w)
     act_bytes = 4 if w.precision == "fp32" else 2
     trained, step_temp = _trained_state(w, act_bytes)
-    activations = _activations(w, act_bytes)
-    parts = [*_weights(w, act_bytes), *trained, *activations, _loss(w, activations[0].bytes)]
+    forward = forward_workload(w)
+    activations = _activations(forward, act_bytes)
+    loss = _orpo_logits(forward) if w.objective == "orpo" else _loss(forward, activations[0].bytes)
+    parts = [*_weights(w, act_bytes), *trained, *activations, loss]
+    parts += _reference_parts(w, act_bytes, activations, loss)
     step = _optimizer_step(w, parts, step_temp)
     if step is not None:
         parts.append(step)
@@ -283,6 +317,79 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
     if w.gpus > 1:
         parts = _per_gpu_parts(w, parts, act_bytes)
     return MemoryEstimate(tuple(parts), _load_peak_bytes(w, one_gpu, parts, context), tuple(unsure))
+
+
+def reference_kind(objective: str, method: str, precomputed: bool, from_adapter: bool) -> str:
+    """What a run of `objective` scores its policy against (REFERENCES): the one rule the trainer
+    (train_backend.preference.trainers) and this model share."""
+    if objective in ("sft", "orpo"):
+        return "none"
+    if precomputed:
+        return "precomputed"
+    if from_adapter:
+        return "ref_adapter"
+    return "copy" if method == "full" else "adapter_off"
+
+
+def forward_workload(w: Workload) -> Workload:
+    """The workload one forward with gradients runs: a pair's chosen and rejected are one batch of
+    twice the sequences (TRL concatenates them), padded to the longer; KTO's as SFT's."""
+    if w.sequences_per_row == 1:
+        return w
+    return replace(w, micro_batch=w.micro_batch * w.sequences_per_row)
+
+
+def _orpo_logits(w: Workload) -> Part:
+    """ORPO (trl.experimental.orpo) builds the full logits of chosen and rejected and their fp32
+    log-softmax and cross-entropy, as plain HF Trainer does (HF_LOGITS_BYTES, fitted on SFT runs)."""
+    tokens, s = w.tokens_per_micro_batch, w.shape
+    return Part(
+        "logits",
+        "logits (ORPO: full, + fp32 log-softmax, grad)",
+        int(tokens * s.vocab_size * HF_LOGITS_BYTES),
+        f"{tokens} tokens (chosen + rejected) x vocab {s.vocab_size}; ORPO does not use the fused LM head",
+    )
+
+
+def no_grad_forward_bytes(w: Workload, tokens: int, act_bytes: int) -> int:
+    """The live tensors of a forward without gradients over `tokens` (the reference's, KTO's KL batch):
+    one block's working set and one tile of the fused LM head; nothing is saved for backward."""
+    s = w.shape
+    kv = s.num_kv_heads * s.head_dim
+    per_token = (5 * s.hidden_size + 2 * kv + 3 * s.intermediate_size) * act_bytes * REF_FORWARD_SCALE
+    tile = min(tokens, LOSS_TILE_TOKENS) * min(s.vocab_size, LOSS_TILE_VOCAB) * 4
+    return int(tokens * per_token + tile)
+
+
+def _reference_parts(w: Workload, act_bytes: int, activations: list[Part], loss: Part) -> list[Part]:
+    """What the reference holds (a 16-bit copy, a frozen adapter) and what its forward without gradients
+    adds at its peak: it runs after the policy's forward, beside what that forward saved; the part is
+    what it needs beyond the recomputed block and the loss, which come after it (KTO: its KL batch and
+    the reference over both batches, one forward at a time)."""
+    parts = []
+    s = w.shape
+    if w.reference == "copy":
+        parts.append(Part("reference", "reference model (16-bit copy)", s.params * 2, "frozen, no grads"))
+    if w.reference == "ref_adapter":
+        adapter = s.lora_params(w.lora_r, w.lora_targets) * 4
+        parts.append(Part("reference", "reference adapter ('ref', frozen)", adapter, "init_from's adapter"))
+    forwards = w.objective == "kto" or w.reference in ("adapter_off", "ref_adapter", "copy")
+    if not forwards or w.objective not in ("dpo", "kto"):
+        return parts
+    tokens = forward_workload(w).tokens_per_micro_batch
+    transient = no_grad_forward_bytes(w, tokens, act_bytes)
+    after = loss.bytes + (activations[0].bytes if w.gradient_checkpointing else 0)
+    what = "the KL batch's and the reference's" if w.objective == "kto" else "the reference's"
+    parts.append(
+        Part(
+            "reference_forward",
+            "forward without grads (reference" + (", KL batch)" if w.objective == "kto" else ")"),
+            max(0, transient - after),
+            f"{what} forward over {tokens} tokens, beside the policy's saved activations; what exceeds "
+            "the backward's own working set",
+        )
+    )
+    return parts
 
 
 def _weights(w: Workload, act_bytes: int) -> list[Part]:
@@ -595,7 +702,16 @@ def workload_from_config(cfg: Any, shape: ModelShape, trainer: str = "trl") -> W
         checkpoint_offload=t.gradient_checkpointing and t.checkpoint_offload,
         gpus=cfg.gpus * cfg.distributed.nnodes,
         sharding=_config_sharding(cfg),
+        objective=getattr(cfg, "objective", "sft"),
+        reference=_config_reference(cfg),
     )
+
+
+def _config_reference(cfg: Any) -> str:
+    objective = getattr(cfg, "objective", "sft")
+    pref = getattr(cfg, "preference", None)
+    precomputed = bool(pref is not None and pref.precompute_ref_log_probs)
+    return reference_kind(objective, cfg.method, precomputed, getattr(cfg, "init_from", None) is not None)
 
 
 def _config_sharding(cfg: Any) -> str:

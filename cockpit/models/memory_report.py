@@ -81,6 +81,7 @@ def workload_inputs(w: Workload) -> dict[str, Any]:
         "optimizer": w.optimizer,
         "precision": w.precision,
         "trainer": w.trainer,
+        **({"objective": w.objective, "reference": w.reference} if w.objective != "sft" else {}),
         **({"gpus": w.gpus, "sharding": w.sharding} if w.gpus > 1 else {}),
     }
 

@@ -194,7 +194,12 @@ def analyse_run(run: RunDir, state: RunState) -> Analysis:
     except catalog_mod.CatalogError as exc:
         catalog = None
         notes.append(f"no card suggestions: {exc}")
-    analysis = analyse(cfg, state.error or {}, shape, state.data, state.device, catalog, state.precision)
+    # a preference run's prompt and answer lengths (preference_setup) size the max_prompt_length remedy
+    lengths = {
+        k: v for k, v in state.preference.setup.items() if k in ("prompt_tokens_max", "answer_tokens_max")
+    }
+    data = {**(state.data or {}), **lengths}
+    analysis = analyse(cfg, state.error or {}, shape, data, state.device, catalog, state.precision)
     analysis.notes[:0] = notes
     analysis.pinned.update(pinned)
     return analysis

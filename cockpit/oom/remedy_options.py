@@ -64,6 +64,8 @@ def knobs(
         _targets(base),
         _rank(base),
         _max_length(cfg, base, data),
+        _reference(base),
+        _prompt_cut(cfg, base, data),
     ]
     return [k for k in found if k is not None and k.choices]
 
@@ -285,3 +287,50 @@ def _max_length(cfg: TrainConfig, w: Workload, data: dict[str, Any]) -> Knob:
         )
         length //= 2
     return Knob("max_length", tuple(choices))
+
+
+def _reference(w: Workload) -> Knob | None:
+    """DPO and KTO: the reference's log-probs computed once before step 1 instead of a reference forward
+    each step (and no 16-bit copy of a full fine-tune's base)."""
+    if w.objective not in ("dpo", "kto") or w.reference in ("precomputed", "none"):
+        return None
+    choice = Choice(
+        "precompute_ref_log_probs",
+        "precomputed reference log-probs",
+        {"preference.precompute_ref_log_probs": True},
+        {"reference": "precomputed"},
+        "none: the reference is fixed, so its log-probs are the same computed once",
+        speed_reason="no reference forward during training; one pass over the data before step 1",
+        # a full fine-tune's copy goes: a relaunch from a checkpoint would score the trained weights
+        from_step_zero=w.reference == "copy",
+    )
+    return Knob("reference", (choice,))
+
+
+def _prompt_cut(cfg: TrainConfig, w: Workload, data: dict[str, Any]) -> Knob | None:
+    """Preference objectives: preference.max_prompt_length, which keeps the end of a long prompt and so
+    shortens the longest sequence (prompt + answer) where the prompts are what makes it long."""
+    if w.objective == "sft":
+        return None
+    prompt_max, answer_max = data.get("prompt_tokens_max"), data.get("answer_tokens_max")
+    if not isinstance(prompt_max, int) or not isinstance(answer_max, int):
+        return None
+    current = cfg.preference.max_prompt_length or prompt_max
+    choices: list[Choice] = []
+    length = 1 << max(0, (min(current, prompt_max) - 1).bit_length() - 1)
+    while length >= MIN_LENGTH // 2 and len(choices) < 3:
+        seq = min(w.seq_len, length + answer_max)
+        if seq < w.seq_len:
+            choices.append(
+                Choice(
+                    "max_prompt_length",
+                    f"max prompt length {length}",
+                    {"preference.max_prompt_length": length},
+                    {"seq_len": seq},
+                    f"prompts longer than {length} tokens lose their start (longest prompt {prompt_max})",
+                    effect_rank=3,
+                    speed_reason="fewer tokens per sequence: smaller matmuls",
+                )
+            )
+        length //= 2
+    return Knob("max_prompt_length", tuple(choices)) if choices else None

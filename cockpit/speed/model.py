@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cockpit.models.memory import Workload, check
+from cockpit.models.memory import Workload, check, forward_workload
 
 if TYPE_CHECKING:  # the speed model reads a catalog Card as it is (the fields CardSpeed names)
     from cockpit.gpus.card import Card
@@ -399,6 +399,7 @@ def estimate_speed(w: Workload, card: CardSpeed | Card) -> SpeedEstimate:
     check(w)
     if card.bf16_dense_tflops <= 0 or card.bandwidth_gbs <= 0:
         raise ValueError(f"{card.name}: needs its dense bf16 TFLOPS and memory bandwidth")
+    policy, w = w, forward_workload(w)  # a pair's chosen and rejected: one forward of twice the rows
     tokens = w.tokens_per_micro_batch
     peak_flops = card.bf16_dense_tflops * 1e12
     if w.precision == "fp32":
@@ -409,12 +410,15 @@ def estimate_speed(w: Workload, card: CardSpeed | Card) -> SpeedEstimate:
     host_f = host_pass_s(w, host_scale)
     host_b = host_f * (BACKWARD_HOST_SHARE + (1 if w.gradient_checkpointing else 0))
     micro_s = micro_batch_s(w, (host_f, device_f), (host_b, device_b))
+    # preference objectives: forwards without gradients (the reference, KTO's KL batch), each waited for
+    no_grad_s = no_grad_forwards(policy) * max(host_f, device_f)
+    micro_s += no_grad_s
     host_copy = 0.0
     if w.gradient_checkpointing and w.checkpoint_offload:  # each block's input back before its recompute
         residual = 4 if w.precision == "fp32" else 2
         host_copy = tokens * w.shape.num_layers * w.shape.hidden_size * residual / HOST_LINK_BYTES_PER_S
         micro_s += host_copy
-    parts = {"host": host_f + host_b, **device, "host_copy": host_copy}
+    parts = {"host": host_f + host_b, **device, "host_copy": host_copy, "no_grad_forwards": no_grad_s}
     optimizer_s = optimizer_step_s(
         trainable_params(w) * OPTIMIZER_BYTES[w.optimizer],
         bandwidth,
@@ -437,6 +441,19 @@ def estimate_speed(w: Workload, card: CardSpeed | Card) -> SpeedEstimate:
         bound=bound,
         card=card.name,
     )
+
+
+def no_grad_forwards(w: Workload) -> int:
+    """Forwards without gradients a micro-batch adds, each as long as the policy's forward (TRL 1.16):
+    DPO's reference over chosen and rejected; KTO's KL batch through the policy, and the reference
+    over the batch and the KL batch; none with precomputed reference log-probs (but KTO's KL) or
+    for ORPO."""
+    reference = w.reference not in ("none", "precomputed")
+    if w.objective == "dpo":
+        return 1 if reference else 0
+    if w.objective == "kto":
+        return 1 + (2 if reference else 0)
+    return 0
 
 
 def host_pass_s(w: Workload, host_scale: float = 1.0) -> float:

@@ -20,27 +20,26 @@ from train_backend import checkpoints, train_args
 
 
 def reference_kind(cfg: TrainConfig) -> tuple[str, str]:
-    """(kind, in words) of the reference this run scores against; the memory model's `reference`."""
-    if cfg.objective == "orpo":
-        return "none", "none: ORPO's odds ratio needs no reference model"
-    if cfg.preference.precompute_ref_log_probs:
+    """(kind, in words) of the reference this run scores against: the memory model's own rule
+    (cockpit.models.memory.reference_kind), so the estimate and the run say the same."""
+    from cockpit.models.memory import reference_kind as kind_of
+
+    p = cfg.preference
+    kind = kind_of(cfg.objective, cfg.method, p.precompute_ref_log_probs, cfg.init_from is not None)
+    if kind == "precomputed":
         where = (
             "the init_from adapter's model"
             if cfg.init_from
             else ("the base" if cfg.method == "full" else "the base (adapter disabled)")
         )
-        return (
-            "precomputed",
-            f"precomputed: {where} scored every row once before step 1; no reference in memory",
-        )
-    if cfg.init_from:
-        return (
-            "ref_adapter",
-            "the init_from adapter's model: a frozen copy of that adapter ('ref') on the same base",
-        )
-    if cfg.method == "full":
-        return "copy", "a second copy of the base in 16 bits (the compute dtype), frozen"
-    return "adapter_off", "the base with the adapter disabled: no second copy (TRL with peft)"
+        return kind, f"precomputed: {where} scored every row once before step 1; no reference in memory"
+    words = {
+        "none": "none: ORPO's odds ratio needs no reference model",
+        "ref_adapter": "the init_from adapter's model: a frozen copy of that adapter ('ref') on its base",
+        "copy": "a second copy of the base in 16 bits (the compute dtype), frozen",
+        "adapter_off": "the base with the adapter disabled: no second copy (TRL with peft)",
+    }
+    return kind, words[kind]
 
 
 def trl_config(cfg: TrainConfig, run: rundir.RunDir, precision: str, device_kind: str, extra: dict):

@@ -1,0 +1,137 @@
+"""The memory and speed models of the preference objectives (cockpit.models.memory, cockpit.speed.model),
+on the CPU: a pair is one forward of twice the sequences; the reference costs a forward without
+gradients (none when precomputed, none for ORPO), a 16-bit copy only for a full fine-tune, a frozen
+adapter from init_from; KTO adds its KL batch; ORPO builds the full logits. The config says which
+reference, the same rule as the trainer's; the OOM wizard offers precomputed log-probs and a prompt
+cut."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from fixtures_oom import DATA, H200, oom_event
+
+from cockpit.config.load import config_from_dotted
+from cockpit.gpus.catalog import load_catalog
+from cockpit.models.memory import (
+    HF_LOGITS_BYTES,
+    EstimateError,
+    Workload,
+    estimate_memory,
+    forward_workload,
+    workload_from_config,
+)
+from cockpit.models.shape import load_shape
+from cockpit.oom.remedies import analyse
+from cockpit.speed.model import CardSpeed, estimate_speed, no_grad_forwards
+
+H200_SPEED = CardSpeed("H200", 989.0, 4800.0)
+
+
+@pytest.fixture(scope="module")
+def llama7b():
+    return load_shape("synthetic:llama-2-7b")
+
+
+def parts(w: Workload) -> dict[str, int]:
+    return {p.key: p.bytes for p in estimate_memory(w).parts}
+
+
+def test_a_pair_is_one_forward_of_twice_the_sequences(llama7b):
+    sft = Workload(llama7b, method="qlora", seq_len=1024, micro_batch=2)
+    dpo = replace(sft, objective="dpo", reference="precomputed")
+    assert forward_workload(dpo).tokens_per_micro_batch == 2 * sft.tokens_per_micro_batch
+    doubled = parts(replace(sft, micro_batch=4))
+    got = parts(dpo)
+    assert got["activations"] == doubled["activations"] and got["checkpoints"] == doubled["checkpoints"]
+    assert got["weights"] == parts(sft)["weights"]  # precomputed: no reference in memory
+    assert "reference" not in got and "reference_forward" not in got
+    kto = replace(sft, objective="kto", reference="precomputed")
+    assert parts(kto)["activations"] == parts(sft)["activations"]  # one completion a row
+
+
+def test_the_reference_costs_what_it_holds_and_its_forward(llama7b):
+    lora = Workload(llama7b, method="lora", seq_len=512, micro_batch=2, gradient_checkpointing=False)
+    off = parts(replace(lora, objective="dpo", reference="adapter_off"))
+    pre = parts(replace(lora, objective="dpo", reference="precomputed"))
+    assert "reference" not in off  # the base with the adapter disabled: no second copy
+    assert off["reference_forward"] > 0 and "reference_forward" not in pre
+    assert sum(off.values()) > sum(pre.values())
+    adapter = parts(replace(lora, objective="dpo", reference="ref_adapter"))
+    assert adapter["reference"] == llama7b.lora_params(lora.lora_r, lora.lora_targets) * 4
+    full = replace(lora, method="full", optimizer="adamw_torch")
+    copy = parts(replace(full, objective="dpo", reference="copy"))
+    assert copy["reference"] == llama7b.params * 2
+    # KTO's KL batch: a forward without gradients even with the reference precomputed
+    assert parts(replace(lora, objective="kto", reference="precomputed"))["reference_forward"] > 0
+
+
+def test_orpo_has_no_reference_and_the_full_logits(llama7b):
+    w = Workload(llama7b, method="qlora", seq_len=1024, micro_batch=2, objective="orpo")
+    got = parts(w)
+    assert "reference" not in got and "reference_forward" not in got
+    assert got["logits"] == int(2 * 2 * 1024 * llama7b.vocab_size * HF_LOGITS_BYTES)
+    with pytest.raises(EstimateError, match="does not go with"):
+        estimate_memory(replace(w, reference="adapter_off"))
+
+
+@pytest.mark.parametrize(
+    ("settings", "reference"),
+    [
+        ({"objective": "dpo"}, "adapter_off"),
+        ({"objective": "dpo", "preference.precompute_ref_log_probs": True}, "precomputed"),
+        ({"objective": "kto", "method": "full", "training.optimizer": "adamw_torch"}, "copy"),
+        ({"objective": "dpo", "init_from": "/some/adapter"}, "ref_adapter"),
+        ({"objective": "orpo"}, "none"),
+        ({}, "none"),
+    ],
+)
+def test_the_config_says_which_reference(llama7b, settings, reference):
+    cfg = config_from_dotted({"model.name": "synthetic:llama-2-7b", "method": "qlora", **settings})
+    w = workload_from_config(cfg, llama7b)
+    assert (w.objective, w.reference) == (cfg.objective, reference)
+
+
+def test_the_speed_model_counts_the_forwards_without_gradients(llama7b):
+    base = Workload(llama7b, method="qlora", seq_len=1024, micro_batch=2)
+    dpo = replace(base, objective="dpo", reference="adapter_off")
+    pre = replace(dpo, reference="precomputed")
+    kto = replace(base, objective="kto", reference="adapter_off")
+    counts = [no_grad_forwards(w) for w in (base, dpo, pre, kto, replace(kto, reference="precomputed"))]
+    assert counts == [0, 1, 0, 3, 1]
+    with_ref, without = estimate_speed(dpo, H200_SPEED), estimate_speed(pre, H200_SPEED)
+    assert with_ref.step_s > without.step_s and with_ref.parts_s["no_grad_forwards"] > 0
+    # a pair's step carries both sequences: twice an SFT step's tokens, in more time
+    sft = estimate_speed(base, H200_SPEED)
+    assert without.step_s > sft.step_s
+    assert without.tokens_per_s * without.step_s == pytest.approx(2 * sft.tokens_per_s * sft.step_s)
+
+
+def test_the_oom_wizard_offers_precomputed_log_probs_and_a_prompt_cut():
+    settings = {
+        "model.name": "synthetic:llama-2-7b",
+        "method": "qlora",
+        "objective": "dpo",
+        "training.max_length": 2048,
+        "training.micro_batch_size": 4,
+        "training.gradient_checkpointing": False,
+        "training.optimizer": "paged_adamw_32bit",
+        "emulate_vram_gib": 24.0,
+    }
+    cfg = config_from_dotted(settings)
+    data = {
+        **DATA,
+        "tokens_max": 2048,
+        "max_length": 2048,
+        "prompt_tokens_max": 1800,
+        "answer_tokens_max": 200,
+    }
+    analysis = analyse(cfg, oom_event(), load_shape(cfg.model.name), data, H200, load_catalog(user_file=None))
+    options = {o.keys: o for o in analysis.options}
+    pre = options[("precompute_ref_log_probs",)]
+    assert pre.config == {"preference.precompute_ref_log_probs": True} and pre.effect.startswith("none")
+    assert pre.peak_bytes < analysis.estimate.peak_bytes + analysis.gap_bytes and pre.speed > 1
+    cut = options[("max_prompt_length",)]
+    assert cut.config["preference.max_prompt_length"] < 1800
+    assert cut.peak_bytes < pre.peak_bytes  # shorter sequences: less of everything a token holds
