@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from cockpit.doctor import multi_gpu as doctor_multi
+from cockpit.doctor import preference_rules
 from cockpit.doctor.mfu_rule import low_mfu
 from cockpit.doctor.rules import (
     IDLE_WINDOW_S,
@@ -66,6 +67,7 @@ class Doctor:
             ("low_mfu", low_mfu, window_s),
             ("no_gpu", no_gpu, window_s),
             *((rule_id, rule, window_s) for rule_id, rule in doctor_multi.RULES),
+            *((rule_id, rule, window_s) for rule_id, rule in preference_rules.RULES),
         )
         self._history_s = max(span for _, _, span in self.rules)
         self._history: deque[Observation] = deque(maxlen=MAX_OBSERVATIONS)
