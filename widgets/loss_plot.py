@@ -137,15 +137,17 @@ def plot_lines(
     height: int,
     lr_points: Sequence[tuple[int, float]] = (),
     eval_points: Sequence[tuple[int, float]] = (),
+    noun: str = "loss",
 ) -> list[PlotRow]:
     """One row per line of the plot; one summary line when the area is too small for a plot.
+    `noun`: what the line is (the sentences' word for it).
 
     The learning rate, when given, is a second line on its own scale (its range is the panel's
     subtitle), drawn where the loss line leaves the cell empty. The eval loss, when given, shares
     the training loss's axes (its points may start at step 0, the base) and is drawn over it.
     """
     if not points and not eval_points:
-        return [PlotRow("", "no loss logged yet", False)]
+        return [PlotRow("", f"no {noun} logged yet", False)]
     steps_of, values = _split([*points, *eval_points])
     value_range = (min(values), max(values))
     low, high = fmt.loss(value_range[0]), fmt.loss(value_range[1])
@@ -154,7 +156,7 @@ def plot_lines(
     columns, rows = width - label_width, height - 1
     if columns < MIN_PLOT_COLUMNS or rows < MIN_PLOT_ROWS:
         evaluated = f", eval {fmt.loss(eval_points[-1][1])}" if eval_points else ""
-        return [PlotRow("", f"loss max {high} min {low}, steps {first_step}-{last_step}{evaluated}", False)]
+        return [PlotRow("", f"{noun} max {high} min {low}, steps {first_step}-{last_step}{evaluated}", False)]
     shared = value_range if eval_points else None
     if points:
         loss_cells = braille_cells(points, columns, rows, (first_step, last_step), shared)
@@ -232,6 +234,7 @@ class LossPlot(StyledWidget):
         "loss-plot--lr",
         "loss-plot--eval",
     }
+    NOUN = "loss"  # what the main line is, in the sentences shown instead of a plot
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None):
         super().__init__(name=name, id=id, classes=classes)
@@ -266,7 +269,7 @@ class LossPlot(StyledWidget):
         self._points = self._loss_in.take(points)
         self._lr_points = self._lr_in.take(lr_points)
         self._eval_points = self._eval_in.take(eval_points)
-        subtitle = lr_range_text(self._lr_points, self._subtitle_room())
+        subtitle = self.subtitle_text(self._subtitle_room())
         if subtitle != self._subtitle:
             self._set_subtitle(subtitle)
         before, size = self._rows, self._rows_size
@@ -287,8 +290,12 @@ class LossPlot(StyledWidget):
         the first layout: any)."""
         return max(1, self.outer_size.width - SUBTITLE_FRAME) if self.outer_size.width else 0
 
+    def subtitle_text(self, width: int) -> str:
+        """The bottom border's text: the second line's scale (here the learning rate's)."""
+        return lr_range_text(self._lr_points, width)
+
     def on_resize(self, _event: events.Resize) -> None:
-        subtitle = lr_range_text(self._lr_points, self._subtitle_room())
+        subtitle = self.subtitle_text(self._subtitle_room())
         if subtitle != self._subtitle:
             self._subtitle = subtitle
             self.border_subtitle = subtitle
@@ -308,9 +315,11 @@ class LossPlot(StyledWidget):
 
     def _plot_rows(self, size: tuple[int, int]) -> list[PlotRow]:
         if size != self._rows_size:
-            rows = plot_lines(self._points, size[0], size[1], self._lr_points, self._eval_points)
+            rows = plot_lines(self._points, size[0], size[1], self._lr_points, self._eval_points, self.NOUN)
             if not self._points and not self._eval_points and self._loss_in.skipped:
-                rows = [PlotRow("", "no finite loss yet: every logged loss is nan or inf", False)]
+                rows = [
+                    PlotRow("", f"no finite {self.NOUN} yet: every logged {self.NOUN} is nan or inf", False)
+                ]
             if len(rows) == 1 and not rows[0].is_plot and size[0] > 0:  # a sentence: wrapped to the width
                 rows = [PlotRow("", part, False) for part in textwrap.wrap(rows[0].text, size[0])] or rows
             self._rows, self._rows_size, self._strips = rows, size, {}

@@ -10,6 +10,7 @@ import math
 from rich.text import Text
 
 from cockpit import fmt
+from cockpit.live import preference_text
 from cockpit.live.event_text import describe
 from cockpit.paths import cockpit_command
 from cockpit.protocol.wire import Fault
@@ -73,6 +74,23 @@ def tokens_text(state: RunState) -> str:
     return rate if mfu is None else f"{rate}, MFU {fmt.share(mfu)}"
 
 
+def preference_rows(state: RunState) -> list[Row]:
+    """A preference run's last logged figures, its held-out reward accuracy and its reference."""
+    pref = state.preference
+    if pref.objective is None:
+        return []
+    rows: list[Row] = []
+    parts = preference_text.status_parts(pref)
+    if parts:
+        rows.append((str(pref.objective), "  ".join(parts)))
+    held = pref.last_eval.get("accuracy")
+    if isinstance(held, (int, float)):
+        rows.append(("held-out acc", f"{fmt.share(held)} at step {pref.last_eval.get('step')}"))
+    if pref.setup.get("reference"):
+        rows.append(("reference", str(pref.setup["reference"])))
+    return rows
+
+
 def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
     """The stats panel: training figures first, then what runs where on what data."""
     drop = state.loss_drop()
@@ -84,6 +102,7 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
         best = state.best_eval
         tail = f", best {fmt.loss(best['eval_loss'])} at step {best['step']}" if best else ""
         rows.append(("eval loss", f"{fmt.loss(state.eval_loss)}{tail}"))
+    rows += preference_rows(state)
     rows += [
         ("learning rate", fmt.sci(state.learning_rate)),
         ("grad norm", fmt.rate(state.grad_norm)),

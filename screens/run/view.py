@@ -48,6 +48,7 @@ from widgets.event_log import EventLog
 from widgets.footer import Footer
 from widgets.log_tail import LogTail
 from widgets.loss_plot import LossPlot
+from widgets.preference_plot import PLOTTED, PreferencePlot
 from widgets.progress import StepProgress
 from widgets.stats import StatsPanel
 
@@ -82,6 +83,7 @@ class RunView(RunCommands):
     phase_line: var[str] = var("", init=False)
     replay_label: var[str] = var("", init=False)
     loss_counts: var[tuple[int, int]] = var((-1, -1), init=False)  # losses and evals plotted
+    preference_counts: var[tuple[int, int]] = var((0, 0), init=False)  # a preference run's logs, evals
     sample_count: var[int] = var(0, init=False)  # the trainer's samples (`m`)
     failure: var[tuple[str, Text] | None] = var(None, init=False, toggle_class="-failed")
     summary_shown: var[bool] = var(False, init=False, toggle_class="-ended")
@@ -140,6 +142,7 @@ class RunView(RunCommands):
                 yield StatsPanel(id="stats")
             with Vertical(id="right"):
                 yield LossPlot(id="loss-plot")
+                yield PreferencePlot(id="preference-plot")
                 yield StatsPanel(id="checkpoints")
                 yield EventLog(id="events", max_lines=MAX_LOG_LINES)
                 yield LogTail(id="log")
@@ -156,6 +159,7 @@ class RunView(RunCommands):
         self.query_one("#replay").display = self.session.mode != "live"
         self.query_one("#doctor-box").display = False
         self.query_one("#log").display = False
+        self.query_one("#preference-plot").display = False  # a preference run's only
         self._show_telemetry_panels()
         # what the status label and the GPU/host box are drawn from: either redraws when one changes
         for name in ("status", "live", "stopping", "stall"):
@@ -189,6 +193,7 @@ class RunView(RunCommands):
         self.query_one("#stats", StatsPanel).show_rows(stat_rows(state, now_ts))
         self.query_one("#checkpoints", StatsPanel).show_rows(checkpoint_rows(state))
         self.loss_counts = (len(state.losses), len(state.evals))
+        self.preference_counts = (len(state.preference.logs), len(state.preference.evals))
         self.sample_count = len(state.samples)
         error = error_text(state, interrupted)
         self.summary_shown = ended and error is None and state.ended
@@ -273,9 +278,11 @@ class RunView(RunCommands):
         self.book, self.sample = SeriesBook(), None
         self.query_one(TelemetryBox).set_reactive(TelemetryBox.panels, None)  # drawn again
         self.set_reactive(RunView.loss_counts, (-1, -1))
+        self.set_reactive(RunView.preference_counts, (0, 0))
+        self.query_one("#preference-plot").display = False
         self.set_reactive(RunView.sample_count, 0)
         self.set_reactive(RunView.ending, None)
-        self.query_one(LossPlot).border_title = "loss"
+        self.query_one("#loss-plot", LossPlot).border_title = "loss"
         self.query_one("#checkpoints").border_title = "checkpoints"
         self.findings = ()
         self.refresh_bindings()
@@ -333,10 +340,25 @@ class RunView(RunCommands):
         state = self.session.state
         evals = counts[1] > 0
         if evals != (before[1] > 0):  # a replay that went back has none
-            self.query_one(LossPlot).border_title = LOSS_TITLE_WITH_EVAL if evals else "loss"
+            self.query_one("#loss-plot", LossPlot).border_title = LOSS_TITLE_WITH_EVAL if evals else "loss"
             self.query_one("#checkpoints").border_title = f"checkpoints{' · ★ best eval' if evals else ''}"
-        self.query_one(LossPlot).plot(state.losses, state.learning_rates, state.evals)
+        self.query_one("#loss-plot", LossPlot).plot(state.losses, state.learning_rates, state.evals)
         self._show_telemetry_panels()  # the torch memory counters came with the step
+
+    def watch_preference_counts(self) -> None:
+        """A preference run's figure (widgets.preference_plot) under the loss, once it logs one."""
+        pref = self.session.state.preference
+        plot = self.query_one(PreferencePlot)
+        objective = pref.objective
+        if objective not in PLOTTED or not pref.logs:
+            plot.display = False
+            return
+        main, second = PLOTTED[objective]
+        evals = [
+            (int(e["step"]), float(e[main])) for e in pref.evals if isinstance(e.get(main), (int, float))
+        ]
+        plot.show(objective, {main: pref.series(main), second: pref.series(second)}, evals)
+        plot.display = True
 
     def watch_sample_count(self) -> None:
         samples = self.session.state.samples
