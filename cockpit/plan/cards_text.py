@@ -119,6 +119,8 @@ def workload_words(table: CardTable) -> str:
         base = f"{w.quant_bits}-bit QLoRA" if w.method == "qlora" else "LoRA"
         method = f"{base} r{w.lora_r} on {targets}"
     ckpt = "checkpointing on" if w.gradient_checkpointing else "checkpointing off"
+    if w.objective != "sft":  # docs/preference.md: pairs are twice the sequences; the reference
+        method += f", {w.objective} (reference: {w.reference})"
     return (
         f"{s.name} ({fmt.params(s.params)} params), {method}, max length {w.seq_len}, "
         f"micro-batch {w.micro_batch} x {w.grad_accum} accumulation, {ckpt}, {w.optimizer}"
