@@ -135,3 +135,33 @@ def test_the_oom_wizard_offers_precomputed_log_probs_and_a_prompt_cut():
     cut = options[("max_prompt_length",)]
     assert cut.config["preference.max_prompt_length"] < 1800
     assert cut.peak_bytes < pre.peak_bytes  # shorter sequences: less of everything a token holds
+
+
+def test_speed_auto_never_packs_pairs_and_sizes_their_micro_batch_as_two_sequences(llama7b):
+    import random
+
+    from cockpit.models.memory import SAFETY_MARGIN
+    from cockpit.speed import auto as speed_auto
+
+    card, _ = speed_auto.card_for("NVIDIA H200", int(139.8 * 2**30))
+    facts = speed_auto.Facts(
+        device_kind="cuda",
+        precision="bf16",
+        device_name="NVIDIA H200",
+        memory_bytes=22 * 2**30,
+        memory_note="emulate_vram_gib 22",
+        capability="9.0",
+        cpu_count=16,
+        card=card,
+    )
+    rng = random.Random(0)
+    ragged = [rng.randint(32, 512) for _ in range(224)]  # SFT packs these (tests/test_speed_auto.py)
+    sft = speed_auto.plan(config_from_dotted({"model.name": "synthetic:llama-2-7b"}), facts, ragged, llama7b)
+    dpo_cfg = config_from_dotted({"model.name": "synthetic:llama-2-7b", "objective": "dpo"})
+    dpo = speed_auto.plan(dpo_cfg, facts, ragged, llama7b)
+    assert sft.packing != "none" and dpo.packing == "none" and not dpo.config.training.packing
+    packing = next(c for c in dpo.choices if c.name == "packing")
+    assert packing.source == "fixed" and "objective dpo" in packing.reason
+    assert dpo.predicted_peak_bytes <= 22 * 2**30 * (1 - SAFETY_MARGIN)
+    pairs = workload_from_config(dpo.config, llama7b)
+    assert pairs.objective == "dpo" and estimate_memory(pairs).peak_bytes <= dpo.budget_bytes

@@ -296,6 +296,9 @@ def _packing_wanted(
 ) -> tuple[bool, str, str]:
     """Whether packing pays here, before asking whether the attention kernel allows it: on a GPU,
     where a row holds at least PACK_MIN_SAMPLES_PER_ROW samples. (want, source, why)"""
+    if cfg.objective != "sft":  # docs/preference.md
+        why = f"objective {cfg.objective}: TRL runs each prompt + answer as its own sequence (no packing)"
+        return False, "fixed", why
     if "training.packing" in keep:
         return cfg.training.packing, "yours", "training.packing is set in your config"
     if facts.device_kind != "cuda":
