@@ -156,3 +156,47 @@ def test_kto_and_orpo_run_and_log_their_own_figures(tmp_path, env, objective, fi
     assert _folded(evs).preference.series(figure)[-1][0] == 3
     shown = {"kto": " kl ", "orpo": " log-odds "}[objective]
     assert shown in stdout, stdout[-2000:]
+
+
+def test_sft_then_dpo_from_its_adapter_and_a_precomputed_reference(tmp_path, env):
+    """init_from: RUN trains the SFT run's adapter further and scores against it (a frozen copy, 'ref');
+    precompute_ref_log_probs scores the rows once before step 1 (phase scoring_reference)."""
+    sft_dir = tmp_path / "sft"
+    sft_dir.mkdir()
+    _train(sft_dir, env, {"training.max_steps": 2, "output.save_steps": 100})
+    sft_run = only_run(env)
+    assert (sft_run / "final" / "adapter_config.json").is_file()
+    dpo_dir = tmp_path / "dpo"
+    dpo_dir.mkdir()
+    config = write_config(
+        dpo_dir / "config.yaml",
+        {"objective": "dpo", "init_from": sft_run.name, "training.max_steps": 2, "output.save_steps": 100},
+    )
+    proc = cockpit(["train", str(config), "--no-ui", "--skip-preflight"], env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    dpo_run = max((p for p in sft_run.parent.iterdir() if p != sft_run), key=lambda p: p.name)
+    evs = events(dpo_run)
+    setup = next(e for e in evs if e["type"] == "preference_setup")
+    assert setup["reference"] == "ref_adapter" and "init_from adapter" in setup["reference_note"]
+    assert setup["init_from"] == str(sft_run / "final"), setup
+    assert "reference: the init_from adapter's model" in proc.stdout
+    assert evs[-1]["type"] == "done" and evs[-1]["status"] == "finished"
+
+    pre_dir = tmp_path / "pre"
+    pre_dir.mkdir()
+    config = write_config(
+        pre_dir / "config.yaml",
+        {
+            "objective": "dpo",
+            "preference.precompute_ref_log_probs": True,
+            "training.max_steps": 2,
+            "output.save_steps": 100,
+        },
+    )
+    proc = cockpit(["train", str(config), "--no-ui", "--skip-preflight"], env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    runs = sorted(sft_run.parent.iterdir(), key=lambda p: p.name)
+    evs = events(runs[-1])
+    assert next(e for e in evs if e["type"] == "preference_setup")["reference"] == "precomputed"
+    assert any(e["type"] == "phase" and e["phase"] == "scoring_reference" for e in evs)
+    assert len([e for e in evs if e["type"] == "preference_log"]) == 2
