@@ -83,6 +83,9 @@ def _assert_dpo_learnt(evs: list[dict], stdout: str) -> dict:
     evals = [e for e in evs if e["type"] == "preference_eval"]
     base, final = evals[0], evals[-1]
     steps = evs[-1]["step"]  # the done event's: the last step trained
+    # every step logged (logging_steps 1), those with an eval pass too
+    assert [e["step"] for e in logs] == list(range(1, steps + 1))
+    assert [e["step"] for e in evs if e["type"] == "log"] == list(range(1, steps + 1))
     # the last eval: the final weights' (an eval.steps pass at the last step stands for it)
     assert base["stage"] == "base" and final["step"] == steps and final["stage"] != "base", evals
     assert base["accuracy"] == 0.0  # before step 1 the policy is its reference: no reward either way

@@ -25,7 +25,16 @@ class PreferenceEvaluator(Evaluator):
             return None
         self.emitter.emit("busy", what="eval", step=step)
         started = time.perf_counter()
+        control, model = self.trainer.control, self.trainer.model
+        wanted, training = (control.should_log, control.should_save), model.training
         metrics = self.trainer.evaluate()
+        # evaluate() logs its metrics, and on_log clears should_log: the step's own log (and save),
+        # due after this callback, would be skipped; and it leaves the model in eval mode, where TRL's
+        # log() files the step's training figures as eval ones
+        self.trainer.control.should_log = self.trainer.control.should_log or wanted[0]
+        self.trainer.control.should_save = self.trainer.control.should_save or wanted[1]
+        if training:
+            model.train()
         loss = metrics.get("eval_loss")
         loss = float(loss) if isinstance(loss, (int, float)) else float("nan")
         self.tracker.add(step, loss)
