@@ -90,3 +90,20 @@ def test_the_demo_pairs_pass_the_check(tmp_path):
     )
     assert report["ok"] and report["format"] == "preference", report["problems"]
     assert report["sources"][0]["rows"]["kept"] == 345 and not report["warnings"]
+
+
+async def test_the_data_screen_shows_the_pairs_errors_and_cuts(tmp_path):
+    from support.pilot import screen_text
+    from test_data_screen import DataApp
+
+    long_prompt = "word " * 80
+    rows = [_pair(), _pair(chosen=" 4", rejected=" 4"), _pair(prompt=long_prompt)]
+    app = DataApp(_check(tmp_path, "dpo", rows))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        text = " ".join(screen_text(app).split())
+        assert "1 row with the chosen answer equal to the rejected one" in text
+        await pilot.press("t")
+        await pilot.pause()
+        text = " ".join(screen_text(app).split())
+        assert "dpo: a pair a row" in text and "1 row dropped (no room left for an answer)" in text

@@ -104,6 +104,7 @@ class DataScreen(Screen[None]):
 
     def _tokens(self) -> Text:
         lines = report_text.token_lines(self.report, self.text_width, duplicates=False)
+        lines += report_text.preference_lines(self.report.get("preference"))
         lines += report_text.run_lines(self.report.get("run"))
         return Text("\n".join(self._wrap(lines)) or "token lengths not counted (no tokenizer)")
 
