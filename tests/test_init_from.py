@@ -48,7 +48,7 @@ def test_an_adapter_folder_is_taken_as_it_is(tmp_path):
 
 
 def test_refusals_name_the_key_and_the_fix(run):
-    with pytest.raises(ConfigError, match="init_from: .*no complete checkpoint-7"):
+    with pytest.raises(ConfigError, match=r"init_from: .*no complete checkpoint-7"):
         resolve(f"{RUN_ID}:7", "synthetic:tiny")
     with pytest.raises(ConfigError, match="after the ':' give best, final or a step number"):
         resolve(f"{RUN_ID}:latest", "synthetic:tiny")
