@@ -6,3 +6,5 @@ read as the trainer will read it, streamed in bounded memory, with the model's t
 prints `data_check_progress` messages and one `data_check` message holding the report
 (docs/data.md says what it checks, in what order, and each message).
 """
+
+REPORT_VERSION = 1  # the report's shape (check.py for SFT, pairs.py for the preference objectives)

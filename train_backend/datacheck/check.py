@@ -14,13 +14,12 @@ from typing import Any
 from cockpit.config.schema import DatasetSource, TrainConfig
 from cockpit.config.sources import mix_counts
 from train_backend.data import LONG_ROW_FACTOR
-from train_backend.datacheck import findings, parallel
+from train_backend.datacheck import REPORT_VERSION, findings, parallel
 from train_backend.datacheck import preview as preview_mod
 from train_backend.datacheck.lengths import Lengths, histogram, load_tokenizer, percentiles, sample_every
 from train_backend.datacheck.opening import Problem, open_source
 from train_backend.datacheck.rows import Duplicates, SourceRows
 
-REPORT_VERSION = 1
 PREVIEW_PER_SOURCE = 2
 PREVIEW_MAX = 6
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from cockpit.config.schema import TrainConfig
 from train_backend.data import LONG_ROW_FACTOR
-from train_backend.datacheck.check import REPORT_VERSION
+from train_backend.datacheck import REPORT_VERSION
 from train_backend.datacheck.lengths import histogram, load_tokenizer, percentiles
 from train_backend.datacheck.opening import Opened, Problem, open_source
 from train_backend.preference import data as pref_data
