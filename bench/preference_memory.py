@@ -11,7 +11,7 @@ counts them). Writes OUT/preference-memory.json (every run) and OUT/preference-m
 then the median and worst error of the prediction against nvidia-smi, per objective).
 
   python bench/preference_memory.py --out DIR [--objectives dpo,kto,orpo] [--steps 4]
-      [--budget-s 420] CONFIG ...
+      [--budget-s 420] [--run-timeout-s 240] CONFIG ...
 
 CONFIG: ARCH:METHOD:SEQ[:KEY=VALUE...], ARCH a shipped shape (synthetic:ARCH), METHOD qlora, lora
 or full; keys mb (micro-batch, default 2), ckpt (gradient checkpointing 0/1, default 1), r (LoRA rank,
@@ -139,7 +139,9 @@ def predicted(cfg_path: Path, tokens_max: int | None) -> dict:
     }
 
 
-def measure(c: dict, objective: str, work: Path, env: dict, steps: int, smoke: bool) -> dict:
+def measure(
+    c: dict, objective: str, work: Path, env: dict, steps: int, smoke: bool, timeout_s: float
+) -> dict:
     import yaml
 
     name = f"{c['name']}:{objective}"
@@ -151,13 +153,18 @@ def measure(c: dict, objective: str, work: Path, env: dict, steps: int, smoke: b
     before = set(runs.iterdir()) if runs.is_dir() else set()
     peak = None if smoke else DevicePeak()
     started = time.time()
-    code, output = run_cockpit(["train", str(cfg_path), "--no-ui", "--skip-preflight"], env, timeout_s=900)
+    code, output = run_cockpit(
+        ["train", str(cfg_path), "--no-ui", "--skip-preflight"], env, timeout_s=timeout_s
+    )
     if peak is not None:
         peak.stop()
     result: dict = {**c, "config": c["name"], "name": name, "objective": objective, "steps": steps}
     result["returncode"] = code
     result["wall_s"] = round(time.time() - started, 1)
     made = sorted(set(runs.iterdir()) - before) if runs.is_dir() else []
+    if code is None and made:  # past its time: the trainer outlives its client, so stop it
+        run_cockpit(["stop", str(made[-1]), "--timeout", "20", "--term-timeout", "10"], env, timeout_s=60)
+        result["timed_out"] = True
     events = read_events(made[-1]) if made else []
     data_event = next((e for e in events if e.get("type") == "data"), {})
     result.update(predicted(cfg_path, data_event.get("tokens_max")))
@@ -213,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=420, help="start no run after this many seconds")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "preference-memory")
     ap.add_argument("--smoke", action="store_true", help="the tiny model on the CPU, 2 steps each")
+    ap.add_argument("--run-timeout-s", type=float, default=240, help="a run past this is stopped, recorded")
     a = ap.parse_args(argv)
     t0 = time.time()
     objectives = [o for o in a.objectives.split(",") if o]
@@ -237,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             if time.time() - t0 > a.budget_s:
                 print(f"budget spent: skipping {c['name']}:{objective}", file=sys.stderr)
                 continue
-            result = measure(c, objective, a.workdir, env, steps, a.smoke)
+            result = measure(c, objective, a.workdir, env, steps, a.smoke, a.run_timeout_s)
             results.append(result)
             shown = {k: result.get(k) for k in ("predicted_gib", "nvidia_smi_gib", "error_pct", "wall_s")}
             print(f"{result['name']}: {shown} {result.get('error', '')}", file=sys.stderr, flush=True)
