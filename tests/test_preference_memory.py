@@ -135,6 +135,11 @@ def test_the_oom_wizard_offers_precomputed_log_probs_and_a_prompt_cut():
     cut = options[("max_prompt_length",)]
     assert cut.config["preference.max_prompt_length"] < 1800
     assert cut.peak_bytes < pre.peak_bytes  # shorter sequences: less of everything a token holds
+    # --on-oom auto: what keeps the results and fits, fastest first: checkpointing with the reference
+    # precomputed beats checkpointing alone (no reference forward a step)
+    auto = analysis.auto_choice()
+    assert auto is not None and auto.verdict == "fits" and "precompute_ref_log_probs" in auto.keys
+    assert auto.speed > options[("gradient_checkpointing",)].speed
 
 
 def test_speed_auto_never_packs_pairs_and_sizes_their_micro_batch_as_two_sequences(llama7b):
