@@ -110,10 +110,20 @@ def test_dpo_on_the_tiny_model_ends_with_reward_accuracy_above_half(tmp_path, en
             "lora.modules_to_save": ["lm_head", "embed_tokens"],
             "training.learning_rate": 3e-3,
             "eval.steps": 15,
+            "eval.prompts": 2,
+            "eval.max_new_tokens": 12,
         }
     )
     evs, stdout = _train(tmp_path, env, overrides)
     final = _assert_dpo_learnt(evs, stdout)
+    # samples before and after on held-out prompts, the chosen answer beside the model's
+    samples = [e for e in evs if e["type"] == "sample"]
+    held = [json.loads(line) for line in (tmp_path / "pairs.jsonl").read_text().splitlines()]
+    chosen = {p["prompt"][0]["content"]: p["chosen"][0]["content"] for p in held}
+    for stage in ("base", "final"):
+        shown = [e for e in samples if e["stage"] == stage]
+        assert len(shown) == 2, samples
+        assert all(e["reference"] == chosen[e["prompt"]] for e in shown), shown
     print(f"dpo tiny: held-out reward accuracy {final['accuracy']:.2f}, margin {final['margins']:.3f}")
 
 
