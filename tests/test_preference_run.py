@@ -194,6 +194,10 @@ def test_sft_then_dpo_from_its_adapter_and_a_precomputed_reference(tmp_path, env
     assert setup["init_from"] == str(sft_run / "final"), setup
     assert "reference: the init_from adapter's model" in proc.stdout
     assert evs[-1]["type"] == "done" and evs[-1]["status"] == "finished"
+    # its adapter (beside TRL's frozen 'ref' copy) merges into the base as an SFT run's does
+    merged = cockpit(["export", str(dpo_run), "--merge"], env, timeout=300)
+    assert merged.returncode == 0, merged.stdout[-2000:] + merged.stderr[-2000:]
+    assert "merge check: merged vs base + adapter" in merged.stdout and "passed" in merged.stdout
 
     pre_dir = tmp_path / "pre"
     pre_dir.mkdir()
