@@ -170,3 +170,7 @@ def test_speed_auto_never_packs_pairs_and_sizes_their_micro_batch_as_two_sequenc
     assert dpo.predicted_peak_bytes <= 22 * 2**30 * (1 - SAFETY_MARGIN)
     pairs = workload_from_config(dpo.config, llama7b)
     assert pairs.objective == "dpo" and estimate_memory(pairs).peak_bytes <= dpo.budget_bytes
+    assert next(c for c in dpo.choices if c.name == "cross-entropy").value == "fused LM head, in tiles"
+    orpo_cfg = config_from_dotted({"model.name": "synthetic:llama-2-7b", "objective": "orpo"})
+    orpo = speed_auto.plan(orpo_cfg, facts, ragged, llama7b)
+    assert next(c for c in orpo.choices if c.name == "cross-entropy").value == "full logits"

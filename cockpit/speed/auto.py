@@ -184,7 +184,7 @@ def plan(
         _fused_kernels(cfg, facts),
         lora_layers,
         *(c for c in (mlp, scales) if c is not None),
-        _cross_entropy(),
+        _cross_entropy(cfg.objective),
         *([_row_width()] if pad_multiple > 1 else []),
         _loader_workers(run, facts, keep),
         _token_cache(cfg),
@@ -230,7 +230,7 @@ def _as_written(
     return SpeedPlan(
         "off",
         cfg,
-        (off, _cross_entropy()),
+        (off, _cross_entropy(cfg.objective)),
         sft_packing=cfg.training.packing,
         checkpoint_offload=offload_as_written(t, facts),
         busy_tokens_per_micro_batch=advice.get("busy_tokens_per_micro_batch"),
@@ -504,7 +504,15 @@ def _peak(facts: Facts) -> tuple[float | None, str]:
     return None, f"no catalog peak for {facts.device_name or 'this card'}"
 
 
-def _cross_entropy() -> Choice:
+def _cross_entropy(objective: str = "sft") -> Choice:
+    if objective == "orpo":  # trl.experimental.orpo: docs/preference.md
+        return Choice(
+            "cross-entropy",
+            "full logits",
+            "ORPO (trl.experimental.orpo) builds the full logits of chosen and rejected and their fp32 "
+            "log-softmax; the memory plan counts them",
+            "fixed",
+        )
     return Choice(
         "cross-entropy",
         "fused LM head, in tiles",
