@@ -18,6 +18,7 @@ import yaml
 
 from cockpit import paths, yaml_text
 from cockpit.config import sources as dataset_sources
+from cockpit.config import sync_spec
 from cockpit.config.schema import (
     REPORTER_PACKAGES,
     REPORTERS,
@@ -419,6 +420,8 @@ def _check_combinations(cfg: TrainConfig) -> None:
     _check_cost(cfg)
     _check_report_to(cfg)
     _check_eval(cfg)
+    if cfg.output.sync is not None:
+        sync_spec.parse(cfg.output.sync)  # the format; the folder and the token: cockpit.sync.check
 
 
 def _check_train_on(cfg: TrainConfig) -> None:
@@ -560,6 +563,8 @@ def with_absolute_paths(cfg: TrainConfig, base: Path | None = None) -> TrainConf
         cfg.output.dir = str((base / Path(cfg.output.dir).expanduser()).resolve())
     if cfg.export.to:
         cfg.export.to = str((base / Path(cfg.export.to).expanduser()).resolve())
+    if cfg.output.sync is not None:
+        cfg.output.sync = sync_spec.absolute(cfg.output.sync, base)
     return cfg
 
 

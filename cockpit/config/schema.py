@@ -248,6 +248,28 @@ class OutputSection:
     save_steps: int = _f(100, "optimizer steps between checkpoints", min=1)
     checkpoints_kept: int = _f(2, "newest complete checkpoints to keep", min=1)
     save_final: bool = _f(True, "save the final adapter (or model, for full) into the run's final/ folder")
+    sync: str | None = _f(
+        None,
+        "copy each complete checkpoint, the final adapter and the run's record (config.yaml, events.jsonl) "
+        "off this machine as they are written, in the background: hf://ORG/NAME (a private hub "
+        "repository, made if missing; the token comes from HF_TOKEN or `hf auth login`, never from this "
+        "file) or a folder that exists (a mounted disk, NFS); each run in a folder of its own there. A "
+        "failing copy is said and never stops training. On a new machine: cockpit restart --from TARGET",
+    )
+    sync_record_s: float = _f(
+        300.0,
+        "with sync: seconds between copies of the record (events.jsonl) between checkpoints",
+        min=10,
+        max=86400,
+    )
+    sync_wait_min: float = _f(
+        10.0,
+        "with sync: at a finished run's end, how long the trainer waits for the last checkpoint, the final "
+        "adapter and the record to arrive before it exits (cost.on_end runs after); a stopped or failed "
+        "run waits at most 30 s, within cockpit stop's grace",
+        min=0,
+        max=1440,
+    )
 
 
 @dataclass

@@ -50,7 +50,7 @@ class PhaseEvent(TypedDict, total=False):
         str,
         Meaning(
             "starting, loading_model, preparing_data, quantising, training, evaluating, saving, sampling, "
-            "done"
+            "syncing (output.sync: the last copies at the end), done"
         ),
     ]
     message: Annotated[str, Meaning("free text, e.g. the model being loaded")]
@@ -511,6 +511,38 @@ class BusyEvent(TypedDict, total=False):
     step: Annotated[int, Meaning("the optimizer step it follows")]
 
 
+class SyncEvent(TypedDict, total=False):
+    """output.sync: the run copied off the machine in the background (cockpit/sync/worker.py): the
+    copying began, a checkpoint or final/ is on the target, a try failed; `restored` is written by
+    `cockpit restart --from` into the run directory it rebuilt from the target."""
+
+    status: Annotated[str, Meaning("started, synced, failed or restored")]
+    what: Annotated[str | None, Meaning("checkpoint, final or record (the config and events alone)")]
+    target: Annotated[str, Meaning("hf://ORG/NAME or the folder, as output.sync names it (never a token)")]
+    checkpoint: Annotated[str | None, Meaning("checkpoint-<step>, or final")]
+    step: Annotated[int | None, Meaning("the checkpoint's step")]
+    bytes: Annotated[int | None, Meaning("synced: the bytes copied")]
+    duration_s: Annotated[float | None, Meaning("synced: how long the copy took")]
+    lag_s: Annotated[float | None, Meaning("synced: from the checkpoint's save to its arrival on the target")]
+    removed: Annotated[
+        list[str] | None,
+        Meaning("synced: older checkpoints deleted there (it keeps output.checkpoints_kept)"),
+    ]
+    kind: Annotated[
+        str | None,
+        Meaning(
+            "failed: space, permission, missing, auth, not_found, public, offline, rate, network or other"
+        ),
+    ]
+    reason: Annotated[str | None, Meaning("failed: why, in a line")]
+    retry_s: Annotated[
+        float | None,
+        Meaning("failed: when it tries again; null: not again (a newer copy replaces it, or the end)"),
+    ]
+    failures: Annotated[int | None, Meaning("failed tries so far in this trainer process")]
+    synced_at: Annotated[float | None, Meaning("restored: when the checkpoint reached the target")]
+
+
 class EvalEvent(TypedDict, total=False):
     """The eval loss on the held-out split: the base before step 1, every eval.steps, the end."""
 
@@ -607,6 +639,7 @@ EVENTS: dict[str, type] = {
     "export_check": ExportCheckEvent,
     "export_done": ExportDoneEvent,
     "busy": BusyEvent,
+    "sync": SyncEvent,
     "eval": EvalEvent,
     "sample": SampleEvent,
     "chat_ready": ChatReadyEvent,
