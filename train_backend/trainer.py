@@ -26,6 +26,7 @@ from train_backend import (
     generation,
     oom_watch,
     step_meter,
+    sync_hook,
     test_aids,
 )
 from train_backend import data as data_mod
@@ -66,6 +67,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         if isinstance(exc, SystemExit):
             raise
         return failed(r, exc)
+    finally:
+        sync_hook.close(r.sync)  # output.sync: the record once more, after the last event
 
 
 @dataclass
@@ -82,6 +85,7 @@ class TrainingRun:
     tracker: oom_watch.PhaseTracker = field(default_factory=oom_watch.PhaseTracker)  # where an OOM strikes
     phase: str = "starting"
     step: int | None = None
+    sync: Any = None  # output.sync's worker (cockpit.sync.worker.SyncWorker), on the owner
 
     @classmethod
     def begin(cls, run: rundir.RunDir, emitter: Emitter, world: World | None) -> TrainingRun:
@@ -206,6 +210,8 @@ def start(r: TrainingRun) -> Setup:
         max_usd=cfg.cost.max_usd,
         emulated_vram=emulation,
     )
+    if r.owner:
+        r.sync = sync_hook.start(r.run, cfg, r.emitter)
     budget = budget_mod.budget_for(cfg, r.prior, time.monotonic())  # NTP never steps it
     if emulation is not None and not emulation["applied"]:
         r.emitter.emit(
@@ -317,6 +323,7 @@ def _callbacks(r: TrainingRun, s: Setup, plan, data: Data, evaluator, meter) -> 
     if data.held_out is not None or data.prompts:
         callbacks.append(eval_mod.make_eval_callback(evaluator, r.controls))
     callbacks.extend(fast.extra_callbacks(plan, r.emitter))
+    callbacks.extend(sync_hook.callbacks(r.sync, r.run))
     if cfg.debug.profile_steps and (r.world is None or r.world.rank == 0):
         from train_backend.profiling import make_profile_callback
 
@@ -378,6 +385,7 @@ def stopped(r: TrainingRun, built: Built, result) -> int:
     saved = r.run.complete_checkpoints()
     at = f"; {saved[-1].name} saved" if saved else ""
     over = r.controls.budget_reached
+    sync_hook.wait(r.sync, r.emitter, sync_hook.END_WAIT_S)
     r.emitter.emit(
         "done",
         status="stopped",
@@ -402,9 +410,13 @@ def finish(r: TrainingRun, s: Setup, data: Data, built: Built, result) -> int:
         r.enter("saving", "final adapter" if built.peft_config else "final model")
         _save_final(r, trainer, built.tokenizer)
         final = str(r.run.final_dir)
+        sync_hook.final_saved(r.sync, r.run)
     if data.prompts:
         r.enter("sampling", f"{len(data.prompts)} prompts with the final weights")
         evaluator.run_samples(step, "final", rundir.FINAL_NAME if final else None)
+    if r.sync is not None:
+        r.enter("syncing", f"the last copies to {r.sync.text}")
+        sync_hook.wait(r.sync, r.emitter, sync_hook.finish_wait_s(s.cfg))
     r.enter("done")
     r.emitter.emit(
         "done",
@@ -437,6 +449,8 @@ def _save_final(r: TrainingRun, trainer, tokenizer) -> None:
 def failed(r: TrainingRun, exc: BaseException) -> int:
     """Any failure: one `error` event, classified, with where the run stood and what it kept."""
     verdict = classify(exc, r.phase, str(r.run.path))
+    if not r.controls.gone.is_set():  # a deleted run directory has nothing left to copy
+        sync_hook.wait(r.sync, r.emitter, sync_hook.END_WAIT_S)
     step = r.step
     if verdict.oom is not None:
         verdict.oom.update(r.tracker.details())
