@@ -218,6 +218,13 @@ def _add_restart_and_stop(sub: argparse._SubParsersAction[argparse.ArgumentParse
         metavar="USD",
         help="a new budget for the run (sets cost.max_usd), e.g. after it stopped at the old one",
     )
+    sp.add_argument(
+        "--from",
+        dest="from_target",
+        metavar="TARGET",
+        help="on a new machine: rebuild the run from its copy (output.sync: hf://ORG/NAME or a folder), "
+        "the newest there or the RUN named, and go on from its last synced checkpoint",
+    )
     _view_flags(sp)
     _oom_flags(sp)
 

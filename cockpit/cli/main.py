@@ -182,12 +182,15 @@ def _start(cfg: config.TrainConfig, args: argparse.Namespace, source: str) -> in
         print(said, file=sys.stderr)
         return EXIT_USAGE
     _check_against_model(cfg)
+    from cockpit.cli import sync_commands
+
+    sync_line = sync_commands.check_line(cfg)  # output.sync: the folder there, or a hub token
     from cockpit.cli.data_commands import data_ok_to_start
 
     if not data_ok_to_start(cfg, source):
         return EXIT_USAGE
     if args.check:
-        print(said)
+        print(said if sync_line is None else f"{said}\n{sync_line}")
         return 0
     if cfg.export.at_end:
         e = cfg.export
@@ -357,7 +360,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
-    run = rundir.find(args.run)
+    from cockpit.cli import sync_commands
+
+    if args.from_target is None:
+        run = rundir.find(args.run)
+    elif isinstance(restored := sync_commands.restored_run(args), int):
+        return restored
+    else:
+        run = restored
     if process.is_alive(run):
         attach = f"{paths.cockpit_command()} attach {run.run_id}"
         _say(f"run {run.run_id} is still running; attach with: {attach}", keep=(attach,))
@@ -373,6 +383,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
         _check_against_model(cfg)
     except config.ConfigError as exc:
         raise config.ConfigError(f"{run.config_path}: {exc}") from None
+    sync_commands.warn_target(cfg)
     from cockpit.money.budget import already_spent
     from cockpit.run import journal
 
