@@ -8,6 +8,7 @@ from typing import Any
 from cockpit import fmt
 from cockpit.protocol.wire import Fault
 from cockpit.run.state import notice_text
+from cockpit.sync import text as sync_text
 
 
 def describe(item: dict[str, Any] | Fault) -> str | None:
@@ -51,6 +52,8 @@ def describe(item: dict[str, Any] | Fault) -> str | None:
         return f"checkpoint: step {item.get('step')} ({fmt.size(item.get('bytes'))}, {item.get('save_s')} s)"
     if kind == "eval":
         return eval_line(item)
+    if kind == "sync":
+        return sync_text.event_line(item)
     if kind == "sample":
         return sample_line(item)
     if kind == "error":

@@ -7,6 +7,7 @@ summary panel; `cockpit runs` takes its columns from the same figures.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from cockpit import fmt
 from cockpit.paths import cockpit_command
 from cockpit.protocol.wire import number
 from cockpit.run.state import RunState
+from cockpit.sync import text as sync_text
 
 if TYPE_CHECKING:
     from cockpit.run.rundir import RunDir
@@ -41,6 +43,7 @@ class RunSummary:
     next_commands: list[str] = field(default_factory=list)
     on_end: str | None = None  # the end command, as configured
     on_end_state: str | None = None  # started | finished | failed (its event), None before
+    sync: str | None = None  # output.sync: what is on the target (cockpit.sync.text.runs_line)
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -93,10 +96,11 @@ def summarize(
         next_commands=(
             next_commands(run_path.name, state, adapter, is_final, checkpoints, reason)
             if run_path.is_dir()
-            else gone_commands()
+            else gone_commands(state.sync)
         ),
         on_end=on_end,
         on_end_state=ended_command.get("state"),
+        sync=sync_text.runs_line(state.sync),
     )
 
 
@@ -122,9 +126,12 @@ def next_commands(
     return out
 
 
-def gone_commands() -> list[str]:
+def gone_commands(sync: dict[str, Any]) -> list[str]:
     """What goes on from a run whose directory is gone: restart, chat and export need its checkpoints,
-    which went with it; only a new run is left."""
+    which went with it; its copy off the machine (output.sync), if it has one, or a new run."""
+    if sync.get("step") is not None and sync.get("target"):
+        target = shlex.quote(str(sync["target"]))
+        return [f"{cockpit_command()} restart --from {target} (its copy, at step {sync['step']})"]
     return ["cockpit train CONFIG (a new run: this one's directory and checkpoints are gone)"]
 
 
@@ -170,6 +177,8 @@ def summary_lines(s: RunSummary) -> list[str]:
             "timed_out": "TIMED OUT (cost.on_end_timeout_min) and ended; see backend.log",
         }.get(s.on_end_state, s.on_end_state)
         lines.append(f"on_end: {s.on_end}: {state}")
+    if s.sync:
+        lines.append(s.sync)
     return lines
 
 
