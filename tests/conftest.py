@@ -30,6 +30,8 @@ CALLER_ENV = (
     "COCKPIT_CACHE",
     "COCKPIT_CONFIG",
     "COCKPIT_TEST_AIDS",  # faults a test sets for its own trainer (train_backend.test_aids), never inherited
+    "COCKPIT_TEST_HF_API",  # the hub's offline stand-in (cockpit.sync.hub), set by the tests that use it
+    "FAKE_HUB_DIR",
 )
 for _name in CALLER_ENV:
     os.environ.pop(_name, None)
