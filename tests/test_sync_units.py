@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import SUPPORT, cockpit, unwritable_dir, write_config
 
 from cockpit.config import load as config_load
@@ -381,6 +382,42 @@ def test_a_checkpoint_cut_short_at_the_target_is_refused_and_nothing_is_left(tmp
     ):
         restore(str(tmp_path / "backup"), root=tmp_path / "runs")
     assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_a_share_mounted_elsewhere_on_the_new_machine_takes_the_copies_from_there_on(tmp_path, env, capsys):
+    import argparse
+
+    from cockpit.cli import sync_commands
+    from cockpit.config.load import load_config
+
+    run = make_run(tmp_path / "box")
+    write_config(run.config_path, {"output.sync": "/mnt/old-box-share"})
+    w = worker(folder_target(tmp_path), run, Events())
+    w.checkpoint_saved(save_checkpoint(run, 4))
+    assert w.drain(10) == []
+    w.close(10)
+    mounted_here = tmp_path / "share-here"
+    (tmp_path / "backup").rename(mounted_here)
+
+    rebuilt = sync_commands.restored_run(argparse.Namespace(from_target=str(mounted_here), run=None))
+    assert isinstance(rebuilt, rundir.RunDir), capsys.readouterr().err
+    assert load_config(rebuilt.config_path).output.sync == str(mounted_here)
+    kept = yaml.safe_load((rebuilt.path / "history" / "config-1.yaml").read_text())
+    assert kept["output"]["sync"] == "/mnt/old-box-share"
+    said = capsys.readouterr().err
+    assert f"output.sync: /mnt/old-box-share -> {mounted_here} (the old config is in history/)" in said
+    change = [
+        e
+        for e in map(json.loads, rebuilt.events_path.read_text().splitlines())
+        if e["type"] == "config_change"
+    ]
+    assert change and change[0]["changes"] == {"output.sync": str(mounted_here)}
+    assert "config changed (restart --from" in describe(change[0])
+
+    again = make_run(tmp_path / "box2", "20260303-000000-tiny")  # the same place: nothing changes
+    write_config(again.config_path, {"output.sync": str(mounted_here)})
+    sync_commands.repoint(again, str(mounted_here))
+    assert not (again.path / "history").exists() and "output.sync:" not in capsys.readouterr().err
 
 
 def test_the_newest_run_is_chosen_unless_one_is_named(tmp_path):
