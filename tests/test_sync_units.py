@@ -298,12 +298,9 @@ def test_a_target_that_stops_taking_writes_mid_run_is_said_once_and_the_run_goes
 
 
 def test_a_checkpoint_that_cannot_be_snapshotted_is_said_and_never_raised_into_training(tmp_path):
-    import shutil
-
     run, events = make_run(tmp_path), Events()
-    w = worker(folder_target(tmp_path), run, events)
-    shutil.rmtree(run.path / ".sync")
-    (run.path / ".sync").write_text("in the way")  # the spool cannot take the checkpoint's links
+    (run.path / ".sync").write_text("in the way")  # the spool cannot be made, nor take the links
+    w = worker(folder_target(tmp_path), run, events)  # starts all the same
     w.checkpoint_saved(save_checkpoint(run, 4))  # returns: training goes on
     failed = events.of("sync", status="failed")
     assert [(e["checkpoint"], e["retry_s"]) for e in failed] == [("checkpoint-4", None)]

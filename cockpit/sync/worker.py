@@ -96,7 +96,10 @@ class SyncWorker:
 
     def start(self) -> SyncWorker:
         shutil.rmtree(self.spool, ignore_errors=True)  # what a killed attempt left
-        self.spool.mkdir(mode=0o700)
+        try:
+            self.spool.mkdir(mode=0o700)
+        except OSError:  # never a reason not to train: each snapshot that fails says why
+            pass
         self.emit("sync", status="started", target=self.text)
         self._thread.start()
         return self
