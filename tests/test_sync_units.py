@@ -103,7 +103,7 @@ def test_a_target_is_a_private_hub_repository_or_a_folder(tmp_path):
     assert config_load.with_absolute_paths(cfg, tmp_path).output.sync == str(tmp_path / "backup")
 
 
-def test_the_check_wants_a_folder_that_exists_and_takes_a_file_or_a_hub_token(tmp_path, monkeypatch):
+def test_the_check_wants_a_folder_that_exists_and_takes_a_file(tmp_path):
     with pytest.raises(ConfigError, match=r"does not exist .*not mounted"):
         check.check_target(str(tmp_path / "nowhere"))
     (tmp_path / "file").write_text("x")
@@ -115,14 +115,6 @@ def test_the_check_wants_a_folder_that_exists_and_takes_a_file_or_a_hub_token(tm
     (tmp_path / "ok").mkdir()
     assert "(exists, writable, " in check.check_target(str(tmp_path / "ok"))
     assert os.listdir(tmp_path / "ok") == []  # the probe file is gone
-
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no saved login either
-    with pytest.raises(ConfigError, match=r"needs a hub token .*HF_TOKEN or run `hf auth login`"):
-        check.check_target("hf://alice/run")
-    monkeypatch.setenv("HF_TOKEN", SECRET)
-    line = check.check_target("hf://alice/run")
-    assert "a private repository" in line and "HF_TOKEN" in line and SECRET not in line
 
 
 def test_train_check_refuses_a_target_that_is_not_there_before_anything_starts(tmp_path, env):
@@ -458,6 +450,41 @@ def test_the_stand_in_takes_only_what_huggingface_hubs_api_takes(fake_hub):
         for param in inspect.signature(method).parameters.values():
             assert param.name in real, (name, param.name)
             assert param.kind == real[param.name].kind, (name, param.name)
+
+
+def test_the_check_wants_a_hub_token_and_asks_the_repository_once(tmp_path, fake_hub, monkeypatch):
+    from fake_hub import FakeHfApi
+
+    said = check.check_target("hf://alice/run")
+    assert said == (
+        "output.sync: each checkpoint and the record go to hf://alice/run (not there yet: made private "
+        "at the first copy), with the token of HF_TOKEN"
+    )  # named, never shown
+    FakeHfApi().create_repo("alice/run", private=True)
+    assert "(exists, private)" in check.check_target("hf://alice/run")
+    FakeHfApi().create_repo("alice/open", private=False)
+    with pytest.raises(ConfigError, match=r"hf://alice/open is a public repository.*make it private"):
+        check.check_target("hf://alice/open")
+
+    down = tmp_path / "hub-down"
+    monkeypatch.setenv("FAKE_HUB_DOWN", str(down))
+    down.write_text("503")  # a hub that does not answer now: said, not refused
+    assert "(not reached now (HTTP 503: 503 Server Error" in check.check_target("hf://alice/run")
+    down.write_text("401")  # a token the hub refuses
+    with pytest.raises(ConfigError, match=r"hf://alice/run: HTTP 401: .*hf auth login"):
+        check.check_target("hf://alice/run")
+    down.unlink()
+
+    import huggingface_hub.constants
+
+    monkeypatch.delenv(hub.TEST_API_ENV)  # huggingface_hub's own HfApi, offline (HF_HUB_OFFLINE=1)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read at its import
+    with pytest.raises(ConfigError, match=r"offline mode is enabled.*HF_HUB_OFFLINE is set"):
+        check.check_target("hf://alice/run")
+    monkeypatch.delenv("HF_TOKEN")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no saved login either
+    with pytest.raises(ConfigError, match=r"needs a hub token .*HF_TOKEN or run `hf auth login`"):
+        check.check_target("hf://alice/run")
 
 
 def test_a_run_goes_to_a_private_repository_and_comes_back(tmp_path, fake_hub):

@@ -34,7 +34,7 @@ class Failure:
 
 def classify(exc: BaseException, spec: SyncSpec) -> Failure:
     kind = _kind(exc, spec)
-    return Failure(kind, reason_text(exc), _hint(kind, spec))
+    return Failure(kind, reason_text(exc), hint(kind, spec))
 
 
 def _kind(exc: BaseException, spec: SyncSpec) -> str:
@@ -88,7 +88,8 @@ def reason_text(exc: BaseException) -> str:
     return prefix + first
 
 
-def _hint(kind: str, spec: SyncSpec) -> str:
+def hint(kind: str, spec: SyncSpec) -> str:
+    """What to do about a failure of `kind` at `spec`, in a line."""
     where, hub = str(spec.path or spec.text), endpoint()
     org = (spec.repo_id or "").split("/")[0]
     hints = {

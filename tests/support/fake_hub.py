@@ -69,7 +69,7 @@ class FakeHfApi:
         (repo / "repo.json").write_text(json.dumps({"private": bool(private), "repo_type": repo_type}))
         return f"https://fake.hub/{repo_id}"
 
-    def repo_info(self, repo_id: str, *, repo_type: str | None = None):
+    def repo_info(self, repo_id: str, *, repo_type: str | None = None, timeout: float | None = None):
         self._answer()
         return SimpleNamespace(private=json.loads((self._repo(repo_id) / "repo.json").read_text())["private"])
 
