@@ -150,4 +150,3 @@ def speed_plan_lines(item: dict[str, Any]) -> str:
             f"host (its host times scaled by that)"
         )
     return "\n".join(lines)
-
