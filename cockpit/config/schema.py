@@ -379,6 +379,12 @@ class SpeedSection:
         "LoRA layers and no LoRA dropout; speed: auto uses it only where your config asks for it",
         choices=("off", "fused"),
     )
+    keep_effective_batch: bool = _f(
+        True,
+        "true: speed: auto splits the optimizer step so that micro-batch x accumulation is exactly what your "
+        "config's makes (packed: the rows that many samples fill); false: it may pick a split of a "
+        "few more rows a step where that is faster, and says so in the plan and the end summary",
+    )
     cache_tokens: bool = _f(True, "keep the tokenized dataset in the run directory, so a restart skips it")
     keep: list[str] | None = _f(
         None,

@@ -146,8 +146,10 @@ def speed_plan_lines(item: dict[str, Any]) -> str:
         lines.append(f"  {flops_text(flops)}")
     probe, scale = item.get("host_probe_ms"), item.get("host_scale")
     if isinstance(probe, (int, float)) and isinstance(scale, (int, float)):
+        spread = item.get("host_probe_spread")
+        rounds = f" (its rounds spread x{spread:.2f})" if isinstance(spread, (int, float)) else ""
         lines.append(
-            f"  host: the probe's step took {probe:.2f} ms, x{scale:.2f} the speed model's reference host "
-            "(its host times scaled by that)"
+            f"  host: the probe's step took {probe:.2f} ms{rounds}, x{scale:.2f} the speed model's reference "
+            f"host (its host times scaled by that)"
         )
     return "\n".join(lines)

@@ -176,6 +176,18 @@ class SpeedPlanEvent(TypedDict, total=False):
     host_scale: Annotated[
         float, Meaning("what the speed model's host terms were scaled by for that probe (1: the reference)")
     ]
+    host_probe_spread: Annotated[
+        float | None,
+        Meaning("the probe's rounds: upper over lower quartile (1: steady); null without a probe"),
+    ]
+    effective_batch: Annotated[
+        dict[str, Any] | None,
+        Meaning(
+            "the step's size: `config` (your micro-batch x accumulation, samples), `target` (the rows or "
+            "samples that makes), `planned` (the plan's product), `unit`, `kept` (planned = target), "
+            "`keep_effective_batch` (the config key)"
+        ),
+    ]
 
 
 class ModelEvent(TypedDict, total=False):

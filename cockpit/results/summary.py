@@ -44,6 +44,7 @@ class RunSummary:
     on_end: str | None = None  # the end command, as configured
     on_end_state: str | None = None  # started | finished | failed (its event), None before
     sync: str | None = None  # output.sync: what is on the target (cockpit.sync.text.runs_line)
+    step_change: str | None = None  # the optimizer step's size where the plan changed it (batch_change)
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -101,6 +102,20 @@ def summarize(
         on_end=on_end,
         on_end_state=ended_command.get("state"),
         sync=sync_text.runs_line(state.sync),
+        step_change=batch_change(state),
+    )
+
+
+def batch_change(state: RunState) -> str | None:
+    """What the plan did to the optimizer step's size where it did not keep it (speed.keep_effective_batch
+    false: the `speed_plan` event's `effective_batch`); None where it was kept or no plan said."""
+    step = state.speed_plan.get("effective_batch")
+    if not isinstance(step, dict) or step.get("kept") is not False:
+        return None
+    unit = step.get("unit") or "rows"
+    return (
+        f"{step.get('planned')} {unit} an optimizer step, not the {step.get('target')} your config makes "
+        "(speed.keep_effective_batch: false)"
     )
 
 
@@ -156,6 +171,8 @@ def summary_lines(s: RunSummary) -> list[str]:
         loss += f" (last logged; run mean {fmt.loss(s.mean_train_loss)})"
     loss += f", eval loss {fmt.loss(s.eval_loss)}" if s.eval_loss is not None else ", no eval"
     lines.append(loss)
+    if s.step_change:
+        lines.append(f"step size: {s.step_change}")
     if s.error:
         lines.append(f"error: {s.error[:200]}")
     if s.adapter is None and s.status == "finished" and s.adapter_was_saved:
