@@ -182,13 +182,25 @@ def _start(cfg: config.TrainConfig, args: argparse.Namespace, source: str) -> in
         print(said, file=sys.stderr)
         return EXIT_USAGE
     _check_against_model(cfg)
+    from cockpit import cloud
+    from cockpit.money.instance_end import before_lines
+
+    ending, refused = before_lines(cfg)  # stop-instance / destroy-instance: said, or refused here
+    if refused:
+        lines = [f"{source}: cannot start: the end it asks for cannot happen on this box:"]
+        lines += [f"  {problem}" for problem in refused]
+        lines.append("Nothing was started and no run directory was made.")
+        print("\n".join(wrapped(lines, output_width())), file=sys.stderr)
+        return EXIT_USAGE
     from cockpit.cli.data_commands import data_ok_to_start
 
     if not data_ok_to_start(cfg, source):
         return EXIT_USAGE
     if args.check:
-        print(said)
+        print("\n".join([said, *wrapped(ending, output_width())]))
         return 0
+    for line in ending:
+        _say(line)
     if cfg.export.at_end:
         e = cfg.export
         what = "the adapter" if not (e.merge or e.gguf) else f"the merged model ({e.dtype})"
@@ -198,7 +210,7 @@ def _start(cfg: config.TrainConfig, args: argparse.Namespace, source: str) -> in
             + (", then cost.on_end" if cfg.cost.on_end else "")
             + " (export.at_end; its output goes to backend.log)"
         )
-    if cfg.cost.on_end:
+    if cfg.cost.on_end and not cloud.is_instance_action(cfg.cost.on_end):
         _say(f"when the run ends: {cfg.cost.on_end} (cost.on_end; its output goes to backend.log)")
     config_load.with_absolute_paths(cfg)
     problems = []

@@ -285,9 +285,10 @@ class CostSection:
     )
     on_end: str | None = _f(
         None,
-        "shell command run once when the run has ended (finished, failed or stopped) and everything it "
-        "wrote is on disk, e.g. 'sudo shutdown -h now' (cockpit train --then); its output goes to "
-        "backend.log",
+        "run once when the run has ended (finished, failed or stopped) and everything it wrote is on disk: "
+        "stop-instance or destroy-instance (the provider's own stop: RunPod, Vast.ai, Lambda, found from "
+        "the environment; a stopped instance still bills its disk, a destroyed one nothing and its data "
+        "is gone), or a shell command (cockpit train --then); its output goes to backend.log",
     )
     on_end_timeout_min: float = _f(
         5.0,
@@ -305,8 +306,9 @@ class CostSection:
     )
     on_idle: str | None = _f(
         None,
-        "shell command the idle alarm runs, once per idle spell: a watching client's (the run view, "
-        "--no-ui) or, with no client attached, the end runner's after the run has ended (NVML; once)",
+        "what the idle alarm runs, once per idle spell: stop-instance, destroy-instance (as on_end) or a "
+        "shell command; a watching client's alarm (the run view, --no-ui) or, with no client attached, "
+        "the end runner's after the run has ended (NVML; once)",
     )
 
 

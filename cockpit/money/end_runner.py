@@ -39,9 +39,10 @@ from typing import Any
 
 import psutil
 
+from cockpit import cloud
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, TrainConfig
-from cockpit.money import idle, idle_watch
+from cockpit.money import idle, idle_watch, instance_end
 from cockpit.paths import cockpit_command
 from cockpit.run import journal, pids
 from cockpit.run import process as supervisor
@@ -177,7 +178,12 @@ def run_end(run: RunDir, trainer_pid: int) -> int:
     code = 1 if failed_steps else 0
     if command:
         limit_s = round(cfg.cost.on_end_timeout_min * 60, 3)
-        code = run_command(run, command, status.state, trainer_pid, limit_s)
+        if cloud.is_instance_action(command):  # the provider's stop or destroy
+            code = instance_end.run_action(
+                run, command.strip(), status.state, trainer_pid, limit_s, say=log, record=append_event
+            )
+        else:
+            code = run_command(run, command, status.state, trainer_pid, limit_s)
     if cfg.cost.on_idle:
         settings = idle.IdleSettings(cfg.cost.idle_minutes, cfg.cost.on_idle)
         log(idle_watch.watch(run, settings, say=log).text)

@@ -19,6 +19,7 @@ from typing import IO
 
 from cockpit.doctor.engine import Doctor
 from cockpit.doctor.window import Finding
+from cockpit.money.instance_end import shell_for
 
 IDLE_RULE = "idle_billed"
 BELL = "\a"
@@ -60,7 +61,7 @@ def start_command(command: str, log_path: Path | None) -> subprocess.Popen[bytes
             log.write(f"[cockpit {stamp}] on_idle: running: {command}\n".encode())
             log.flush()
         return subprocess.Popen(
-            command,
+            shell_for(command),  # stop-instance / destroy-instance: the provider's own (cockpit.cloud)
             shell=True,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL if log is None else log,

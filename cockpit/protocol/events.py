@@ -370,7 +370,7 @@ class EndCommandEvent(TypedDict, total=False):
     """Written by the end runner (cockpit.money.end_runner) around cost.on_end, after the run's end."""
 
     state: Annotated[str, Meaning("started, then finished, failed or timed_out")]
-    command: Annotated[str, Meaning("the shell command (cost.on_end)")]
+    command: Annotated[str, Meaning("the shell command, or stop-instance / destroy-instance (cost.on_end)")]
     run_status: Annotated[str, Meaning("how the run ended: finished, stopped or failed")]
     returncode: Annotated[int | None, Meaning("its exit status; null when the shell could not start")]
     error: Annotated[str | None, Meaning("why the shell could not start")]
@@ -379,6 +379,13 @@ class EndCommandEvent(TypedDict, total=False):
         float, Meaning("how long it may run (cost.on_end_timeout_min); past it, its process group is ended")
     ]
     trainer_pid: Annotated[int, Meaning("the trainer attempt whose end it was")]
+    detail: Annotated[
+        str,
+        Meaning(
+            "stop-instance or destroy-instance: what is being done and what still bills (started), what "
+            "was done (after)"
+        ),
+    ]
 
 
 class ExitEvent(TypedDict, total=False):

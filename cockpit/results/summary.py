@@ -41,6 +41,7 @@ class RunSummary:
     next_commands: list[str] = field(default_factory=list)
     on_end: str | None = None  # the end command, as configured
     on_end_state: str | None = None  # started | finished | failed (its event), None before
+    on_end_detail: str | None = None  # stop-instance / destroy-instance: what was done, what still bills
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -97,6 +98,7 @@ def summarize(
         ),
         on_end=on_end,
         on_end_state=ended_command.get("state"),
+        on_end_detail=ended_command.get("detail"),
     )
 
 
@@ -169,7 +171,7 @@ def summary_lines(s: RunSummary) -> list[str]:
             "failed": "FAILED, see backend.log; the run directory is intact",
             "timed_out": "TIMED OUT (cost.on_end_timeout_min) and ended; see backend.log",
         }.get(s.on_end_state, s.on_end_state)
-        lines.append(f"on_end: {s.on_end}: {state}")
+        lines.append(f"on_end: {s.on_end}: {s.on_end_detail or state}")
     return lines
 
 
