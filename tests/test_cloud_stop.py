@@ -295,7 +295,7 @@ def check_config(tmp_path: Path, on_end: str, on_idle: str | None = None) -> str
 def test_check_refuses_stop_instance_where_no_provider_is_detected(box, tmp_path, capsys):
     assert main(["train", check_config(tmp_path, "stop-instance"), "--check"]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "cannot start: the end it asks for cannot happen on this box" in err
+    assert "cannot start: what it asks for at its end cannot happen on this box" in err
     assert "cost.on_end: stop-instance cannot run here: no provider detected" in err
     assert not (tmp_path / "home" / "runs").exists()
 

@@ -183,14 +183,10 @@ def _start(cfg: config.TrainConfig, args: argparse.Namespace, source: str) -> in
         return EXIT_USAGE
     _check_against_model(cfg)
     from cockpit import cloud
-    from cockpit.money.instance_end import before_lines
+    from cockpit.money import notify
 
-    ending, refused = before_lines(cfg)  # stop-instance / destroy-instance: said, or refused here
-    if refused:
-        lines = [f"{source}: cannot start: the end it asks for cannot happen on this box:"]
-        lines += [f"  {problem}" for problem in refused]
-        lines.append("Nothing was started and no run directory was made.")
-        print("\n".join(wrapped(lines, output_width())), file=sys.stderr)
+    ending = _ending_lines(cfg, source)
+    if ending is None:
         return EXIT_USAGE
     from cockpit.cli.data_commands import data_ok_to_start
 
@@ -225,8 +221,9 @@ def _start(cfg: config.TrainConfig, args: argparse.Namespace, source: str) -> in
         run = rundir.create(
             Path(cfg.output.dir) if cfg.output.dir else None,
             cfg.model.name,
-            _source_line(source) + config.dump_config(cfg),
+            _source_line(source) + config.dump_config(notify.for_record(cfg)),
         )
+        notify.keep_urls(run.path, cfg.notify.urls)
     except OSError as exc:  # output.dir is a file, read-only, on a full disk...
         where = cfg.output.dir or paths.runs_root()
         print(
@@ -249,6 +246,25 @@ def _start(cfg: config.TrainConfig, args: argparse.Namespace, source: str) -> in
     proc = process.launch(run)
     _say(f"run {run.run_id} started (trainer pid {proc.pid}); directory {run.path}", keep=(str(run.path),))
     return _show(run, proc, args, preflight_problems=problems)
+
+
+def _ending_lines(cfg: config.TrainConfig, source: str) -> list[str] | None:
+    """What happens at the run's end beyond the shell (stop-instance, destroy-instance, notify), to
+    say before it starts; None, said why, where it cannot happen on this box."""
+    from cockpit.money import notify
+    from cockpit.money.instance_end import before_lines
+
+    ending, refused = before_lines(cfg)
+    refused += notify.check_urls(cfg.notify.urls or [])
+    if cfg.notify.urls:
+        ending.append(notify.describe(cfg))
+    if not refused:
+        return ending
+    lines = [f"{source}: cannot start: what it asks for at its end cannot happen on this box:"]
+    lines += [f"  {problem}" for problem in refused]
+    lines.append("Nothing was started and no run directory was made.")
+    print("\n".join(wrapped(lines, output_width())), file=sys.stderr)
+    return None
 
 
 def _say(line: str, keep: tuple[str, ...] = ()) -> None:

@@ -208,6 +208,8 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
             },
         }
     raw = dataset_sources.short_form(raw)
+    if isinstance(raw.get("notify"), list):  # `notify: [URL, ...]`
+        raw = {**raw, "notify": {"urls": raw["notify"]}}
     cfg = _build(TrainConfig, raw, "")
     _check_combinations(cfg)
     dataset_sources.check(cfg, raw)

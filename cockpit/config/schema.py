@@ -331,6 +331,19 @@ class ExportSection:
 
 
 @dataclass
+class NotifySection:
+    urls: list[str] | None = _f(
+        None,
+        "Apprise URLs (tgram://, discord://, slack://, ntfy://, mailto://, json://...: "
+        "https://github.com/caronc/apprise/wiki) told when the run ends, fails, runs out of memory, "
+        "reaches its budget, or its GPU idles billed; checked at --check; kept in the run's private "
+        "notify.json, masked in config.yaml and every record. `notify: [URL, ...]` is short for this. "
+        "Needs pip install apprise",
+    )
+    best_eval: bool = _f(False, "also tell each new best eval loss (after the base model's)")
+
+
+@dataclass
 class SpeedSection:
     mode: str = _f(
         "auto",
@@ -434,6 +447,7 @@ class TrainConfig:
     eval: EvalSection = field(default_factory=EvalSection)
     cost: CostSection = field(default_factory=CostSection)
     export: ExportSection = field(default_factory=ExportSection)
+    notify: NotifySection = field(default_factory=NotifySection)
     speed: SpeedSection = field(default_factory=SpeedSection)
     emulate_vram_gib: float | None = _f(
         None,
