@@ -465,6 +465,11 @@ def _check_eval(cfg: TrainConfig) -> None:
             f"eval.steps: {ev.steps}, but there is no eval data; set dataset.eval_fraction (e.g. 0.05) or "
             "dataset.eval_split"
         )
+    if not has_eval and ev.early_stop_patience is not None:
+        raise ConfigError(
+            f"eval.early_stop_patience: {ev.early_stop_patience}, but there is no eval loss to watch; set "
+            "dataset.eval_fraction (e.g. 0.05) or dataset.eval_split"
+        )
     if not has_eval and isinstance(ev.prompts, int):
         raise ConfigError(
             f"eval.prompts: {ev.prompts} takes that many prompts from the eval split, and there is none; set "

@@ -271,6 +271,16 @@ class EvalSection:
     max_new_tokens: int = _f(
         64, "tokens generated per sample (greedy, seeded with training.seed)", min=1, max=4096
     )
+    early_stop_patience: int | None = _f(
+        None,
+        "early stopping: stop once this many evals in a row have not lowered the best eval loss by "
+        "early_stop_min_gain; final/ then holds the best checkpoint's weights (each new best is saved "
+        "as a checkpoint and kept). Needs eval data",
+        min=1,
+    )
+    early_stop_min_gain: float = _f(
+        0.0, "with early_stop_patience: how much lower than the best an eval loss must be to count", min=0
+    )
 
 
 @dataclass

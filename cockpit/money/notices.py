@@ -74,7 +74,8 @@ class RunNotices:
             why = f"{error.get('kind', 'other')}: {error.get('message', 'the trainer ended')}"
             return Notice("failure", f"failed at {steps}", "\n".join([why, *figures, *then]))
         reason = (state.outcome or {}).get("reason")
-        title = state.status + (f" ({reason})" if state.status == "stopped" and reason else "")
+        title = state.status + (f" ({reason})" if reason else "")
         output = (state.outcome or {}).get("output")
-        lines = [*figures, *([f"adapter: {output}"] if output else []), *then]
+        early = [str(state.outcome.get("message"))] if state.outcome and reason == "early_stop" else []
+        lines = [*early, *figures, *([f"adapter: {output}"] if output else []), *then]
         return Notice("end", f"{title} at {steps}", "\n".join(lines))

@@ -347,11 +347,21 @@ class DoneEvent(TypedDict, total=False):
     train_loss: Annotated[float | None, Meaning("mean training loss over the run")]
     runtime_s: Annotated[float, Meaning("training time")]
     output: Annotated[str | None, Meaning("the final/ folder with the adapter or model")]
-    reason: Annotated[str | None, Meaning("stopped: request (a stop command or signal) or budget")]
+    reason: Annotated[
+        str | None,
+        Meaning(
+            "stopped: request (a stop command or signal) or budget; finished: early_stop "
+            "(eval.early_stop_patience)"
+        ),
+    ]
     message: Annotated[str, Meaning("how it ended")]
     eval_loss: Annotated[float | None, Meaning("the last eval loss (with an eval split)")]
     best_checkpoint: Annotated[str | None, Meaning("the kept checkpoint with the lowest eval loss")]
     best_eval_loss: Annotated[float | None, Meaning("its eval loss")]
+    not_spent_s: Annotated[float | None, Meaning("early_stop: the steps left, at this attempt's pace")]
+    not_spent_usd: Annotated[
+        float | None, Meaning("early_stop: what they would have cost (cost.price_per_hour)")
+    ]
     host_probe_end_ms: Annotated[
         float | None, Meaning("finished on a GPU: the host probe again, after the last step (see speed_plan)")
     ]
@@ -530,6 +540,10 @@ class EvalEvent(TypedDict, total=False):
     best_step: Annotated[int | None, Meaning("the step with the lowest eval loss so far")]
     best_eval_loss: Annotated[float | None, Meaning("that loss")]
     best_checkpoint: Annotated[str | None, Meaning("the kept checkpoint with the lowest eval loss")]
+    evals_without_gain: Annotated[
+        int, Meaning("eval.early_stop_patience: evals in a row not beating the best")
+    ]
+    early_stop_patience: Annotated[int, Meaning("how many the run stops at")]
 
 
 class SampleEvent(TypedDict, total=False):

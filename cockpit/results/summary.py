@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 class RunSummary:
     run_id: str
     status: str  # finished | stopped | failed (or running, for a run not ended yet)
-    reason: str | None  # stopped: request | budget
+    reason: str | None  # stopped: request | budget; finished: early_stop
     step: int
     total_steps: int | None
     train_loss: float | None  # the last logged training loss
@@ -41,6 +41,7 @@ class RunSummary:
     next_commands: list[str] = field(default_factory=list)
     on_end: str | None = None  # the end command, as configured
     on_end_state: str | None = None  # started | finished | failed (its event), None before
+    early_stop: str | None = None  # eval.early_stop_patience: where it stopped, what was not spent
     on_end_detail: str | None = None  # stop-instance / destroy-instance: what was done, what still bills
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,6 +74,8 @@ def summarize(
         else:
             error = str(outcome.get("reason") or "the trainer ended without a final event")
     reason = outcome.get("reason") if state.status == "stopped" else None
+    early = outcome.get("message") if outcome.get("reason") == "early_stop" else None
+    reason = "early_stop" if early else reason
     ended_command = state.end_command or {}
     return RunSummary(
         run_id=run_path.name,
@@ -98,6 +101,7 @@ def summarize(
         ),
         on_end=on_end,
         on_end_state=ended_command.get("state"),
+        early_stop=early if isinstance(early, str) else None,
         on_end_detail=ended_command.get("detail"),
     )
 
@@ -137,7 +141,11 @@ def _step_of(checkpoint: str) -> str:
 def summary_lines(s: RunSummary) -> list[str]:
     """The summary: a few lines of at most ~80 columns each (a path may run longer), one next
     command a line."""
-    how = {"budget": "stopped at the budget", "request": "stopped by request"}.get(s.reason or "", s.status)
+    how = {
+        "budget": "stopped at the budget",
+        "request": "stopped by request",
+        "early_stop": "finished early (eval.early_stop_patience)",
+    }.get(s.reason or "", s.status)
     if s.reason == "budget" and s.max_usd is not None:
         how += f" ({fmt.money(s.max_usd)})"
     first = f"{how}: step {s.step}/{s.total_steps or '?'} in {fmt.duration(s.billed_s)}"
@@ -151,6 +159,8 @@ def summary_lines(s: RunSummary) -> list[str]:
         loss += f" (last logged; run mean {fmt.loss(s.mean_train_loss)})"
     loss += f", eval loss {fmt.loss(s.eval_loss)}" if s.eval_loss is not None else ", no eval"
     lines.append(loss)
+    if s.early_stop:
+        lines.append(s.early_stop)
     if s.error:
         lines.append(f"error: {s.error[:200]}")
     if s.adapter is None and s.status == "finished" and s.adapter_was_saved:
