@@ -627,6 +627,7 @@ COMMANDS = {
     "resume": cmd_resume,
     "samples": _later("cockpit.cli.finish_commands", "cmd_samples"),
     "chat": _later("cockpit.cli.finish_commands", "cmd_chat"),
+    "compare": _later("cockpit.cli.finish_commands", "cmd_compare"),
     "export": cmd_export,
     "fetch": cmd_fetch,
 }
