@@ -322,6 +322,10 @@ class CostSection:
     )
 
 
+# what the GGUF export writes (train_backend/export/to_gguf.py OUT_TYPES)
+GGUF_TYPES = ("f16", "q8_0", "q5_1", "q5_0", "q4_0")
+
+
 @dataclass
 class ExportSection:
     at_end: bool = _f(
@@ -334,8 +338,8 @@ class ExportSection:
     dtype: str = _f("bf16", "with at_end and merge: dtype of the merged weights", choices=("bf16", "fp16"))
     gguf: str | None = _f(
         None,
-        "with at_end: also write a GGUF for llama.cpp / Ollama (f16 or q8_0; merges)",
-        choices=("f16", "q8_0"),
+        "with at_end: also write a GGUF for llama.cpp / Ollama (f16, q8_0, q5_1, q5_0 or q4_0; merges)",
+        choices=GGUF_TYPES,
     )
     to: str | None = _f(None, "with at_end: where to write (default: RUN/exports/<source>-<kind>)")
 

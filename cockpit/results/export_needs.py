@@ -17,7 +17,10 @@ from cockpit import fmt
 from cockpit.paths import cockpit_command
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-GGUF_BYTES_PER_PARAM = {"f16": 2.0, "q8_0": 34 / 32}
+# a block of 32 values: q8_0 32 bytes + a f16 scale; q5_1 16 + 4 (high bits) + scale and min; q5_0
+# 16 + 4 + scale; q4_0 16 + scale. The q8_0 embeddings and output layer of the smaller ones are not
+# counted: the estimate is the file of a model whose other weights dominate (a 7B's are ~97%)
+GGUF_BYTES_PER_PARAM = {"f16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32, "q4_0": 18 / 32}
 OVERHEAD_BYTES = 512 * 2**20  # tokenizer, config, the Python process itself
 
 
