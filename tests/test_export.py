@@ -172,6 +172,30 @@ def test_a_q4_0_gguf_reads_back_within_its_tolerance(trained, tmp_path):
     assert result["same_ids"] and result["relative"] <= ROUND_TRIP_TOLERANCE["q4_0"], result
 
 
+def test_a_k_quant_is_made_by_llama_quantize_from_the_f16_file(trained, tmp_path):
+    """q4_k_m with a fake llama-quantize on PATH (tests/test_kquant.py): the f16 GGUF is written,
+    handed to it, removed; the Modelfile points at the K-quant; the tool and its version are said."""
+    from test_kquant import FAKE
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "llama-quantize"
+    tool.write_text(FAKE.format(fail=""))
+    tool.chmod(0o755)
+    env = {**trained["env"], "PATH": f"{bin_dir}:{trained['env']['PATH']}"}
+    out = tmp_path / "merged-q4km"
+    proc = cockpit(["export", str(trained["run"]), "--gguf", "q4_k_m", "--to", str(out)], env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert f"q4_k_m: the f16 GGUF is quantised by {tool}" in said
+    assert f"q4_k_m: quantised by {tool} (version: 4242 (f00dcafe)):" in said
+    ggufs = sorted(p.name for p in out.glob("*.gguf"))
+    assert len(ggufs) == 1 and ggufs[0].endswith("-q4_k_m.gguf"), ggufs
+    argv = (bin_dir / "argv.txt").read_text().split()
+    assert argv[0].endswith("-f16.gguf") and argv[1].endswith("-q4_k_m.gguf") and argv[2] == "Q4_K_M"
+    assert f"FROM ./{ggufs[0]}" in (out / "Modelfile").read_text()
+
+
 _ROUND_TRIP = """
 import json, shutil, torch
 from pathlib import Path

@@ -322,8 +322,9 @@ class CostSection:
     )
 
 
-# what the GGUF export writes (train_backend/export/to_gguf.py OUT_TYPES)
-GGUF_TYPES = ("f16", "q8_0", "q5_1", "q5_0", "q4_0")
+# what the GGUF export writes: to_gguf.py's OUT_TYPES, then the K-quants llama.cpp's llama-quantize
+# makes from the f16 file (train_backend/export/kquant.py)
+GGUF_TYPES = ("f16", "q8_0", "q5_1", "q5_0", "q4_0", "q6_k", "q5_k_m", "q4_k_m")
 
 
 @dataclass
@@ -338,7 +339,8 @@ class ExportSection:
     dtype: str = _f("bf16", "with at_end and merge: dtype of the merged weights", choices=("bf16", "fp16"))
     gguf: str | None = _f(
         None,
-        "with at_end: also write a GGUF for llama.cpp / Ollama (f16, q8_0, q5_1, q5_0 or q4_0; merges)",
+        "with at_end: also write a GGUF for llama.cpp / Ollama (merges): f16, q8_0, q5_1, q5_0, q4_0; "
+        "q6_k, q5_k_m, q4_k_m through llama.cpp's llama-quantize when it is on PATH",
         choices=GGUF_TYPES,
     )
     to: str | None = _f(None, "with at_end: where to write (default: RUN/exports/<source>-<kind>)")

@@ -458,7 +458,12 @@ class ConfigChangeEvent(TypedDict, total=False):
 class ExportProgressEvent(TypedDict, total=False):
     """A stage of `cockpit export`'s subprocess (on its pipe, not in a run's events)."""
 
-    stage: Annotated[str, Meaning("load, reference (base + adapter's logits), merge, check, write, convert")]
+    stage: Annotated[
+        str,
+        Meaning(
+            "load, reference (base + adapter's logits), merge, check, write, convert, quantize (K-quants)"
+        ),
+    ]
     done: Annotated[int, Meaning("units done in this stage")]
     total: Annotated[int, Meaning("units of this stage")]
     unit: Annotated[str, Meaning("layer, tensor, input, step or stage")]
@@ -509,6 +514,13 @@ class ExportDoneEvent(TypedDict, total=False):
     check: Annotated[dict[str, Any] | None, Meaning("the gating export_check's fields")]
     gguf: Annotated[
         dict[str, Any] | None, Meaning("`file`, `tensors`, `bytes`, `type`, `architecture`, `types`")
+    ]
+    kquant: Annotated[
+        dict[str, Any] | None,
+        Meaning(
+            "a K-quant: `type`, `done` (llama-quantize ran), `tool`, `version`, `file`, `command` (by file "
+            "names, to run in the export folder)"
+        ),
     ]
     export_versions: Annotated[
         dict[str, Any], Meaning("torch, transformers, peft, gguf, safetensors of the export")

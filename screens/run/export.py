@@ -2,9 +2,10 @@
 with keys, checked before it starts and followed while it runs.
 
 The choices: the weights (final, the best checkpoint by eval loss, or any complete checkpoint),
-merge on or off, the merged dtype, GGUF none/f16/q8_0/q5_1/q5_0/q4_0, and the destination (empty: the default
-folder under the run's exports/). Each change re-checks RAM and disk (cockpit.results.export.prepare,
-in a thread: the base's shape may be read from the hub) and shows the numbers. Enter starts the
+merge on or off, the merged dtype, GGUF none or a type of schema.GGUF_TYPES, and the destination
+(empty: the default folder under the run's exports/). Each change re-checks RAM and disk
+(cockpit.results.export.prepare, in a thread: the base's shape may be read from the hub) and shows
+the numbers. Enter starts the
 export process (`python -m train_backend.export`, which alone imports torch) from a thread that
 posts its progress; only the handlers here draw.
 """
