@@ -124,3 +124,17 @@ def test_the_done_line_and_the_summary_say_where_it_stopped_and_what_was_not_spe
     lines = summary_lines(s)
     assert lines[0].startswith("finished early (eval.early_stop_patience): step 1200/3000")
     assert message in lines
+
+
+def test_the_ends_notification_says_it_stopped_early_and_what_was_not_spent():
+    from cockpit.money.notices import RunNotices
+
+    message = "stopped early at 4 of 6 steps: ~$0.0012 not spent (~0:00:02); eval loss not below 2.0000 ..."
+    state = RunState()
+    state.apply({"type": "hello", "ts": 1.0, "pid": 1, "price_per_hour": 2.0})
+    state.apply({"type": "log", "ts": 5.0, "step": 4, "total_steps": 6, "loss": 1.5})
+    state.apply({"type": "done", "ts": 6.0, "status": "finished", "step": 4, "total_steps": 6,
+                 "reason": "early_stop", "message": message, "output": "/runs/r/final"})  # fmt: skip
+    notice = RunNotices().ending(state, ["then: export"])
+    assert notice is not None and notice.title == "finished (early_stop) at step 4 of 6"
+    assert notice.body.splitlines()[0] == message and notice.body.endswith("then: export")
