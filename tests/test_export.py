@@ -170,6 +170,7 @@ def test_a_q4_0_gguf_reads_back_within_its_tolerance(trained, tmp_path):
     result = _python(_ROUND_TRIP.format(out=str(out), alone=str(tmp_path)), trained["env"])
     print(f"q4_0 round trip: relative logit difference {result['relative']:.3e}, {path.stat().st_size} bytes")
     assert result["same_ids"] and result["relative"] <= ROUND_TRIP_TOLERANCE["q4_0"], result
+    assert result["top1_same"], result
 
 
 def test_a_k_quant_is_made_by_llama_quantize_from_the_f16_file(trained, tmp_path):
