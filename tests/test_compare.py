@@ -169,3 +169,22 @@ async def test_the_compare_screen_overlays_the_runs_and_switches_its_axis(runs):
         await pilot.press("t")
         await pilot.pause()
         assert "eval loss by tokens" in screen_text(app) and "4,000 tokens" in screen_text(app)
+
+
+def test_compare_without_the_screen_never_imports_textual_or_torch(runs):
+    import os
+    import subprocess
+    import sys
+
+    a, b = runs
+    code = (
+        "import sys\nfrom cockpit.cli.main import main\n"
+        f"assert main(['compare', {a.run_id!r}, {b.run_id!r}, '--json']) == 0\n"
+        "roots = {m.split('.')[0] for m in sys.modules}\n"
+        "assert not {'textual', 'torch', 'screens', 'widgets'} & roots, roots\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=dict(os.environ), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert '"config_diff"' in proc.stdout
