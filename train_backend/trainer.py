@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cockpit import fmt
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, TrainConfig
 from cockpit.money import budget as budget_mod
@@ -22,6 +23,7 @@ from train_backend import (
     answer_data,
     checkpoints,
     data_mix,
+    early_stop,
     emulated_card,
     generation,
     oom_watch,
@@ -282,7 +284,13 @@ def build_trainer(r: TrainingRun, s: Setup, plan, data: Data, loaded: Loaded, to
     meter = step_meter.StepMeter()  # the data wait and tokens per micro-batch, for the doctor
     eval_tracker = eval_mod.EvalTracker(r.run) if data.held_out is not None else None
     evaluator = eval_mod.Evaluator(
-        cfg, r.emitter, eval_tracker or eval_mod.EvalTracker(r.run), data.held_out, data.prompts, data.style
+        cfg,
+        r.emitter,
+        eval_tracker or eval_mod.EvalTracker(r.run),
+        data.held_out,
+        data.prompts,
+        data.style,
+        aids=s.aids,
     )
     callbacks = _callbacks(r, s, plan, data, evaluator, meter)
     trainer_cls = step_meter.metered(fast.trainer_class(plan, checkpoints.trainer_class()), meter)
@@ -405,6 +413,7 @@ def finish(r: TrainingRun, s: Setup, data: Data, built: Built, result) -> int:
     if data.held_out is not None and step not in evaluator.tracker.losses:
         r.enter("evaluating", "eval loss of the final weights")
         evaluator.run_eval(step, "final")
+    early = _early_stopped(r, s, built, result) if evaluator.early_stopped else {}
     final = None
     if s.cfg.output.save_final:
         r.enter("saving", "final adapter" if built.peft_config else "final model")
@@ -428,8 +437,36 @@ def finish(r: TrainingRun, s: Setup, data: Data, built: Built, result) -> int:
         output=final,
         host_probe_end_ms=built.end_probe["ms"] if built.end_probe else None,
         **_eval_summary(built.eval_tracker, r.run),
+        **early,
     )
     return 0
+
+
+def _early_stopped(r: TrainingRun, s: Setup, built: Built, result) -> dict:
+    """eval.early_stop_patience stopped training: the best checkpoint's weights loaded (what final/
+    will hold), and the `done` event's reason, message and what the steps left would have cost."""
+    trainer, early = built.trainer, built.evaluator.early
+    assert early is not None
+    best = built.evaluator.tracker.best_checkpoint([p.name for p in r.run.complete_checkpoints()])
+    if best is not None and best[0] != f"checkpoint-{r.step}":
+        r.enter("saving", f"early stop: loading {best[0]}'s weights (the lowest eval loss) for final/")
+        trainer.state.best_model_checkpoint = str(r.run.checkpoints_dir / best[0])
+        trainer._load_best_model()
+    start = int(s.resume.name.rsplit("-", 1)[-1]) if s.resume else 0
+    total = trainer.state.max_steps
+    runtime_s = result.metrics.get("train_runtime", 0.0)
+    seconds, usd = early_stop.not_spent(r.step, total, start, runtime_s, s.cfg.cost.price_per_hour)
+    message = early_stop.stop_message(early, r.step, total, seconds, usd)
+    if best is None:
+        message += "; no checkpoint beat the base model's eval loss: final/ holds the last weights"
+    else:
+        message += f"; final/ holds {best[0]}'s weights (eval loss {fmt.loss(best[1])})"
+    return {
+        "reason": "early_stop",
+        "message": message,
+        "not_spent_s": round(seconds, 1) if seconds is not None else None,
+        "not_spent_usd": round(usd, 4) if usd is not None else None,
+    }
 
 
 def _save_final(r: TrainingRun, trainer, tokenizer) -> None:

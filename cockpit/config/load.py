@@ -209,6 +209,8 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
             },
         }
     raw = dataset_sources.short_form(raw)
+    if isinstance(raw.get("notify"), list):  # `notify: [URL, ...]`
+        raw = {**raw, "notify": {"urls": raw["notify"]}}
     cfg = _build(TrainConfig, raw, "")
     _check_combinations(cfg)
     dataset_sources.check(cfg, raw)
@@ -465,6 +467,11 @@ def _check_eval(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"eval.steps: {ev.steps}, but there is no eval data; set dataset.eval_fraction (e.g. 0.05) or "
             "dataset.eval_split"
+        )
+    if not has_eval and ev.early_stop_patience is not None:
+        raise ConfigError(
+            f"eval.early_stop_patience: {ev.early_stop_patience}, but there is no eval loss to watch; set "
+            "dataset.eval_fraction (e.g. 0.05) or dataset.eval_split"
         )
     if not has_eval and isinstance(ev.prompts, int):
         raise ConfigError(

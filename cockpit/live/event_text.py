@@ -67,7 +67,9 @@ def describe(item: dict[str, Any] | Fault) -> str | None:
             if item.get("best_checkpoint"):
                 evaluated += f" (best: {item['best_checkpoint']}, {fmt.loss(item.get('best_eval_loss'))})"
         step = item.get("step")
-        return f"done: {item.get('status')} at step {step}, mean loss over the run {loss}{evaluated}{out}"
+        early = f"\n  {item.get('message')}" if item.get("reason") == "early_stop" else ""
+        ended = f"done: {item.get('status')} at step {step}"
+        return f"{ended}, mean loss over the run {loss}{evaluated}{out}{early}"
     if kind == "exit":
         return item.get("reason") or "trainer exited"  # the reason names the trainer already
     if kind == "config_change":
@@ -95,9 +97,20 @@ def eval_line(item: dict[str, Any]) -> str:
         verdict = f"best: step {best}, {fmt.loss(item.get('best_eval_loss'))}" if best is not None else ""
     if best_checkpoint:
         verdict += f"; best checkpoint {best_checkpoint}"
+    verdict = (verdict + early_stop_words(item)).removeprefix("; ")
     return f"eval: {where}: loss {loss} on {item.get('eval_samples')} samples" + (
         f" ({verdict})" if verdict else ""
     )
+
+
+def early_stop_words(item: dict[str, Any]) -> str:
+    """eval.early_stop_patience's count on an eval line: `; no gain 2 of 3` or `; early stop`."""
+    without, patience = item.get("evals_without_gain"), item.get("early_stop_patience")
+    if not isinstance(without, int) or not isinstance(patience, int) or without == 0:
+        return ""
+    if without >= patience:
+        return f"; early stop: {without} evals without gain"
+    return f"; no gain {without} of {patience} before early stop"
 
 
 def sample_line(item: dict[str, Any]) -> str:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 class RunSummary:
     run_id: str
     status: str  # finished | stopped | failed (or running, for a run not ended yet)
-    reason: str | None  # stopped: request | budget
+    reason: str | None  # stopped: request | budget; finished: early_stop
     step: int
     total_steps: int | None
     train_loss: float | None  # the last logged training loss
@@ -45,6 +45,8 @@ class RunSummary:
     on_end_state: str | None = None  # started | finished | failed (its event), None before
     sync: str | None = None  # output.sync: what is on the target (cockpit.sync.text.runs_line)
     step_change: str | None = None  # the optimizer step's size where the plan changed it (batch_change)
+    early_stop: str | None = None  # eval.early_stop_patience: where it stopped, what was not spent
+    on_end_detail: str | None = None  # stop-instance / destroy-instance: what was done, what still bills
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -76,6 +78,8 @@ def summarize(
         else:
             error = str(outcome.get("reason") or "the trainer ended without a final event")
     reason = outcome.get("reason") if state.status == "stopped" else None
+    early = outcome.get("message") if outcome.get("reason") == "early_stop" else None
+    reason = "early_stop" if early else reason
     ended_command = state.end_command or {}
     return RunSummary(
         run_id=run_path.name,
@@ -103,6 +107,8 @@ def summarize(
         on_end_state=ended_command.get("state"),
         sync=sync_text.runs_line(state.sync),
         step_change=batch_change(state),
+        early_stop=early if isinstance(early, str) else None,
+        on_end_detail=ended_command.get("detail"),
     )
 
 
@@ -157,7 +163,11 @@ def _step_of(checkpoint: str) -> str:
 def summary_lines(s: RunSummary) -> list[str]:
     """The summary: a few lines of at most ~80 columns each (a path may run longer), one next
     command a line."""
-    how = {"budget": "stopped at the budget", "request": "stopped by request"}.get(s.reason or "", s.status)
+    how = {
+        "budget": "stopped at the budget",
+        "request": "stopped by request",
+        "early_stop": "finished early (eval.early_stop_patience)",
+    }.get(s.reason or "", s.status)
     if s.reason == "budget" and s.max_usd is not None:
         how += f" ({fmt.money(s.max_usd)})"
     first = f"{how}: step {s.step}/{s.total_steps or '?'} in {fmt.duration(s.billed_s)}"
@@ -173,6 +183,8 @@ def summary_lines(s: RunSummary) -> list[str]:
     lines.append(loss)
     if s.step_change:
         lines.append(f"step size: {s.step_change}")
+    if s.early_stop:
+        lines.append(s.early_stop)
     if s.error:
         lines.append(f"error: {s.error[:200]}")
     if s.adapter is None and s.status == "finished" and s.adapter_was_saved:
@@ -193,7 +205,7 @@ def summary_lines(s: RunSummary) -> list[str]:
             "failed": "FAILED, see backend.log; the run directory is intact",
             "timed_out": "TIMED OUT (cost.on_end_timeout_min) and ended; see backend.log",
         }.get(s.on_end_state, s.on_end_state)
-        lines.append(f"on_end: {s.on_end}: {state}")
+        lines.append(f"on_end: {s.on_end}: {s.on_end_detail or state}")
     if s.sync:
         lines.append(s.sync)
     return lines

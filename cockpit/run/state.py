@@ -76,6 +76,8 @@ def notice_text(item: dict[str, Any] | Fault) -> str | None:
 
 def end_command_text(item: dict[str, Any]) -> str:
     command, state = item.get("command", ""), item.get("state")
+    if item.get("detail"):  # stop-instance / destroy-instance: what is or was done, what still bills
+        return f"on_end: {command}: {item['detail']}"
     if state == "started":
         return f"on_end: the run {item.get('run_status')}; running: {command}"
     if state == "finished":
