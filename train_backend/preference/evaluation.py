@@ -36,8 +36,13 @@ class PreferenceEvaluator(Evaluator):
         if training:
             model.train()
         loss = metrics.get("eval_loss")
-        loss = float(loss) if isinstance(loss, (int, float)) else float("nan")
+        loss = self.aids.eval_loss(
+            self.passes, float(loss) if isinstance(loss, (int, float)) else float("nan")
+        )
+        self.passes += 1
         self.tracker.add(step, loss)
+        if self.early is not None and stage != "final":  # eval.early_stop_patience, on the objective's loss
+            self.early.feed(step, loss)
         best = self.tracker.best()
         best_ckpt = self.tracker.best_checkpoint([p.name for p in self.trainer_checkpoints()])
         took = round(time.perf_counter() - started, 3)
@@ -53,6 +58,7 @@ class PreferenceEvaluator(Evaluator):
             best_step=best[0] if best else None,
             best_eval_loss=round(best[1], 6) if best else None,
             best_checkpoint=best_ckpt[0] if best_ckpt else None,
+            **(self.early.event_fields() if self.early is not None and stage != "final" else {}),
         )
         self.emitter.emit(
             "preference_eval",
