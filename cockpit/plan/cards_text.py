@@ -181,7 +181,7 @@ def table_text(table: CardTable, width: int = TEXT_WIDTH) -> str:
         f"speeds: calibrated on {CALIBRATED_ON}; other cards scaled by dense bf16 TFLOPS and bandwidth",
     ]
     for band in est.unsure:
-        lines.append(f"band: +{band.bytes / GIB:.1f} GiB at the top for {band.note}; 'fits' counts the top")
+        lines.append(f"band: +{band.bytes / GIB:.1f} GiB at the top for {band.note}; the fit counts the top")
     if max(table.gpu_counts) > 1:
         lines.append(MULTI_NOTE)
     lines += [
