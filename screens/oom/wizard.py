@@ -26,6 +26,8 @@ from cockpit.paths import cockpit_command
 from cockpit.run import process
 from screens.confirm import Confirm
 from screens.oom.figures import (
+    NARROW_BELOW,
+    NARROW_COLUMNS,
     REMEDY_COLUMNS,
     notes_text,
     observed_rows,
@@ -60,6 +62,7 @@ class OomWizard(Screen[Any]):
         self.picked: list[Option] = []
         self.failure: str | None = None
         self.memory_wanted: bool | None = None  # `m`; None: shown when the terminal is tall enough
+        self.narrow = False  # the remedies table without `#` and the effect (the detail box says it)
 
     def compose(self) -> ComposeResult:
         yield Static("analysing the failure...", id="what")
@@ -84,11 +87,24 @@ class OomWizard(Screen[Any]):
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.height < COMPACT_BELOW_ROWS, "-compact")
+        narrow = event.size.width < NARROW_BELOW
+        self.set_class(narrow, "-narrow")
+        if narrow != self.narrow:
+            self.narrow = narrow
+            table = self.query_one("#remedies", DataTable)
+            table.clear(columns=True)
+            table.add_columns(*(NARROW_COLUMNS if narrow else REMEDY_COLUMNS))
+            if self.analysis is not None:
+                self._fill_table()
         self._show_memory()
 
     def _show_memory(self) -> None:
-        shown = not self.has_class("-compact") if self.memory_wanted is None else self.memory_wanted
+        """The memory panes, when wanted; on a short terminal in place of the detail box, so the
+        remedies keep their rows (`m` swaps the two)."""
+        compact = self.has_class("-compact")
+        shown = not compact if self.memory_wanted is None else self.memory_wanted
         self.query_one("#where").display = shown
+        self.query_one("#detail-box").display = not (shown and compact)
 
     def action_toggle_memory(self) -> None:
         self.memory_wanted = not self.query_one("#where").display
@@ -118,7 +134,7 @@ class OomWizard(Screen[Any]):
         row = table.cursor_row
         table.clear()
         for index, option in enumerate(self.analysis.options, 1):
-            table.add_row(*remedy_cells(index, option, option in self.picked), key=str(index))
+            table.add_row(*remedy_cells(index, option, option in self.picked, self.narrow), key=str(index))
         if self.analysis.options:
             table.move_cursor(row=min(max(row, 0), len(self.analysis.options) - 1))
 
