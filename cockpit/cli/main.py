@@ -337,6 +337,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    if args.oom_rehearsal:
+        return _oom_rehearsal(args)
     from cockpit.live.replay import ReplaySession
 
     run = rundir.find(args.run)
@@ -354,6 +356,32 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from screens.run.app import CockpitApp
 
     return CockpitApp(session, watch=session.watch).run() or 0
+
+
+def _oom_rehearsal(args: argparse.Namespace) -> int:
+    """`replay --oom-rehearsal`: the shipped recording of a real GPU OOM, replayed into the wizard
+    from a folder of its own (removed afterwards); headless, its lines and the wizard's report."""
+    from cockpit.oom import rehearsal
+
+    if args.run:
+        print("--oom-rehearsal plays its own recording: give no RUN", file=sys.stderr)
+        return EXIT_USAGE
+    run = rehearsal.prepare()
+    try:
+        try:
+            session = rehearsal.RehearsalSession(run, speed=args.speed)
+        except ValueError as exc:
+            print(f"--speed: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        _say(f"OOM rehearsal: a replay of {session.source}; nothing runs on this machine")
+        if _headless(args):
+            return rehearsal.headless(session, log_every_s=args.log_every)
+        from screens.run.app import CockpitApp
+
+        CockpitApp(session, watch=session.watch).run()
+        return 0
+    finally:
+        rehearsal.remove(run)
 
 
 def cmd_restart(args: argparse.Namespace) -> int:

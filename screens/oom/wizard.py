@@ -78,6 +78,9 @@ class OomWizard(Screen[Any]):
 
     def on_mount(self) -> None:
         self.query_one("#what").border_title = "out of memory"
+        if getattr(self.session, "rehearsal", False):  # never taken for a run of this machine
+            self.query_one("#what").border_title = "out of memory · REPLAY: a rehearsal, nothing runs"
+            self.query_one("#what").border_subtitle = self.session.source
         self.query_one("#observed").border_title = "at the failure"
         self.query_one("#predicted").border_title = "memory model, failed config"
         self.query_one("#remedies").border_title = "remedies, best first"
@@ -197,12 +200,21 @@ class OomWizard(Screen[Any]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+        self._rehearsal_goes_on()
+
+    def _rehearsal_goes_on(self) -> None:
+        """A rehearsal holds its replay at the OOM while the wizard is open: play on."""
+        go_on = getattr(self.session, "go_on", None)
+        if go_on is not None:
+            go_on()
 
     def _refusal(self, option: Option | None, problem: str) -> str | None:
         if option is None:
             return problem
         if not option.applicable:
             return f"{option.title}: {option.resume}"
+        if getattr(self.session, "rehearsal", False):
+            return None  # nothing runs: the recorded relaunch plays (`_relaunch`)
         if self.session.mode == "playback":
             restart = f"{cockpit_command()} restart {self.session.run.run_id}"
             return f"this is a replay: relaunch the run with {restart}"
@@ -221,6 +233,15 @@ class OomWizard(Screen[Any]):
         self.app.push_screen(Confirm(question), lambda yes: self._relaunch(option) if yes else None)
 
     def _relaunch(self, option: Option) -> None:
+        if getattr(self.session, "rehearsal", False):
+            self.notify(
+                f"a rehearsal: nothing was relaunched (on your run, {option.title} would be); "
+                f"{self.session.recorded_relaunch()}: it plays now",
+                timeout=15,
+            )
+            self.dismiss(None)
+            self._rehearsal_goes_on()
+            return
         try:
             applied = relaunch_mod.apply_option(self.session.run, option, self.analysis, "the OOM wizard")
             proc = relaunch_mod.relaunch(self.session.run)
@@ -236,8 +257,9 @@ def offer_oom_wizard(view) -> None:
     state = view.session.state
     if not relaunch_mod.is_oom_failure(state) or getattr(view, "_oom_offered", None) is state.error:
         return
-    if view.session.mode == "playback" or not view.session.run.config_path.is_file():
-        return  # a recording plays as it was; `o` still opens the wizard
+    rehearsal = getattr(view.session, "rehearsal", False)
+    if (view.session.mode == "playback" and not rehearsal) or not view.session.run.config_path.is_file():
+        return  # a recording plays as it was (a rehearsal stops for the wizard); `o` still opens it
     view._oom_offered = state.error
     open_oom_wizard(view)
 
