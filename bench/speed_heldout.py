@@ -48,8 +48,12 @@ def workload(arch: str, max_length: int, liger: bool, fused_lora: bool = False) 
     `fused_lora`: the run's plan chose the fused LoRA layers (its `lora_backend`; runs before it
     existed ran peft's)."""
     model = f"synthetic:{arch}"
-    text = cockpit_config(model, Path("rows.jsonl"), max_length, steps=1, cap=None, smoke=False)
-    cfg = config_from_dict(yaml.safe_load(text))
+    with tempfile.TemporaryDirectory() as tmp:
+        # the config names a data file that must exist to load; its rows do not matter here
+        data = Path(tmp) / "rows.jsonl"
+        data.write_text('{"text": "x"}\n')
+        text = cockpit_config(model, data, max_length, steps=1, cap=None, smoke=False)
+        cfg = config_from_dict(yaml.safe_load(text))
     return dataclasses.replace(
         est.workload_from_config(cfg, load_shape(model)), liger=liger, fused_lora=fused_lora
     )

@@ -4,12 +4,14 @@
 s, p and x (sent to the trainer through the run's control FIFO; a stop asks first, then runs
 `process.stop` in a worker, which says what it escalates to); a replay takes its speed and seek
 keys instead; g, l, h and f change what the screen shows (reactive attributes of the view, whose
-watchers redraw); m, e and o open the samples, export and OOM screens.
+watchers redraw); m, e, a and o open the samples, export, data and OOM screens.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import events
 from textual.binding import Binding, BindingType
@@ -54,6 +56,7 @@ class RunCommands(Screen):
         Binding("m", "samples", "Samples"),
         Binding("f", "toggle_summary", "Summary"),  # an ended run only: its summary whole or in a line
         Binding("e", "export", "Export"),  # an ended run only: merge, GGUF, the model card
+        Binding("a", "data", "Data"),  # the run's data as the trainer reads it (cockpit data)
         Binding("o", "oom_wizard", "OOM wizard", show=False),
         # a replay's own keys (its footer has these instead of s, p and x)
         Binding("minus", "replay_speed(0.5)", "Slower", key_display="-"),
@@ -97,6 +100,8 @@ class RunCommands(Screen):
             return self.exportable
         if action == "toggle_summary":
             return self.has_class("-ended")
+        if action == "data":
+            return self.session.mode != "playback" and self.session.run.config_path.is_file()
         return True
 
     def refresh_bindings(self) -> None:
@@ -203,6 +208,9 @@ class RunCommands(Screen):
         self.query_one(EventLog).write(f"{CLIENT_LINE_INDENT}stopping: {message.text}")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == "data":
+            self._data_checked(event)
+            return
         if event.worker.group != "stop" or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
             return
         self.stopping = False
@@ -278,7 +286,42 @@ class RunCommands(Screen):
 
         self.app.push_screen(ExportScreen(self.session.run, self.session.state.best_checkpoint))
 
+    def action_data(self) -> None:
+        """The Data screen: the run's dataset as its trainer reads it (the data check, in a worker;
+        cached while the files are unchanged)."""
+        if any(w.group == "data" and w.is_running for w in self.workers):
+            return
+        self.notify(f"checking the data ({cockpit_command()} data)...", timeout=5)
+        self.run_worker(data_report_of(self.session.run.config_path), thread=True, group="data")
+
+    def _data_checked(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.SUCCESS and isinstance(event.worker.result, dict):
+            from screens.data.data import DataScreen
+
+            self.app.push_screen(DataScreen(event.worker.result, self.session.run.run_id))
+        elif event.state == WorkerState.SUCCESS:
+            self.notify(f"no data report: {event.worker.result}", severity="error")
+        elif event.state == WorkerState.ERROR:
+            self.notify(f"the data check failed: {event.worker.error}", severity="error")
+
     def action_oom_wizard(self) -> None:
         from screens.oom.wizard import open_oom_wizard
 
         open_oom_wizard(self)
+
+
+def data_report_of(config_path: Path) -> Callable[[], dict[str, Any] | str]:
+    """The data check of the run's config: its report, or why there is none."""
+
+    def check() -> dict[str, Any] | str:
+        from cockpit.config.load import load_config
+        from cockpit.config.schema import ConfigError
+        from cockpit.datacheck.cache import cached_check
+
+        try:
+            answer = cached_check(load_config(config_path))
+        except ConfigError as exc:
+            return f"the run's config does not load: {exc}"
+        return answer.report if answer.report is not None else (answer.problem() or "no report")
+
+    return check
