@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from support.pilot import (
     RUN_ID,
     event,
@@ -16,6 +19,7 @@ from support.pilot import (
 from cockpit.live.session import RunSession
 
 SIZE = (80, 24)
+EVAL_FIXTURE = Path(__file__).parent / "fixtures" / "eval_run_events.jsonl"
 
 
 def header(app) -> str:
@@ -94,3 +98,66 @@ async def test_export_t_is_in_the_footer_and_merges_when_the_adapter_is_alone(tm
         assert screen.merge and screen.dtype == "bf16"
         await pilot.press("t")
         assert screen.dtype != "bf16" and "t Dtype" in footer(pilot.app)
+
+
+async def test_eval_loss_checkpoints_and_the_log_pane_are_whole_at_80x24(tmp_path):
+    """Finding 6: the eval loss row, a checkpoint's size and eval loss, and the trainer's metrics
+    dicts in the `l` pane (values, not Python's punctuation) are whole at 80 columns."""
+    recorded = [json.loads(line) for line in EVAL_FIXTURE.read_text().splitlines()]
+    before = [e for e in recorded if e["type"] != "done" and e.get("phase") not in ("saving", "done")]
+    ts = before[-1]["ts"]
+    path = before[-1].get("path", "/runs/x/checkpoints/checkpoint-8").rsplit("/", 1)[0] + "/checkpoint-1200"
+    late = [
+        event(
+            "eval", ts + 1, step=1200, stage="train", eval_loss=0.8844, best_step=900, best_eval_loss=0.8123
+        ),
+        event(
+            "checkpoint",
+            ts + 2,
+            step=1200,
+            path=path,
+            bytes=int(59.7 * 2**20),
+            eval_loss=0.8844,
+            best_checkpoint="checkpoint-1200",
+            best_eval_loss=0.8844,
+            removed=[],
+        ),
+    ]
+    session = scripted(tmp_path, [*before, *late])
+    (session.run.path / "backend.log").write_text(
+        "{'loss': '4.916', 'grad_norm': '2.13', 'learning_rate': '0.0002', 'epoch': '0.5'}\n"
+    )
+    app = make_app(session, clock_ts=ts + 5)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(session.state.checkpoints) == 2)
+        await pilot.pause(0.1)
+        text = screen_text(app)
+        assert "eval loss     0.8844, best 0.8123 at 900 " in text
+        assert (
+            "★ step 1200 59.7 MiB  0.8844" in text
+            and "checkpoints · eval, ★ best" in text
+            and "…" not in text
+        )
+        await pilot.press("l")
+        await wait_for(pilot, lambda: "loss 4.916  grad_norm 2.13" in screen_text(app))
+        assert "{'loss'" not in screen_text(app)
+
+
+async def test_the_whole_summary_leaves_the_loss_plot_its_border_and_axis(tmp_path):
+    """Finding 6: `f` on an ended run at 80x24 (a ten-row summary): the loss panel keeps its x-axis
+    and bottom border (the events give their rows)."""
+    from support.pilot import ScriptedSession
+    from test_tui_snapshots import budget_stopped
+
+    from cockpit.run.rundir import RunDir
+
+    run = RunDir(tmp_path / RUN_ID)
+    run.path.mkdir()
+    app = make_app(ScriptedSession(run, budget_stopped(run), alive=False))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session.state.ended and app.run_view.updates_shown > 0)
+        await pilot.press("f")
+        await wait_for(pilot, lambda: "on_end:" in screen_text(app))
+        lines = screen_text(app).splitlines()
+        assert any("step 40│" in line for line in lines)  # the plot's x-axis, to its last step
+        assert any("╰── lr now" in line for line in lines)  # its bottom border
