@@ -401,14 +401,20 @@ def test_the_loss_plot_says_it_in_words_when_there_is_no_room():
     assert plot_lines([], width=40, height=10) == [PlotRow("", "no loss logged yet", False)]
 
 
-def test_the_learning_rate_is_a_second_line_on_its_own_scale():
+def test_the_learning_rate_has_its_own_strip_on_its_own_scale():
     loss = [(1, 4.0), (2, 3.0), (3, 2.0), (4, 1.0)]
     lr = [(1, 0.0), (2, 1e-3), (3, 1e-3), (4, 1e-3)]  # warm-up, then flat
-    rows = plot_lines(loss, width=20, height=4, lr_points=lr)
+    rows = plot_lines(loss, width=20, height=8, lr_points=lr)
     plotted = [row for row in rows if row.is_plot]
-    assert any(row.lr_columns for row in plotted)  # cells only the lr line reaches
-    alone = plot_lines(loss, width=20, height=4)
-    assert [r.text for r in rows] != [r.text for r in alone]
+    strip = [row for row in plotted if row.lr_columns]
+    assert len(strip) == 2 and strip[0].label.strip() == "lr" and plotted[-2:] == strip  # under the loss
+    alone = plot_lines(loss, width=20, height=8)
+    assert [r.text for r in plotted if not r.lr_columns] != [
+        r.text for r in alone if r.is_plot
+    ]  # 5 rows, not 7
+    assert plot_lines(loss, width=20, height=8, lr_points=lr)[0].label.strip() == "4.0000"
+    # too short for both: the loss keeps the rows, the subtitle keeps the lr
+    assert not any(row.lr_columns for row in plot_lines(loss, width=20, height=4, lr_points=lr))
     assert lr_range_text(lr) == "lr 0.00e+00…1.00e-03, now 1.00e-03"
 
 

@@ -161,3 +161,25 @@ async def test_the_whole_summary_leaves_the_loss_plot_its_border_and_axis(tmp_pa
         lines = screen_text(app).splitlines()
         assert any("step 40│" in line for line in lines)  # the plot's x-axis, to its last step
         assert any("╰── lr now" in line for line in lines)  # its bottom border
+
+
+async def test_the_learning_rate_is_drawn_apart_from_the_loss(tmp_path):
+    """Finding 8: at 80x24 the lr has a strip of its own under the loss, labelled "lr", with its
+    scale in the panel's subtitle; no loss row carries a learning-rate dot."""
+    from widgets.loss_plot import LossPlot
+
+    session = scripted(tmp_path, events_until_step(30))
+    app = make_app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: session.state.step == 30)
+        await pilot.pause(0.1)
+        plot = app.run_view.query_one(LossPlot)
+        rows = [row for row in plot._plot_rows(tuple(plot.content_size)) if row.is_plot]
+        strip = [row for row in rows if row.lr_columns]
+        assert strip and rows[-len(strip) :] == strip and strip[0].label.strip() == "lr"
+        assert any(row.text.strip() for row in strip)  # the warm-up is drawn there
+        text = screen_text(app)
+        assert any("lr now" in line for line in text.splitlines())
+        assert any(
+            line.split("│")[-2].lstrip().startswith("lr ") for line in text.splitlines() if "│" in line
+        )
