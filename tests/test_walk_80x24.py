@@ -183,3 +183,32 @@ async def test_the_learning_rate_is_drawn_apart_from_the_loss(tmp_path):
         assert any(
             line.split("│")[-2].lstrip().startswith("lr ") for line in text.splitlines() if "│" in line
         )
+
+
+async def test_the_demo_shows_no_price_nobody_gave(tmp_path):
+    """Finding 9: the shipped demos set no cost.price_per_hour; a demo run's view says where a
+    price comes from ("- set cost.price_per_hour") instead of `cost $0.19 at $1.20/h`."""
+    import shutil
+
+    from support.pilot import EVENTS
+
+    from cockpit.config.load import load_config
+    from cockpit.run.rundir import RunDir
+
+    demo = Path(__file__).parent.parent / "cockpit" / "data" / "demo"
+    assert all(
+        load_config(demo / name).cost.price_per_hour is None for name in ("demo.yaml", "demo-real.yaml")
+    )
+    run = RunDir(tmp_path / RUN_ID)
+    run.path.mkdir()
+    shutil.copy(demo / "demo.yaml", run.config_path)
+    events = [
+        dict(e, price_per_hour=None) if e["type"] == "hello" else e for e in EVENTS
+    ]  # as the trainer says it
+    run.events_path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    app = make_app(RunSession(run, recorded=True))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session.state.ended and app.run_view.updates_shown > 0)
+        await pilot.pause(0.1)
+        text = screen_text(app)
+        assert "cost          - set cost.price_per_hour" in text and "$" not in text
