@@ -212,3 +212,89 @@ async def test_the_demo_shows_no_price_nobody_gave(tmp_path):
         await pilot.pause(0.1)
         text = screen_text(app)
         assert "cost          - set cost.price_per_hour" in text and "$" not in text
+
+
+async def test_the_pickers_summary_names_a_few_tied_cards_and_counts_the_rest(tmp_path, monkeypatch):
+    """Finding 6: the picker's summary stopped mid-list ("A100 40GB PCIe, A100 40GB") for a tiny
+    model that every card runs alike; it names three and says how many more."""
+    import datetime as dt
+
+    from cockpit.config import load as config_load
+    from cockpit.gpus.catalog import load_catalog
+    from screens.picker.app import PickerApp
+
+    monkeypatch.setenv("COCKPIT_CONFIG", str(tmp_path / "no-config"))
+    now = dt.datetime(2026, 12, 1, 10, 0)
+    cfg = config_load.load_config(None, ["model.name=synthetic:tiny"])
+    app = PickerApp(cfg, catalog=load_catalog(today=now.date()), clock=lambda: now, out_dir=tmp_path / "out")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(
+            pilot, lambda: "as fast and dearer" in " ".join(screen_text(app).split()), timeout_s=10
+        )
+        summary = " ".join(screen_text(app).split())
+        assert "more)" in summary and "as fast and dearer: " in summary
+        said = summary.split("as fast and dearer: ")[1].split(")")[0]
+        assert said.count(",") == 2 and " and " in said  # three named, then how many more
+
+
+async def test_the_start_notice_shows_every_problem_and_its_fix_at_80x24(tmp_path):
+    """Finding 6: the demo's start notice (one failure, three warnings, as this CPU box gives them)
+    hid the fourth warning's fix behind a scroll at 80x24; every fix is on screen now."""
+    from support.pilot import LAST_TS
+
+    from cockpit.preflight.checks.base import CheckResult
+    from screens.preflight.notice import PreflightNotice
+    from screens.run.app import CockpitApp
+
+    virtual = "cache is on a virtual device, not NVMe: run the full preflight to measure its speed."
+    problems = [
+        CheckResult(
+            "gpu.visible",
+            "gpu",
+            "GPU visible to NVML",
+            "fail",
+            value="NVML did not start: NVML Shared Library Not Found",
+            fix="install or load the NVIDIA driver (`nvidia-smi` must work); in a "
+            "container, start it with --gpus all",
+        ),
+        CheckResult(
+            "host.cpu",
+            "host",
+            "CPU cores available to this process",
+            "warn",
+            value="2 usable cores (CPU affinity) for 1 GPU",
+            fix="Only 2 cores for tokenisation and data "
+            "loading: the GPU will wait on the CPU; rent an instance with >= 4 vCPUs or pre-tokenise the "
+            "dataset and keep dataloader_num_workers small.",
+        ),
+        CheckResult(
+            "disk.cache",
+            "disk",
+            "Storage under the cache directory",
+            "warn",
+            value="virtual (ext4 on vda)",
+            fix=virtual,
+        ),
+        CheckResult(
+            "disk.runs",
+            "disk",
+            "Storage under the runs directory",
+            "warn",
+            value="virtual (ext4 on vda)",
+            fix=virtual.replace("cache", "runs"),
+        ),
+    ]
+    app = CockpitApp(
+        scripted(tmp_path, events_until_step(3)),
+        poll_interval_s=0.02,
+        clock=lambda: LAST_TS,
+        preflight_problems=problems,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, PreflightNotice))
+        await pilot.pause(0.2)
+        text = " ".join(screen_text(app).replace("█", " ").split())
+        assert (
+            "fix: runs is on a virtual device, not NVMe: run the full preflight to measure its speed." in text
+        )
+        assert app.screen.query_one("#notice-body").max_scroll_y == 0  # nothing behind a scroll

@@ -236,7 +236,7 @@ class OomWizard(Screen[Any]):
         if getattr(self.session, "rehearsal", False):
             self.notify(
                 f"a rehearsal: nothing was relaunched (on your run, {option.title} would be); "
-                f"{self.session.recorded_relaunch()}: it plays now",
+                f"{self.session.recorded_relaunch()} (the recording ends at the OOM)",
                 timeout=15,
             )
             self.dismiss(None)
