@@ -298,3 +298,38 @@ async def test_the_start_notice_shows_every_problem_and_its_fix_at_80x24(tmp_pat
             "fix: runs is on a virtual device, not NVMe: run the full preflight to measure its speed." in text
         )
         assert app.screen.query_one("#notice-body").max_scroll_y == 0  # nothing behind a scroll
+
+
+async def test_the_whole_summary_under_the_gpu_strip_and_the_doctor_leaves_the_plot_whole(tmp_path):
+    """Finding 6, as the demo showed it: `f` on an ended run at 80x24 with the GPU/host strip and two
+    doctor lines: the loss panel keeps its axis and bottom border (checkpoints and events give way)."""
+    import shutil
+    import tempfile
+
+    from support.pilot import EVENTS, INPUT_BOUND, ScriptedWatch, fake_samples
+    from test_tui_snapshots import NO_GPU, watched_run
+
+    short = Path(tempfile.mkdtemp(prefix="c43-"))  # a path on one row: the summary as the demo's, 7 rows
+    try:
+        await _whole_summary_under_the_strip(
+            short,
+            watched_run(short, ScriptedWatch(fake_samples(), [INPUT_BOUND, NO_GPU]), EVENTS, history=False),
+        )
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+async def _whole_summary_under_the_strip(folder, app) -> None:
+    run = app.session.run
+    run.final_dir.mkdir(parents=True)
+    (run.final_dir / "adapter_config.json").write_text("{}")  # the summary names it and the next commands
+    (run.final_dir / "adapter_model.safetensors").write_bytes(b"0")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(
+            pilot, lambda: app.session.state.ended and app.run_view.telemetry_shown > 0, timeout_s=10
+        )
+        await pilot.press("f")
+        await wait_for(pilot, lambda: "next:" in screen_text(app))
+        await pilot.pause(0.2)
+        lines = screen_text(app).splitlines()
+        assert any("step 88│" in line for line in lines) and any("╰── lr now" in line for line in lines)

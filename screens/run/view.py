@@ -370,7 +370,7 @@ class RunView(RunCommands):
         the checkpoints and the last events stay on screen; whole otherwise."""
         folded = self.short if self.summary_folded is None else self.summary_folded
         self.query_one(SummaryBox).folded = folded
-        # whole on a short terminal (`f`): the events give their rows, so the loss plot keeps its axis
+        # whole on a short terminal (`f`): the events and checkpoints give their rows to the loss plot
         self.set_class(self.short and not folded, "-summary-whole-short")
 
     def watch_failure(self, failure: tuple[str, Text] | None) -> None:
