@@ -69,3 +69,20 @@ def test_a_progress_bar_fits_its_row_and_is_taken_away_when_left_unfinished(monk
     assert terminal.getvalue().endswith("\r\x1b[2K")
     progress.update({"stage": "load", "done": 3, "total": 3, "finished": True, "elapsed_s": 1.5})
     assert terminal.getvalue().endswith("done in 1.5 s\n")
+
+
+def test_a_progress_lines_end_and_a_check_line_are_broken_at_words_on_the_terminal(monkeypatch):
+    """The export's `check` line (`of the logi` / `ts'` at 80 columns in this walk) goes through
+    the CLI's WrappedOutput like any other line, once the bar before it is taken away."""
+    terminal = Terminal()
+    monkeypatch.setattr("cockpit.results.export.terminal_width", lambda stream: WIDTH)
+    progress = Progress(WrappedOutput(terminal, width=lambda: WIDTH))
+    progress.tty = True
+    said = (
+        "merged vs base + adapter (bf16, cpu): RMS Δlogit 3.79e-03 of the logits' RMS over 39 positions "
+        "of 3 inputs (tolerance 6e-02); the adapter itself moves them by 1.01e+00: passed"
+    )
+    progress.warning(said)
+    rows = terminal.getvalue().split("\x1b[2K")[-1].splitlines()
+    assert len(rows) > 1 and all(len(row) <= WIDTH for row in rows)
+    assert " ".join(" ".join(rows).split()) == f"warning: {said}"

@@ -190,7 +190,11 @@ class Progress:
             width = terminal_width(self.stream) or PLAIN_WIDTH
             if not final and len(line) >= width:
                 line = line[: width - 2] + "…"
-            self.stream.write("\r\x1b[2K" + line + ("\n" if final else ""))
+            if final:  # the bar taken away, then a line of its own: broken at words on the terminal
+                self.stream.write("\r\x1b[2K")
+                self.stream.write(line + "\n")
+            else:
+                self.stream.write("\r\x1b[2K" + line)
             self._drawn = not final
         else:
             self.stream.write(line + "\n")
