@@ -30,6 +30,14 @@ CALLER_ENV = (
     "COCKPIT_CACHE",
     "COCKPIT_CONFIG",
     "COCKPIT_TEST_AIDS",  # faults a test sets for its own trainer (train_backend.test_aids), never inherited
+    "COCKPIT_TEST_HF_API",  # the hub's offline stand-in (cockpit.sync.hub), set by the tests that use it
+    "FAKE_HUB_DIR",
+    # the providers' variables (cockpit.cloud): a suite run on a rented box finds no provider unasked
+    "RUNPOD_POD_ID",
+    "CONTAINER_ID",
+    "CONTAINER_API_KEY",
+    "LAMBDA_API_KEY",
+    "LAMBDA_INSTANCE_ID",
 )
 for _name in CALLER_ENV:
     os.environ.pop(_name, None)

@@ -16,6 +16,7 @@ import threading
 import pytest
 
 from cockpit.cli.main import main
+from cockpit.results.merge_check import ROUND_TRIP_TOLERANCE
 from tests.conftest import ROOT, cockpit, events, only_run, write_config
 
 # one worker runs them all: the shared run and its export are built once
@@ -149,6 +150,51 @@ def test_gguf_round_trip_gives_the_merged_models_logits(exported, tmp_path):
     assert result["same_ids"], result
     assert result["relative"] <= 8e-2, result  # q8_0: ROUND_TRIP_TOLERANCE in cockpit/results/merge_check.py
     assert result["top1_same"], result
+
+
+def test_a_q4_0_gguf_reads_back_within_its_tolerance(trained, tmp_path):
+    """q4_0 through the gguf package's quantizer: the layers 4-bit, the embeddings and output q8_0;
+    loaded back by transformers, its logits against the merged model's, within q4_0's tolerance."""
+    from gguf import GGUFReader
+
+    out = tmp_path / "merged-q4"
+    proc = cockpit(
+        ["export", str(trained["run"]), "--merge", "--gguf", "q4_0", "--to", str(out)], trained["env"]
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    path = next(out.glob("*-q4_0.gguf"))
+    reader = GGUFReader(str(path))
+    kinds = {t.name: t.tensor_type.name for t in reader.tensors}
+    assert kinds["blk.0.attn_q.weight"] == "Q4_0" and kinds["token_embd.weight"] == "Q8_0"
+    assert reader.fields["general.file_type"].contents() == 2  # LLAMA_FTYPE_MOSTLY_Q4_0
+    result = _python(_ROUND_TRIP.format(out=str(out), alone=str(tmp_path)), trained["env"])
+    print(f"q4_0 round trip: relative logit difference {result['relative']:.3e}, {path.stat().st_size} bytes")
+    assert result["same_ids"] and result["relative"] <= ROUND_TRIP_TOLERANCE["q4_0"], result
+    assert result["top1_same"], result
+
+
+def test_a_k_quant_is_made_by_llama_quantize_from_the_f16_file(trained, tmp_path):
+    """q4_k_m with a fake llama-quantize on PATH (tests/test_kquant.py): the f16 GGUF is written,
+    handed to it, removed; the Modelfile points at the K-quant; the tool and its version are said."""
+    from test_kquant import FAKE
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "llama-quantize"
+    tool.write_text(FAKE.format(fail=""))
+    tool.chmod(0o755)
+    env = {**trained["env"], "PATH": f"{bin_dir}:{trained['env']['PATH']}"}
+    out = tmp_path / "merged-q4km"
+    proc = cockpit(["export", str(trained["run"]), "--gguf", "q4_k_m", "--to", str(out)], env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert f"q4_k_m: the f16 GGUF is quantised by {tool}" in said
+    assert f"q4_k_m: quantised by {tool} (version: 4242 (f00dcafe)):" in said
+    ggufs = sorted(p.name for p in out.glob("*.gguf"))
+    assert len(ggufs) == 1 and ggufs[0].endswith("-q4_k_m.gguf"), ggufs
+    argv = (bin_dir / "argv.txt").read_text().split()
+    assert argv[0].endswith("-f16.gguf") and argv[1].endswith("-q4_k_m.gguf") and argv[2] == "Q4_K_M"
+    assert f"FROM ./{ggufs[0]}" in (out / "Modelfile").read_text()
 
 
 _ROUND_TRIP = """

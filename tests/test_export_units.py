@@ -86,6 +86,55 @@ def test_the_tensor_plan_names_types_and_refuses_unknown_tensors():
         to_gguf.plan_tensors({**TINY, "model_type": "phi3"}, shapes, "f16")
 
 
+@pytest.mark.parametrize("out_type", ["q5_1", "q5_0", "q4_0"])
+def test_the_smaller_types_quantise_the_layers_and_keep_embeddings_and_output_at_q8_0(out_type):
+    shapes = {
+        "model.embed_tokens.weight": (1024, 256),
+        "model.layers.0.self_attn.q_proj.weight": (256, 256),
+        "model.layers.0.mlp.down_proj.weight": (256, 688),
+        "model.norm.weight": (256,),
+        "lm_head.weight": (1024, 256),
+    }
+    plan = {p.gguf_name: p.kind for p in to_gguf.plan_tensors(TINY, shapes, out_type)}
+    assert plan == {
+        "token_embd.weight": "Q8_0",
+        "blk.0.attn_q.weight": out_type.upper(),
+        "blk.0.ffn_down.weight": "F16",  # 688 columns: not whole 32-value blocks
+        "output_norm.weight": "F32",
+        "output.weight": "Q8_0",
+    }
+
+
+def test_a_smaller_gguf_is_written_read_back_and_its_weights_are_near_the_originals(tmp_path):
+    """The gguf package's own quantizers, dequantised by it again: each layer's weights within the
+    type's block error (q4_0: 4 bits, so ~1/16 of a block's largest value)."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    rng = np.random.default_rng(0)
+    weights = {"model.layers.0.self_attn.q_proj.weight": rng.standard_normal((64, 64), dtype=np.float32)}
+    for out_type, worst in (("q5_1", 0.06), ("q5_0", 0.08), ("q4_0", 0.16)):
+        planned = {
+            p.hf_name: p
+            for p in to_gguf.plan_tensors(TINY, {k: v.shape for k, v in weights.items()}, out_type)
+        }
+        item = planned["model.layers.0.self_attn.q_proj.weight"]
+        data = next(to_gguf._converted([item], lambda name: weights[name]))
+        back = dequantize(data, GGMLQuantizationType[item.kind])
+        original = to_gguf.permute_for_rotary(weights[item.hf_name], item.permute_heads)
+        error = np.abs(back - original).max() / np.abs(original).max()
+        assert error <= worst, (out_type, error)
+        assert data.nbytes == 64 * 64 * needs.GGUF_BYTES_PER_PARAM[out_type]
+
+
+def test_needs_for_a_7b_q4_0_gguf(tmp_path, monkeypatch):
+    monkeypatch.setattr(needs, "available_ram_bytes", lambda: 64 * 2**30)
+    monkeypatch.setattr(needs, "free_disk_bytes", lambda path: 100 * 2**30)
+    n = needs.estimate(6_738_415_616, 32000 * 4096, "bf16", True, "q4_0", 0, tmp_path)
+    assert n.disk_bytes == 6_738_415_616 * 2 + int(6_738_415_616 * 18 / 32)
+    assert not n.problems
+
+
 def test_rotary_reorder_is_what_the_gguf_reader_side_undoes():
     """The reader's reverse (transformers' LlamaTensorProcessor, written out here) restores HF's rows."""
     weights = np.arange(128 * 3, dtype=np.float32).reshape(128, 3)

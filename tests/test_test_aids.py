@@ -21,6 +21,7 @@ AID_NAMES = (
     "collate_cpu_ms",
     "log_cpu_ms",
     "free_bytes",
+    "eval_losses",
 )
 
 

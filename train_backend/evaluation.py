@@ -21,7 +21,9 @@ from cockpit.run import journal, rundir
 from train_backend import answer_data, generation
 from train_backend import data as data_mod
 from train_backend import prompt_completion as pc
+from train_backend.early_stop import EarlyStop
 from train_backend.errors import DataError
+from train_backend.test_aids import Aids
 
 FRACTION_SOURCE = "eval_fraction"
 
@@ -243,17 +245,41 @@ class EvalTracker:
         return name, loss
 
 
+def early_stop_from(cfg: TrainConfig, tracker: EvalTracker) -> EarlyStop | None:
+    """eval.early_stop_patience's watch, fed the losses a restart finds in the events."""
+    if cfg.eval.early_stop_patience is None:
+        return None
+    early = EarlyStop(cfg.eval.early_stop_patience, cfg.eval.early_stop_min_gain)
+    for step in sorted(tracker.losses):
+        early.feed(step, tracker.losses[step])
+    return early
+
+
 class Evaluator:
     """Runs the eval passes and the samples inside the trainer process, on its device."""
 
     def __init__(
-        self, cfg: TrainConfig, emitter, tracker: EvalTracker, evaluation: EvalData | None, prompts, style
+        self,
+        cfg: TrainConfig,
+        emitter,
+        tracker: EvalTracker,
+        evaluation: EvalData | None,
+        prompts,
+        style,
+        aids: Aids | None = None,
     ):
         self.cfg, self.emitter, self.tracker = cfg, emitter, tracker
         self.evaluation, self.prompts, self.style = evaluation, prompts, style
         self.trainer = None  # set once the trainer exists
         self.sampling = True  # off under FSDP: generation needs the whole model on one device
         self.every = cfg.eval.steps or cfg.output.save_steps
+        self.early = early_stop_from(cfg, tracker)
+        self.aids = aids or Aids()
+        self.passes = 0  # eval passes run by this trainer
+
+    @property
+    def early_stopped(self) -> bool:
+        return self.early is not None and self.early.due
 
     def due(self, step: int) -> bool:
         return self.evaluation is not None and step > 0 and step % self.every == 0
@@ -278,7 +304,11 @@ class Evaluator:
         finally:
             if was_training:
                 model.train()
+        loss = self.aids.eval_loss(self.passes, loss)
+        self.passes += 1
         self.tracker.add(step, loss)
+        if self.early is not None and stage != "final":
+            self.early.feed(step, loss)
         best = self.tracker.best()
         kept = [p.name for p in self.trainer_checkpoints()]
         best_ckpt = self.tracker.best_checkpoint(kept)
@@ -293,6 +323,7 @@ class Evaluator:
             best_step=best[0] if best else None,
             best_eval_loss=round(best[1], 6) if best else None,
             best_checkpoint=best_ckpt[0] if best_ckpt else None,
+            **(self.early.event_fields() if self.early is not None and stage != "final" else {}),
         )
         return loss
 
@@ -366,6 +397,11 @@ def make_eval_callback(evaluator: Evaluator, controls):
                 return control
             if evaluator.due(state.global_step):
                 evaluator.run_eval(state.global_step, "train")
+                early = evaluator.early
+                if early is not None and early.best_step == state.global_step:
+                    control.should_save = True  # each new best is a checkpoint, kept as the best
+                if evaluator.early_stopped:
+                    control.should_training_stop = True  # finish() loads the best into final/
             return control
 
         def on_save(self, args, state, control, **kw):

@@ -62,6 +62,16 @@ class Aids:
         "(a disk that fills as checkpoints are written)",
         min=0,
     )
+    eval_losses: str | None = _aid(
+        None,
+        "the eval losses the passes report, comma-separated, in order (the base model's first), in "
+        "place of the measured ones; past the list, the measured ones (early stopping's e2e test)",
+    )
+
+    def eval_loss(self, index: int, measured: float) -> float:
+        """The loss the `index`th eval pass of this trainer reports."""
+        given = [float(v) for v in self.eval_losses.split(",")] if self.eval_losses else []
+        return given[index] if index < len(given) else measured
 
 
 class AidError(ConfigError):
@@ -102,6 +112,10 @@ def read(env: Mapping[str, str], cfg: TrainConfig, first_attempt: bool) -> Aids:
             f"{ENV}: fail_at_step {aids.fail_at_step} is after training.max_steps ({max_steps}); "
             "the fault would never fire"
         )
+    try:
+        aids.eval_loss(0, 0.0)
+    except ValueError:
+        raise AidError(f"{ENV}: eval_losses {aids.eval_losses!r}: give numbers, comma-separated") from None
     world = cfg.gpus * cfg.distributed.nnodes
     if aids.fail_rank is not None and aids.fail_rank >= world:
         raise AidError(f"{ENV}: fail_rank {aids.fail_rank}, but the job has {world} ranks (0 to {world - 1})")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cockpit import fmt
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, TrainConfig
 from cockpit.money import budget as budget_mod
@@ -22,10 +23,12 @@ from train_backend import (
     answer_data,
     checkpoints,
     data_mix,
+    early_stop,
     emulated_card,
     generation,
     oom_watch,
     step_meter,
+    sync_hook,
     test_aids,
 )
 from train_backend import data as data_mod
@@ -66,6 +69,8 @@ def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = Non
         if isinstance(exc, SystemExit):
             raise
         return failed(r, exc)
+    finally:
+        sync_hook.close(r.sync)  # output.sync: the record once more, after the last event
 
 
 @dataclass
@@ -82,6 +87,7 @@ class TrainingRun:
     tracker: oom_watch.PhaseTracker = field(default_factory=oom_watch.PhaseTracker)  # where an OOM strikes
     phase: str = "starting"
     step: int | None = None
+    sync: Any = None  # output.sync's worker (cockpit.sync.worker.SyncWorker), on the owner
 
     @classmethod
     def begin(cls, run: rundir.RunDir, emitter: Emitter, world: World | None) -> TrainingRun:
@@ -206,6 +212,8 @@ def start(r: TrainingRun) -> Setup:
         max_usd=cfg.cost.max_usd,
         emulated_vram=emulation,
     )
+    if r.owner:
+        r.sync = sync_hook.start(r.run, cfg, r.emitter)
     budget = budget_mod.budget_for(cfg, r.prior, time.monotonic())  # NTP never steps it
     if emulation is not None and not emulation["applied"]:
         r.emitter.emit(
@@ -276,7 +284,13 @@ def build_trainer(r: TrainingRun, s: Setup, plan, data: Data, loaded: Loaded, to
     meter = step_meter.StepMeter()  # the data wait and tokens per micro-batch, for the doctor
     eval_tracker = eval_mod.EvalTracker(r.run) if data.held_out is not None else None
     evaluator = eval_mod.Evaluator(
-        cfg, r.emitter, eval_tracker or eval_mod.EvalTracker(r.run), data.held_out, data.prompts, data.style
+        cfg,
+        r.emitter,
+        eval_tracker or eval_mod.EvalTracker(r.run),
+        data.held_out,
+        data.prompts,
+        data.style,
+        aids=s.aids,
     )
     callbacks = _callbacks(r, s, plan, data, evaluator, meter)
     trainer_cls = step_meter.metered(fast.trainer_class(plan, checkpoints.trainer_class()), meter)
@@ -317,6 +331,7 @@ def _callbacks(r: TrainingRun, s: Setup, plan, data: Data, evaluator, meter) -> 
     if data.held_out is not None or data.prompts:
         callbacks.append(eval_mod.make_eval_callback(evaluator, r.controls))
     callbacks.extend(fast.extra_callbacks(plan, r.emitter))
+    callbacks.extend(sync_hook.callbacks(r.sync, r.run))
     if cfg.debug.profile_steps and (r.world is None or r.world.rank == 0):
         from train_backend.profiling import make_profile_callback
 
@@ -378,6 +393,7 @@ def stopped(r: TrainingRun, built: Built, result) -> int:
     saved = r.run.complete_checkpoints()
     at = f"; {saved[-1].name} saved" if saved else ""
     over = r.controls.budget_reached
+    sync_hook.wait(r.sync, r.emitter, sync_hook.END_WAIT_S)
     r.emitter.emit(
         "done",
         status="stopped",
@@ -397,14 +413,19 @@ def finish(r: TrainingRun, s: Setup, data: Data, built: Built, result) -> int:
     if data.held_out is not None and step not in evaluator.tracker.losses:
         r.enter("evaluating", "eval loss of the final weights")
         evaluator.run_eval(step, "final")
+    early = _early_stopped(r, s, built, result) if evaluator.early_stopped else {}
     final = None
     if s.cfg.output.save_final:
         r.enter("saving", "final adapter" if built.peft_config else "final model")
         _save_final(r, trainer, built.tokenizer)
         final = str(r.run.final_dir)
+        sync_hook.final_saved(r.sync, r.run)
     if data.prompts:
         r.enter("sampling", f"{len(data.prompts)} prompts with the final weights")
         evaluator.run_samples(step, "final", rundir.FINAL_NAME if final else None)
+    if r.sync is not None:
+        r.enter("syncing", f"the last copies to {r.sync.text}")
+        sync_hook.wait(r.sync, r.emitter, sync_hook.finish_wait_s(s.cfg))
     r.enter("done")
     r.emitter.emit(
         "done",
@@ -416,8 +437,36 @@ def finish(r: TrainingRun, s: Setup, data: Data, built: Built, result) -> int:
         output=final,
         host_probe_end_ms=built.end_probe["ms"] if built.end_probe else None,
         **_eval_summary(built.eval_tracker, r.run),
+        **early,
     )
     return 0
+
+
+def _early_stopped(r: TrainingRun, s: Setup, built: Built, result) -> dict:
+    """eval.early_stop_patience stopped training: the best checkpoint's weights loaded (what final/
+    will hold), and the `done` event's reason, message and what the steps left would have cost."""
+    trainer, early = built.trainer, built.evaluator.early
+    assert early is not None
+    best = built.evaluator.tracker.best_checkpoint([p.name for p in r.run.complete_checkpoints()])
+    if best is not None and best[0] != f"checkpoint-{r.step}":
+        r.enter("saving", f"early stop: loading {best[0]}'s weights (the lowest eval loss) for final/")
+        trainer.state.best_model_checkpoint = str(r.run.checkpoints_dir / best[0])
+        trainer._load_best_model()
+    start = int(s.resume.name.rsplit("-", 1)[-1]) if s.resume else 0
+    total = trainer.state.max_steps
+    runtime_s = result.metrics.get("train_runtime", 0.0)
+    seconds, usd = early_stop.not_spent(r.step, total, start, runtime_s, s.cfg.cost.price_per_hour)
+    message = early_stop.stop_message(early, r.step, total, seconds, usd)
+    if best is None:
+        message += "; no checkpoint beat the base model's eval loss: final/ holds the last weights"
+    else:
+        message += f"; final/ holds {best[0]}'s weights (eval loss {fmt.loss(best[1])})"
+    return {
+        "reason": "early_stop",
+        "message": message,
+        "not_spent_s": round(seconds, 1) if seconds is not None else None,
+        "not_spent_usd": round(usd, 4) if usd is not None else None,
+    }
 
 
 def _save_final(r: TrainingRun, trainer, tokenizer) -> None:
@@ -437,6 +486,8 @@ def _save_final(r: TrainingRun, trainer, tokenizer) -> None:
 def failed(r: TrainingRun, exc: BaseException) -> int:
     """Any failure: one `error` event, classified, with where the run stood and what it kept."""
     verdict = classify(exc, r.phase, str(r.run.path))
+    if not r.controls.gone.is_set():  # a deleted run directory has nothing left to copy
+        sync_hook.wait(r.sync, r.emitter, sync_hook.END_WAIT_S)
     step = r.step
     if verdict.oom is not None:
         verdict.oom.update(r.tracker.details())

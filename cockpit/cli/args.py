@@ -10,6 +10,7 @@ import re
 
 from cockpit import __version__
 from cockpit.cli import finish_commands
+from cockpit.config.schema import GGUF_TYPES
 from cockpit.fmt import quoted
 from cockpit.run import process
 
@@ -115,7 +116,7 @@ def _start_flags(sp: argparse.ArgumentParser) -> None:
     )
     sp.add_argument(
         "--export",
-        choices=("adapter", "merged", "gguf-f16", "gguf-q8_0"),
+        choices=("adapter", "merged", *(f"gguf-{t}" for t in GGUF_TYPES)),
         help="export when the run ends, before --then runs (sets export.at_end and export.merge/gguf)",
     )
     _oom_flags(sp)
@@ -224,6 +225,13 @@ def _add_restart_and_stop(sub: argparse._SubParsersAction[argparse.ArgumentParse
         metavar="USD",
         help="a new budget for the run (sets cost.max_usd), e.g. after it stopped at the old one",
     )
+    sp.add_argument(
+        "--from",
+        dest="from_target",
+        metavar="TARGET",
+        help="on a new machine: rebuild the run from its copy (output.sync: hf://ORG/NAME or a folder), "
+        "the newest there or the RUN named, and go on from its last synced checkpoint",
+    )
     _view_flags(sp)
     _oom_flags(sp)
 
@@ -253,9 +261,7 @@ def _add_export_and_fetch(sub: argparse._SubParsersAction[argparse.ArgumentParse
     )
     sp.add_argument("--merge", action="store_true", help="merge the adapter into the base (16-bit)")
     sp.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16", help="dtype of the merged weights")
-    sp.add_argument(
-        "--gguf", choices=("f16", "q8_0"), help="also write a GGUF for llama.cpp / Ollama (merges)"
-    )
+    sp.add_argument("--gguf", choices=GGUF_TYPES, help="also write a GGUF for llama.cpp / Ollama (merges)")
     sp.add_argument("--to", metavar="DIR", help="where to write (default: RUN/exports/<source>-<kind>)")
     sp.add_argument(
         "--push-to-hub", metavar="ORG/NAME", help="then upload it (HF_TOKEN; HF_ENDPOINT for a mirror)"

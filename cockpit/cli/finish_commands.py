@@ -43,6 +43,28 @@ def cmd_samples(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """`cockpit compare RUN RUN ...`: final figures, the config difference, the losses side by side."""
+    from cockpit.plain import wrapped
+    from cockpit.results import compare
+
+    runs = [rundir.find(spec) for spec in args.runs]
+    if len({r.path for r in runs}) < 2:
+        print("cockpit compare: name at least two different runs (id, prefix or path)", file=sys.stderr)
+        return EXIT_USAGE
+    curves = [compare.curves_of(run) for run in runs]
+    if args.json:
+        report = compare.report(curves, args.by, args.rows)
+        print(json.dumps(report, indent=1, ensure_ascii=False, default=str))
+        return 0
+    if args.no_ui or not sys.stdout.isatty():
+        print("\n".join(wrapped(compare.text_lines(curves, args.by, args.rows), output_width())))
+        return 0
+    from screens.compare.app import run_compare_app
+
+    return run_compare_app(curves, args.by)
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     from cockpit.results import samples as samples_mod
     from cockpit.results import targets
@@ -137,6 +159,17 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
     sp.add_argument("--json", action="store_true", help="every prompt with every answer, as JSON")
 
+    sp = sub.add_parser(
+        "compare", help="runs side by side: loss and eval by step, tokens or dollars; config difference"
+    )
+    sp.add_argument("runs", nargs="+", metavar="RUN", help="two or more: run id, prefix or path")
+    sp.add_argument(
+        "--by", choices=compare_axes(), default="step", help="the x axis: step, tokens or usd (default: step)"
+    )
+    sp.add_argument("--rows", type=int, default=9, metavar="N", help="points in the text table (default 9)")
+    sp.add_argument("--json", action="store_true", help="every run's points, figures, config difference")
+    sp.add_argument("--no-ui", action="store_true", help="the text table even on a terminal")
+
     sp = sub.add_parser("chat", help="talk to a run's model: base + adapter, or a merged model folder")
     sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
     sp.add_argument("--checkpoint", metavar="N", help="a checkpoint's step, or 'best' (by eval loss)")
@@ -152,6 +185,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     sp.add_argument(
         "--no-ui", action="store_true", help="a plain prompt on the terminal instead of the screen"
     )
+
+
+def compare_axes() -> tuple[str, ...]:
+    return ("step", "tokens", "usd")  # cockpit.results.compare.AXES, without its imports at every start
 
 
 def _tokens(text: str) -> int:

@@ -185,13 +185,26 @@ def _start(cfg: config.TrainConfig, args: argparse.Namespace, source: str) -> in
         print(said, file=sys.stderr)
         return EXIT_USAGE
     _check_against_model(cfg)
+    from cockpit.cli import sync_commands
+
+    sync_line = sync_commands.check_line(cfg)  # output.sync: the folder there, or a hub token
+    from cockpit import cloud
+    from cockpit.money import notify
+
+    ending = _ending_lines(cfg, source)
+    if ending is None:
+        return EXIT_USAGE
     from cockpit.cli.data_commands import data_ok_to_start
 
     if not data_ok_to_start(cfg, source):
         return EXIT_USAGE
     if args.check:
-        print(said)
+        print(
+            "\n".join([said, *([] if sync_line is None else [sync_line]), *wrapped(ending, output_width())])
+        )
         return 0
+    for line in ending:
+        _say(line)
     if cfg.export.at_end:
         e = cfg.export
         what = "the adapter" if not (e.merge or e.gguf) else f"the merged model ({e.dtype})"
@@ -201,7 +214,7 @@ def _start(cfg: config.TrainConfig, args: argparse.Namespace, source: str) -> in
             + (", then cost.on_end" if cfg.cost.on_end else "")
             + " (export.at_end; its output goes to backend.log)"
         )
-    if cfg.cost.on_end:
+    if cfg.cost.on_end and not cloud.is_instance_action(cfg.cost.on_end):
         _say(f"when the run ends: {cfg.cost.on_end} (cost.on_end; its output goes to backend.log)")
     config_load.with_absolute_paths(cfg)
     problems = []
@@ -216,8 +229,9 @@ def _start(cfg: config.TrainConfig, args: argparse.Namespace, source: str) -> in
         run = rundir.create(
             Path(cfg.output.dir) if cfg.output.dir else None,
             cfg.model.name,
-            _source_line(source) + config.dump_config(cfg),
+            _source_line(source) + config.dump_config(notify.for_record(cfg)),
         )
+        notify.keep_urls(run.path, cfg.notify.urls)
     except OSError as exc:  # output.dir is a file, read-only, on a full disk...
         where = cfg.output.dir or paths.runs_root()
         print(
@@ -240,6 +254,25 @@ def _start(cfg: config.TrainConfig, args: argparse.Namespace, source: str) -> in
     proc = process.launch(run)
     _say(f"run {run.run_id} started (trainer pid {proc.pid}); directory {run.path}", keep=(str(run.path),))
     return _show(run, proc, args, preflight_problems=problems)
+
+
+def _ending_lines(cfg: config.TrainConfig, source: str) -> list[str] | None:
+    """What happens at the run's end beyond the shell (stop-instance, destroy-instance, notify), to
+    say before it starts; None, said why, where it cannot happen on this box."""
+    from cockpit.money import notify
+    from cockpit.money.instance_end import before_lines
+
+    ending, refused = before_lines(cfg)
+    refused += notify.check_urls(cfg.notify.urls or [])
+    if cfg.notify.urls:
+        ending.append(notify.describe(cfg))
+    if not refused:
+        return ending
+    lines = [f"{source}: cannot start: what it asks for at its end cannot happen on this box:"]
+    lines += [f"  {problem}" for problem in refused]
+    lines.append("Nothing was started and no run directory was made.")
+    print("\n".join(wrapped(lines, output_width())), file=sys.stderr)
+    return None
 
 
 def _say(line: str, keep: tuple[str, ...] = ()) -> None:
@@ -388,7 +421,14 @@ def _oom_rehearsal(args: argparse.Namespace) -> int:
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
-    run = rundir.find(args.run)
+    from cockpit.cli import sync_commands
+
+    if args.from_target is None:
+        run = rundir.find(args.run)
+    elif isinstance(restored := sync_commands.restored_run(args), int):
+        return restored
+    else:
+        run = restored
     if process.is_alive(run):
         attach = f"{paths.cockpit_command()} attach {run.run_id}"
         _say(f"run {run.run_id} is still running; attach with: {attach}", keep=(attach,))
@@ -404,6 +444,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
         _check_against_model(cfg)
     except config.ConfigError as exc:
         raise config.ConfigError(f"{run.config_path}: {exc}") from None
+    sync_commands.warn_target(cfg)
     from cockpit.money.budget import already_spent
     from cockpit.run import journal
 
@@ -630,6 +671,7 @@ COMMANDS = {
     "resume": cmd_resume,
     "samples": _later("cockpit.cli.finish_commands", "cmd_samples"),
     "chat": _later("cockpit.cli.finish_commands", "cmd_chat"),
+    "compare": _later("cockpit.cli.finish_commands", "cmd_compare"),
     "export": cmd_export,
     "fetch": cmd_fetch,
 }

@@ -18,6 +18,7 @@ import yaml
 
 from cockpit import paths, yaml_text
 from cockpit.config import sources as dataset_sources
+from cockpit.config import sync_spec
 from cockpit.config.schema import (
     REPORTER_PACKAGES,
     REPORTERS,
@@ -208,6 +209,8 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
             },
         }
     raw = dataset_sources.short_form(raw)
+    if isinstance(raw.get("notify"), list):  # `notify: [URL, ...]`
+        raw = {**raw, "notify": {"urls": raw["notify"]}}
     cfg = _build(TrainConfig, raw, "")
     _check_combinations(cfg)
     dataset_sources.check(cfg, raw)
@@ -419,6 +422,8 @@ def _check_combinations(cfg: TrainConfig) -> None:
     _check_cost(cfg)
     _check_report_to(cfg)
     _check_eval(cfg)
+    if cfg.output.sync is not None:
+        sync_spec.parse(cfg.output.sync)  # the format; the folder and the token: cockpit.sync.check
 
 
 def _check_train_on(cfg: TrainConfig) -> None:
@@ -462,6 +467,11 @@ def _check_eval(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"eval.steps: {ev.steps}, but there is no eval data; set dataset.eval_fraction (e.g. 0.05) or "
             "dataset.eval_split"
+        )
+    if not has_eval and ev.early_stop_patience is not None:
+        raise ConfigError(
+            f"eval.early_stop_patience: {ev.early_stop_patience}, but there is no eval loss to watch; set "
+            "dataset.eval_fraction (e.g. 0.05) or dataset.eval_split"
         )
     if not has_eval and isinstance(ev.prompts, int):
         raise ConfigError(
@@ -560,6 +570,8 @@ def with_absolute_paths(cfg: TrainConfig, base: Path | None = None) -> TrainConf
         cfg.output.dir = str((base / Path(cfg.output.dir).expanduser()).resolve())
     if cfg.export.to:
         cfg.export.to = str((base / Path(cfg.export.to).expanduser()).resolve())
+    if cfg.output.sync is not None:
+        cfg.output.sync = sync_spec.absolute(cfg.output.sync, base)
     return cfg
 
 

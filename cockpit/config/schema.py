@@ -248,6 +248,28 @@ class OutputSection:
     save_steps: int = _f(100, "optimizer steps between checkpoints", min=1)
     checkpoints_kept: int = _f(2, "newest complete checkpoints to keep", min=1)
     save_final: bool = _f(True, "save the final adapter (or model, for full) into the run's final/ folder")
+    sync: str | None = _f(
+        None,
+        "copy each complete checkpoint, the final adapter and the run's record (config.yaml, events.jsonl) "
+        "off this machine as they are written, in the background: hf://ORG/NAME (a private hub "
+        "repository, made if missing; the token comes from HF_TOKEN or `hf auth login`, never from this "
+        "file) or a folder that exists (a mounted disk, NFS); each run in a folder of its own there. A "
+        "failing copy is said and never stops training. On a new machine: cockpit restart --from TARGET",
+    )
+    sync_record_s: float = _f(
+        300.0,
+        "with sync: seconds between copies of the record (events.jsonl) between checkpoints",
+        min=10,
+        max=86400,
+    )
+    sync_wait_min: float = _f(
+        10.0,
+        "with sync: at a finished run's end, how long the trainer waits for the last checkpoint, the final "
+        "adapter and the record to arrive before it exits (cost.on_end runs after); a stopped or failed "
+        "run waits at most 30 s, within cockpit stop's grace",
+        min=0,
+        max=1440,
+    )
 
 
 @dataclass
@@ -271,6 +293,16 @@ class EvalSection:
     max_new_tokens: int = _f(
         64, "tokens generated per sample (greedy, seeded with training.seed)", min=1, max=4096
     )
+    early_stop_patience: int | None = _f(
+        None,
+        "early stopping: stop once this many evals in a row have not lowered the best eval loss by "
+        "early_stop_min_gain; final/ then holds the best checkpoint's weights (each new best is saved "
+        "as a checkpoint and kept). Needs eval data",
+        min=1,
+    )
+    early_stop_min_gain: float = _f(
+        0.0, "with early_stop_patience: how much lower than the best an eval loss must be to count", min=0
+    )
 
 
 @dataclass
@@ -285,9 +317,10 @@ class CostSection:
     )
     on_end: str | None = _f(
         None,
-        "shell command run once when the run has ended (finished, failed or stopped) and everything it "
-        "wrote is on disk, e.g. 'sudo shutdown -h now' (cockpit train --then); its output goes to "
-        "backend.log",
+        "run once when the run has ended (finished, failed or stopped) and everything it wrote is on disk: "
+        "stop-instance or destroy-instance (the provider's own stop: RunPod, Vast.ai, Lambda, found from "
+        "the environment; a stopped instance still bills its disk, a destroyed one nothing and its data "
+        "is gone), or a shell command (cockpit train --then); its output goes to backend.log",
     )
     on_end_timeout_min: float = _f(
         5.0,
@@ -305,9 +338,15 @@ class CostSection:
     )
     on_idle: str | None = _f(
         None,
-        "shell command the idle alarm runs, once per idle spell: a watching client's (the run view, "
-        "--no-ui) or, with no client attached, the end runner's after the run has ended (NVML; once)",
+        "what the idle alarm runs, once per idle spell: stop-instance, destroy-instance (as on_end) or a "
+        "shell command; a watching client's alarm (the run view, --no-ui) or, with no client attached, "
+        "the end runner's after the run has ended (NVML; once)",
     )
+
+
+# what the GGUF export writes: to_gguf.py's OUT_TYPES, then the K-quants llama.cpp's llama-quantize
+# makes from the f16 file (train_backend/export/kquant.py)
+GGUF_TYPES = ("f16", "q8_0", "q5_1", "q5_0", "q4_0", "q6_k", "q5_k_m", "q4_k_m")
 
 
 @dataclass
@@ -322,10 +361,24 @@ class ExportSection:
     dtype: str = _f("bf16", "with at_end and merge: dtype of the merged weights", choices=("bf16", "fp16"))
     gguf: str | None = _f(
         None,
-        "with at_end: also write a GGUF for llama.cpp / Ollama (f16 or q8_0; merges)",
-        choices=("f16", "q8_0"),
+        "with at_end: also write a GGUF for llama.cpp / Ollama (merges): f16, q8_0, q5_1, q5_0, q4_0; "
+        "q6_k, q5_k_m, q4_k_m through llama.cpp's llama-quantize when it is on PATH",
+        choices=GGUF_TYPES,
     )
     to: str | None = _f(None, "with at_end: where to write (default: RUN/exports/<source>-<kind>)")
+
+
+@dataclass
+class NotifySection:
+    urls: list[str] | None = _f(
+        None,
+        "Apprise URLs (tgram://, discord://, slack://, ntfy://, mailto://, json://...: "
+        "https://github.com/caronc/apprise/wiki) told when the run ends, fails, runs out of memory, "
+        "reaches its budget, or its GPU idles billed; checked at --check; kept in the run's private "
+        "notify.json, masked in config.yaml and every record. `notify: [URL, ...]` is short for this. "
+        "Needs pip install apprise",
+    )
+    best_eval: bool = _f(False, "also tell each new best eval loss (after the base model's)")
 
 
 @dataclass
@@ -356,6 +409,12 @@ class SpeedSection:
         "it: 2-4 x intermediate_size bytes a token a layer less, given back to the split. Needs the fused "
         "LoRA layers and no LoRA dropout; speed: auto uses it only where your config asks for it",
         choices=("off", "fused"),
+    )
+    keep_effective_batch: bool = _f(
+        True,
+        "true: speed: auto splits the optimizer step so that micro-batch x accumulation is exactly what your "
+        "config's makes (packed: the rows that many samples fill); false: it may pick a split of a "
+        "few more rows a step where that is faster, and says so in the plan and the end summary",
     )
     cache_tokens: bool = _f(True, "keep the tokenized dataset in the run directory, so a restart skips it")
     keep: list[str] | None = _f(
@@ -432,6 +491,7 @@ class TrainConfig:
     eval: EvalSection = field(default_factory=EvalSection)
     cost: CostSection = field(default_factory=CostSection)
     export: ExportSection = field(default_factory=ExportSection)
+    notify: NotifySection = field(default_factory=NotifySection)
     speed: SpeedSection = field(default_factory=SpeedSection)
     emulate_vram_gib: float | None = _f(
         None,

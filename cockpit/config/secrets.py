@@ -18,6 +18,7 @@ import os
 import re
 from functools import lru_cache
 from typing import Any, TextIO
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 SECRET_ENV_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|PRIVATE_KEY", re.IGNORECASE)
 NOT_SECRET_NAME = re.compile(r"^TOKENIZERS?_", re.IGNORECASE)  # TOKENIZERS_PARALLELISM=false
@@ -83,6 +84,34 @@ def secret_in_values(
                 if contains(node, value):
                     return key, name
     return None
+
+
+# Apprise URLs whose host is a server of yours (a webhook's), not a token
+SERVER_SCHEMES = {"json", "jsons", "form", "forms", "xml", "xmls", "http", "https", "mailto", "mailtos"}
+
+
+def url_secrets(url: str) -> list[str]:
+    """The parts of a notification URL (Apprise's `scheme://...`) that may be secret, longest first:
+    the user and password, every path segment and query value, and the host unless it is a server
+    (a name with a dot, an address, or a webhook scheme's). `tgram://BOT_TOKEN/CHAT_ID` gives both."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return [url] if len(url) >= MIN_SECRET_CHARS else []
+    found = [parts.username or "", parts.password or ""]
+    host_port = parts.netloc.rsplit("@", 1)[-1]  # as written: tgram's host:port is its bot token
+    server = parts.scheme.lower() in SERVER_SCHEMES or "." in host_port or host_port.startswith("[")
+    if host_port and not server and not host_port.lower().startswith("localhost"):
+        found += [host_port, *host_port.split(":")]
+    found += [unquote(segment) for segment in parts.path.split("/")]
+    found += [value for _, value in parse_qsl(parts.query)]
+    keep = {v for v in found if len(v) >= MIN_SECRET_CHARS and v.strip().lower() not in NOT_SECRET_VALUE}
+    return sorted(keep, key=len, reverse=True)
+
+
+def masked_url(url: str) -> str:
+    """The URL with its secret parts (url_secrets) as ***: what records and screens show."""
+    return scrub(url.strip(), url_secrets(url))
 
 
 class ScrubbedOutput(io.TextIOBase):

@@ -8,6 +8,7 @@ from typing import Any
 from cockpit import fmt
 from cockpit.protocol.wire import Fault
 from cockpit.run.state import notice_text
+from cockpit.sync import text as sync_text
 
 
 def describe(item: dict[str, Any] | Fault) -> str | None:
@@ -52,6 +53,8 @@ def describe(item: dict[str, Any] | Fault) -> str | None:
         return f"checkpoint: step {item.get('step')} ({fmt.size(item.get('bytes'))}, {item.get('save_s')} s)"
     if kind == "eval":
         return eval_line(item)
+    if kind == "sync":
+        return sync_text.event_line(item)
     if kind == "sample":
         return sample_line(item)
     if kind == "error":
@@ -65,7 +68,9 @@ def describe(item: dict[str, Any] | Fault) -> str | None:
             if item.get("best_checkpoint"):
                 evaluated += f" (best: {item['best_checkpoint']}, {fmt.loss(item.get('best_eval_loss'))})"
         step = item.get("step")
-        return f"done: {item.get('status')} at step {step}, mean loss over the run {loss}{evaluated}{out}"
+        early = f"\n  {item.get('message')}" if item.get("reason") == "early_stop" else ""
+        ended = f"done: {item.get('status')} at step {step}"
+        return f"{ended}, mean loss over the run {loss}{evaluated}{out}{early}"
     if kind == "exit":
         return item.get("reason") or "trainer exited"  # the reason names the trainer already
     if kind == "config_change":
@@ -93,9 +98,20 @@ def eval_line(item: dict[str, Any]) -> str:
         verdict = f"best: step {best}, {fmt.loss(item.get('best_eval_loss'))}" if best is not None else ""
     if best_checkpoint:
         verdict += f"; best checkpoint {best_checkpoint}"
+    verdict = (verdict + early_stop_words(item)).removeprefix("; ")
     return f"eval: {where}: loss {loss} on {item.get('eval_samples')} samples" + (
         f" ({verdict})" if verdict else ""
     )
+
+
+def early_stop_words(item: dict[str, Any]) -> str:
+    """eval.early_stop_patience's count on an eval line: `; no gain 2 of 3` or `; early stop`."""
+    without, patience = item.get("evals_without_gain"), item.get("early_stop_patience")
+    if not isinstance(without, int) or not isinstance(patience, int) or without == 0:
+        return ""
+    if without >= patience:
+        return f"; early stop: {without} evals without gain"
+    return f"; no gain {without} of {patience} before early stop"
 
 
 def sample_line(item: dict[str, Any]) -> str:
@@ -144,8 +160,10 @@ def speed_plan_lines(item: dict[str, Any]) -> str:
         lines.append(f"  {flops_text(flops)}")
     probe, scale = item.get("host_probe_ms"), item.get("host_scale")
     if isinstance(probe, (int, float)) and isinstance(scale, (int, float)):
+        spread = item.get("host_probe_spread")
+        rounds = f" (its rounds spread x{spread:.2f})" if isinstance(spread, (int, float)) else ""
         lines.append(
-            f"  host: the probe's step took {probe:.2f} ms, x{scale:.2f} the speed model's reference host "
-            "(its host times scaled by that)"
+            f"  host: the probe's step took {probe:.2f} ms{rounds}, x{scale:.2f} the speed model's reference "
+            f"host (its host times scaled by that)"
         )
     return "\n".join(lines)

@@ -33,15 +33,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from cockpit import cloud
 from cockpit.config.load import load_config
 from cockpit.config.schema import ConfigError, TrainConfig
-from cockpit.money import idle, idle_watch
+from cockpit.money import idle, idle_watch, instance_end, notify
 from cockpit.paths import cockpit_command
 from cockpit.run import journal, pids
 from cockpit.run import process as supervisor
@@ -121,21 +123,26 @@ def claim(path: Path) -> bool:
     return True
 
 
-def wait_trainer_gone(pid: int, record: dict[str, Any]) -> None:
-    """`record`: what trainer.json says of this pid (its start), {} when it names another trainer."""
+def wait_trainer_gone(pid: int, record: dict[str, Any], tick: Callable[[], None] = lambda: None) -> None:
+    """`record`: what trainer.json says of this pid (its start), {} when it names another trainer;
+    `tick`: called at every poll (the notifications' watch)."""
     try:
         proc = psutil.Process(pid)
         if not pids.same_process(proc, record):
             return  # the pid is already someone else's
         while proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+            tick()
             time.sleep(POLL_S)
     except psutil.Error:
         pass  # gone
 
 
-def wait_group_gone(pgid: int, timeout_s: float = GROUP_WAIT_S) -> None:
+def wait_group_gone(
+    pgid: int, timeout_s: float = GROUP_WAIT_S, tick: Callable[[], None] = lambda: None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and supervisor.group_members(pgid):
+        tick()
         time.sleep(POLL_S)
 
 
@@ -149,14 +156,21 @@ def run_end(run: RunDir, trainer_pid: int) -> int:
     record = run.read_trainer() or {}
     ours = record.get("pid") == trainer_pid
     started = record.get("create_time") if ours else None  # as recorded: the claim's name
-    wait_trainer_gone(trainer_pid, record if ours else {})
-    wait_group_gone(record.get("pgid", trainer_pid) if record.get("pid") == trainer_pid else trainer_pid)
+    notifier = notify.Notifier.for_run(run.path, say=log)
+    watch = notify.RunWatch(run.path, notifier, _best_eval(run)) if notifier else None
+    tick = watch.poll if watch else (lambda: None)
+    wait_trainer_gone(trainer_pid, record if ours else {}, tick)
+    wait_group_gone(
+        record.get("pgid", trainer_pid) if record.get("pid") == trainer_pid else trainer_pid, tick=tick
+    )
     status = run_status(run)
     if status.state == "failed" and status.detail.startswith("oom"):
         deadline = time.monotonic() + OOM_RELAUNCH_WAIT_S
         log(f"the run failed out of memory: on_end waits up to {OOM_RELAUNCH_WAIT_S:.0f} s for a relaunch")
         while time.monotonic() < deadline and not relaunched(run, trainer_pid):
+            tick()
             time.sleep(POLL_S)
+    tick()
     if relaunched(run, trainer_pid):
         log("a new trainer took the run over: its end runs on_end, not this one's")
         return 0
@@ -166,22 +180,53 @@ def run_end(run: RunDir, trainer_pid: int) -> int:
         log(f"on_end not run: the run's config cannot be read: {exc}")
         return 1
     command = cfg.cost.on_end
-    if not (command or cfg.export.at_end or cfg.cost.on_idle):
+    if not (command or cfg.export.at_end or cfg.cost.on_idle or notifier):
         return 0
     if not claim(claim_path(run, trainer_pid, started)):
         log(f"on_end already ran for this ending of the run (trainer pid {trainer_pid}): not again")
         return 0
     status = run_status(run)  # as the run ended, after any client's exit record
     os.sync()  # checkpoints and final/ were fsynced by the trainer; the rest (logs, events) now too
-    failed_steps = run_steps(run, steps_before_on_end(cfg, run, status.state))
+    steps = steps_before_on_end(cfg, run, status.state)
+    if watch is not None:  # told before the export and on_end: on_end may switch the box off
+        tell_ending(run, cfg, watch, steps)
+    failed_steps = run_steps(run, steps)
     code = 1 if failed_steps else 0
     if command:
         limit_s = round(cfg.cost.on_end_timeout_min * 60, 3)
-        code = run_command(run, command, status.state, trainer_pid, limit_s)
+        if cloud.is_instance_action(command):  # the provider's stop or destroy
+            code = instance_end.run_action(
+                run, command.strip(), status.state, trainer_pid, limit_s, say=log, record=append_event
+            )
+        else:
+            code = run_command(run, command, status.state, trainer_pid, limit_s)
     if cfg.cost.on_idle:
         settings = idle.IdleSettings(cfg.cost.idle_minutes, cfg.cost.on_idle)
-        log(idle_watch.watch(run, settings, say=log).text)
+        log(idle_watch.watch(run, settings, say=log, notifier=notifier).text)
     return code
+
+
+def _best_eval(run: RunDir) -> bool:
+    try:
+        return load_config(run.config_path).notify.best_eval
+    except ConfigError:
+        return False
+
+
+def tell_ending(run: RunDir, cfg: TrainConfig, watch: notify.RunWatch, steps: list[EndStep]) -> None:
+    """The run's ending, with what comes next (the export, on_end and what still bills)."""
+    then = [f"then: {step.name}" for step in steps]
+    command = cfg.cost.on_end
+    if cloud.is_instance_action(command):
+        assert command is not None
+        plan = cloud.plan(command.strip())
+        then.append(plan.before_line("then") if plan.ok else f"then: {command}: cannot run here")
+    elif command:
+        then.append(f"then: {command}")
+    notice = watch.notices.ending(journal.fold(run.events_path), then)
+    if notice is not None:
+        watch.notifier.send(notice.kind, notice.title, notice.body)
+    watch.close()
 
 
 def run_steps(run: RunDir, steps: list[EndStep]) -> list[str]:

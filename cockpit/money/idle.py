@@ -19,6 +19,8 @@ from typing import IO
 
 from cockpit.doctor.engine import Doctor
 from cockpit.doctor.window import Finding
+from cockpit.money.instance_end import shell_for
+from cockpit.money.notify import Notifier
 
 IDLE_RULE = "idle_billed"
 BELL = "\a"
@@ -60,7 +62,7 @@ def start_command(command: str, log_path: Path | None) -> subprocess.Popen[bytes
             log.write(f"[cockpit {stamp}] on_idle: running: {command}\n".encode())
             log.flush()
         return subprocess.Popen(
-            command,
+            shell_for(command),  # stop-instance / destroy-instance: the provider's own (cockpit.cloud)
             shell=True,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL if log is None else log,
@@ -87,6 +89,10 @@ class IdleAlarm:
         self.sounding = False  # the idle finding holds and was acted on
         self.spells = 0  # how many times the alarm went off
         self.started: list[subprocess.Popen[bytes]] = []  # the on_idle processes started
+        # notify.urls: the run's own (its notify.json beside the log), told from a thread
+        self.notifier = (
+            Notifier.for_run(log_path.parent, say=lambda _: None) if log_path is not None else None
+        )
 
     def update(self, findings: Sequence[Finding]) -> str | None:
         """The alarm's line when the idle finding has just appeared, else None."""
@@ -99,6 +105,8 @@ class IdleAlarm:
         self.sounding = True
         self.spells += 1
         text = f"IDLE ALARM: {finding.title}: {finding.evidence}"
+        if self.notifier is not None:
+            self.notifier.send_in_background("idle", "GPU idle, still billed", text)
         command = self.settings.on_idle
         if not command:
             return f"{text}. Set cost.on_idle to act on it (e.g. 'sudo shutdown -h now')"

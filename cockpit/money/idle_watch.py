@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cockpit.money import idle
+from cockpit.money.notify import Notifier
 from cockpit.run import process as supervisor
 from cockpit.run import rundir
 from cockpit.run.clients import attached_clients
@@ -65,6 +66,7 @@ def watch(
     poll_s: float | None = None,
     say: Callable[[str], None] = print,
     starter: idle.Starter = idle.start_command,
+    notifier: Notifier | None = None,
 ) -> WatchEnd:
     """Watch until on_idle ran (once), a run trains, or NVML cannot be read. `clock` and `sleep`
     are the test's way past the minutes."""
@@ -109,7 +111,7 @@ def watch(
                 if idle_since is None:
                     idle_since = now
                 elif now - idle_since >= window_s:
-                    return act(run, settings, utils, now - idle_since, say, starter)
+                    return act(run, settings, utils, now - idle_since, say, starter, notifier)
             sleep(poll_s)
     finally:
         with contextlib.suppress(Exception):
@@ -123,11 +125,14 @@ def act(
     idle_s: float,
     say: Callable[[str], None],
     starter: idle.Starter,
+    notifier: Notifier | None = None,
 ) -> WatchEnd:
     shown = ", ".join(f"GPU{i} {u}%" for i, u in enumerate(utils))
     what = f"every GPU idle for {idle_s / 60:.1f} min ({shown}) with no run training and no client attached"
     say(f"IDLE ALARM (no client): {what}; running cost.on_idle: {settings.on_idle}")
     assert settings.on_idle is not None  # the end runner watches only with cost.on_idle set
+    if notifier is not None:  # before on_idle, which may switch the box off
+        notifier.send("idle", "GPU idle, still billed", f"{what}; running cost.on_idle: {settings.on_idle}")
     started = starter(settings.on_idle, run.log_path)
     message = f"idle alarm with no client attached: {what}; " + (
         f"cost.on_idle could not start ({started}): {settings.on_idle}"

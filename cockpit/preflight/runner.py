@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit import paths
+from cockpit.preflight.checks import cloud as checks_cloud
 from cockpit.preflight.checks import disk as checks_disk
 from cockpit.preflight.checks import disk_speed as checks_disk_speed
 from cockpit.preflight.checks import host as checks_host
@@ -327,6 +328,7 @@ def _host_checks(sizes: _Sizes, gpu_count: int) -> list[Check]:
             "RAM",
         ),
         Check("host.swap", lambda: checks_host.check_swap(facts(), vram, model), "host", "Swap"),
+        Check("host.provider", checks_cloud.check_provider, "host", checks_cloud.TITLE),
     ]
 
 

@@ -50,7 +50,7 @@ class PhaseEvent(TypedDict, total=False):
         str,
         Meaning(
             "starting, loading_model, preparing_data, quantising, training, evaluating, saving, sampling, "
-            "done"
+            "syncing (output.sync: the last copies at the end), done"
         ),
     ]
     message: Annotated[str, Meaning("free text, e.g. the model being loaded")]
@@ -175,6 +175,18 @@ class SpeedPlanEvent(TypedDict, total=False):
     ]
     host_scale: Annotated[
         float, Meaning("what the speed model's host terms were scaled by for that probe (1: the reference)")
+    ]
+    host_probe_spread: Annotated[
+        float | None,
+        Meaning("the probe's rounds: upper over lower quartile (1: steady); null without a probe"),
+    ]
+    effective_batch: Annotated[
+        dict[str, Any] | None,
+        Meaning(
+            "the step's size: `config` (your micro-batch x accumulation, samples), `target` (the rows or "
+            "samples that makes), `planned` (the plan's product), `unit`, `kept` (planned = target), "
+            "`keep_effective_batch` (the config key)"
+        ),
     ]
 
 
@@ -347,11 +359,21 @@ class DoneEvent(TypedDict, total=False):
     train_loss: Annotated[float | None, Meaning("mean training loss over the run")]
     runtime_s: Annotated[float, Meaning("training time")]
     output: Annotated[str | None, Meaning("the final/ folder with the adapter or model")]
-    reason: Annotated[str | None, Meaning("stopped: request (a stop command or signal) or budget")]
+    reason: Annotated[
+        str | None,
+        Meaning(
+            "stopped: request (a stop command or signal) or budget; finished: early_stop "
+            "(eval.early_stop_patience)"
+        ),
+    ]
     message: Annotated[str, Meaning("how it ended")]
     eval_loss: Annotated[float | None, Meaning("the last eval loss (with an eval split)")]
     best_checkpoint: Annotated[str | None, Meaning("the kept checkpoint with the lowest eval loss")]
     best_eval_loss: Annotated[float | None, Meaning("its eval loss")]
+    not_spent_s: Annotated[float | None, Meaning("early_stop: the steps left, at this attempt's pace")]
+    not_spent_usd: Annotated[
+        float | None, Meaning("early_stop: what they would have cost (cost.price_per_hour)")
+    ]
     host_probe_end_ms: Annotated[
         float | None, Meaning("finished on a GPU: the host probe again, after the last step (see speed_plan)")
     ]
@@ -370,7 +392,7 @@ class EndCommandEvent(TypedDict, total=False):
     """Written by the end runner (cockpit.money.end_runner) around cost.on_end, after the run's end."""
 
     state: Annotated[str, Meaning("started, then finished, failed or timed_out")]
-    command: Annotated[str, Meaning("the shell command (cost.on_end)")]
+    command: Annotated[str, Meaning("the shell command, or stop-instance / destroy-instance (cost.on_end)")]
     run_status: Annotated[str, Meaning("how the run ended: finished, stopped or failed")]
     returncode: Annotated[int | None, Meaning("its exit status; null when the shell could not start")]
     error: Annotated[str | None, Meaning("why the shell could not start")]
@@ -379,6 +401,13 @@ class EndCommandEvent(TypedDict, total=False):
         float, Meaning("how long it may run (cost.on_end_timeout_min); past it, its process group is ended")
     ]
     trainer_pid: Annotated[int, Meaning("the trainer attempt whose end it was")]
+    detail: Annotated[
+        str,
+        Meaning(
+            "stop-instance or destroy-instance: what is being done and what still bills (started), what "
+            "was done (after)"
+        ),
+    ]
 
 
 class ExitEvent(TypedDict, total=False):
@@ -441,7 +470,12 @@ class ConfigChangeEvent(TypedDict, total=False):
 class ExportProgressEvent(TypedDict, total=False):
     """A stage of `cockpit export`'s subprocess (on its pipe, not in a run's events)."""
 
-    stage: Annotated[str, Meaning("load, reference (base + adapter's logits), merge, check, write, convert")]
+    stage: Annotated[
+        str,
+        Meaning(
+            "load, reference (base + adapter's logits), merge, check, write, convert, quantize (K-quants)"
+        ),
+    ]
     done: Annotated[int, Meaning("units done in this stage")]
     total: Annotated[int, Meaning("units of this stage")]
     unit: Annotated[str, Meaning("layer, tensor, input, step or stage")]
@@ -493,6 +527,13 @@ class ExportDoneEvent(TypedDict, total=False):
     gguf: Annotated[
         dict[str, Any] | None, Meaning("`file`, `tensors`, `bytes`, `type`, `architecture`, `types`")
     ]
+    kquant: Annotated[
+        dict[str, Any] | None,
+        Meaning(
+            "a K-quant: `type`, `done` (llama-quantize ran), `tool`, `version`, `file`, `command` (by file "
+            "names, to run in the export folder)"
+        ),
+    ]
     export_versions: Annotated[
         dict[str, Any], Meaning("torch, transformers, peft, gguf, safetensors of the export")
     ]
@@ -511,6 +552,38 @@ class BusyEvent(TypedDict, total=False):
     step: Annotated[int, Meaning("the optimizer step it follows")]
 
 
+class SyncEvent(TypedDict, total=False):
+    """output.sync: the run copied off the machine in the background (cockpit/sync/worker.py): the
+    copying began, a checkpoint or final/ is on the target, a try failed; `restored` is written by
+    `cockpit restart --from` into the run directory it rebuilt from the target."""
+
+    status: Annotated[str, Meaning("started, synced, failed or restored")]
+    what: Annotated[str | None, Meaning("checkpoint, final or record (the config and events alone)")]
+    target: Annotated[str, Meaning("hf://ORG/NAME or the folder, as output.sync names it (never a token)")]
+    checkpoint: Annotated[str | None, Meaning("checkpoint-<step>, or final")]
+    step: Annotated[int | None, Meaning("the checkpoint's step")]
+    bytes: Annotated[int | None, Meaning("synced: the bytes copied")]
+    duration_s: Annotated[float | None, Meaning("synced: how long the copy took")]
+    lag_s: Annotated[float | None, Meaning("synced: from the checkpoint's save to its arrival on the target")]
+    removed: Annotated[
+        list[str] | None,
+        Meaning("synced: older checkpoints deleted there (it keeps output.checkpoints_kept)"),
+    ]
+    kind: Annotated[
+        str | None,
+        Meaning(
+            "failed: space, permission, missing, auth, not_found, public, offline, rate, network or other"
+        ),
+    ]
+    reason: Annotated[str | None, Meaning("failed: why, in a line")]
+    retry_s: Annotated[
+        float | None,
+        Meaning("failed: when it tries again; null: not again (a newer copy replaces it, or the end)"),
+    ]
+    failures: Annotated[int | None, Meaning("failed tries so far in this trainer process")]
+    synced_at: Annotated[float | None, Meaning("restored: when the checkpoint reached the target")]
+
+
 class EvalEvent(TypedDict, total=False):
     """The eval loss on the held-out split: the base before step 1, every eval.steps, the end."""
 
@@ -523,6 +596,10 @@ class EvalEvent(TypedDict, total=False):
     best_step: Annotated[int | None, Meaning("the step with the lowest eval loss so far")]
     best_eval_loss: Annotated[float | None, Meaning("that loss")]
     best_checkpoint: Annotated[str | None, Meaning("the kept checkpoint with the lowest eval loss")]
+    evals_without_gain: Annotated[
+        int, Meaning("eval.early_stop_patience: evals in a row not beating the best")
+    ]
+    early_stop_patience: Annotated[int, Meaning("how many the run stops at")]
 
 
 class SampleEvent(TypedDict, total=False):
@@ -607,6 +684,7 @@ EVENTS: dict[str, type] = {
     "export_check": ExportCheckEvent,
     "export_done": ExportDoneEvent,
     "busy": BusyEvent,
+    "sync": SyncEvent,
     "eval": EvalEvent,
     "sample": SampleEvent,
     "chat_ready": ChatReadyEvent,

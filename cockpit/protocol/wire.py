@@ -33,6 +33,7 @@ PHASES = (
     "evaluating",
     "saving",
     "sampling",
+    "syncing",
     "done",
 )
 # Client -> chat backend (`python -m train_backend.chat`), on its stdin

@@ -305,6 +305,8 @@ def prepare(
     if gguf and not merge:
         notes.append("--gguf writes the merged model: merging first (as --merge).")
         merge = True
+    if gguf in needs_mod.K_BITS:
+        notes.append(k_quant_note(gguf))
     cfg = load_config(run.config_path)
     facts = card_mod.read_facts(run)
     out = Path(to).expanduser().resolve() if to else default_out(run, source, merge, dtype, gguf)
@@ -373,6 +375,19 @@ def execute(plan: Plan, progress: ProgressSink) -> tuple[Path, dict[str, Any]]:
     return out, info
 
 
+def k_quant_note(gguf: str) -> str:
+    """Before a K-quant export: whether llama.cpp's llama-quantize was found, and what follows."""
+    import shutil
+
+    tool = shutil.which("llama-quantize")
+    if tool is None:
+        return (
+            f"{gguf}: llama-quantize (llama.cpp's) is not on PATH: the f16 GGUF is written, and the command "
+            f"that makes the {gguf} file from it is said at the end."
+        )
+    return f"{gguf}: the f16 GGUF is quantised by {tool} (its version is said at the end)."
+
+
 def export(
     run: rundir.RunDir,
     checkpoint: int | None = None,
@@ -409,6 +424,14 @@ def summary_lines(out: Path, info: dict[str, Any]) -> list[str]:
             + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
             + f"; peak RAM {fmt.size(info.get('peak_rss_bytes'))}"
             + (f", peak GPU {fmt.size(info['peak_gpu_bytes'])}" if info.get("peak_gpu_bytes") else "")
+        )
+    kq = info.get("kquant")
+    if kq and kq.get("done"):
+        lines.append(f"{kq['type']}: quantised by {kq['tool']} ({kq.get('version')}): {kq['file']}")
+    elif kq:
+        lines.append(
+            f"{kq['type']}: llama-quantize (llama.cpp's) is not on PATH: the f16 GGUF {kq['file']} is "
+            f"written; for {kq['type']} run: cd {out} && {kq['command']} (then point Modelfile at it)"
         )
     if info.get("gguf"):
         lines.append(f"Ollama: cd {out} && ollama create NAME -f Modelfile")

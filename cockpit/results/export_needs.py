@@ -17,7 +17,14 @@ from cockpit import fmt
 from cockpit.paths import cockpit_command
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-GGUF_BYTES_PER_PARAM = {"f16": 2.0, "q8_0": 34 / 32}
+# a block of 32 values: q8_0 32 bytes + a f16 scale; q5_1 16 + 4 (high bits) + scale and min; q5_0
+# 16 + 4 + scale; q4_0 16 + scale. The q8_0 embeddings and output layer of the smaller ones are not
+# counted: the estimate is the file of a model whose other weights dominate (a 7B's are ~97%)
+GGUF_BYTES_PER_PARAM = {"f16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32, "q4_0": 18 / 32}
+# K-quants: the f16 file llama-quantize reads, and its output at llama.cpp's bits per weight for a
+# 7B (its README's table: Q6_K 6.56, Q5_K_M 5.70, Q4_K_M 4.89), both on disk until the f16 goes
+K_BITS = {"q6_k": 6.56, "q5_k_m": 5.70, "q4_k_m": 4.89}
+GGUF_BYTES_PER_PARAM.update({kind: 2.0 + bits / 8 for kind, bits in K_BITS.items()})
 OVERHEAD_BYTES = 512 * 2**20  # tokenizer, config, the Python process itself
 
 
@@ -99,7 +106,11 @@ def estimate(
     if gguf:
         gguf_bytes = int(params * GGUF_BYTES_PER_PARAM[gguf])
         disk += gguf_bytes
-        disk_parts += f" + GGUF {gguf} {fmt.size(gguf_bytes)}"
+        if gguf in K_BITS:
+            k_bytes = int(params * K_BITS[gguf] / 8)
+            disk_parts += f" + GGUF f16 {fmt.size(gguf_bytes - k_bytes)} + {gguf} {fmt.size(k_bytes)}"
+        else:
+            disk_parts += f" + GGUF {gguf} {fmt.size(gguf_bytes)}"
     where = existing_parent(out_dir)
     return Needs(
         params=params,

@@ -19,6 +19,7 @@ from cockpit import fmt, paths
 from cockpit.run import journal, process
 from cockpit.run.rundir import STAGING_NAME, RunDir
 from cockpit.run.status import run_status
+from cockpit.sync import text as sync_text
 
 ENDED = ("finished", "stopped", "failed")
 
@@ -41,6 +42,7 @@ class RunRow:
     checkpoints_bytes: int  # checkpoints/ alone: what --prune frees (most of it)
     adapter: str | None  # final/ when there is one
     on_end: dict[str, Any] | None  # the last end_command event: state, command, returncode (cost.on_end)
+    sync: dict[str, Any] | None = None  # output.sync: what is on the target (RunState.sync)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,6 +85,7 @@ def row_of(run: RunDir) -> RunRow:
         checkpoints_bytes=folder_bytes(run.checkpoints_dir),
         adapter=str(run.final_dir) if run.final_dir.is_dir() else None,
         on_end=_end_command(state.end_command),
+        sync=state.sync or None,
     )
 
 
@@ -141,6 +144,9 @@ def table_lines(found: list[RunRow]) -> list[str]:
             out.append(f"  on_end FAILED ({why}): {r.on_end.get('command')} (see its backend.log)")
         elif r.on_end:
             out += on_end_lines(r.on_end, time.time())
+        synced = sync_text.runs_line(r.sync or {})
+        if synced:
+            out.append(f"  {synced}")
     return out
 
 

@@ -7,6 +7,7 @@ summary panel; `cockpit runs` takes its columns from the same figures.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from cockpit import fmt
 from cockpit.paths import cockpit_command
 from cockpit.protocol.wire import number
 from cockpit.run.state import RunState
+from cockpit.sync import text as sync_text
 
 if TYPE_CHECKING:
     from cockpit.run.rundir import RunDir
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 class RunSummary:
     run_id: str
     status: str  # finished | stopped | failed (or running, for a run not ended yet)
-    reason: str | None  # stopped: request | budget
+    reason: str | None  # stopped: request | budget; finished: early_stop
     step: int
     total_steps: int | None
     train_loss: float | None  # the last logged training loss
@@ -41,6 +43,10 @@ class RunSummary:
     next_commands: list[str] = field(default_factory=list)
     on_end: str | None = None  # the end command, as configured
     on_end_state: str | None = None  # started | finished | failed (its event), None before
+    sync: str | None = None  # output.sync: what is on the target (cockpit.sync.text.runs_line)
+    step_change: str | None = None  # the optimizer step's size where the plan changed it (batch_change)
+    early_stop: str | None = None  # eval.early_stop_patience: where it stopped, what was not spent
+    on_end_detail: str | None = None  # stop-instance / destroy-instance: what was done, what still bills
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -72,6 +78,8 @@ def summarize(
         else:
             error = str(outcome.get("reason") or "the trainer ended without a final event")
     reason = outcome.get("reason") if state.status == "stopped" else None
+    early = outcome.get("message") if outcome.get("reason") == "early_stop" else None
+    reason = "early_stop" if early else reason
     ended_command = state.end_command or {}
     return RunSummary(
         run_id=run_path.name,
@@ -93,10 +101,27 @@ def summarize(
         next_commands=(
             next_commands(run_path.name, state, adapter, is_final, checkpoints, reason)
             if run_path.is_dir()
-            else gone_commands()
+            else gone_commands(state.sync)
         ),
         on_end=on_end,
         on_end_state=ended_command.get("state"),
+        sync=sync_text.runs_line(state.sync),
+        step_change=batch_change(state),
+        early_stop=early if isinstance(early, str) else None,
+        on_end_detail=ended_command.get("detail"),
+    )
+
+
+def batch_change(state: RunState) -> str | None:
+    """What the plan did to the optimizer step's size where it did not keep it (speed.keep_effective_batch
+    false: the `speed_plan` event's `effective_batch`); None where it was kept or no plan said."""
+    step = state.speed_plan.get("effective_batch")
+    if not isinstance(step, dict) or step.get("kept") is not False:
+        return None
+    unit = step.get("unit") or "rows"
+    return (
+        f"{step.get('planned')} {unit} an optimizer step, not the {step.get('target')} your config makes "
+        "(speed.keep_effective_batch: false)"
     )
 
 
@@ -122,9 +147,12 @@ def next_commands(
     return out
 
 
-def gone_commands() -> list[str]:
+def gone_commands(sync: dict[str, Any]) -> list[str]:
     """What goes on from a run whose directory is gone: restart, chat and export need its checkpoints,
-    which went with it; only a new run is left."""
+    which went with it; its copy off the machine (output.sync), if it has one, or a new run."""
+    if sync.get("step") is not None and sync.get("target"):
+        target = shlex.quote(str(sync["target"]))
+        return [f"{cockpit_command()} restart --from {target} (its copy, at step {sync['step']})"]
     return ["cockpit train CONFIG (a new run: this one's directory and checkpoints are gone)"]
 
 
@@ -135,7 +163,11 @@ def _step_of(checkpoint: str) -> str:
 def summary_lines(s: RunSummary) -> list[str]:
     """The summary: a few lines of at most ~80 columns each (a path may run longer), one next
     command a line."""
-    how = {"budget": "stopped at the budget", "request": "stopped by request"}.get(s.reason or "", s.status)
+    how = {
+        "budget": "stopped at the budget",
+        "request": "stopped by request",
+        "early_stop": "finished early (eval.early_stop_patience)",
+    }.get(s.reason or "", s.status)
     if s.reason == "budget" and s.max_usd is not None:
         how += f" ({fmt.money(s.max_usd)})"
     first = f"{how}: step {s.step}/{s.total_steps or '?'} in {fmt.duration(s.billed_s)}"
@@ -149,6 +181,10 @@ def summary_lines(s: RunSummary) -> list[str]:
         loss += f" (last logged; run mean {fmt.loss(s.mean_train_loss)})"
     loss += f", eval loss {fmt.loss(s.eval_loss)}" if s.eval_loss is not None else ", no eval"
     lines.append(loss)
+    if s.step_change:
+        lines.append(f"step size: {s.step_change}")
+    if s.early_stop:
+        lines.append(s.early_stop)
     if s.error:
         lines.append(f"error: {s.error[:200]}")
     if s.adapter is None and s.status == "finished" and s.adapter_was_saved:
@@ -169,7 +205,9 @@ def summary_lines(s: RunSummary) -> list[str]:
             "failed": "FAILED, see backend.log; the run directory is intact",
             "timed_out": "TIMED OUT (cost.on_end_timeout_min) and ended; see backend.log",
         }.get(s.on_end_state, s.on_end_state)
-        lines.append(f"on_end: {s.on_end}: {state}")
+        lines.append(f"on_end: {s.on_end}: {s.on_end_detail or state}")
+    if s.sync:
+        lines.append(s.sync)
     return lines
 
 

@@ -15,7 +15,7 @@ PROJECT_ROOT = str(Path(__file__).resolve().parents[2])  # the tree the runner i
 
 
 def needs_runner(cfg: TrainConfig) -> bool:
-    return bool(cfg.cost.on_end or cfg.export.at_end or cfg.cost.on_idle)
+    return bool(cfg.cost.on_end or cfg.export.at_end or cfg.cost.on_idle or cfg.notify.urls)
 
 
 def start(run: RunDir, trainer_pid: int) -> subprocess.Popen[bytes] | None:

@@ -28,6 +28,7 @@ from cockpit.protocol.events import (
     ResumedEvent,
     SampleEvent,
     SpeedPlanEvent,
+    SyncEvent,
     TrainBeginEvent,
 )
 from cockpit.protocol.wire import EVENT_TYPES, Fault, number
@@ -75,6 +76,8 @@ def notice_text(item: dict[str, Any] | Fault) -> str | None:
 
 def end_command_text(item: dict[str, Any]) -> str:
     command, state = item.get("command", ""), item.get("state")
+    if item.get("detail"):  # stop-instance / destroy-instance: what is or was done, what still bills
+        return f"on_end: {command}: {item['detail']}"
     if state == "started":
         return f"on_end: the run {item.get('run_status')}; running: {command}"
     if state == "finished":
@@ -162,6 +165,9 @@ class RunState:
     log_gap_s: float | None = None  # between the last two log events: how often a training step is said
     busy: dict[str, Any] | None = None  # work between steps under way (a busy event): what, step, ts
     busy_s: dict[str, float] = field(default_factory=dict)  # what -> the longest it took (eval_s, save_s...)
+    # output.sync: target, step/checkpoint/lag_s (the newest on it), saved (the newest checkpoint),
+    # failing/kind/reason (failed tries since the last copy), final, restored (cockpit.sync.text)
+    sync: dict[str, Any] = field(default_factory=dict)
     _last_log_ts: float | None = None
 
     # ------------------------------------------------------------ folding
@@ -309,6 +315,8 @@ class RunState:
         )
         if "best_checkpoint" in m:
             self.best_checkpoint = m.get("best_checkpoint")
+        if self.sync:  # what is saved and not yet copied: the sync's lag
+            self.sync = {**self.sync, "saved": {"step": m.get("step"), "ts": number(m.get("ts"))}}
 
     def _on_eval(self, m: EvalEvent) -> None:
         loss, step = number(m.get("eval_loss")), m.get("step")
@@ -326,6 +334,19 @@ class RunState:
 
     def _on_sample(self, m: SampleEvent) -> None:
         self.samples.append({k: v for k, v in m.items() if k not in ("v", "type")})
+
+    def _on_sync(self, m: SyncEvent) -> None:
+        sync = {**self.sync, "target": m.get("target", self.sync.get("target"))}  # new: snapshots share
+        status = m.get("status")
+        if status == "synced" and m.get("what") == "final":
+            sync.update(final=True, failing=0)
+        elif status == "synced":
+            sync.update(step=m.get("step"), checkpoint=m.get("checkpoint"), lag_s=m.get("lag_s"), failing=0)
+        elif status == "failed":
+            sync.update(failing=int(sync.get("failing") or 0) + 1, kind=m.get("kind"), reason=m.get("reason"))
+        elif status == "restored":
+            sync["restored"] = {"checkpoint": m.get("checkpoint"), "step": m.get("step")}
+        self.sync = sync
 
     def _on_budget(self, m: BudgetEvent) -> None:
         self.budget_reached = {k: v for k, v in m.items() if k not in ("v", "type")}

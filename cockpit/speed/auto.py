@@ -98,6 +98,8 @@ class SpeedPlan:
     auto_split: dict[str, Any] | None = None
     flops: dict[str, Any] | None = None  # FLOPs per token and the card's peak, for MFU (cockpit.speed.flops)
     host_probe_ms: float | None = None  # the host's probe (train_backend/speed/host_probe.py)
+    host_probe_spread: float | None = None  # its rounds' upper over lower quartile
+    effective_batch: dict[str, Any] | None = None  # the step's size: the config's and the plan's
 
     def to_event(self) -> dict[str, Any]:
         t = self.config.training
@@ -130,6 +132,8 @@ class SpeedPlan:
             "flops": self.flops,
             "host_probe_ms": self.host_probe_ms,
             "host_scale": round(speed_model.host_scale_for(self.host_probe_ms), 3),
+            "host_probe_spread": self.host_probe_spread,
+            "effective_batch": self.effective_batch,
         }
 
 
@@ -213,7 +217,24 @@ def plan(
         auto_split=advice.get("auto_split"),
         flops=flops_info(run, facts, lengths, shape, fit.layers),
         host_probe_ms=facts.host_probe_ms,
+        host_probe_spread=facts.host_probe_spread,
+        effective_batch=_effective_batch(cfg, run, problem),
     )
+
+
+def _effective_batch(cfg: TrainConfig, run: TrainConfig, problem: BatchProblem) -> dict[str, Any]:
+    """The step's size: the config's micro-batch x accumulation (samples), the rows or samples that
+    makes (`target`; packed, the rows it fills), the plan's product, and whether they differ."""
+    written = cfg.training.micro_batch_size * cfg.training.gradient_accumulation_steps
+    planned = run.training.micro_batch_size * run.training.gradient_accumulation_steps
+    return {
+        "config": written,
+        "target": problem.rows_per_step,
+        "planned": planned,
+        "unit": problem.unit,
+        "kept": planned == problem.rows_per_step,
+        "keep_effective_batch": cfg.speed.keep_effective_batch,
+    }
 
 
 def _as_written(

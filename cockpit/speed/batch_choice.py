@@ -51,6 +51,7 @@ class Facts:
     card: speed_model.CardSpeed | None = None  # for the speed model
     card_note: str = ""
     host_probe_ms: float | None = None  # the host's probe (train_backend.speed.host_probe); None: none
+    host_probe_spread: float | None = None  # its rounds' upper over lower quartile; None: no probe
 
 
 @dataclass(frozen=True)
@@ -235,11 +236,16 @@ def _base_workload(problem: BatchProblem, shape: ModelShape) -> Workload:
 
 
 def _splits(problem: BatchProblem) -> list[tuple[int, int]]:
-    """(micro-batch, accumulation) pairs: as written where the config sets them, else every
-    micro-batch size that splits the step, with the fewest accumulation steps."""
+    """(micro-batch, accumulation) pairs: as written where the config sets them; else every split whose
+    product is the step's rows exactly (speed.keep_effective_batch, the default), or, where the config
+    lets the step grow, every micro-batch size that splits it with the fewest accumulation steps (a
+    product up to accumulation - 1 rows over the step)."""
     t = problem.cfg.training
     if problem.pinned_batch:
         return [(t.micro_batch_size, t.gradient_accumulation_steps)]
+    rows = problem.rows_per_step
+    if problem.cfg.speed.keep_effective_batch:  # the step exactly: micro-batch x accumulation = rows
+        return [(rows // accum, accum) for accum in range(1, rows + 1) if rows % accum == 0]
     splits: list[tuple[int, int]] = []
     for accum in range(1, problem.rows_per_step + 1):
         mb = math.ceil(problem.rows_per_step / accum)
@@ -313,12 +319,25 @@ def _batch_choice(problem: BatchProblem, scored: list[Candidate], budget: int) -
         packed = " samples, packed" if problem.packed else ""
         why = (
             f"{problem.rows_per_step} {unit} per optimizer step (from your "
-            f"{t.micro_batch_size} x {t.gradient_accumulation_steps}{packed}); the fastest split "
-            f"that fits: peak ~{_gib(best.peak)} GiB of {_budget_text(problem, budget)}"
+            f"{t.micro_batch_size} x {t.gradient_accumulation_steps}{packed}){_product_note(problem, best)}; "
+            f"the fastest split that fits: peak ~{_gib(best.peak)} GiB of {_budget_text(problem, budget)}"
             f"{_rate_note(problem, scored)}"
         )
     value = f"{best.micro_batch} x {best.accum} ({best.micro_batch * best.accum} {unit} per step)"
     return Choice("micro-batch", value, why, "yours" if problem.pinned_batch else "auto")
+
+
+def _product_note(problem: BatchProblem, best: Candidate) -> str:
+    """Whether the split keeps the step's size: exactly, by speed.keep_effective_batch, or not."""
+    if problem.cfg.speed.keep_effective_batch:
+        return ", kept exactly (speed.keep_effective_batch)"
+    product = best.micro_batch * best.accum
+    if product == problem.rows_per_step:
+        return ""
+    return (
+        f"; {product} {problem.unit} a step, not {problem.rows_per_step}, since "
+        "speed.keep_effective_batch is false"
+    )
 
 
 def _rate_note(problem: BatchProblem, scored: list[Candidate]) -> str:

@@ -2,9 +2,10 @@
 with keys, checked before it starts and followed while it runs.
 
 The choices: the weights (final, the best checkpoint by eval loss, or any complete checkpoint),
-merge on or off, the merged dtype, GGUF none/f16/q8_0, and the destination (empty: the default
-folder under the run's exports/). Each change re-checks RAM and disk (cockpit.results.export.prepare,
-in a thread: the base's shape may be read from the hub) and shows the numbers. Enter starts the
+merge on or off, the merged dtype, GGUF none or a type of schema.GGUF_TYPES, and the destination
+(empty: the default folder under the run's exports/). Each change re-checks RAM and disk
+(cockpit.results.export.prepare, in a thread: the base's shape may be read from the hub) and shows
+the numbers. Enter starts the
 export process (`python -m train_backend.export`, which alone imports torch) from a thread that
 posts its progress; only the handlers here draw.
 """
@@ -25,13 +26,14 @@ from textual.screen import Screen
 from textual.widgets import Input, Static
 
 from cockpit import fmt
+from cockpit.config.schema import GGUF_TYPES as schema_gguf_types
 from cockpit.results import export as exporter
 from cockpit.results.merge_check import describe_event
 from cockpit.run.rundir import RunDir
 from widgets.footer import Footer
 
 DTYPES = ("bf16", "fp16")
-GGUF_TYPES = (None, "f16", "q8_0")
+GGUF_TYPES = (None, *schema_gguf_types)
 STAGE_WIDTH = 20  # the progress bar's width: a stage line fits 80 columns
 
 

@@ -14,6 +14,7 @@ from cockpit.live.event_text import describe
 from cockpit.paths import cockpit_command
 from cockpit.protocol.wire import Fault
 from cockpit.run.state import RunState
+from cockpit.sync.text import panel_text as sync_text
 from widgets.stats import Row
 
 ERROR_MESSAGE_CHARS = 300
@@ -113,6 +114,8 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
         if state.max_usd is not None:  # cost.max_usd: the trainer stops with a checkpoint there
             left = state.max_usd - (state.cost_so_far(now_ts) or 0.0)
             rows.append(("budget", f"{fmt.money(state.max_usd)}, {fmt.money(max(0.0, left))} left"))
+    if state.sync:  # output.sync: what is off the machine
+        rows.append(("sync", sync_text(state.sync, now_ts)))
     rows.extend(memory_rows(state))
     device = state.device
     if device:

@@ -19,7 +19,7 @@ from cockpit.config.schema import TrainConfig
 from cockpit.results import merge_check
 from train_backend import model as model_mod
 from train_backend.channel import Emitter
-from train_backend.export import to_gguf, tokens
+from train_backend.export import kquant, to_gguf, tokens
 
 CHECK_PROMPTS = (
     "What is the capital of France?",
@@ -145,7 +145,7 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
         )
     special = tokens.special_tokens(job.tokenizer)
     _write(job, model, special, stages)
-    gguf_result = _convert(job, model, special, stages) if job.gguf_type else None
+    gguf_result, kquant = _convert(job, model, special, stages) if job.gguf_type else (None, None)
     files = sorted(p.name for p in job.out.iterdir() if p.is_file())
     emitter.emit(
         "export_done",
@@ -159,6 +159,7 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
         eos_tokens=special["eos_tokens"],
         check=check.to_event() if check else None,
         gguf=None if gguf_result is None else gguf_result.to_event(),
+        kquant=kquant,
         export_versions=_versions(),
         timings_s=stages.timings,
         peak_rss_bytes=peak_rss_bytes(),
@@ -277,14 +278,17 @@ def _write(job: Job, model, special: dict, stages: Stages) -> None:
     stages.end()
 
 
-def _convert(job: Job, model, special: dict, stages: Stages) -> to_gguf.GgufResult:
-    """The GGUF file of the merged weights, and an ollama Modelfile beside it."""
+def _convert(job: Job, model, special: dict, stages: Stages) -> tuple[to_gguf.GgufResult, dict | None]:
+    """The GGUF file of the merged weights, and an ollama Modelfile beside it; a K-quant (kquant.py)
+    is made from the f16 file by llama.cpp's llama-quantize, or its command said."""
     import torch
 
     state = model.state_dict()
     shapes = {name: tuple(t.shape) for name, t in state.items()}
     name = job.request.get("name") or "model"
-    gguf_file = job.out / f"{name}-{job.gguf_type}.gguf"
+    is_k = job.gguf_type in kquant.K_TYPES
+    out_type = "f16" if is_k else job.gguf_type
+    gguf_file = job.out / f"{name}-{out_type}.gguf"
     stages.begin("convert", total=len(shapes), unit="tensor", message=gguf_file.name)
     result = to_gguf.write_gguf(
         gguf_file,
@@ -293,15 +297,21 @@ def _convert(job: Job, model, special: dict, stages: Stages) -> to_gguf.GgufResu
         shapes,
         job.tokenizer_dir,
         special,
-        job.gguf_type,
+        out_type,
         name,
         progress=lambda done, total: (
             stages.step(done, total, "tensor") if done % max(1, total // 20) == 0 or done == total else None
         ),
     )
-    (job.out / "Modelfile").write_text(tokens.modelfile(gguf_file.name, job.tokenizer, special["eos_tokens"]))
     stages.end()
-    return result
+    made = None
+    if is_k:
+        stages.begin("quantize", message=f"{job.gguf_type} by {kquant.TOOL}")
+        made = kquant.k_quantize(gguf_file, job.gguf_type)
+        stages.end()
+    final_name = made["file"] if made else gguf_file.name
+    (job.out / "Modelfile").write_text(tokens.modelfile(final_name, job.tokenizer, special["eos_tokens"]))
+    return result, made
 
 
 def _adapter_only(source: Path, out: Path, dtype_name: str, device, stages: Stages, emitter: Emitter) -> int:

@@ -3,8 +3,9 @@
 Written for the families the catalog ships: llama, mistral (which llama.cpp runs as `llama`)
 and qwen2. Tensor names, the q/k row order llama.cpp's rotary code expects, and the metadata
 keys follow the GGUF spec (ggml-org/ggml docs/gguf.md) and the `gguf` package's constants.
-Weights are f16 or q8_0 (2-D weights whose rows are not a whole number of 32-value blocks
-stay f16, as llama.cpp does); norms and biases stay f32. The file is streamed: tensor infos
+Weights are f16, q8_0, q5_1, q5_0 or q4_0 (2-D weights whose rows are not a whole number of
+32-value blocks stay f16, as llama.cpp does; below 8 bits the embeddings and the output layer stay
+q8_0); norms and biases stay f32. The file is streamed: tensor infos
 first, then one tensor at a time, so the conversion never holds a second copy of the model.
 Tokenizers: byte-level BPE (`gpt2`, with merges) and SentencePiece-style ones (`llama`: tokens,
 scores and types, as llama.cpp's SentencePiece tokenizer reads them; see `tokenizer_vocab`).
@@ -23,7 +24,12 @@ import numpy as np
 
 # HF model_type -> GGUF general.architecture
 ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2"}
-OUT_TYPES = ("f16", "q8_0")
+OUT_TYPES = ("f16", "q8_0", "q4_0", "q5_0", "q5_1")
+# the types quantised in blocks of 32 values by the gguf package's own (numpy) quantizers
+BLOCK_TYPES = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q5_0": "Q5_0", "q5_1": "Q5_1"}
+# below 8 bits the embeddings and the output layer stay q8_0: every token passes through them
+# (llama.cpp's own quantize keeps them at higher precision too)
+KEPT_Q8 = ("token_embd.weight", "output.weight")
 ROPE_TYPES = ("default", "linear", "llama3")
 Q8_BLOCK = 32
 
@@ -57,7 +63,7 @@ class Planned:
     hf_name: str
     gguf_name: str
     shape: tuple[int, ...]
-    kind: str  # F32 | F16 | Q8_0
+    kind: str  # F32 | F16 | Q8_0 | Q5_1 | Q5_0 | Q4_0
     permute_heads: int | None = None  # llama's q/k rows, reordered for llama.cpp's rotary layout
 
 
@@ -142,8 +148,8 @@ def plan_tensors(config: dict, shapes: dict[str, tuple[int, ...]], out_type: str
                 permute_heads = kv_heads
         if len(shape) == 1:
             kind = "F32"
-        elif out_type == "q8_0" and shape[-1] % Q8_BLOCK == 0:
-            kind = "Q8_0"
+        elif out_type in BLOCK_TYPES and shape[-1] % Q8_BLOCK == 0:
+            kind = "Q8_0" if gguf_name in KEPT_Q8 else BLOCK_TYPES[out_type]
         else:
             kind = "F16"
         planned.append(Planned(hf_name, gguf_name, tuple(shape), kind, permute_heads))
@@ -488,7 +494,7 @@ def _add_model_keys(writer, config: dict, rope: dict, name: str, out_type: str) 
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(float(rope["factor"]))
     writer.add_vocab_size(int(config["vocab_size"]))
-    file_type = gguf.LlamaFileType.MOSTLY_Q8_0 if out_type == "q8_0" else gguf.LlamaFileType.MOSTLY_F16
+    file_type = getattr(gguf.LlamaFileType, f"MOSTLY_{out_type.upper()}")
     writer.add_file_type(int(file_type))
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
@@ -526,10 +532,11 @@ def _add_tensor_infos(writer, planned: list[Planned], extra: list[tuple[str, np.
 
     qtype = gguf.GGMLQuantizationType
     for item in planned:
-        if item.kind == "Q8_0":
-            byte_shape = gguf.quant_shape_to_byte_shape(item.shape, qtype.Q8_0)
+        if item.kind not in ("F16", "F32"):
+            kind = qtype[item.kind]
+            byte_shape = gguf.quant_shape_to_byte_shape(item.shape, kind)
             writer.add_tensor_info(
-                item.gguf_name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), qtype.Q8_0
+                item.gguf_name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), kind
             )
         else:
             dtype = np.dtype(np.float32 if item.kind == "F32" else np.float16)
@@ -549,8 +556,8 @@ def _converted(planned: list[Planned], tensors: Callable[[str], np.ndarray]) -> 
             raise CannotConvert(f"GGUF export: {item.hf_name} has shape {data.shape}, planned {item.shape}")
         if item.permute_heads:
             data = permute_for_rotary(data, item.permute_heads)
-        if item.kind == "Q8_0":
-            yield gguf.quantize(data, gguf.GGMLQuantizationType.Q8_0)
+        if item.kind not in ("F16", "F32"):
+            yield gguf.quantize(data, gguf.GGMLQuantizationType[item.kind])
         elif item.kind == "F16":
             yield data.astype(np.float16)
         else:

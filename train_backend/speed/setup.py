@@ -77,6 +77,7 @@ def detect_facts(cfg: TrainConfig, device, precision: str, model_type: str | Non
         card=card,
         card_note=card_note,
         host_probe_ms=probe_ms,
+        host_probe_spread=probe["spread"] if probe else None,
         **_liger(model_type),
     )
 
