@@ -86,3 +86,21 @@ def test_a_progress_lines_end_and_a_check_line_are_broken_at_words_on_the_termin
     rows = terminal.getvalue().split("\x1b[2K")[-1].splitlines()
     assert len(rows) > 1 and all(len(row) <= WIDTH for row in rows)
     assert " ".join(" ".join(rows).split()) == f"warning: {said}"
+
+
+def test_the_data_checks_progress_fits_its_row_and_is_taken_away(monkeypatch):
+    """`checking the data: ...` drawn in place on a terminal stayed behind the lines after it; now
+    it is one row, cut to the width, and taken away when the check is done."""
+    from cockpit.cli import data_commands
+
+    terminal = Terminal()
+    monkeypatch.setattr(data_commands.sys, "stderr", terminal)
+    monkeypatch.setattr(data_commands, "terminal_width", lambda stream: WIDTH)
+    monkeypatch.setattr(data_commands, "PROGRESS_AFTER_S", 0.0)
+    progress = data_commands._Progress()
+    source = "/data/" + "very-long-folder-name/" * 4 + "train.jsonl"
+    progress({"source": source, "rows_read": 120000, "bytes_read": 2**30, "bytes_total": 2**31})
+    drawn = terminal.getvalue().split("\r")[-1].replace("\x1b[K", "")
+    assert drawn.startswith("checking the data: source") and len(drawn) < WIDTH and drawn.endswith("…")
+    progress.done()
+    assert terminal.getvalue().endswith("\r\x1b[K")
