@@ -1,14 +1,19 @@
 """Plain output (the commands without a screen): how wide it may be, and its lines wrapped to fit.
 
-The terminal's width, or 80 columns when stdout is not a terminal.
+The terminal's width, or 80 columns when stdout is not a terminal. On a terminal every command's
+stdout and stderr go through `WrappedOutput` (installed by the CLI), so a line no one wrapped is
+broken at a word, never by the terminal inside one.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import sys
 import textwrap
+from collections.abc import Callable
+from typing import Any, TextIO
 
 PLAIN_WIDTH = 80  # a file or a pipe: the width of the smallest terminal people use
 MIN_WIDTH = 40
@@ -22,6 +27,55 @@ def output_width() -> int:
     except (AttributeError, OSError, ValueError):
         pass
     return PLAIN_WIDTH
+
+
+def terminal_width(stream: TextIO) -> int | None:
+    """The columns of the terminal `stream` writes to; None when it is not one."""
+    try:
+        if stream.isatty():
+            return max(MIN_WIDTH, os.get_terminal_size(stream.fileno()).columns)
+    except (AttributeError, OSError, ValueError):
+        pass
+    return None
+
+
+class WrappedOutput(io.TextIOBase):
+    """A terminal's stdout or stderr whose lines are wrapped at words to its width when written
+    (`wrapped`: a long word, a path, stays whole). A line that draws in place (`\r`, a progress
+    bar) or is styled (an escape code: rich wraps its own) goes out as it is; a line not yet ended
+    waits for its end, or for `flush` (a prompt). Anything else (isatty, fileno, encoding) is the
+    wrapped stream's."""
+
+    def __init__(self, inner: TextIO, width: Callable[[], int | None] | None = None) -> None:
+        self._inner = inner
+        self._width = width or (lambda: terminal_width(inner))
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        if "\r" in text or "\x1b" in text:
+            self._inner.write(self._pending + text)
+            self._pending = ""
+            return len(text)
+        *lines, self._pending = (self._pending + text).split("\n")
+        if lines:
+            width = self._width()
+            self._inner.write("".join(line + "\n" for line in (wrapped(lines, width) if width else lines)))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._inner.write(self._pending)
+            self._pending = ""
+        self._inner.flush()
+
+    def isatty(self) -> bool:
+        return self._inner.isatty()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def wrapped(lines: list[str], width: int, keep: tuple[str, ...] = ()) -> list[str]:

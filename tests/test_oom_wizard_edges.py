@@ -6,6 +6,7 @@ from __future__ import annotations
 from support.pilot import ScriptedSession, screen_text
 from test_oom_wizard import RUN_ID, make_app, make_run, oom_error, until_training, wait_for, wizard_ready
 
+from screens.oom.figures import observed_rows, predicted_rows
 from screens.oom.wizard import OomWizard
 
 
@@ -42,3 +43,36 @@ async def test_at_80x24_the_effect_of_the_highlighted_remedy_is_shown(tmp_path):
         await pilot.pause()
         assert "effect: cuts 61.0% of the samples" in screen_text(app)
         assert "batch kept at 16 (2 x 8); resumes from the last checkpoint" in screen_text(app)
+
+
+async def test_at_80x24_the_memory_panes_give_every_figure_whole_and_the_remedies_their_rows(tmp_path):
+    """`m` at 80x24 showed `weights 0.01…` and `peak (as nvidia-smi) 0.78…`, one remedy row and a
+    scrollbar outside the boxes: the screen ran over its 24 rows. Now the panes take the detail box's
+    place, every figure is whole with its unit, and every remedy has its row, none cut."""
+    session = ScriptedSession(make_run(tmp_path), [*until_training(), oom_error()], alive=False)
+    app = make_app(session)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: wizard_ready(app))
+        wizard = app.screen
+        assert not wizard.query_one("#where").display  # short: the table first
+        await pilot.press("m")
+        await pilot.pause()
+        text = screen_text(app)
+        assert wizard.query_one("#where").display and not wizard.query_one("#detail-box").display
+        assert "…" not in text
+        for _, value in [*observed_rows(wizard.analysis), *predicted_rows(wizard.analysis)]:
+            assert str(value) in text
+        assert not wizard.show_vertical_scrollbar and wizard.max_scroll_y == 0
+        table = wizard.query_one("#remedies")
+        assert table.row_count == len(wizard.analysis.options) == 7
+        assert table.scrollable_content_region.height >= 7  # the header and six remedies
+        assert table.max_scroll_x == 0  # each column whole: the effect is in the detail box
+        await pilot.press("m")  # back: the highlighted remedy's detail, and every remedy
+        await pilot.pause()
+        assert not wizard.query_one("#where").display and wizard.query_one("#detail-box").display
+        assert table.max_scroll_y == 0 and table.max_scroll_x == 0 and wizard.max_scroll_y == 0
+        text = screen_text(app)
+        for option in wizard.analysis.options:
+            speed = "-" if option.speed is None else f"{option.speed:.2f}x"
+            assert f"{option.title} " in text and f" {speed} " in text
+        assert "effect: none; resumes from the last checkpoint" in text

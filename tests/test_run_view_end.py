@@ -87,7 +87,7 @@ async def test_at_80x24_an_ended_run_shows_its_cost_checkpoints_done_line_and_lo
         assert SUMMARY_FIRST_LINE in text  # the summary, folded to its first line
         assert COST_ROW in region_text(app, "#stats-box")
         checkpoints = region_text(app, "#checkpoints")
-        assert "checkpoint-75 step 75" in checkpoints and "checkpoint-88 step 88" in checkpoints
+        assert "step 75 12.9 MiB" in checkpoints and "step 88 12.9 MiB" in checkpoints
         assert squeezed(f"output in {DONE_OUTPUT}") in squeezed(region_text(app, "#events"))
         plot = region_text(app, "#loss-plot")
         assert "7.0169" in plot and "step 88" in plot  # the plot's top, its bottom axis

@@ -249,11 +249,10 @@ async def test_the_view_follows_new_events_off_the_ui_thread(tmp_path):
         await wait_for(pilot, lambda: progress_label(app).startswith("step 30/88"))
         await pilot.pause()
         assert len(app.run_view.query_one(LossPlot).points) == 30
-        assert "checkpoint-25" in screen_text(app)
         assert "checkpoint: step 25" in screen_text(app)
         # one size in one unit on the screen: the checkpoints box's and the events log's
         events_log = "\n".join(s.text for s in app.run_view.query_one("#events").lines)
-        assert "step 25  12.9 MiB" in screen_text(app) and "checkpoint: step 25 (12.9 MiB," in events_log
+        assert "step 25 12.9 MiB" in screen_text(app) and "checkpoint: step 25 (12.9 MiB," in events_log
     assert session.poll_threads and threading.main_thread().name not in session.poll_threads
 
 
@@ -293,7 +292,8 @@ async def test_a_replayed_run_shows_its_real_numbers(tmp_path):
     assert "0.62 GiB RSS (host)" in text
     assert "1.12M of 4.54M (24.6%)" in text
     assert "345 samples, 0 truncated" in text and "25-61, mean 31.9, p95 50" in text
-    assert "checkpoint-75" in text and "checkpoint-88" in text and "checkpoint-50" not in text
+    checkpoints = "\n".join(line[44:] for line in text.splitlines())  # the right-hand column
+    assert "step 75 12.9 MiB" in checkpoints and "step 88 " in checkpoints and "step 50 " not in checkpoints
     assert "7.0169" in text and "0.9556" in text and "step 88" in text  # plot max, min, steps
     assert "finished: step 88/88 in 0:00:20, $0.0067 at $1.20/h" in text  # the ended run's summary
 
@@ -401,14 +401,20 @@ def test_the_loss_plot_says_it_in_words_when_there_is_no_room():
     assert plot_lines([], width=40, height=10) == [PlotRow("", "no loss logged yet", False)]
 
 
-def test_the_learning_rate_is_a_second_line_on_its_own_scale():
+def test_the_learning_rate_has_its_own_strip_on_its_own_scale():
     loss = [(1, 4.0), (2, 3.0), (3, 2.0), (4, 1.0)]
     lr = [(1, 0.0), (2, 1e-3), (3, 1e-3), (4, 1e-3)]  # warm-up, then flat
-    rows = plot_lines(loss, width=20, height=4, lr_points=lr)
+    rows = plot_lines(loss, width=20, height=8, lr_points=lr)
     plotted = [row for row in rows if row.is_plot]
-    assert any(row.lr_columns for row in plotted)  # cells only the lr line reaches
-    alone = plot_lines(loss, width=20, height=4)
-    assert [r.text for r in rows] != [r.text for r in alone]
+    strip = [row for row in plotted if row.lr_columns]
+    assert len(strip) == 2 and strip[0].label.strip() == "lr" and plotted[-2:] == strip  # under the loss
+    alone = plot_lines(loss, width=20, height=8)
+    assert [r.text for r in plotted if not r.lr_columns] != [
+        r.text for r in alone if r.is_plot
+    ]  # 5 rows, not 7
+    assert plot_lines(loss, width=20, height=8, lr_points=lr)[0].label.strip() == "4.0000"
+    # too short for both: the loss keeps the rows, the subtitle keeps the lr
+    assert not any(row.lr_columns for row in plot_lines(loss, width=20, height=4, lr_points=lr))
     assert lr_range_text(lr) == "lr 0.00e+00…1.00e-03, now 1.00e-03"
 
 

@@ -27,6 +27,8 @@ BRAILLE_BLANK = 0x2800
 DOT_BITS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))
 MIN_PLOT_COLUMNS = 6
 MIN_PLOT_ROWS = 2  # one row of braille squashes any curve flat
+LR_ROWS = 2  # the learning rate's own strip under the loss, on its own scale
+LR_LABEL = "lr"
 SUBTITLE_FRAME = 6  # the bottom border around a subtitle: '╰─ ' and ' ─╯'
 
 
@@ -127,7 +129,7 @@ class PlotRow(NamedTuple):
     label: str
     text: str
     is_plot: bool
-    lr_columns: frozenset[int] = frozenset()  # cells where only the learning-rate line has dots
+    lr_columns: frozenset[int] = frozenset()  # cells of the learning rate's strip
     eval_columns: frozenset[int] = frozenset()  # cells the eval-loss line passes through
 
 
@@ -138,13 +140,17 @@ def plot_lines(
     lr_points: Sequence[tuple[int, float]] = (),
     eval_points: Sequence[tuple[int, float]] = (),
     noun: str = "loss",
+    strip_label: str = LR_LABEL,
 ) -> list[PlotRow]:
     """One row per line of the plot; one summary line when the area is too small for a plot.
-    `noun`: what the line is (the sentences' word for it).
+    `noun`: what the line is (the sentences' word for it); `strip_label`: the second line's strip
+    (the learning rate's here; a preference run's margin, widgets.preference_plot).
 
-    The learning rate, when given, is a second line on its own scale (its range is the panel's
-    subtitle), drawn where the loss line leaves the cell empty. The eval loss, when given, shares
-    the training loss's axes (its points may start at step 0, the base) and is drawn over it.
+    The learning rate, when given, is drawn in a strip of its own under the loss (LR_ROWS rows
+    labelled "lr", its scale in the panel's subtitle), never on the loss's axes, where a warm-up
+    read as the loss going up; a plot too short for both leaves it to the subtitle. The eval loss,
+    when given, shares the training loss's axes (its points may start at step 0, the base) and is
+    drawn over it.
     """
     if not points and not eval_points:
         return [PlotRow("", f"no {noun} logged yet", False)]
@@ -152,42 +158,52 @@ def plot_lines(
     value_range = (min(values), max(values))
     low, high = fmt.loss(value_range[0]), fmt.loss(value_range[1])
     first_step, last_step = min(steps_of), max(steps_of)
-    label_width = max(len(low), len(high)) + 1
+    label_width = max(len(low), len(high), len(strip_label)) + 1
     columns, rows = width - label_width, height - 1
     if columns < MIN_PLOT_COLUMNS or rows < MIN_PLOT_ROWS:
         evaluated = f", eval {fmt.loss(eval_points[-1][1])}" if eval_points else ""
         return [PlotRow("", f"{noun} max {high} min {low}, steps {first_step}-{last_step}{evaluated}", False)]
-    shared = value_range if eval_points else None
-    if points:
-        loss_cells = braille_cells(points, columns, rows, (first_step, last_step), shared)
-    else:
-        loss_cells = [[0] * columns for _ in range(rows)]
-    eval_cells = (
-        braille_cells(eval_points, columns, rows, (first_step, last_step), shared) if eval_points else None
-    )
-    lr_in_range = lr_points
-    if lr_points:
-        lr_steps, _ = _split(lr_points)
-        if min(lr_steps) < first_step or max(lr_steps) > last_step:
-            lr_in_range = [(s, v) for s, v in lr_points if first_step <= s <= last_step]
-    lr_cells = braille_cells(lr_in_range, columns, rows, (first_step, last_step)) if lr_in_range else None
+    lr_in_range = [(s, v) for s, v in lr_points if first_step <= s <= last_step]
+    lr_rows = LR_ROWS if lr_in_range and rows - LR_ROWS >= MIN_PLOT_ROWS + 1 else 0
+    rows -= lr_rows
+    lines = _loss_rows(points, eval_points, columns, rows, (first_step, last_step), (low, high), label_width)
+    if lr_rows:
+        for index, lr_row in enumerate(braille_cells(lr_in_range, columns, lr_rows, (first_step, last_step))):
+            body = "".join(chr(BRAILLE_BLANK + b) if b else " " for b in lr_row)
+            label = strip_label if index == 0 else ""
+            lr_only = frozenset(range(columns))
+            lines.append(PlotRow(label.rjust(label_width - 1) + " ", body, True, lr_only))
+    lines.append(PlotRow(" " * label_width, axis_row(first_step, last_step, columns), False))
+    return lines
+
+
+def _loss_rows(
+    points: Sequence[tuple[int, float]],
+    eval_points: Sequence[tuple[int, float]],
+    columns: int,
+    rows: int,
+    steps: tuple[int, int],
+    labels: tuple[str, str],
+    label_width: int,
+) -> list[PlotRow]:
+    """The loss's rows: the training loss, and the eval loss over it on the same axes."""
+    low, high = labels
+    shared = (min(v for _, v in [*points, *eval_points]), max(v for _, v in [*points, *eval_points]))
+    shared_range = shared if eval_points else None
+    loss_cells = braille_cells(points, columns, rows, steps, shared_range) if points else None
+    eval_cells = braille_cells(eval_points, columns, rows, steps, shared_range) if eval_points else None
     flat_row = (rows * 4 // 2) // 4 if low == high else None  # braille_cells draws a flat line mid-height
     lines = []
-    for index, loss_row in enumerate(loss_cells):
+    for index in range(rows):
         if flat_row is not None:
             label = high if index == flat_row else ""
         else:
             label = high if index == 0 else low if index == rows - 1 else ""
-        lr_row = lr_cells[index] if lr_cells else [0] * columns
+        loss_row = loss_cells[index] if loss_cells else [0] * columns
         eval_row = eval_cells[index] if eval_cells else [0] * columns
-        body = "".join(
-            chr(BRAILLE_BLANK + (a | b | e)) if a | b | e else " "
-            for a, b, e in zip(loss_row, lr_row, eval_row)
-        )
-        lr_only = frozenset(i for i, (a, b) in enumerate(zip(loss_row, lr_row)) if b and not a)
+        body = "".join(chr(BRAILLE_BLANK + (a | e)) if a | e else " " for a, e in zip(loss_row, eval_row))
         on_eval = frozenset(i for i, e in enumerate(eval_row) if e)
-        lines.append(PlotRow(label.rjust(label_width - 1) + " ", body, True, lr_only - on_eval, on_eval))
-    lines.append(PlotRow(" " * label_width, axis_row(first_step, last_step, columns), False))
+        lines.append(PlotRow(label.rjust(label_width - 1) + " ", body, True, frozenset(), on_eval))
     return lines
 
 
@@ -235,6 +251,7 @@ class LossPlot(StyledWidget):
         "loss-plot--eval",
     }
     NOUN = "loss"  # what the main line is, in the sentences shown instead of a plot
+    STRIP_LABEL = LR_LABEL  # the second line's strip under the main one
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None):
         super().__init__(name=name, id=id, classes=classes)
@@ -315,7 +332,15 @@ class LossPlot(StyledWidget):
 
     def _plot_rows(self, size: tuple[int, int]) -> list[PlotRow]:
         if size != self._rows_size:
-            rows = plot_lines(self._points, size[0], size[1], self._lr_points, self._eval_points, self.NOUN)
+            rows = plot_lines(
+                self._points,
+                size[0],
+                size[1],
+                self._lr_points,
+                self._eval_points,
+                self.NOUN,
+                self.STRIP_LABEL,
+            )
             if not self._points and not self._eval_points and self._loss_in.skipped:
                 rows = [
                     PlotRow("", f"no finite {self.NOUN} yet: every logged {self.NOUN} is nan or inf", False)

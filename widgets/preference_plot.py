@@ -1,7 +1,8 @@
 """A preference run's headline figure against step, drawn like the loss plot (widgets.loss_plot):
 DPO's reward accuracy, KTO's KL estimate, ORPO's log odds ratio, with the held-out eval's value of the
-same figure over it and a second figure on its own scale (the margins; ORPO's accuracy), whose range
-is the bottom border's text. Plain data in: the run view hands it the series."""
+same figure over it and a second figure in its own strip under it, as the loss plot draws the
+learning rate (the margin; ORPO's accuracy), its range the bottom border's text. Plain data in: the
+run view hands it the series."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ PLOTTED = {
     "kto": ("kl", "margins"),
     "orpo": ("log_odds_ratio", "accuracy"),
 }
+STRIP = {"margins": "mrg", "accuracy": "acc"}  # the second figure's strip label
 WORDS = {
     "accuracy": "reward accuracy",
     "margins": "margin",
@@ -58,7 +60,7 @@ class PreferencePlot(LossPlot):
         """`series`: figure -> (step, value) of the logged steps; `evals`: the held-out values of the
         main figure (step 0: before training)."""
         main, self.second = PLOTTED[objective]
-        self.NOUN = WORDS[main]
+        self.NOUN, self.STRIP_LABEL = WORDS[main], STRIP[self.second]
         self.border_title = title_of(objective, bool(evals))
         self.plot(series.get(main, ()), series.get(self.second, ()), evals)
 

@@ -198,6 +198,12 @@ def _add_attach_and_replay(sub: argparse._SubParsersAction[argparse.ArgumentPars
         metavar="X",
         help="10 plays ten times as fast as recorded; 0 as fast as possible (default: 1)",
     )
+    sp.add_argument(
+        "--oom-rehearsal",
+        action="store_true",
+        help="replay a real GPU out-of-memory failure shipped with cockpit, into the OOM wizard "
+        "(no GPU needed; nothing is relaunched)",
+    )
     sp.add_argument("--no-ui", action="store_true", help="headless: the recorded lines, each with its time")
     sp.add_argument(
         "--log-every",

@@ -8,21 +8,19 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cockpit import fmt, yaml_text
 from cockpit.config import load as config_load
 from cockpit.config import schema as config
-from cockpit.plain import output_width, wrapped
+from cockpit.plain import output_width, terminal_width, wrapped
 from cockpit.run.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 PROGRESS_AFTER_S = 3.0  # a check this long says how far it has read
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from cockpit.datacheck.cache import cached_check
     from cockpit.datacheck.run_cost import run_figures
     from cockpit.datacheck.text import report_lines
 
@@ -30,7 +28,7 @@ def cmd_data(args: argparse.Namespace) -> int:
         cfg = config_load.load_config(args.config, args.overrides)
     except config.ConfigError as exc:
         raise type(exc)(f"{args.config}: {exc}") from None
-    answer = cached_check(cfg, fresh=args.fresh, on_progress=_progress_printer())
+    answer = _checked(cfg, fresh=args.fresh)
     if answer.report is None:
         print(f"{args.config}: {answer.problem()}", file=sys.stderr)
         return EXIT_FAILED
@@ -48,10 +46,9 @@ def data_ok_to_start(cfg: config.TrainConfig, source: str) -> bool:
     """The data check before a run starts (before its directory is made): the errors and warnings
     on stderr; False when there are errors. A check that itself fails is said, not a refusal: the
     trainer checks the data again as it loads it."""
-    from cockpit.datacheck.cache import cached_check
     from cockpit.datacheck.text import start_lines
 
-    answer = cached_check(cfg, on_progress=_progress_printer())
+    answer = _checked(cfg)
     if answer.report is None:
         _say([f"data: not checked before the start ({answer.problem()}); the trainer checks it as it loads"])
         return True
@@ -67,10 +64,9 @@ def config_tokens(args: argparse.Namespace) -> tuple[str, dict[str, Any] | None]
     names a dataset and no --tokens or --samples were given; else ("", None)."""
     if not names_dataset(args):
         return "", None
-    from cockpit.datacheck.cache import cached_check
 
     cfg = config_load.load_config(args.config, args.overrides)
-    answer = cached_check(cfg, on_progress=_progress_printer())
+    answer = _checked(cfg)
     report = answer.report
     if report is None:
         _say([f"dataset size: not counted ({answer.problem()}); give --tokens for time and cost"])
@@ -105,18 +101,21 @@ def _say(lines: list[str]) -> None:
     print("\n".join(wrapped(lines, output_width())), file=sys.stderr, flush=True)
 
 
-def _progress_printer() -> Callable[[dict[str, Any]], None]:
-    """Progress on stderr once the check has taken PROGRESS_AFTER_S: in place on a terminal, a line
-    every few seconds otherwise."""
-    started = time.monotonic()
-    last = [0.0]
-    terminal = sys.stderr.isatty()
+class _Progress:
+    """Progress on stderr once the check has taken PROGRESS_AFTER_S: in place on a terminal (one row,
+    cut to its width, taken away by `done`), a line every few seconds otherwise."""
 
-    def show(message: dict[str, Any]) -> None:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.last = 0.0
+        self.width = terminal_width(sys.stderr)
+        self.drawn = False
+
+    def __call__(self, message: dict[str, Any]) -> None:
         now = time.monotonic()
-        if now - started < PROGRESS_AFTER_S or (not terminal and now - last[0] < 10):
+        if now - self.started < PROGRESS_AFTER_S or (not self.width and now - self.last < 10):
             return
-        last[0] = now
+        self.last = now
         total = message.get("bytes_total")
         read = message.get("bytes_read") or 0
         share = f" ({read / total:.0%})" if total else ""
@@ -124,8 +123,26 @@ def _progress_printer() -> Callable[[dict[str, Any]], None]:
             f"checking the data: source {message.get('source')}, {message.get('rows_read', 0):,} rows, "
             f"{fmt.size(read)}{f' of {fmt.size(total)}' if total else ''}{share}"
         )
-        print(
-            f"\r{text}\033[K" if terminal else text, end="" if terminal else "\n", file=sys.stderr, flush=True
-        )
+        if not self.width:
+            print(text, file=sys.stderr, flush=True)
+            return
+        if len(text) >= self.width:  # one row: a line that wrapped would leave its first rows behind
+            text = text[: self.width - 2] + "…"
+        print(f"\r{text}\033[K", end="", file=sys.stderr, flush=True)
+        self.drawn = True
 
-    return show
+    def done(self) -> None:
+        if self.drawn:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+            self.drawn = False
+
+
+def _checked(cfg: config.TrainConfig, **kw: Any) -> Any:
+    """The data check with its progress, the progress line taken away when it is done."""
+    from cockpit.datacheck.cache import cached_check
+
+    progress = _Progress()
+    try:
+        return cached_check(cfg, on_progress=progress, **kw)
+    finally:
+        progress.done()

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO, cast
 
 from cockpit import paths
 from cockpit.cli.args import build_parser
@@ -25,7 +25,7 @@ from cockpit.config import schema as config
 from cockpit.config.secrets import ScrubbedOutput, secret_values
 from cockpit.fmt import quoted
 from cockpit.models import packaged
-from cockpit.plain import output_width, wrapped
+from cockpit.plain import WrappedOutput, output_width, terminal_width, wrapped
 from cockpit.run import process, rundir
 from cockpit.run.control import NotRunning, NotTheFifo, send_command
 from cockpit.run.exit_codes import EXIT_DETACHED, EXIT_FAILED, EXIT_USAGE
@@ -49,15 +49,18 @@ def demo_config_path(real: bool = False) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Every line the client prints, its errors included, goes out with the environment's secrets
-    scrubbed (cockpit.config.secrets)."""
+    scrubbed (cockpit.config.secrets), and on a terminal wrapped at words to its width."""
     secrets = secret_values()
-    if not secrets:
-        return _main(argv)
     out, err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = ScrubbedOutput(out, secrets), ScrubbedOutput(err, secrets)
+    # on a terminal, a line is broken at a word (cockpit.plain.WrappedOutput), never inside one
+    sys.stdout, sys.stderr = (cast(TextIO, WrappedOutput(s)) if terminal_width(s) else s for s in (out, err))
+    if secrets:
+        sys.stdout, sys.stderr = ScrubbedOutput(sys.stdout, secrets), ScrubbedOutput(sys.stderr, secrets)
     try:
         return _main(argv)
     finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
         sys.stdout, sys.stderr = out, err
 
 
@@ -375,6 +378,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    if args.oom_rehearsal:
+        return _oom_rehearsal(args)
     from cockpit.live.replay import ReplaySession
 
     run = rundir.find(args.run)
@@ -392,6 +397,32 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from screens.run.app import CockpitApp
 
     return CockpitApp(session, watch=session.watch).run() or 0
+
+
+def _oom_rehearsal(args: argparse.Namespace) -> int:
+    """`replay --oom-rehearsal`: the shipped recording of a real GPU OOM, replayed into the wizard
+    from a folder of its own (removed afterwards); headless, its lines and the wizard's report."""
+    from cockpit.oom import rehearsal
+
+    if args.run:
+        print("--oom-rehearsal plays its own recording: give no RUN", file=sys.stderr)
+        return EXIT_USAGE
+    run = rehearsal.prepare()
+    try:
+        try:
+            session = rehearsal.RehearsalSession(run, speed=args.speed)
+        except ValueError as exc:
+            print(f"--speed: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        _say(f"OOM rehearsal: a replay of {session.source}; nothing runs on this machine")
+        if _headless(args):
+            return rehearsal.headless(session, log_every_s=args.log_every)
+        from screens.run.app import CockpitApp
+
+        CockpitApp(session, watch=session.watch).run()
+        return 0
+    finally:
+        rehearsal.remove(run)
 
 
 def cmd_restart(args: argparse.Namespace) -> int:

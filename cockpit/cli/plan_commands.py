@@ -74,7 +74,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     for band in getattr(result, "unsure", ()):
         lines.append(f"  {'  band top: + ' + band.key:<36} {_figure(band.bytes)}   {band.note}")
     if getattr(result, "unsure", ()):
-        lines.append(f"  {'peak, top of the band':<36} {_figure(result.high_bytes)}   'fits' counts this")
+        lines.append(f"  {'peak, top of the band':<36} {_figure(result.high_bytes)}   the fit counts this")
     lines.append(f"  {'peak while loading':<36} {_figure(result.load_peak_bytes)}")
     if fits is not None:
         words = {

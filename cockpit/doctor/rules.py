@@ -42,6 +42,9 @@ POWER_LIMIT_SHARE = 0.95  # power limit below 95% of the card's default: capped 
 # the draw reaches the limit; an H200 under two processes' bf16 matmuls ran 1504 of 1980 MHz in the
 # 2026-12-02 bench), nothing a provider can fix
 POWER_AT_LIMIT_SHARE = 0.9
+# the host's CPU saturated (CPU_SATURATED_PCT of every usable core), at least half of its cores taken by
+# processes other than the trainer and its children: the machine, not the run, is the bottleneck
+OTHERS_CORE_SHARE = 0.5
 BUSY_UTIL_PCT = 20.0  # a GPU this busy while no run of ours trains is used by someone else
 IDLE_UTIL_PCT = 5.0
 IDLE_WINDOW_S = 300.0
@@ -435,4 +438,50 @@ def no_gpu(window: Window, state: Any) -> Finding | None:
         f"while the run trains on {on}",
         fix=fix,
         since_ts=window.first_ts(blind),
+    )
+
+
+def _others_cores(o: Observation) -> float | None:
+    """Cores the host's other processes keep busy (the host's busy cores less the trainer's)."""
+    host, trainer = field(o.host, "cpu_pct"), field(o.host, "trainer_cpu_pct")
+    cores = field(o.host, "cpu_count_usable")
+    if host is None or trainer is None or not cores:
+        return None
+    return max(0.0, float(host) / 100 * int(cores) - float(trainer) / 100)
+
+
+def host_busy(window: Window, state: Any) -> Finding | None:
+    """While a run trains, the host's CPU >= 90% busy over its usable cores, at least half of them
+    taken by other processes: the run goes at what the machine leaves it (on the CPU, or feeding a
+    GPU). A GPU run whose own loader saturates the CPU is input_bound's, not this."""
+
+    def crowded(o: Observation) -> bool:
+        others, cores = _others_cores(o), field(o.host, "cpu_count_usable")
+        host = field(o.host, "cpu_pct")
+        return (
+            o.training
+            and others is not None
+            and host is not None
+            and host >= CPU_SATURATED_PCT
+            and others >= OTHERS_CORE_SHARE * cores
+        )
+
+    if not window.held(crowded, during=_training):
+        return None
+    training = [o for o in window if o.training]
+    host_cpu = mean_of(field(o.host, "cpu_pct") for o in training)
+    trainer_cpu = mean_of(field(o.host, "trainer_cpu_pct") for o in training)
+    others = mean_of(_others_cores(o) for o in training)
+    cores = field(window.observations[-1].host, "cpu_count_usable")
+    if host_cpu is None or trainer_cpu is None or others is None:
+        return None
+    return Finding(
+        rule="host_busy",
+        severity="warn",
+        title="The machine is busy with other work: the run gets what is left",
+        evidence=f"host CPU {host_cpu:.0f}% of {cores} cores for {window.span_text(_training)}; the trainer "
+        f"{trainer_cpu:.0f}% of one core, other processes about {others:.1f} cores",
+        fix="Stop or pause the other processes (top or htop, sorted by CPU, names them), or train where "
+        "nothing else runs: every step waits for a core until then.",
+        since_ts=window.first_ts(crowded),
     )

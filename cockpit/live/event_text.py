@@ -24,7 +24,8 @@ def describe(item: dict[str, Any] | Fault) -> str | None:
             f", resuming from {item['resume_from'].rsplit('/', 1)[-1]}" if item.get("resume_from") else ""
         )
         where = f"{dev.get('kind')} {dev.get('name')} ({item.get('precision')})"
-        return f"trainer pid {item.get('pid')} on {where}{resumed}"
+        pid = f" pid {item['pid']}" if item.get("pid") is not None else ""  # a recording may not keep it
+        return f"trainer{pid} on {where}{resumed}"
     if kind == "phase":
         return f"phase: {item.get('phase')} {item.get('message', '')}".rstrip()
     if kind == "data":

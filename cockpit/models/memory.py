@@ -672,9 +672,10 @@ def _per_gpu_parts(w: Workload, parts: list[Part], act_bytes: int) -> list[Part]
 
 
 def verdict(estimate: MemoryEstimate, vram_bytes: int) -> str:
-    """fits (the band's top inside the safety margin) | tight (the estimate fits, its band or the margin
-    does not: it may run out) | no. Never "fits" where the unsure parts at their worst would not."""
-    if estimate.peak_bytes > vram_bytes:
+    """fits (the band's top inside the safety margin) | tight (the band's top fits the card, but only
+    inside the margin) | no (the estimate or its band's top is over the card). Never "fits" or
+    "tight" where the unsure parts at their worst would not fit at all: such a run would run out."""
+    if estimate.high_bytes > vram_bytes:
         return "no"
     return "fits" if estimate.high_bytes <= vram_bytes * (1 - SAFETY_MARGIN) else "tight"
 

@@ -154,11 +154,15 @@ def legend_lines(table: CardTable) -> list[str]:
     return lines
 
 
-def tie_words(table: CardTable) -> str:
+def tie_words(table: CardTable, most: int | None = None) -> str:
     """The cards as fast as the flagged fastest (`table.tied_with_fastest`: the cheapest of a tie is
-    flagged), "as fast and dearer: H100 SXM, B200"; "" when none ties."""
-    tied = table.tied_with_fastest
-    return f"as fast and dearer: {', '.join(r.name for r in tied)}" if tied else ""
+    flagged), "as fast and dearer: H100 SXM, B200"; "" when none ties. `most`: name that many, then
+    say how many more ("L4, A10, A10G and 8 more"), so a short summary never stops mid-list."""
+    names = [r.name for r in table.tied_with_fastest]
+    if most is not None and len(names) > most + 1:
+        names = [*names[:most], f"{len(names) - most} more"]
+        return f"as fast and dearer: {', '.join(names[:-1])} and {names[-1]}"
+    return f"as fast and dearer: {', '.join(names)}" if names else ""
 
 
 def tie_reason(fastest: CardRow) -> str:
@@ -183,7 +187,7 @@ def table_text(table: CardTable, width: int = TEXT_WIDTH) -> str:
         f"speeds: calibrated on {CALIBRATED_ON}; other cards scaled by dense bf16 TFLOPS and bandwidth",
     ]
     for band in est.unsure:
-        lines.append(f"band: +{band.bytes / GIB:.1f} GiB at the top for {band.note}; 'fits' counts the top")
+        lines.append(f"band: +{band.bytes / GIB:.1f} GiB at the top for {band.note}; the fit counts the top")
     if max(table.gpu_counts) > 1:
         lines.append(MULTI_NOTE)
     lines += [

@@ -27,6 +27,7 @@ from cockpit import fmt
 from cockpit.config.load import load_config
 from cockpit.config.schema import TrainConfig
 from cockpit.paths import cockpit_command
+from cockpit.plain import PLAIN_WIDTH, terminal_width
 from cockpit.protocol.wire import Fault, LineDecoder
 from cockpit.results import export_needs as needs_mod
 from cockpit.results import model_card as card_mod
@@ -156,6 +157,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self._last_quarter: dict[str, int] = {}
+        self._drawn = False  # a bar is on the terminal's last row, not ended by a newline
 
     def update(self, event: dict[str, Any]) -> None:
         line = stage_line(event)
@@ -174,9 +176,26 @@ class Progress:
     def warning(self, message: str) -> None:
         self._print(f"  warning: {message}", final=True)
 
+    def clear(self) -> None:
+        """Take away a bar drawn in place and not yet ended by its stage's end."""
+        if self.tty and self._drawn:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()
+            self._drawn = False
+
     def _print(self, line: str, final: bool) -> None:
         if self.tty:
-            self.stream.write("\r\x1b[2K" + line + ("\n" if final else ""))
+            # a bar drawn in place fits one row: one that wrapped would leave its first rows behind,
+            # as `\r` goes back to the start of its last row only
+            width = terminal_width(self.stream) or PLAIN_WIDTH
+            if not final and len(line) >= width:
+                line = line[: width - 2] + "…"
+            if final:  # the bar taken away, then a line of its own: broken at words on the terminal
+                self.stream.write("\r\x1b[2K")
+                self.stream.write(line + "\n")
+            else:
+                self.stream.write("\r\x1b[2K" + line)
+            self._drawn = not final
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
@@ -383,7 +402,11 @@ def export(
     for note in plan.notes:
         say(note)
     say(f"exporting {plan.what} of run {run.run_id} from {plan.source.label}; {plan.need.line()}")
-    return execute(plan, Progress())
+    progress = Progress()
+    try:
+        return execute(plan, progress)
+    finally:
+        progress.clear()  # a bar the export left unfinished (it failed) is not left on the terminal
 
 
 def summary_lines(out: Path, info: dict[str, Any]) -> list[str]:

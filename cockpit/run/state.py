@@ -245,7 +245,9 @@ class RunState:
         self.phase = m.get("phase", self.phase)
         self.phase_message = m.get("message", "")
         if self.status not in ("paused",) and self.phase != "done":
-            self.status = "running" if self.phase == "training" else "starting"
+            # after training (the final eval, saving, sampling) the run is still running, not starting
+            trained = self.phase == "training" or self.train_started_ts is not None
+            self.status = "running" if trained else "starting"
 
     def _on_data(self, m: DataEvent) -> None:
         self.data = {k: v for k, v in m.items() if k not in ("v", "type", "ts")}
@@ -274,6 +276,8 @@ class RunState:
                 self.first_log_ts = ts
         self.step = int(m.get("step") or self.step)
         self.total_steps = m.get("total_steps") or self.total_steps
+        if self.phase == "training":
+            self.phase_message = ""  # "resuming from checkpoint-3" is said until a step is trained
         self.epoch = number(m.get("epoch"))
         loss = number(m.get("loss"))
         if loss is not None:

@@ -5,6 +5,9 @@ Pure: an analysis in, rows and text out; the screen draws them.
 
 from __future__ import annotations
 
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -104,22 +107,26 @@ def predicted_rows(analysis: Analysis) -> list[Row]:
     return rows
 
 
-def remedy_cells(index: int, option: Option, picked: bool) -> tuple:
-    """One row of the remedies table."""
+def remedy_cells(index: int, option: Option, picked: bool, narrow: bool = False) -> tuple:
+    """One row of the remedies table; `narrow` (80 columns): the columns of NARROW_COLUMNS."""
     speed = "-" if option.speed is None else f"{option.speed:.2f}x"
-    return (
-        Text("[x]" if picked else "[ ]", style="bold" if picked else "dim"),
-        str(index),
-        option.title,
+    pick = Text("[x]" if picked else "[ ]", style="bold" if picked else "dim")
+    figures = (
         gib(option.peak_bytes),
         gib(option.headroom_bytes, sign=True),
         Text(option.verdict, style=VERDICT_STYLE[option.verdict]),
         speed,
-        option.effect,
     )
+    if narrow:
+        return (pick, option.title, *figures)
+    return (pick, str(index), option.title, *figures, option.effect)
 
 
 REMEDY_COLUMNS = ("", "#", "remedy", "peak GiB", "headroom", "fit", "speed", "effect on results")
+# below NARROW_BELOW columns the table keeps what fits whole: the detail box under it gives the
+# highlighted remedy's effect on the results, and the order is the rank
+NARROW_COLUMNS = ("", "remedy", "peak GiB", "free", "fit", "speed")
+NARROW_BELOW = 100
 
 
 def option_text(option: Option, what: str = "") -> Text:
@@ -145,11 +152,31 @@ def notes_text(analysis: Analysis) -> Text:
     return Text("\n".join(f"- {note}" for note in analysis.notes), style="dim")
 
 
-def rows_table(rows: list[Row]) -> Table:
-    """Label/value rows: the label dim, the value cut with an ellipsis when the panel is narrow."""
-    table = Table.grid(padding=(0, 1))
-    table.add_column(no_wrap=True, style="dim")
-    table.add_column(no_wrap=True, overflow="ellipsis")
-    for label, value in rows:
-        table.add_row(label, value)
-    return table
+def rows_table(rows: list[Row]) -> RowsTable:
+    """Label/value rows: the value always whole (a figure and its unit), the label dim and cut with
+    an ellipsis when the panel is too narrow for both."""
+    return RowsTable(rows)
+
+
+class RowsTable:
+    """Label/value rows laid out for the width they are drawn at: the values' column as wide as the
+    widest value, the labels' column what is left (rich's own table shares a cut among columns)."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = [(label, Text(value) if isinstance(value, str) else value) for label, value in rows]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        values = max((value.cell_len for _, value in self.rows), default=0)
+        labels = max((cell_len(label) for label, _ in self.rows), default=0)
+        label_width = min(labels, max(1, options.max_width - values - 1))
+        table = Table.grid(padding=(0, 1))
+        table.add_column(no_wrap=True, overflow="ellipsis", style="dim", width=label_width)
+        table.add_column(no_wrap=True, width=values)
+        for label, value in self.rows:
+            table.add_row(label, value)
+        yield table
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        values = max((value.cell_len for _, value in self.rows), default=0)
+        labels = max((cell_len(label) for label, _ in self.rows), default=0)
+        return Measurement(values + 2, labels + 1 + values)

@@ -26,6 +26,8 @@ from cockpit.paths import cockpit_command
 from cockpit.run import process
 from screens.confirm import Confirm
 from screens.oom.figures import (
+    NARROW_BELOW,
+    NARROW_COLUMNS,
     REMEDY_COLUMNS,
     notes_text,
     observed_rows,
@@ -60,6 +62,7 @@ class OomWizard(Screen[Any]):
         self.picked: list[Option] = []
         self.failure: str | None = None
         self.memory_wanted: bool | None = None  # `m`; None: shown when the terminal is tall enough
+        self.narrow = False  # the remedies table without `#` and the effect (the detail box says it)
 
     def compose(self) -> ComposeResult:
         yield Static("analysing the failure...", id="what")
@@ -75,6 +78,9 @@ class OomWizard(Screen[Any]):
 
     def on_mount(self) -> None:
         self.query_one("#what").border_title = "out of memory"
+        if getattr(self.session, "rehearsal", False):  # never taken for a run of this machine
+            self.query_one("#what").border_title = "out of memory · REPLAY: a rehearsal, nothing runs"
+            self.query_one("#what").border_subtitle = self.session.source
         self.query_one("#observed").border_title = "at the failure"
         self.query_one("#predicted").border_title = "memory model, failed config"
         self.query_one("#remedies").border_title = "remedies, best first"
@@ -84,11 +90,24 @@ class OomWizard(Screen[Any]):
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.height < COMPACT_BELOW_ROWS, "-compact")
+        narrow = event.size.width < NARROW_BELOW
+        self.set_class(narrow, "-narrow")
+        if narrow != self.narrow:
+            self.narrow = narrow
+            table = self.query_one("#remedies", DataTable)
+            table.clear(columns=True)
+            table.add_columns(*(NARROW_COLUMNS if narrow else REMEDY_COLUMNS))
+            if self.analysis is not None:
+                self._fill_table()
         self._show_memory()
 
     def _show_memory(self) -> None:
-        shown = not self.has_class("-compact") if self.memory_wanted is None else self.memory_wanted
+        """The memory panes, when wanted; on a short terminal in place of the detail box, so the
+        remedies keep their rows (`m` swaps the two)."""
+        compact = self.has_class("-compact")
+        shown = not compact if self.memory_wanted is None else self.memory_wanted
         self.query_one("#where").display = shown
+        self.query_one("#detail-box").display = not (shown and compact)
 
     def action_toggle_memory(self) -> None:
         self.memory_wanted = not self.query_one("#where").display
@@ -118,7 +137,7 @@ class OomWizard(Screen[Any]):
         row = table.cursor_row
         table.clear()
         for index, option in enumerate(self.analysis.options, 1):
-            table.add_row(*remedy_cells(index, option, option in self.picked), key=str(index))
+            table.add_row(*remedy_cells(index, option, option in self.picked, self.narrow), key=str(index))
         if self.analysis.options:
             table.move_cursor(row=min(max(row, 0), len(self.analysis.options) - 1))
 
@@ -181,12 +200,21 @@ class OomWizard(Screen[Any]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+        self._rehearsal_goes_on()
+
+    def _rehearsal_goes_on(self) -> None:
+        """A rehearsal holds its replay at the OOM while the wizard is open: play on."""
+        go_on = getattr(self.session, "go_on", None)
+        if go_on is not None:
+            go_on()
 
     def _refusal(self, option: Option | None, problem: str) -> str | None:
         if option is None:
             return problem
         if not option.applicable:
             return f"{option.title}: {option.resume}"
+        if getattr(self.session, "rehearsal", False):
+            return None  # nothing runs: the recorded relaunch plays (`_relaunch`)
         if self.session.mode == "playback":
             restart = f"{cockpit_command()} restart {self.session.run.run_id}"
             return f"this is a replay: relaunch the run with {restart}"
@@ -205,6 +233,15 @@ class OomWizard(Screen[Any]):
         self.app.push_screen(Confirm(question), lambda yes: self._relaunch(option) if yes else None)
 
     def _relaunch(self, option: Option) -> None:
+        if getattr(self.session, "rehearsal", False):
+            self.notify(
+                f"a rehearsal: nothing was relaunched (on your run, {option.title} would be); "
+                f"{self.session.recorded_relaunch()} (the recording ends at the OOM)",
+                timeout=15,
+            )
+            self.dismiss(None)
+            self._rehearsal_goes_on()
+            return
         try:
             applied = relaunch_mod.apply_option(self.session.run, option, self.analysis, "the OOM wizard")
             proc = relaunch_mod.relaunch(self.session.run)
@@ -220,8 +257,9 @@ def offer_oom_wizard(view) -> None:
     state = view.session.state
     if not relaunch_mod.is_oom_failure(state) or getattr(view, "_oom_offered", None) is state.error:
         return
-    if view.session.mode == "playback" or not view.session.run.config_path.is_file():
-        return  # a recording plays as it was; `o` still opens the wizard
+    rehearsal = getattr(view.session, "rehearsal", False)
+    if (view.session.mode == "playback" and not rehearsal) or not view.session.run.config_path.is_file():
+        return  # a recording plays as it was (a rehearsal stops for the wizard); `o` still opens it
     view._oom_offered = state.error
     open_oom_wizard(view)
 

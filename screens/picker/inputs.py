@@ -27,9 +27,10 @@ from cockpit.fmt import GIB
 from cockpit.gpus.catalog import Catalog
 from cockpit.models import shape as modelshape
 from cockpit.models import shipped as shapes
-from cockpit.models.memory import EstimateError, workload_from_config
+from cockpit.models.memory import EstimateError, estimate_memory, workload_from_config
 from cockpit.plan.cards import CardRow
 from cockpit.plan.cards_inputs import CardsError, parse_dataset
+from cockpit.plan.multi_rows import row_workload
 from cockpit.plan.table import CardTable, card_table
 
 # field id -> the config key it sets
@@ -251,15 +252,17 @@ def chosen_config(
 def config_text(cfg: config_mod.TrainConfig, table: CardTable, row: CardRow, now: datetime) -> str:
     """The YAML to write: a header with the prediction it was chosen on, then the config."""
     figures = row.shown
-    peak = row.fit.change.peak_bytes if row.shown_workload_is_changed else row.fit.peak_bytes
+    estimate = estimate_memory(row_workload(table.workload, row))
+    peak = estimate.high_bytes  # the band's top, where the estimate has one: what the verdict counts
     free = row.card.vram_gib * GIB - peak
     change = f", with {row.fit.change.description}" if row.shown_workload_is_changed else ""
     per = "" if row.gpus == 1 else " per GPU"
+    top = " at the band's top" if estimate.unsure else ""
     each = "" if row.gpus == 1 else f" each, ${row.usd_per_hour:.2f}/hour for {row.gpus}"
     lines = [
         f"# written by cockpit pick on {now:%Y-%m-%d %H:%M} for {row.name} "
         f"({row.card.vram_gib:g} GiB), ${row.card.price_per_hour:.2f}/hour{each} ({row.price_label})",
-        f"# estimates: peak {peak / GIB:.1f} GiB{per} ({free / GIB:+.1f} GiB free){change}; "
+        f"# estimates: peak {estimate.band_text()}{per} ({free / GIB:+.1f} GiB free{top}){change}; "
         f"{fmt.rate(figures.speed.tokens_per_s)} tokens/s"
         + ("" if row.gpus == 1 else f" on {row.gpus} GPUs (a model, not calibrated on a multi-GPU run)"),
     ]

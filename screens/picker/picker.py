@@ -245,7 +245,7 @@ class PickerScreen(Screen[None]):
                 when = fmt.duration(figures.time_s) if figures.time_s is not None else ""
                 when = when or f"{fmt.rate(figures.speed.tokens_per_s)} tok/s"
                 second += f" · {FASTEST_MARK} fastest{within}: {fastest.name} {when}"
-                tie = tie_words(ev.table)  # the cards that time it alike, as `cockpit cards` names them
+                tie = tie_words(ev.table, most=3)  # the cards that time it alike (`cockpit cards`: all)
                 second += f" ({tie})" if tie else ""
             elif ev.table.warnings:
                 second += f" · {ev.table.warnings[-1]}"

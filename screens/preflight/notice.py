@@ -28,11 +28,11 @@ def hint() -> str:
 
 
 def notice_text(problems: Sequence[CheckResult]) -> HangingLines:
-    """Each problem: its title and what was measured, then its fix, each wrapped under its text."""
+    """Each problem: its title and what was measured, then its fix, each wrapped under its text; no
+    blank line between problems (each starts at its glyph), so that at 80x24 four problems with
+    their fixes fit without a scroll."""
     lines: list[tuple[Content | str, Content | str]] = []
-    for index, result in enumerate(problems):
-        if index:
-            lines.append(("", ""))
+    for result in problems:
         glyph = Content.styled(f"{GLYPHS[result.status]} ", STATUS_STYLES[result.status])
         lines.append((glyph, Content.assemble((result.title, "bold"), f": {result.value}")))
         if result.fix:

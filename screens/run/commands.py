@@ -53,7 +53,8 @@ class RunCommands(Screen):
         Binding("g", "toggle_telemetry", "GPU"),
         Binding("l", "toggle_log", "Log"),
         Binding("h", "toggle_span", "Span"),
-        Binding("m", "samples", "Samples"),
+        Binding("m", "samples", "Samples"),  # once there are samples, or prompts that will give some
+        Binding("m", "no_samples", "Samples", show=False),  # no prompts: `m` says why, out of the footer
         Binding("f", "toggle_summary", "Summary"),  # an ended run only: its summary whole or in a line
         Binding("e", "export", "Export"),  # an ended run only: merge, GGUF, the model card
         Binding("a", "data", "Data"),  # the run's data as the trainer reads it (cockpit data)
@@ -94,8 +95,10 @@ class RunCommands(Screen):
             return self.status != "paused"
         if action == "resume":
             return self.status == "paused"
-        if action == "samples":
-            return bool(self.session.state.samples)
+        if action in ("samples", "no_samples"):
+            state = self.session.state
+            coming = bool(state.samples) or bool((state.data or {}).get("sample_prompts"))
+            return coming == (action == "samples")
         if action == "export":
             return self.exportable
         if action == "toggle_summary":
@@ -263,6 +266,7 @@ class RunCommands(Screen):
             self.notify(NO_TELEMETRY)
             return
         self.span_s = None if self.span_s else RECENT_SPAN_S
+        self.telemetry_wanted = True  # the span is the strip's: hidden (`g`), it comes back to show it
 
     # ------------------------------------------------------------ other screens
 
@@ -273,6 +277,9 @@ class RunCommands(Screen):
             self.notify(no_samples_reason(state))
             return
         self.app.push_screen(SamplesView(collect_samples(state.samples), state.run_id))
+
+    def action_no_samples(self) -> None:
+        self.notify(no_samples_reason(self.session.state))
 
     def action_export(self) -> None:
         """The export screen: weights, merge, dtype, GGUF, where; checked, then run in its process."""

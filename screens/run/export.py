@@ -148,12 +148,7 @@ class ExportScreen(Screen):
     # ------------------------------------------------------------ choices
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("weights", "merge", "dtype", "gguf", "start"):
-            if self.state != "choosing":
-                return False
-            if action == "dtype":
-                return self.merge
-        return True
+        return not (action in ("weights", "merge", "dtype", "gguf", "start") and self.state != "choosing")
 
     def action_weights(self) -> None:
         self.weights = (self.weights + 1) % len(self.choices)
@@ -166,7 +161,10 @@ class ExportScreen(Screen):
         self._changed()
 
     def action_dtype(self) -> None:
-        self.dtype = DTYPES[(DTYPES.index(self.dtype) + 1) % len(DTYPES)]
+        """The merged model's dtype; the adapter alone has none, so `t` merges it first (as `g`)."""
+        if self.merge:
+            self.dtype = DTYPES[(DTYPES.index(self.dtype) + 1) % len(DTYPES)]
+        self.merge = True
         self._changed()
 
     def action_gguf(self) -> None:

@@ -92,6 +92,14 @@ def preference_rows(state: RunState) -> list[Row]:
     return rows
 
 
+def eval_text(state: RunState) -> str:
+    """The last eval loss and the best one, short enough for the stats panel at 80 columns."""
+    best = state.best_eval
+    if not best or best["eval_loss"] == state.eval_loss:
+        return fmt.loss(state.eval_loss) + (", the best" if best else "")
+    return f"{fmt.loss(state.eval_loss)}, best {fmt.loss(best['eval_loss'])} at {best['step']}"
+
+
 def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
     """The stats panel: training figures first, then what runs where on what data."""
     drop = state.loss_drop()
@@ -100,9 +108,7 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
         loss += f", {-drop:+.1%} from first"
     rows: list[Row] = [("step loss", loss)]  # the last step's; the done line gives the mean over the run
     if state.eval_loss is not None:
-        best = state.best_eval
-        tail = f", best {fmt.loss(best['eval_loss'])} at step {best['step']}" if best else ""
-        rows.append(("eval loss", f"{fmt.loss(state.eval_loss)}{tail}"))
+        rows.append(("eval loss", eval_text(state)))
     rows += preference_rows(state)
     rows += [
         ("learning rate", fmt.sci(state.learning_rate)),
@@ -159,14 +165,17 @@ def stat_rows(state: RunState, now_ts: float | None) -> list[Row]:
 def checkpoint_rows(state: RunState) -> list[Row]:
     if not state.checkpoints:
         return [("", Text("none yet", style="dim"))]
-    width = max(len(str(c.get("step"))) for c in state.checkpoints)
     rows: list[Row] = []
     for c in state.checkpoints:
-        value = f"step {c.get('step')!s:<{width}}  {fmt.size(c.get('bytes'))}"
+        # checkpoint-N is named by its step (`export --checkpoint N`): "step N" alone leaves the size
+        # and the eval loss their room at 80 columns, where "checkpoint-N  step N" cut them
+        value = fmt.size(c.get("bytes"))
         if c.get("eval_loss") is not None:
-            value += f"  eval {fmt.loss(c['eval_loss'])}"
+            value += f"  {fmt.loss(c['eval_loss'])}"  # the panel's title says it is the eval loss
+        named = str(c["name"])
+        label = f"step {c.get('step')}" if named.endswith(f"-{c.get('step')}") else named
         # the mark leads the name, so a narrow panel that cuts the row still shows it
-        name = f"{BEST_MARK} {c['name']}" if c["name"] == state.best_checkpoint else c["name"]
+        name = f"{BEST_MARK} {label}" if named == state.best_checkpoint else label
         rows.append((name, value))
     return rows
 

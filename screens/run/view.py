@@ -341,7 +341,7 @@ class RunView(RunCommands):
         evals = counts[1] > 0
         if evals != (before[1] > 0):  # a replay that went back has none
             self.query_one("#loss-plot", LossPlot).border_title = LOSS_TITLE_WITH_EVAL if evals else "loss"
-            self.query_one("#checkpoints").border_title = f"checkpoints{' · ★ best eval' if evals else ''}"
+            self.query_one("#checkpoints").border_title = f"checkpoints{' · eval, ★ best' if evals else ''}"
         self.query_one("#loss-plot", LossPlot).plot(state.losses, state.learning_rates, state.evals)
         self._show_telemetry_panels()  # the torch memory counters came with the step
 
@@ -390,7 +390,10 @@ class RunView(RunCommands):
     def _fold_summary(self) -> None:
         """The summary in one line on a short terminal (or after `f`), so that the run panel's cost,
         the checkpoints and the last events stay on screen; whole otherwise."""
-        self.query_one(SummaryBox).folded = self.short if self.summary_folded is None else self.summary_folded
+        folded = self.short if self.summary_folded is None else self.summary_folded
+        self.query_one(SummaryBox).folded = folded
+        # whole on a short terminal (`f`): the events and checkpoints give their rows to the loss plot
+        self.set_class(self.short and not folded, "-summary-whole-short")
 
     def watch_failure(self, failure: tuple[str, Text] | None) -> None:
         if failure is not None:
