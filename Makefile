@@ -7,7 +7,7 @@ PYTHON := $(BIN)/python
 SNAPSHOT_TESTS ?= tests/test_tui_snapshots.py
 
 .DEFAULT_GOAL := help
-.PHONY: help install lint format format-check types contracts test-quick test snapshot-update docs check
+.PHONY: help install lint format format-check types contracts test-quick test bench-smoke snapshot-update docs check
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -36,10 +36,13 @@ test-quick: ## the fast tests: all but those that run the real trainer (-m "not 
 test: ## the whole suite: the README's test command
 	$(PYTHON) -m pytest -q
 
+bench-smoke: ## the smoke runs of the bench/ scripts (-m bench), kept out of the suite for its time
+	$(PYTHON) -m pytest -q -m bench
+
 snapshot-update: ## take the snapshots of SNAPSHOT_TESTS again; read snapshot_report.html first
 	$(PYTHON) -m pytest $(SNAPSHOT_TESTS) --snapshot-update
 
 docs: ## write the generated tables of docs/config.md and docs/protocol.md
 	$(PYTHON) scripts/gen_docs.py
 
-check: lint format-check types contracts test ## all of lint, format-check, types, contracts and test
+check: lint format-check types contracts test bench-smoke ## lint, format-check, types, contracts, test, bench-smoke

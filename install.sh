@@ -1,7 +1,8 @@
 #!/bin/sh
 # Sets up lora-cockpit in ./.venv, for this machine: torch first (the CUDA build where an NVIDIA GPU
 # is, else a CPU build: never the multi-GB CUDA build on a box without a GPU), then the project with
-# its test extras, then `cockpit` linked into a folder on PATH. Running it again is safe.
+# its test extras (and, with the CUDA build, the gpu extra: bitsandbytes), then `cockpit` linked into
+# a folder on PATH. Running it again is safe.
 #
 #   PYTHON=python3.12 ./install.sh   the interpreter .venv is made with (default: python3, >= 3.10)
 #   COCKPIT_TORCH=cpu ./install.sh   that build of torch whatever this machine has (cpu or cuda)
@@ -85,8 +86,12 @@ else
     die "COCKPIT_TORCH is '$want': cpu or cuda"
 fi
 
-say "the project and its test extras (editable)"
-pip install -q -e '.[test]' || die "the project did not install (above: pip's reason)"
+# bitsandbytes (QLoRA, paged optimizers) only with the CUDA build: it has no use on a CPU box, where
+# it is 125 MB on disk and ~2 s of every trainer's start (peft imports it wherever it is installed)
+extras=test
+if [ "$(torch_build)" = cuda ]; then extras=test,gpu; fi
+say "the project and its extras [$extras] (editable)"
+pip install -q -e ".[$extras]" || die "the project did not install (above: pip's reason)"
 
 # `cockpit` as typed: a link in the first folder on PATH it can write (~/.local/bin, /usr/local/bin)
 entry="$(pwd)/$VENV/bin/cockpit"

@@ -53,6 +53,9 @@ for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_name] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
+# bitsandbytes is the `gpu` extra: ./install.sh puts it in where an NVIDIA GPU is, so on a CPU box
+# (CI) the tests of its 4-bit layers skip; they run on the GPU box (docs/measurements.md, "On rented GPUs")
+BNB = "bitsandbytes is not installed (the gpu extra; ./install.sh adds it on a machine with an NVIDIA GPU)"
 SUPPORT = Path(__file__).resolve().parent / "support"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

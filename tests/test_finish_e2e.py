@@ -180,6 +180,7 @@ def test_an_eval_split_the_dataset_does_not_have(tmp_path, env):
     assert error["message"] == f"dataset.eval_split: 'validation' not in {str(folder)!r}; splits are: train"
 
 
+@pytest.mark.bench
 def test_the_finish_line_bench_smoke(tmp_path, env):
     import subprocess
     import sys

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import has_cuda  # noqa: F401 - has_cuda: skipif
+from conftest import BNB, has_cuda  # noqa: F401 - has_cuda: skipif
 
 from train_backend.speed import fused_lora
 
@@ -22,7 +22,7 @@ class Two(torch.nn.Module):
     def __init__(self, four_bit: bool, bias: bool, device: str = "cpu", dtype=torch.float32):
         super().__init__()
         if four_bit:
-            import bitsandbytes as bnb
+            bnb = pytest.importorskip("bitsandbytes", reason=BNB)
 
             self.q = bnb.nn.Linear4bit(64, 48, bias=bias, compute_dtype=dtype, quant_type="nf4")
             self.q.weight = bnb.nn.Params4bit(
@@ -198,6 +198,7 @@ def test_state_dict_and_remove_leave_peft_as_it_was():
 
 
 def test_the_bench_smoke_agrees_and_solves(tmp_path):
+    pytest.importorskip("bitsandbytes", reason=BNB)  # the bench's layers are 4-bit
     out = tmp_path / "r.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "lora_kernel_rate.py"), "--smoke", "--out", str(out)],

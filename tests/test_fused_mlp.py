@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import has_cuda  # noqa: F401 - has_cuda: skipif
+from conftest import BNB, has_cuda  # noqa: F401 - has_cuda: skipif
 
 from cockpit.config import load as config_load
 from cockpit.models.memory import (
@@ -41,7 +41,7 @@ def llama(four_bit=False, dropout=0.0, targets=TARGETS, act="silu", seed=0, dtyp
     )
     model = LlamaForCausalLM(cfg).to(dtype)
     if four_bit:
-        import bitsandbytes as bnb
+        bnb = pytest.importorskip("bitsandbytes", reason=BNB)
 
         for module in list(model.modules()):
             for name, child in list(module.named_children()):

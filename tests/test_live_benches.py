@@ -29,6 +29,7 @@ def run_bench(script: str, tmp_path, env, *args: str) -> dict:
     return json.loads((out / script.replace(".py", ".json")).read_text())
 
 
+@pytest.mark.bench
 def test_attach_overhead_runs_detached_then_attached(tmp_path, env):
     result = run_bench("attach_overhead.py", tmp_path, env, "--steps", "16")
     detached, attached = result["runs"]
@@ -105,6 +106,7 @@ def test_interleaved_spans_count_the_steps_that_began_and_ended_inside_them(monk
     assert centre["attached"] == centre["detached"]
 
 
+@pytest.mark.bench
 def test_input_bound_burns_the_collate_time_in_every_step(tmp_path, env):
     result = run_bench("input_bound.py", tmp_path, env, "--collate-ms", "150", "--steps", "8")
     assert result["status"] == "finished" and result["dataloader_num_workers"] == 0
@@ -114,6 +116,7 @@ def test_input_bound_burns_the_collate_time_in_every_step(tmp_path, env):
     assert result["doctor_recorded"]["bins"] >= 1  # the recorder's telemetry was read back
 
 
+@pytest.mark.bench
 def test_record_example_copies_a_small_run_that_replays(tmp_path, env):
     result = run_bench("record_example.py", tmp_path, env, "--steps", "12")
     example = tmp_path / "out" / "h200-run"
@@ -144,6 +147,7 @@ def check_doctor_cases(result: dict) -> dict:
     return cases
 
 
+@pytest.mark.bench
 def test_doctor_fixes_runs_each_case_before_and_after(tmp_path, env):
     result = run_bench(
         "doctor_fixes.py", tmp_path, env, "--steps", "4", "--only", "demo-packed", "slow-loader"
@@ -160,6 +164,7 @@ def test_doctor_fixes_runs_each_case_before_and_after(tmp_path, env):
     assert slow["runs"][0]["data_wait_share"] > slow["runs"][1]["data_wait_share"]
 
 
+@pytest.mark.bench
 def test_doctor_fixes_cpu_bound_fp32_and_foreign_cases(tmp_path, env):
     result = run_bench(
         "doctor_fixes.py", tmp_path, env, "--steps", "4", "--only", "cpu-bound", "fp32", "foreign"
@@ -190,6 +195,7 @@ def test_doctor_fixes_plans_its_budget(tmp_path, env):
     assert "--budget-s 1: needs ~" in result["skipped"][0]["why"]
 
 
+@pytest.mark.bench
 def test_tui_cpu_measures_the_start_and_the_steady_share_of_a_played_run(tmp_path, env):
     """bench/tui_cpu.py, shortened: the TUI of `cockpit train` with a played trainer and a fake
     H100, its start-up CPU and its share over a window; then the pieces alone (--micro)."""

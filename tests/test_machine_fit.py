@@ -61,6 +61,26 @@ def test_bf16_on_a_card_without_it_and_too_many_gpus(tmp_path):
     assert machine_fit.problems(ok, machine) == []
 
 
+def test_a_gpu_box_without_bitsandbytes_refuses_what_needs_it_before_the_start(tmp_path, monkeypatch):
+    """bitsandbytes is the `gpu` extra: where it is missing, QLoRA and its optimizers are refused with
+    the install line, not met as an import error once the model loads; the rest still starts."""
+    monkeypatch.setattr(machine_fit, "bitsandbytes_installed", lambda: False)
+    machine = machine_fit.machine_from_nvml(NvmlState(gpus=[{"name": H100, "cuda_capability": (9, 0)}]))
+    found = machine_fit.problems(
+        cfg_with(tmp_path, {"method": "qlora", "training.optimizer": "adamw_8bit"}), machine
+    )
+    assert keys(found) == ["method", "training.optimizer"]
+    assert (
+        "qlora needs bitsandbytes" in found[0].message
+        and "pip install 'bitsandbytes>=0.45'" in found[0].message
+    )
+    assert "adamw_8bit comes from bitsandbytes" in found[1].message and "adamw_torch" in found[1].message
+    plain = cfg_with(tmp_path, {"method": "lora", "training.optimizer": "adamw_torch"})
+    assert machine_fit.problems(plain, machine) == []
+    monkeypatch.setattr(machine_fit, "bitsandbytes_installed", lambda: True)
+    assert machine_fit.problems(cfg_with(tmp_path, {"method": "qlora"}), machine) == []
+
+
 def test_capability_from_the_catalog_when_nvml_does_not_say(tmp_path):
     machine = machine_fit.machine_from_nvml(NvmlState(gpus=[{"name": H100}]))
     assert machine.gpus == ((H100, (9, 0)),)

@@ -1,6 +1,7 @@
 """bench/preference_memory.py --smoke: the GPU calibration bench's own path on the CPU (the tiny model,
 2 steps of each objective): every run finishes and logs its figures, each has the memory model's
-prediction and its reference, and the JSON and the table are written."""
+prediction and its reference, and the JSON and the table are written. Marked `bench`: out of the
+default run (`make bench-smoke` runs it)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.bench]  # make bench-smoke, and CI after the suite
 
 
 @pytest.mark.timeout(600)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import has_cuda  # noqa: F401 - has_cuda: skipif
+from conftest import BNB, has_cuda  # noqa: F401 - has_cuda: skipif
 from fixtures_oom import ARTICLE_13B, DATA, H200, oom_event
 from test_fused_lora import peft_model, run
 from test_speed_auto import LLAMA7, RAGGED, choice, gpu, qlora
@@ -30,7 +30,7 @@ from train_backend.speed.setup import apply_quant_scales
 
 
 def four_bit(n_out=256, n_in=256, double=True):
-    import bitsandbytes as bnb
+    bnb = pytest.importorskip("bitsandbytes", reason=BNB)
 
     torch.manual_seed(0)
     layer = bnb.nn.Linear4bit(n_in, n_out, bias=False, compute_dtype=torch.float32, quant_type="nf4")
@@ -41,7 +41,7 @@ def four_bit(n_out=256, n_in=256, double=True):
 
 
 def test_the_unpacked_scales_dequantise_to_the_same_weights_bit_for_bit():
-    import bitsandbytes.functional as F
+    F = pytest.importorskip("bitsandbytes.functional", reason=BNB)
 
     model = four_bit()
     weight = model[0].weight
@@ -191,6 +191,7 @@ def test_the_layer_bench_times_the_linears_with_their_scales_unpacked(tmp_path, 
 
     from conftest import ROOT
 
+    pytest.importorskip("bitsandbytes", reason=BNB)
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import lora_kernel_rate
 

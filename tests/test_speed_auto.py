@@ -249,6 +249,7 @@ def test_the_benchmark_reads_the_reference_loss_from_its_log(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.bench
 def test_the_benchmark_smoke_run_writes_its_table(tmp_path, env):
     import subprocess
     import sys

@@ -164,4 +164,35 @@ def problems(cfg: TrainConfig, machine: Machine) -> list[Problem]:
                     f"Set gpus: {len(machine.gpus)} (or CUDA_VISIBLE_DEVICES to show more).",
                 )
             )
+        out += _bitsandbytes_problems(cfg)
+    return out
+
+
+def bitsandbytes_installed() -> bool:
+    """Whether bitsandbytes can be imported here (looked up, not imported: the UI never loads it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("bitsandbytes") is not None
+
+
+def _bitsandbytes_problems(cfg: TrainConfig) -> list[Problem]:
+    """QLoRA and the paged and 8-bit optimizers need bitsandbytes, which is the `gpu` extra
+    (./install.sh puts it in where an NVIDIA GPU is): said before the start, not as an import error
+    after the model loads."""
+    if bitsandbytes_installed():
+        return []
+    fix = "install it: .venv/bin/pip install 'bitsandbytes>=0.45' (./install.sh does on a GPU machine)"
+    out = []
+    if cfg.method == "qlora":
+        out.append(
+            Problem("method", f"qlora needs bitsandbytes (its 4-bit layers), not installed here; {fix}")
+        )
+    optimizer = cfg.training.optimizer
+    if optimizer.startswith("paged_") or optimizer.endswith("_8bit"):
+        out.append(
+            Problem(
+                "training.optimizer",
+                f"{optimizer} comes from bitsandbytes, not installed here; {fix}, or use adamw_torch",
+            )
+        )
     return out
