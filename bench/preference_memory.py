@@ -18,8 +18,8 @@ or full; keys mb (micro-batch, default 2), ckpt (gradient checkpointing 0/1, def
 default 16), opt (optimizer), pre (precomputed reference log-probs 0/1). E.g.
 llama-2-7b:qlora:2048 llama-2-7b:lora:1024 llama-3.2-1b:full:512:opt=adamw_8bit.
 
-`--smoke`: the shipped tiny model on the CPU, 2 steps each objective (the suite runs it): no device
-figures, the prediction and the run's own checks only.
+`--smoke`: the shipped tiny model on the CPU, 2 steps each objective: no device
+figures, the prediction and the run's own checks only (`make bench-smoke` runs it).
 """
 
 from __future__ import annotations
