@@ -49,7 +49,8 @@ def test_without_a_gpu(tmp_path, overrides, expected):
     assert keys(machine_fit.problems(cfg_with(tmp_path, overrides), NO_GPU)) == expected
 
 
-def test_bf16_on_a_card_without_it_and_too_many_gpus(tmp_path):
+def test_bf16_on_a_card_without_it_and_too_many_gpus(tmp_path, monkeypatch):
+    monkeypatch.setattr(machine_fit, "bitsandbytes_installed", lambda: True)  # QLoRA's own test is below
     state = NvmlState(gpus=[{"name": T4, "cuda_capability": (7, 5)}])
     machine = machine_fit.machine_from_nvml(state)
     found = machine_fit.problems(cfg_with(tmp_path, {"training.precision": "bf16", "gpus": 2}), machine)

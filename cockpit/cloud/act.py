@@ -10,14 +10,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.cloud.providers import InstancePlan
 from cockpit.config import secrets
+
+if TYPE_CHECKING:  # urllib.request is imported when an API is called: not by every `cockpit train`
+    import urllib.request
 
 ANSWER_CHARS = 2000  # of the CLI's or the API's answer, kept for the log
 
@@ -29,7 +30,7 @@ class Outcome:
     answer: str  # the CLI's output or the API's body, scrubbed and cut
 
 
-Opener = Callable[[urllib.request.Request, float], Any]  # urllib.request.urlopen, or a test's
+Opener = Callable[["urllib.request.Request", float], Any]  # urllib.request.urlopen, or a test's
 
 
 def carry_out(
@@ -84,6 +85,9 @@ def _run_cli(plan: InstancePlan, env: dict[str, str], timeout_s: float) -> tuple
 def _call_api(
     plan: InstancePlan, env: dict[str, str], timeout_s: float, opener: Opener | None
 ) -> tuple[bool, str]:
+    import urllib.error
+    import urllib.request
+
     assert plan.http is not None
     key = env.get(plan.http.credential, "")
     request = urllib.request.Request(
