@@ -367,7 +367,18 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="tui-cpu-"))
     try:
         env = bench_env(work / "home")
-        config = write_config(work / "run.yaml", FULL, write_tokens(work / "tokens.jsonl", FULL, 8), 100)
+        # the trainer is played, so its config need only start here: where bitsandbytes (the gpu
+        # extra, QLoRA's kernels) is not installed, the same run as LoRA with a torch optimizer
+        import dataclasses
+        import importlib.util
+
+        shape = FULL
+        if importlib.util.find_spec("bitsandbytes") is None:
+            shape = dataclasses.replace(FULL, method="lora")
+        extra = {} if shape is FULL else {"training.optimizer": "adamw_torch"}
+        config = write_config(
+            work / "run.yaml", shape, write_tokens(work / "tokens.jsonl", shape, 8), 100, **extra
+        )
         checkouts = [ROOT] if a.compare is None else [a.compare.resolve(), ROOT]
         compile_bytecode(checkouts, env)
         if a.micro:
