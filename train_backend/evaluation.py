@@ -45,20 +45,28 @@ class Prompt:
     reference: str | None  # the eval row's own answer
 
 
+def held_out(cfg: TrainConfig, n: int, unit: str) -> tuple[list[int], list[int]]:
+    """dataset.eval_fraction of `n` rows or samples: (held out, kept), each in order, drawn with the
+    run's seed; at least one held out, and refused where none would be left to train on."""
+    fraction = cfg.dataset.eval_fraction
+    assert fraction is not None
+    k = max(1, round(n * fraction))
+    if n - k < 1:
+        raise DataError(
+            f"dataset.eval_fraction: {fraction} of {n} {unit} leaves none to train on; "
+            "use a smaller fraction or more data"
+        )
+    order = list(range(n))
+    random.Random(cfg.training.seed).shuffle(order)
+    return sorted(order[:k]), sorted(order[k:])
+
+
 def split_eval(cfg: TrainConfig, prepared: data_mod.PreparedData, tokenizer):
     """(training data, eval data or None): the eval split held out, never trained on."""
     ds = cfg.dataset
     if ds.eval_fraction is not None:
         n = len(prepared.dataset)
-        k = max(1, round(n * ds.eval_fraction))
-        if n - k < 1:
-            raise DataError(
-                f"dataset.eval_fraction: {ds.eval_fraction} of {n} samples leaves none to train on; "
-                "use a smaller fraction or more data"
-            )
-        order = list(range(n))
-        random.Random(cfg.training.seed).shuffle(order)
-        held, kept = sorted(order[:k]), sorted(order[k:])
+        held, kept = held_out(cfg, n, "samples")
         train_ds = prepared.dataset.select(kept)
         eval_ds = prepared.dataset.select(held)
         if cfg.eval.max_samples is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import os
 import selectors
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from typing import Any
 from cockpit.config import load as config_load
 from cockpit.config.schema import TrainConfig, dump_config
 from cockpit.protocol.wire import Fault, LineDecoder
-from cockpit.run.process import project_root
+from cockpit.run.process import kill_group, project_root
 
 STDERR_TAIL_BYTES = 4000
 MAX_REPORT_BYTES = 16 << 20
@@ -103,11 +102,11 @@ def run_datacheck(
         except subprocess.TimeoutExpired:
             answer.timed_out = True
         except KeyboardInterrupt:
-            _kill_group(proc)
+            kill_group(proc)
             raise
         finally:
             if proc.poll() is None:
-                _kill_group(proc)
+                kill_group(proc)
             if proc.stdout is not None:
                 proc.stdout.close()
         answer.returncode = proc.returncode
@@ -137,14 +136,3 @@ def _messages(
                 yield from decoder.finish()
                 return
             yield from decoder.feed(data)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import selectors
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from cockpit.protocol.wire import Fault, LineDecoder
-from cockpit.run.process import project_root
+from cockpit.run.process import kill_group, project_root
 
 # findings that come once per device (data["device"]); the answer keeps them as lists
 LIST_FINDINGS = ("devices", "matmul", "h2d")
@@ -113,7 +112,7 @@ def run_probe(
         finally:
             stop_sampling.set()
             if proc.poll() is None:
-                _kill_group(proc)
+                kill_group(proc)
             stdout.close()
         answer.returncode = proc.returncode
         answer.duration_s = round(time.monotonic() - started, 2)
@@ -140,7 +139,7 @@ def _collect(proc: subprocess.Popen[bytes], deadline: float, answer: ProbeAnswer
     items = _read_until(proc, decoder, deadline)
     if items is None:
         answer.timed_out = True
-        _kill_group(proc)
+        kill_group(proc)
         items = []
     items += decoder.finish()
     for item in items:
@@ -153,7 +152,7 @@ def _collect(proc: subprocess.Popen[bytes], deadline: float, answer: ProbeAnswer
             proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             answer.timed_out = True
-            _kill_group(proc)
+            kill_group(proc)
 
 
 def _tail(stderr_file: IO[bytes]) -> str:
@@ -182,17 +181,6 @@ def _read_until(
             if not data:
                 return items
             items += decoder.feed(data)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _sample_loop(sample: Callable[[], Any], every_s: float, stop: threading.Event, out: list[Any]) -> None:

@@ -40,6 +40,18 @@ def project_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a helper child started in a session of its own (its whole group), and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 def launch(run: RunDir, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start `python -m train_backend train RUN` detached (or, for several GPUs, the launcher of one
     such process per GPU: cockpit.run.ranks); record who it is in trainer.json."""

@@ -110,17 +110,7 @@ def _read_source(
     several = cfg.dataset.sources is not None
     split_key = f"dataset.sources[{number}].split" if several else "dataset.split"
     opened = open_source(number, spec, limit, split_key)
-    entry: dict[str, Any] = {
-        "number": number,
-        "path": opened.label,
-        "kind": opened.kind,
-        "file": opened.file,
-        "bytes": opened.bytes,
-        "splits": opened.splits,
-        "split": spec.split,
-        "weight": spec.weight,
-        "samples": spec.samples,
-    }
+    entry = opened.entry()
     if opened.problem is not None:
         opened.problem.source, opened.problem.file = number, opened.label
         entry["problem"] = opened.problem

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cockpit.config.schema import DatasetSource
 from train_backend.data import LOCAL_BUILDERS, demo_dataset_path
@@ -55,6 +56,20 @@ class Opened:
     columns: list[str] | None = None  # known before reading (a schema)
     rows: Callable[[], Iterator[RawRow]] | None = None  # None: it cannot be read (see problem)
     problem: Problem | None = None
+
+    def entry(self) -> dict[str, Any]:
+        """The source as the report's `sources` list shows it."""
+        return {
+            "number": self.number,
+            "path": self.label,
+            "kind": self.kind,
+            "file": self.file,
+            "bytes": self.bytes,
+            "splits": self.splits,
+            "split": self.spec.split,
+            "weight": self.spec.weight,
+            "samples": self.spec.samples,
+        }
 
 
 def open_source(number: int, spec: DatasetSource, limit_bytes: int, split_key: str) -> Opened:

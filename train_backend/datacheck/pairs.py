@@ -79,7 +79,7 @@ def run_check(cfg: TrainConfig, progress: Callable[[dict[str, Any]], None] | Non
 
         spec = dataclasses.replace(spec, path=pref_data.demo_path(cfg.objective))
     opened = open_source(1, spec, LONG_ROW_FACTOR * cfg.training.max_length, "dataset.split")
-    entry = _entry(opened)
+    entry = opened.entry()
     problems: list[Problem] = []
     warnings: list[Problem] = []
     part: dict[str, Any] = {"objective": cfg.objective}
@@ -290,21 +290,6 @@ def cut_warnings(cfg: TrainConfig, part: dict[str, Any]) -> list[Problem]:
 
 def _answer_keys(cfg: TrainConfig) -> tuple[str, ...]:
     return ("chosen", "rejected") if rows_mod.Fields.of(cfg).paired else ("completion",)
-
-
-def _entry(opened: Opened) -> dict[str, Any]:
-    spec = opened.spec
-    return {
-        "number": 1,
-        "path": opened.label,
-        "kind": opened.kind,
-        "file": opened.file,
-        "bytes": opened.bytes,
-        "splits": opened.splits,
-        "split": spec.split,
-        "weight": spec.weight,
-        "samples": spec.samples,
-    }
 
 
 def _rows_part(cfg: TrainConfig, tally: Tally) -> dict[str, Any]:

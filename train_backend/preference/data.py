@@ -5,7 +5,6 @@ out, and the prompts whose answers are sampled beside the chosen one."""
 from __future__ import annotations
 
 import dataclasses
-import random
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -16,7 +15,7 @@ from cockpit.fmt import quoted
 from train_backend import data as data_mod
 from train_backend import generation
 from train_backend.errors import DataError
-from train_backend.evaluation import EvalData, Prompt
+from train_backend.evaluation import EvalData, Prompt, held_out
 from train_backend.preference import lengths as lengths_mod
 from train_backend.preference import rows as rows_mod
 
@@ -171,15 +170,7 @@ def split(cfg: TrainConfig, rows: Rows, tokenizer) -> tuple[Rows, Rows | None, s
     ds = cfg.dataset
     if ds.eval_fraction is not None:
         n = len(rows.records)
-        k = max(1, round(n * ds.eval_fraction))
-        if n - k < 1:
-            raise DataError(
-                f"dataset.eval_fraction: {ds.eval_fraction} of {n} rows leaves none to train on; use a "
-                "smaller fraction or more data"
-            )
-        order = list(range(n))
-        random.Random(cfg.training.seed).shuffle(order)
-        held, kept = sorted(order[:k]), sorted(order[k:])
+        held, kept = held_out(cfg, n, "rows")
         if cfg.eval.max_samples is not None:
             held = held[: cfg.eval.max_samples]
         source = f"eval_fraction {ds.eval_fraction} of {n} rows, seed {cfg.training.seed}"
