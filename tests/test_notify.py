@@ -8,6 +8,7 @@ import http.server
 import io
 import json
 import threading
+import time
 from contextlib import redirect_stdout
 from typing import ClassVar
 
@@ -207,10 +208,13 @@ def test_the_idle_alarm_tells_the_runs_urls(hook, tmp_path):
     alarm = idle.IdleAlarm(idle.IdleSettings(5.0, None), tmp_path / "backend.log")
     finding = Finding("idle_billed", "alarm", "Idle GPU, still billed", "0% for 5 min", "cost.on_idle")
     assert "IDLE ALARM" in alarm.update([finding])
-    alarm.notifier.send_in_background("noop", "x", "y").join(30)  # after the alarm's own, in order
-    assert (
-        received[0]["title"].endswith("GPU idle, still billed") and "0% for 5 min" in received[0]["message"]
-    )
+    alarm.notifier.send_in_background("noop", "x", "y").join(30)
+    # each send is a thread of its own: the two arrive in either order, so wait for both
+    deadline = time.monotonic() + 30
+    while len(received) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (told,) = [r for r in received if r["title"].endswith("GPU idle, still billed")]
+    assert "0% for 5 min" in told["message"]
 
 
 # ---------------------------------------------------------------- before the run
