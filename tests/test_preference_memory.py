@@ -15,7 +15,8 @@ from fixtures_oom import DATA, H200, oom_event
 from cockpit.config.load import config_from_dotted
 from cockpit.gpus.catalog import load_catalog
 from cockpit.models.memory import (
-    HF_LOGITS_BYTES,
+    ORPO_LOGITS_BYTES,
+    PREFERENCE_ACTIVATION_SCALE,
     EstimateError,
     Workload,
     estimate_memory,
@@ -71,9 +72,52 @@ def test_orpo_has_no_reference_and_the_full_logits(llama7b):
     w = Workload(llama7b, method="qlora", seq_len=1024, micro_batch=2, objective="orpo")
     got = parts(w)
     assert "reference" not in got and "reference_forward" not in got
-    assert got["logits"] == int(2 * 2 * 1024 * llama7b.vocab_size * HF_LOGITS_BYTES)
+    assert got["logits"] == int(2 * 2 * 1024 * llama7b.vocab_size * ORPO_LOGITS_BYTES)
     with pytest.raises(EstimateError, match="does not go with"):
         estimate_memory(replace(w, reference="adapter_off"))
+
+
+def test_orpo_on_a_4bit_base_takes_the_fp32_path_that_dpo_does_not(llama7b):
+    """TRL's ORPOTrainer runs prepare_model_for_kbit_training on a quantised base (fp32 norms, so fp32
+    MLP inputs and residual): more activations and fp32 checkpoints than DPO's forward of as many
+    tokens; on a 16-bit base the two count the same activations."""
+    for method, more in (("qlora", True), ("lora", False)):
+        orpo = parts(Workload(llama7b, method=method, seq_len=1024, micro_batch=2, objective="orpo"))
+        dpo = parts(
+            Workload(
+                llama7b, method=method, seq_len=1024, micro_batch=2, objective="dpo", reference="adapter_off"
+            )
+        )
+        assert (orpo["activations"] > dpo["activations"]) is more
+        assert (orpo["checkpoints"] == 2 * dpo["checkpoints"]) is more
+
+
+def test_a_full_orpo_counts_only_the_logits_beyond_the_gradients(llama7b):
+    w = Workload(
+        llama7b, method="full", seq_len=512, micro_batch=2, objective="orpo", optimizer="adamw_torch"
+    )
+    got = parts(w)
+    logits = int(2 * 2 * 512 * llama7b.vocab_size * ORPO_LOGITS_BYTES)
+    assert got["logits"] == max(0, logits - got["gradients"])
+
+
+def test_a_preference_batch_without_checkpointing_keeps_more_activations(llama7b):
+    base = Workload(llama7b, method="lora", seq_len=512, micro_batch=2, gradient_checkpointing=False)
+    sft = parts(replace(base, micro_batch=4))  # as many tokens as a pair's batch of 2
+    dpo = parts(replace(base, objective="dpo", reference="adapter_off"))
+    assert dpo["activations"] == pytest.approx(sft["activations"] * PREFERENCE_ACTIVATION_SCALE, rel=1e-6)
+    with_ckpt = replace(base, gradient_checkpointing=True)
+    assert (
+        parts(replace(with_ckpt, objective="dpo", reference="adapter_off"))["activations"]
+        == parts(replace(with_ckpt, micro_batch=4))["activations"]
+    )
+
+
+def test_a_full_reference_copy_is_held_through_the_optimizer_step(llama7b):
+    w = Workload(llama7b, method="full", seq_len=512, micro_batch=1, objective="dpo", optimizer="adamw_torch")
+    est = estimate_memory(replace(w, reference="copy"))
+    held = sum(p.bytes for p in est.parts if p.key in ("weights", "gradients", "optimizer", "reference"))
+    assert est.peak_bytes >= held + llama7b.params * 4  # adamw_torch's foreach temporary beside them
 
 
 @pytest.mark.parametrize(

@@ -78,8 +78,18 @@ NCCL_BUFFERS_BYTES = int(0.5 * GIB)
 # points) and memory other processes or fragmentation take
 SAFETY_MARGIN = 0.05
 
-# Preference objectives (docs/preference.md), counted from TRL 1.16's trainers, not fitted yet:
-# bench/preference_memory.py measures them against this model on a GPU.
+# Preference objectives (docs/preference.md), counted from TRL 1.16's trainers, and two coefficients
+# fitted on four of nine 1B runs on an H100 (bench/results/2026-12-07-preference-memory-fit-h100.txt;
+# bench/preference_memory.py measures them against this model, `--repredict` again after a change):
+# - PREFERENCE_ACTIVATION_SCALE: without checkpointing, a DPO or KTO forward kept 1.37x the activations
+#   an SFT forward of as many tokens keeps (DPO and KTO at 512 tokens: 0.9 and 0.45 GiB over the count,
+#   both 0.44 MB a token of the batch, 37% of the count); the padded pair and prompt batches are the
+#   difference from SFT's rows, not yet told apart. With checkpointing the recomputed block matched.
+# - ORPO_LOGITS_BYTES: ORPO's logits (16-bit), the chosen half's shifted copy, its 16-bit cross-entropy
+#   and their gradients, as the caching allocator reserves them, per token per vocabulary entry (fitted
+#   on the 1B LoRA runs at 2048 and at 512 without checkpointing: 15.8 and 16.5).
+PREFERENCE_ACTIVATION_SCALE = 1.37
+ORPO_LOGITS_BYTES = 16.2
 OBJECTIVES = ("sft", "dpo", "kto", "orpo")
 PAIRED = ("dpo", "orpo")  # chosen and rejected in one forward: twice the sequences a row
 # what the policy is scored against (train_backend.preference.trainers): adapter_off, the base with the
@@ -91,7 +101,7 @@ REFERENCES = ("none", "adapter_off", "ref_adapter", "copy", "precomputed")
 # norm, q, attention out and the MLP's gate, up and their product (k and v, intermediate sizes apart)
 REF_FORWARD_SCALE = 1.0
 # what is still allocated during the optimizer step (the backward's activations are freed by then)
-STEP_HELD_PARTS = ("weights", "quant_constants", "gradients", "optimizer", "adapter")
+STEP_HELD_PARTS = ("weights", "quant_constants", "gradients", "optimizer", "adapter", "reference")
 
 
 @dataclass(frozen=True)
@@ -302,7 +312,8 @@ def estimate_memory(w: Workload) -> MemoryEstimate:
     trained, step_temp = _trained_state(w, act_bytes)
     forward = forward_workload(w)
     activations = _activations(forward, act_bytes)
-    loss = _orpo_logits(forward) if w.objective == "orpo" else _loss(forward, activations[0].bytes)
+    orpo = w.objective == "orpo"
+    loss = _orpo_logits(forward, trained) if orpo else _loss(forward, activations[0].bytes)
     parts = [*_weights(w, act_bytes), *trained, *activations, loss]
     parts += _reference_parts(w, act_bytes, activations, loss)
     step = _optimizer_step(w, parts, step_temp)
@@ -339,16 +350,19 @@ def forward_workload(w: Workload) -> Workload:
     return replace(w, micro_batch=w.micro_batch * w.sequences_per_row)
 
 
-def _orpo_logits(w: Workload) -> Part:
-    """ORPO (trl.experimental.orpo) builds the full logits of chosen and rejected and their fp32
-    log-softmax and cross-entropy, as plain HF Trainer does (HF_LOGITS_BYTES, fitted on SFT runs)."""
+def _orpo_logits(w: Workload, trained: list[Part]) -> Part:
+    """ORPO (trl.experimental.orpo) builds the full logits of chosen and rejected, without the fused LM
+    head: ORPO_LOGITS_BYTES per token per vocabulary entry (fitted). A full fine-tune frees them at the
+    start of the backward, before most gradients exist: only what exceeds the gradients counts."""
     tokens, s = w.tokens_per_micro_batch, w.shape
-    return Part(
-        "logits",
-        "logits (ORPO: full, + fp32 log-softmax, grad)",
-        int(tokens * s.vocab_size * HF_LOGITS_BYTES),
-        f"{tokens} tokens (chosen + rejected) x vocab {s.vocab_size}; ORPO does not use the fused LM head",
-    )
+    logits = int(tokens * s.vocab_size * ORPO_LOGITS_BYTES)
+    note = f"{tokens} tokens (chosen + rejected) x vocab {s.vocab_size} x {ORPO_LOGITS_BYTES} B"
+    note += "; no fused LM head"
+    if w.method == "full":
+        gradients = sum(p.bytes for p in trained if p.key == "gradients")
+        logits = max(0, logits - gradients)
+        note += "; only what exceeds the gradients, which the backward allocates after them"
+    return Part("logits", "logits (ORPO: full, + log-softmax, grads)", logits, note)
 
 
 def no_grad_forward_bytes(w: Workload, tokens: int, act_bytes: int) -> int:
@@ -483,6 +497,13 @@ def _trained_state(w: Workload, act_bytes: int) -> tuple[list[Part], int]:
     return [part], foreach_step_bytes(w, trainable, adapter)
 
 
+def fp32_kbit_path(w: Workload) -> bool:
+    """peft's prepare_model_for_kbit_training runs on a 4- or 8-bit base: under `--trainer hf`, and in
+    TRL's ORPOTrainer, which calls it on a quantised model before its own casts (norms stay fp32, so
+    the MLP's inputs and the residual stream are fp32: the module docstring's hf QLoRA path)."""
+    return w.method == "qlora" and (w.trainer == "hf" or w.objective == "orpo")
+
+
 def _block_bytes_per_token(w: Workload, act_bytes: int) -> float:
     """What one decoder block keeps for backward, per token: the counted tensors scaled by the
     calibrated coefficients, then what `--trainer hf`'s fp32 QLoRA path and LoRA's dropout add."""
@@ -493,7 +514,7 @@ def _block_bytes_per_token(w: Workload, act_bytes: int) -> float:
     per_block = saved * act_bytes / 2 * ACTIVATION_SCALE
     if w.liger:
         per_block *= LIGER_ACTIVATION_SCALE
-    if w.trainer == "hf" and w.method == "qlora":
+    if fp32_kbit_path(w):
         per_block += hf_kbit_fp32_extra_bytes_per_token(s)
     per_block += lora_dropout_bytes_per_token(w, act_bytes)
     return per_block
@@ -505,15 +526,12 @@ def _activations(w: Workload, act_bytes: int) -> list[Part]:
     s, tokens = w.shape, w.tokens_per_micro_batch
     per_block = _block_bytes_per_token(w, act_bytes)
     if not w.gradient_checkpointing:
-        return [
-            Part(
-                "activations",
-                "activations",
-                int(tokens * s.num_layers * per_block),
-                f"{s.num_layers} blocks x {tokens} tokens x {per_block / 1024:.0f} KiB, no checkpointing",
-            )
-        ]
-    hf_kbit = w.trainer == "hf" and w.method == "qlora"
+        note = f"{s.num_layers} blocks x {tokens} tokens x {per_block / 1024:.0f} KiB, no checkpointing"
+        if w.objective != "sft":
+            per_block *= PREFERENCE_ACTIVATION_SCALE
+            note += f"; x {PREFERENCE_ACTIVATION_SCALE} for a preference batch (fitted)"
+        return [Part("activations", "activations", int(tokens * s.num_layers * per_block), note)]
+    hf_kbit = fp32_kbit_path(w)
     residual_bytes = 4 if hf_kbit or w.precision == "fp32" else 2  # the residual stream's dtype
     on_gpu = min(2, s.num_layers) if w.checkpoint_offload else s.num_layers
     return [
@@ -572,7 +590,13 @@ def _optimizer_step(w: Workload, parts: list[Part], step_temp: int) -> Part | No
 
 
 def _context_bytes(w: Workload) -> int:
-    return CUDA_CONTEXT_BYTES + (BNB_WORKSPACE_BYTES if w.method == "qlora" else 0)
+    """The CUDA context, and bitsandbytes' kernels and workspaces wherever it runs: a 4- or 8-bit base
+    or one of its optimizers (paged_*, *_8bit)."""
+    return CUDA_CONTEXT_BYTES + (BNB_WORKSPACE_BYTES if uses_bitsandbytes(w) else 0)
+
+
+def uses_bitsandbytes(w: Workload) -> bool:
+    return w.method == "qlora" or w.optimizer.startswith("paged_") or w.optimizer.endswith("_8bit")
 
 
 def _logits_band(w: Workload, parts: list[Part]) -> list[Band]:
