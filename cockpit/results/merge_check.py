@@ -25,6 +25,10 @@ RELATIVE_TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 6e-2}
 # twice the worst round trip measured, SmolLM2-135M's (0.24, 0.19, 0.35; the tiny model's 0.073,
 # 0.076, 0.17; docs/finish.md). Loose against rounding; a broken conversion should read near 1
 ROUND_TRIP_TOLERANCE = {"f16": 3e-2, "q8_0": 8e-2, "q5_1": 0.45, "q5_0": 0.45, "q4_0": 0.6}
+# K-quants (llama.cpp's llama-quantize, not installed here): not measured; each takes the tolerance of
+# the block type of no more bits a weight (q6_k 6.56 -> q5_1's 6, q5_k_m 5.70 -> q5_0's 5.5, q4_k_m
+# 4.89 -> q4_0's 4.5)
+ROUND_TRIP_TOLERANCE.update(q6_k=0.45, q5_k_m=0.45, q4_k_m=0.6)
 
 
 @dataclass(frozen=True)
@@ -94,3 +98,20 @@ def describe_event(event: dict[str, Any]) -> str:
     keys = LogitsCheck.__dataclass_fields__
     figures: dict[str, Any] = {k: event.get(k) for k in keys}
     return LogitsCheck(**figures).describe()
+
+
+def describe_readback(event: dict[str, Any]) -> str:
+    """A GGUF read back (an `export_readback` event), as one line."""
+    if event.get("skipped"):
+        return f"{event.get('file')}: not read back ({event.get('reason')})"
+    verdict = "passed" if event.get("passed") else "FAILED"
+    gaps = ", ".join(f"{g:.3g}" for g in event.get("gaps") or [])
+    kept = f"; kept as {event['kept_as']}" if event.get("kept_as") else ""
+    if event.get("problem"):
+        return f"{event.get('file')} ({event.get('file_type')}) read back: {event['problem']}: {verdict}{kept}"
+    return (
+        f"{event.get('file')} ({event.get('file_type')}) read back: next-token max |Δ| {event.get('gap', 0):.3g} "
+        f"of the largest logit (worst of {event.get('inputs')} prompts: {gaps}; tolerance "
+        f"{event.get('tolerance')}), same top token on {event.get('top1_same')} of {event.get('inputs')}, "
+        f"{event.get('tensors')} tensors in {event.get('elapsed_s', 0):.1f} s: {verdict}{kept}"
+    )
