@@ -26,6 +26,7 @@ from typing import Any, Protocol, TextIO, cast
 from cockpit import fmt
 from cockpit.config.load import load_config
 from cockpit.config.schema import TrainConfig
+from cockpit.models.shape import ModelShape
 from cockpit.paths import cockpit_command
 from cockpit.plain import PLAIN_WIDTH, terminal_width
 from cockpit.protocol.wire import Fault, LineDecoder
@@ -98,18 +99,17 @@ def default_out(run: rundir.RunDir, source: Source, merge: bool, dtype: str, ggu
     return run.path / "exports" / f"{source.label}-{kind}"
 
 
-def model_size(cfg: TrainConfig, run_facts: card_mod.RunFacts) -> tuple[int, int]:
-    """(parameters, largest tensor's elements) of the base: from its shape when one can be read
-    without the weights, else the run's own count (its `model` event)."""
+def model_size(cfg: TrainConfig, run_facts: card_mod.RunFacts) -> tuple[int, int, ModelShape | None]:
+    """(parameters, largest tensor's elements, the shape) of the base: from its shape when one can be
+    read without the weights, else the run's own count (its `model` event) and no shape."""
     from cockpit.models.shape import ShapeError, load_shape
 
     try:
         shape = load_shape(cfg.model.name, revision=cfg.model.revision or "main", timeout_s=5.0)
-        vocab_rows = shape.embedding_params
-        return shape.params, vocab_rows
+        return shape.params, shape.embedding_params, shape
     except (ShapeError, OSError):
         counted = int(run_facts.state.model.get("params_total") or 0)
-        return counted, counted // 8
+        return counted, counted // 8, None
 
 
 def folder_bytes(folder: Path) -> int:
@@ -322,8 +322,8 @@ def prepare(
         raise ExportError(
             f"{out} already exists and is not empty; remove it, or choose another folder with --to"
         )
-    params, largest = model_size(cfg, facts)
-    need = needs_mod.estimate(params, largest, dtype, merge, gguf, folder_bytes(source.path), out)
+    params, largest, shape = model_size(cfg, facts)
+    need = needs_mod.estimate(params, largest, dtype, merge, gguf, folder_bytes(source.path), out, shape)
     if need.problems:
         raise ExportError(" ".join(need.problems) + " Nothing was written.")
     request = {
@@ -429,6 +429,8 @@ def export(
     for note in plan.notes:
         say(note)
     say(f"exporting {plan.what} of run {run.run_id} from {plan.source.label}; {plan.need.line()}")
+    for line in plan.need.lines():
+        say(f"  {line}")
     progress = Progress()
     try:
         return execute(plan, progress)

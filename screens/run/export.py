@@ -257,8 +257,10 @@ class ExportScreen(Screen):
         )
         text.append(
             f"disk  ~{fmt.size(need.disk_bytes)} of {fmt.size(need.disk_free)} free at "
-            f"{shown_path(need.disk_where, self.run)} ({need.disk_parts})\n"
+            f"{shown_path(need.disk_where, self.run)}\n"
         )
+        for predicted in need.files:
+            text.append(f"  {predicted.line()}\n")
         text.append("Enter starts it.", style="bold")
         return text
 
@@ -307,7 +309,9 @@ class ExportScreen(Screen):
             self.state = "done"
             body.border_title = "exported"
             lines = exporter.summary_lines(message.out, message.info)
-            checks = [x for x in lines if x.startswith(("merge check:", "against the trained", "GGUF check:"))]
+            checks = [
+                x for x in lines if x.startswith(("merge check:", "against the trained", "GGUF check:"))
+            ]
             rest = [x for x in lines[1:] if x not in checks]
             self.result = [f"written to {shown_path(message.out, self.run)}", *checks, *rest]
         self.refresh_bindings()

@@ -329,7 +329,12 @@ def _read_back(job: Job, model, made: dict | None, result: to_gguf.GgufResult, s
     path = job.out / (made["file"] if made else Path(result.path).name)
     file_type = made["type"] if made and made.get("done") else result.out_type
     if job.request.get("readback") is False:
-        event: dict = {"file": path.name, "file_type": file_type, "skipped": True, "reason": "--skip-readback"}
+        event: dict = {
+            "file": path.name,
+            "file_type": file_type,
+            "skipped": True,
+            "reason": "--skip-readback",
+        }
         emitter.emit("export_readback", **event)
         return event
     aids = test_aids.parse(os.environ.get(test_aids.ENV))

@@ -3,8 +3,8 @@
 The file is read with the gguf package's own reader and dequantizer, one tensor at a time, into the
 merged model itself (already written as safetensors, so nothing else needs it): the check costs one
 tensor in fp32 on top of the model, not a second model. The GGUF tensor names and llama's rotary
-row order are undone by transformers' GGUF loader (its name map and tensor processor), not by the
-converter's own tables, so a converter that misnames or misorders a tensor is read back wrong and
+row order are undone by the gguf package's name map and transformers' GGUF tensor processor, not by
+the converter's own tables, so a converter that misnames or misorders a tensor is read back wrong and
 fails. Each of the merge check's prompts is run; the gap is the largest |Δ| of the last position's
 logits relative to that position's largest logit, the worst of the prompts, against the file type's
 tolerance (cockpit.results.merge_check.ROUND_TRIP_TOLERANCE).
@@ -64,11 +64,7 @@ def load_into(path: Path, model, progress: Callable[[int, int], None] = lambda d
     import torch
     from gguf import GGUFReader
     from gguf.quants import dequantize
-    from transformers.modeling_gguf_pytorch_utils import (
-        TENSOR_PROCESSORS,
-        TensorProcessor,
-        get_gguf_hf_weights_map,
-    )
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor
 
     reader = GGUFReader(str(path))
     arch = str(reader.fields["general.architecture"].contents())
@@ -77,7 +73,7 @@ def load_into(path: Path, model, progress: Callable[[int, int], None] = lambda d
         "num_key_value_heads": reader.fields[f"{arch}.attention.head_count_kv"].contents(),
     }
     processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=heads)
-    to_hf = get_gguf_hf_weights_map(model, processor, model_type=arch)
+    to_hf = gguf_to_hf_names(model, arch)
     params = dict(model.named_parameters())  # a tied weight once
     unread = set(params)
     tensors = list(reader.tensors)
@@ -97,10 +93,11 @@ def load_into(path: Path, model, progress: Callable[[int, int], None] = lambda d
         if param is None:  # e.g. output.weight where this model ties it to the embeddings
             raise ReadBackError(f"{path.name}: tensor {tensor.name!r} ({hf_name}) is not a parameter here")
         weights = np.ascontiguousarray(processed.weights)
+        if not weights.flags.writeable:  # an f32 tensor is a view of the read-only file
+            weights = weights.copy()
         if tuple(weights.shape) != tuple(param.shape):
-            raise ReadBackError(
-                f"{path.name}: tensor {tensor.name!r} has shape {weights.shape}, {hf_name} {tuple(param.shape)}"
-            )
+            shapes = f"{tuple(weights.shape)}, {hf_name} {tuple(param.shape)}"
+            raise ReadBackError(f"{path.name}: tensor {tensor.name!r} has shape {shapes}")
         with torch.no_grad():
             param.copy_(torch.from_numpy(weights))
         unread.discard(hf_name)
@@ -109,6 +106,22 @@ def load_into(path: Path, model, progress: Callable[[int, int], None] = lambda d
         missing = ", ".join(sorted(unread)[:4]) + (" ..." if len(unread) > 4 else "")
         raise ReadBackError(f"{path.name}: no tensor for {len(unread)} parameter(s) of the model: {missing}")
     return len(tensors)
+
+
+def gguf_to_hf_names(model, arch: str) -> dict[str, str]:
+    """GGUF tensor name -> the model's parameter name, by the gguf package's own name map (as
+    transformers' get_gguf_hf_weights_map does, without its map built again for every submodule)."""
+    from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
+
+    arch_key = next(key for key, name in MODEL_ARCH_NAMES.items() if name == arch)
+    name_map = get_tensor_name_map(arch_key, model.config.num_hidden_layers)
+    out = {}
+    for hf_name in model.state_dict():
+        base, _, suffix = hf_name.rpartition(".")
+        gguf_name = name_map.get_name(base)
+        if gguf_name is not None:
+            out[f"{gguf_name}.{suffix}"] = hf_name
+    return out
 
 
 def read_back(
