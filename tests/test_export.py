@@ -213,8 +213,7 @@ def test_a_damaged_gguf_fails_its_read_back_and_is_kept_under_a_name_that_says_s
     kept = next(out.glob("*.gguf"))
     assert kept.name.endswith("-q8_0.failed-check.gguf") and not (out / "Modelfile").exists()
     assert (
-        "the GGUF failed its read-back check: " in said
-        and "tolerance 0.1), same top token on 0 of 3" in said
+        "the GGUF failed its read-back check: " in said and "tolerance 0.1), same top token on 0 of 3" in said
     )
     assert f"The export is kept in {out}: the merged safetensors passed the merge check" in said
     assert f"the GGUF is kept as {kept.name}, with no Modelfile" in said

@@ -72,9 +72,6 @@ class Aids:
         "the export zeroes this tensor's bytes in the GGUF it wrote (e.g. output.weight) before it "
         "reads the file back: a damaged file, which the read-back check must fail",
     )
-    readback_tolerance: float | None = _aid(
-        None, "the export's read-back check uses this tolerance for every GGUF type", min=0
-    )
 
     def eval_loss(self, index: int, measured: float) -> float:
         """The loss the `index`th eval pass of this trainer reports."""

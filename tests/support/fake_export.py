@@ -1,6 +1,7 @@
 """A stand-in for `python -m train_backend.export` (the export screen's tests): the same JSON lines
-(export_progress per stage, export_check, export_readback, export_done, or error) with fixed figures, and files
-written into the request's out_dir. FAKE_EXPORT_FAIL=1 makes it fail as a refused GGUF would."""
+(export_progress per stage, export_check, export_readback, export_done, or error) with fixed
+figures, and files written into the request's out_dir. FAKE_EXPORT_FAIL=1 makes it fail as a
+refused GGUF would."""
 
 from __future__ import annotations
 

@@ -340,9 +340,7 @@ def _read_back(job: Job, model, made: dict | None, result: to_gguf.GgufResult, s
     aids = test_aids.parse(os.environ.get(test_aids.ENV))
     if aids.corrupt_gguf_tensor:
         readback.corrupt(path, aids.corrupt_gguf_tensor)
-    tolerance = aids.readback_tolerance
-    if tolerance is None:
-        tolerance = merge_check.ROUND_TRIP_TOLERANCE[file_type]
+    tolerance = merge_check.ROUND_TRIP_TOLERANCE[file_type]
     inputs = _check_inputs(job.tokenizer, model.device)
     stages.begin("readback", unit="tensor", message=f"{path.name} into the merged model, against its logits")
     reference = _logits(model, inputs)  # before the file's weights replace the merged ones
