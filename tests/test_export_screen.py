@@ -108,6 +108,9 @@ async def test_export_the_merged_model_and_gguf_from_the_ended_run(ended_run):
         await until(pilot, lambda: screen.plan is not None and screen.plan.gguf == "q8_0", "the new check")
         shown = text_of(screen, "#export-check")
         assert "merged model (bf16) + GGUF q8_0 from final" in shown and "GGUF q8_0" in shown
+        # each file's predicted size, from the tiny model's shape, before it starts
+        assert "merged safetensors (bf16): ~6.5 MiB (3.43M params x 2 B)" in shown
+        assert "GGUF q8_0: ~4.1 MiB (2.20M layer weights x 8.5 bits + 524,288 embeddings and output" in shown
         await pilot.press("enter")
         await until(pilot, lambda: screen.state in ("done", "failed"), "the export's end")
         shown = text_of(screen, "#export-progress")
@@ -117,6 +120,7 @@ async def test_export_the_merged_model_and_gguf_from_the_ended_run(ended_run):
             assert screen.stages[stage].strip() == f"{stage:<8} done in 1.5 s"
         assert "time: load 1.5 s, merge 1.5 s, write 1.5 s; peak RAM 512.0 MiB" in shown
         assert "merge check: merged vs base + adapter (bf16, cpu)" in shown and ": passed" in shown
+        assert "GGUF check: " in shown and "(q8_0) read back: next-token max |Δ| 0.0168" in shown
         out = ended_run.path / "exports" / "final-merged-bf16-q8_0"
         assert {"model.safetensors", "Modelfile", "README.md"} <= {p.name for p in out.iterdir()}
         assert "enter" not in screen.active_bindings  # done: nothing to start again

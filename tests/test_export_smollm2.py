@@ -2,8 +2,9 @@
 steps on the CPU on the demo's chat data (one run, shared by the tests here):
 
 - `cockpit chat RUN --prompt`: a coherent answer that stops at the chat template's end token;
-- the export round trip: merged and written as GGUF f16, read back by transformers from the GGUF
-  alone: the same tokens and the same next-token logits as the merged safetensors.
+- the export round trip: merged and written as GGUF f16, read back by the export itself (its
+  next-token logits within f16's tolerance of the merged model's), its tokenizer read by
+  transformers from the GGUF alone: the same tokens and chat template as the merged folder's.
 
 Needs the model in the cache (`cockpit fetch smollm2-135m`, which .ci/run does once); skipped, with
 the reason, when it is absent."""
@@ -88,35 +89,31 @@ def test_smollm2_export_round_trip(smol_run, tmp_path):
     assert 'PARAMETER stop "<|im_end|>"' in (out / "Modelfile").read_text()
     assert "| Base model | smollm2-135m |" in (out / "README.md").read_text()
 
+    read = json.loads((out / "cockpit-export.json").read_text())["readback"]
+    assert read["file_type"] == "f16" and read["passed"] and read["top1_same"] == 3, read
+    assert read["gap"] <= ROUND_TRIP_TOLERANCE["f16"] and read["tensors"] == 272, read
+    assert f"GGUF check: {read['file']} (f16) read back: next-token max |Δ|" in " ".join(proc.stdout.split())
+
     alone = tmp_path / "gguf-only"
     alone.mkdir()
     code = f"""
-import json, shutil, torch
+import json, shutil
 from pathlib import Path
-from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+from transformers import AutoTokenizer
 out, alone = Path({str(out)!r}), Path({str(alone)!r})
 gguf = next(out.glob("*.gguf"))
 shutil.copy(gguf, alone / gguf.name)
-merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
 tok = AutoTokenizer.from_pretrained(out)
-back = AutoModelForCausalLM.from_pretrained(alone, gguf_file=gguf.name, dtype=torch.float32,
-                                            quantization_config=GgufConfig(dequantize=True))
 back_tok = AutoTokenizer.from_pretrained(alone, gguf_file=gguf.name)
 text = tok.apply_chat_template([{{"role": "user", "content": "What is the capital of France?"}}],
                                tokenize=False, add_generation_prompt=True)
-ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
-with torch.no_grad():
-    a, b = merged(input_ids=ids).logits[0, -1], back(input_ids=ids).logits[0, -1]
 print(json.dumps({{
-    "same_ids": ids.tolist() == back_tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
-    .tolist(),
-    "relative": float((a - b).abs().max() / a.abs().max()), "top1": [int(a.argmax()), int(b.argmax())],
+    "same_ids": tok(text, add_special_tokens=False)["input_ids"]
+    == back_tok(text, add_special_tokens=False)["input_ids"],
     "template_same": back_tok.chat_template == tok.chat_template}}))
 """
     child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=400)
     assert child.returncode == 0, child.stderr[-3000:]
     result = json.loads(child.stdout.strip().splitlines()[-1])
     assert result["same_ids"] and result["template_same"], result
-    assert result["relative"] <= ROUND_TRIP_TOLERANCE["f16"], result
-    assert result["top1"][0] == result["top1"][1], result
-    print(f"smollm2 round trip: relative logit difference {result['relative']:.2e}")
+    print(f"smollm2 f16 read back: gaps {read['gaps']} in {read['elapsed_s']} s")

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cockpit import fmt
 from cockpit.models import packaged
 from cockpit.results import export_needs as needs
 from cockpit.results import merge_check as check
@@ -47,14 +48,80 @@ def test_needs_for_a_7b_merge_with_q8_gguf(tmp_path, monkeypatch):
     monkeypatch.setattr(needs, "available_ram_bytes", lambda: 8 * 2**30)
     monkeypatch.setattr(needs, "free_disk_bytes", lambda path: 100 * 2**30)
     n = needs.estimate(6_738_415_616, 32000 * 4096, "bf16", True, "q8_0", 0, tmp_path / "out" / "deeper")
-    assert n.ram_bytes == 6_738_415_616 * 2 + 32000 * 4096 * 4 + needs.OVERHEAD_BYTES
+    assert n.ram_bytes == 6_738_415_616 * 2 + 2 * 32000 * 4096 * 4 + needs.OVERHEAD_BYTES
     assert n.disk_bytes == 6_738_415_616 * 2 + int(6_738_415_616 * 34 / 32)
     assert n.disk_where == str(tmp_path.resolve())  # the nearest folder that exists
     (problem,) = n.problems
-    assert problem.startswith("not enough RAM: the export needs ~13.54 GiB (6.74B params x 2 B (bf16)")
+    assert problem.startswith("not enough RAM: the export needs ~14.03 GiB (6.74B params x 2 B (bf16)")
     assert "8.00 GiB is available" in problem
     adapter_only = needs.estimate(1000, 10, "bf16", False, None, 5 * 2**20, tmp_path)
     assert adapter_only.disk_bytes == 5 * 2**20 and "the adapter 5.0 MiB" in adapter_only.disk_parts
+
+
+def test_each_files_size_is_predicted_from_the_shape_before_the_export(tmp_path, monkeypatch):
+    """SmolLM2-135M's shipped shape: each GGUF type predicted within 0.3% of the file the export wrote
+    (docs/finish.md: 144,810,752 B q8_0 ... 91,726,592 B q4_0), with its inputs said; the RAM first."""
+    from cockpit.models.shape import load_shape
+
+    monkeypatch.setattr(needs, "available_ram_bytes", lambda: 64 * 2**30)
+    monkeypatch.setattr(needs, "free_disk_bytes", lambda path: 100 * 2**30)
+    shape = load_shape("smollm2-135m")
+    written = {"q8_0": 144_810_752, "q5_1": 111_633_152, "q5_0": 104_997_632, "q4_0": 91_726_592}
+    for kind, size in written.items():
+        predicted = needs.gguf_file(kind, shape.params, shape).bytes
+        assert abs(predicted / size - 1) < 0.003, (kind, predicted, size)
+    n = needs.estimate(shape.params, shape.embedding_params, "bf16", True, "q4_0", 0, tmp_path, shape)
+    ram, merged, gguf = n.lines()
+    assert ram.startswith(f"RAM: ~{fmt.size(n.ram_bytes)} (134.52M params x 2 B (bf16) + the largest tensor")
+    assert merged == f"merged safetensors (bf16): ~{fmt.size(shape.params * 2)} (134.52M params x 2 B)"
+    assert gguf == (
+        "GGUF q4_0: ~87.6 MiB (106.17M layer weights x 4.5 bits + 28.31M embeddings x 8.5 bits + "
+        "35,136 norms x 32 bits + metadata 49,152 tokens x 40 B)"
+    )
+    assert n.disk_bytes == shape.params * 2 + n.files[1].bytes
+    k = needs.estimate(shape.params, shape.embedding_params, "bf16", True, "q4_k_m", 0, tmp_path, shape)
+    assert [f.what for f in k.files] == [
+        "merged safetensors (bf16)",
+        "GGUF f16 (removed once quantised)",
+        "GGUF q4_k_m",
+    ]
+    assert k.files[2].line().endswith("(134.52M params x 4.89 bits)")
+    blind = needs.estimate(1000, 10, "bf16", True, "q8_0", 0, tmp_path)  # no shape: params x bits
+    assert blind.files[1].line() == "GGUF q8_0: ~1.0 KiB (1,000 params x 8.5 bits (shape unknown))"
+
+
+def test_the_read_back_is_said_in_one_line_passed_failed_or_skipped():
+    event = {
+        "file": "m-q4_0.gguf", "file_type": "q4_0", "tensors": 39, "inputs": 3, "gaps": [0.178, 0.116, 0.152],
+        "gap": 0.178, "tolerance": 0.6, "top1_same": 3, "elapsed_s": 1.04, "passed": True,
+    }  # fmt: skip
+    assert check.describe_readback(event) == (
+        "m-q4_0.gguf (q4_0) read back: next-token max |Δ| 0.178 of the largest logit (worst of 3 prompts: "
+        "0.178, 0.116, 0.152; tolerance 0.6), same top token on 3 of 3, 39 tensors in 1.0 s: passed"
+    )
+    failed = {**event, "passed": False, "kept_as": "m-q4_0.failed-check.gguf"}
+    assert check.describe_readback(failed).endswith(": FAILED; kept as m-q4_0.failed-check.gguf")
+    broken = {
+        **failed,
+        "gap": None,
+        "problem": "m-q4_0.gguf: no tensor for 1 parameter(s) of the model: lm_head.weight",
+    }
+    assert check.describe_readback(broken) == (
+        "m-q4_0.gguf (q4_0) read back: m-q4_0.gguf: no tensor for 1 parameter(s) of the model: "
+        "lm_head.weight: FAILED; kept as m-q4_0.failed-check.gguf"
+    )
+    skipped = {"file": "m-q4_0.gguf", "file_type": "q4_0", "skipped": True, "reason": "--skip-readback"}
+    assert check.describe_readback(skipped) == "m-q4_0.gguf: not read back (--skip-readback)"
+    assert set(check.ROUND_TRIP_TOLERANCE) >= {
+        "f16",
+        "q8_0",
+        "q5_1",
+        "q5_0",
+        "q4_0",
+        "q6_k",
+        "q5_k_m",
+        "q4_k_m",
+    }
 
 
 def test_the_tensor_plan_names_types_and_refuses_unknown_tensors():

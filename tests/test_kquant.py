@@ -95,7 +95,7 @@ def test_a_k_quant_needs_the_f16_file_and_its_own_on_disk(tmp_path, monkeypatch)
     monkeypatch.setattr(needs, "free_disk_bytes", lambda path: 100 * 2**30)
     n = needs.estimate(6_738_415_616, 32000 * 4096, "bf16", True, "q4_k_m", 0, tmp_path)
     assert n.disk_bytes == 6_738_415_616 * 2 + int(6_738_415_616 * (2 + 4.89 / 8))
-    assert "+ GGUF f16 12.55 GiB + q4_k_m 3.84 GiB" in n.disk_parts
+    assert "+ GGUF f16 (removed once quantised) 12.55 GiB + GGUF q4_k_m 3.84 GiB" in n.disk_parts
 
 
 def test_the_k_types_the_cli_offers_are_the_ones_it_can_make():

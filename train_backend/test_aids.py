@@ -67,6 +67,11 @@ class Aids:
         "the eval losses the passes report, comma-separated, in order (the base model's first), in "
         "place of the measured ones; past the list, the measured ones (early stopping's e2e test)",
     )
+    corrupt_gguf_tensor: str | None = _aid(
+        None,
+        "the export zeroes this tensor's bytes in the GGUF it wrote (e.g. output.weight) before it "
+        "reads the file back: a damaged file, which the read-back check must fail",
+    )
 
     def eval_loss(self, index: int, measured: float) -> float:
         """The loss the `index`th eval pass of this trainer reports."""

@@ -616,7 +616,13 @@ def cmd_export(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     try:
         out, info = exporter.export(
-            run, checkpoint=args.checkpoint, merge=args.merge, dtype=args.dtype, gguf=args.gguf, to=args.to
+            run,
+            checkpoint=args.checkpoint,
+            merge=args.merge,
+            dtype=args.dtype,
+            gguf=args.gguf,
+            to=args.to,
+            readback=not args.skip_readback,
         )
     except exporter.ExportError as exc:
         print(str(exc), file=sys.stderr)

@@ -510,6 +510,30 @@ class ExportCheckEvent(TypedDict, total=False):
     gating: Annotated[bool | None, Meaning("false: reported only (QLoRA: against the 4-bit base)")]
 
 
+class ExportReadbackEvent(TypedDict, total=False):
+    """The GGUF file read back into the merged model, its next-token logits against the merged
+    model's on the merge check's prompts (train_backend/export/readback.py)."""
+
+    file: Annotated[str, Meaning("the GGUF file's name as written")]
+    file_type: Annotated[str, Meaning("its type (f16, q8_0, q5_1, q5_0, q4_0, or the K-quant made)")]
+    tensors: Annotated[int, Meaning("tensors read")]
+    inputs: Annotated[int, Meaning("prompts compared")]
+    gaps: Annotated[
+        list[float], Meaning("per prompt: max |Δ| of the last position's logits / its largest logit")
+    ]
+    gap: Annotated[float | None, Meaning("the worst of `gaps`; null when the file could not be read")]
+    tolerance: Annotated[
+        float, Meaning("the largest gap that passes, per type (cockpit/results/merge_check.py)")
+    ]
+    top1_same: Annotated[int, Meaning("prompts whose most likely next token is the same")]
+    elapsed_s: Annotated[float, Meaning("seconds to read the file and run the prompts")]
+    passed: Annotated[bool, Meaning("gap <= tolerance")]
+    kept_as: Annotated[str | None, Meaning("a failed file's new name (NAME.failed-check.gguf)")]
+    problem: Annotated[str | None, Meaning("why the file could not be read into the model")]
+    skipped: Annotated[bool | None, Meaning("true: not read back (`reason`)")]
+    reason: Annotated[str | None, Meaning("why it was skipped (--skip-readback)")]
+
+
 class ExportDoneEvent(TypedDict, total=False):
     """The export is complete in its staging folder."""
 
@@ -527,6 +551,7 @@ class ExportDoneEvent(TypedDict, total=False):
     gguf: Annotated[
         dict[str, Any] | None, Meaning("`file`, `tensors`, `bytes`, `type`, `architecture`, `types`")
     ]
+    readback: Annotated[dict[str, Any] | None, Meaning("the export_readback event's fields")]
     kquant: Annotated[
         dict[str, Any] | None,
         Meaning(
@@ -752,6 +777,7 @@ EVENTS: dict[str, type] = {
     "end_command": EndCommandEvent,
     "export_progress": ExportProgressEvent,
     "export_check": ExportCheckEvent,
+    "export_readback": ExportReadbackEvent,
     "export_done": ExportDoneEvent,
     "busy": BusyEvent,
     "sync": SyncEvent,

@@ -3,7 +3,7 @@
 The client picks what to export (final/, else the last complete checkpoint, or --checkpoint N),
 checks RAM and disk against what the export needs, and starts `python -m train_backend.export`,
 which does everything that needs torch and reports over JSON lines (export_progress,
-export_check, export_done, error). The export is written into a staging folder beside the
+export_check, export_readback, export_done, error). The export is written into a staging folder beside the
 target and renamed into place only when complete; the run directory is never changed except
 for the `exports/` folder and `export.log`.
 """
@@ -26,12 +26,13 @@ from typing import Any, Protocol, TextIO, cast
 from cockpit import fmt
 from cockpit.config.load import load_config
 from cockpit.config.schema import TrainConfig
+from cockpit.models.shape import ModelShape
 from cockpit.paths import cockpit_command
 from cockpit.plain import PLAIN_WIDTH, terminal_width
 from cockpit.protocol.wire import Fault, LineDecoder
 from cockpit.results import export_needs as needs_mod
 from cockpit.results import model_card as card_mod
-from cockpit.results.merge_check import describe_event
+from cockpit.results.merge_check import describe_event, describe_readback
 from cockpit.run import rundir
 from cockpit.run.process import is_alive, project_root
 
@@ -98,18 +99,17 @@ def default_out(run: rundir.RunDir, source: Source, merge: bool, dtype: str, ggu
     return run.path / "exports" / f"{source.label}-{kind}"
 
 
-def model_size(cfg: TrainConfig, run_facts: card_mod.RunFacts) -> tuple[int, int]:
-    """(parameters, largest tensor's elements) of the base: from its shape when one can be read
-    without the weights, else the run's own count (its `model` event)."""
+def model_size(cfg: TrainConfig, run_facts: card_mod.RunFacts) -> tuple[int, int, ModelShape | None]:
+    """(parameters, largest tensor's elements, the shape) of the base: from its shape when one can be
+    read without the weights, else the run's own count (its `model` event) and no shape."""
     from cockpit.models.shape import ShapeError, load_shape
 
     try:
         shape = load_shape(cfg.model.name, revision=cfg.model.revision or "main", timeout_s=5.0)
-        vocab_rows = shape.embedding_params
-        return shape.params, vocab_rows
+        return shape.params, shape.embedding_params, shape
     except (ShapeError, OSError):
         counted = int(run_facts.state.model.get("params_total") or 0)
-        return counted, counted // 8
+        return counted, counted // 8, None
 
 
 def folder_bytes(folder: Path) -> int:
@@ -146,6 +146,8 @@ class ProgressSink(Protocol):
 
     def check(self, event: dict[str, Any]) -> None: ...
 
+    def readback(self, event: dict[str, Any]) -> None: ...
+
     def warning(self, message: str) -> None: ...
 
 
@@ -172,6 +174,9 @@ class Progress:
 
     def check(self, event: dict[str, Any]) -> None:
         self._print(f"  check    {describe_event(event)}", final=True)
+
+    def readback(self, event: dict[str, Any]) -> None:
+        self._print(f"  readback {describe_readback(event)}", final=True)
 
     def warning(self, message: str) -> None:
         self._print(f"  warning: {message}", final=True)
@@ -258,6 +263,8 @@ def _take(
         progress.update(item)
     elif item.get("type") == "export_check":
         progress.check(item)
+    elif item.get("type") == "export_readback":
+        progress.readback(item)
     elif item.get("type") == "warning":
         progress.warning(str(item.get("message")))
 
@@ -292,6 +299,7 @@ def prepare(
     dtype: str = "bf16",
     gguf: str | None = None,
     to: str | None = None,
+    readback: bool = True,
 ) -> Plan:
     """Pick the source and the folder and measure RAM and disk; ExportError when it cannot start
     (its `Needs` figures are in the message when they are the reason)."""
@@ -314,8 +322,8 @@ def prepare(
         raise ExportError(
             f"{out} already exists and is not empty; remove it, or choose another folder with --to"
         )
-    params, largest = model_size(cfg, facts)
-    need = needs_mod.estimate(params, largest, dtype, merge, gguf, folder_bytes(source.path), out)
+    params, largest, shape = model_size(cfg, facts)
+    need = needs_mod.estimate(params, largest, dtype, merge, gguf, folder_bytes(source.path), out, shape)
     if need.problems:
         raise ExportError(" ".join(need.problems) + " Nothing was written.")
     request = {
@@ -327,6 +335,7 @@ def prepare(
         "merge": merge,
         "name": f"{slug(cfg.model.name)}-{run.run_id[:15]}",
         "train_precision": facts.state.precision,
+        "readback": readback,  # --skip-readback: the GGUF is not read back and checked
     }
     title = f"{slug(cfg.model.name)} · {run.run_id}"
     return Plan(run, source, merge, dtype, gguf, out, need, request, facts, title, notes)
@@ -372,7 +381,24 @@ def execute(plan: Plan, progress: ProgressSink) -> tuple[Path, dict[str, Any]]:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     info["out_dir"] = str(out)
+    read = info.get("readback") or {}
+    if read.get("passed") is False:
+        raise ExportError(readback_failed(out, plan, read))
     return out, info
+
+
+def readback_failed(out: Path, plan: Plan, read: dict[str, Any]) -> str:
+    """A GGUF that failed its read-back: what was found, what is kept, and what to do."""
+    again = f"{cockpit_command()} export {plan.run.run_id} --gguf {plan.gguf} --to NEW_DIR"
+    more_bits = "f16" if plan.gguf in ("q8_0", "f16") else "q8_0"
+    return (
+        f"the GGUF failed its read-back check: {describe_readback(read)}. The export is kept in {out}: "
+        f"the merged safetensors passed the merge check; the GGUF is kept as {read.get('kept_as')}, "
+        "with no Modelfile, so that nothing takes it for a checked model. Export again "
+        f"({again}): a file damaged while it was written reads back differently the next time. If it "
+        f"fails again, choose a type with more bits (--gguf {more_bits}) and report it with "
+        f"{plan.run.path / LOG_NAME}."
+    )
 
 
 def k_quant_note(gguf: str) -> str:
@@ -396,12 +422,15 @@ def export(
     gguf: str | None = None,
     to: str | None = None,
     say: Callable[[str], object] = lambda text: print(text, file=sys.stderr),
+    readback: bool = True,
 ) -> tuple[Path, dict[str, Any]]:
     """Export and return (the folder, what export_done said plus the card's inputs)."""
-    plan = prepare(run, checkpoint, merge, dtype, gguf, to)
+    plan = prepare(run, checkpoint, merge, dtype, gguf, to, readback)
     for note in plan.notes:
         say(note)
     say(f"exporting {plan.what} of run {run.run_id} from {plan.source.label}; {plan.need.line()}")
+    for line in plan.need.lines():
+        say(f"  {line}")
     progress = Progress()
     try:
         return execute(plan, progress)
@@ -417,6 +446,8 @@ def summary_lines(out: Path, info: dict[str, Any]) -> list[str]:
         lines.append(f"merge check: {describe_event(info['check'])}")
     if info.get("quantised_check"):
         lines.append(f"against the trained 4-bit base: {describe_event(info['quantised_check'])}")
+    if info.get("readback"):
+        lines.append(f"GGUF check: {describe_readback(info['readback'])}")
     timings = info.get("timings_s") or {}
     if timings:
         lines.append(

@@ -209,6 +209,10 @@ def render(facts: RunFacts, export: dict[str, Any]) -> str:
             f"({', '.join(f'{n} {k}' for k, n in sorted(g['types'].items()))}), with the tokenizer and "
             "chat template in its metadata. Ollama: `ollama create NAME -f Modelfile`.",
         ]
+        if export.get("readback"):
+            from cockpit.results.merge_check import describe_readback
+
+            lines += ["", describe_readback(export["readback"]) + "."]
     if export.get("eos_tokens"):
         lines += [
             "",

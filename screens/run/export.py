@@ -28,7 +28,7 @@ from textual.widgets import Input, Static
 from cockpit import fmt
 from cockpit.config.schema import GGUF_TYPES as schema_gguf_types
 from cockpit.results import export as exporter
-from cockpit.results.merge_check import describe_event
+from cockpit.results.merge_check import describe_event, describe_readback
 from cockpit.run.rundir import RunDir
 from widgets.footer import Footer
 
@@ -76,6 +76,10 @@ class ScreenProgress:
 
     def check(self, event: dict) -> None:
         self.screen.post_message(ExportScreen.Stage(f"  check    {describe_event(event)}", key="check"))
+
+    def readback(self, event: dict) -> None:
+        line = f"  readback {describe_readback(event)}"
+        self.screen.post_message(ExportScreen.Stage(line, key="readback-check"))
 
     def warning(self, message: str) -> None:
         self.screen.post_message(ExportScreen.Stage(f"  warning: {message}", key="warning"))
@@ -253,8 +257,10 @@ class ExportScreen(Screen):
         )
         text.append(
             f"disk  ~{fmt.size(need.disk_bytes)} of {fmt.size(need.disk_free)} free at "
-            f"{shown_path(need.disk_where, self.run)} ({need.disk_parts})\n"
+            f"{shown_path(need.disk_where, self.run)}\n"
         )
+        for predicted in need.files:
+            text.append(f"  {predicted.line()}\n")
         text.append("Enter starts it.", style="bold")
         return text
 
@@ -303,7 +309,9 @@ class ExportScreen(Screen):
             self.state = "done"
             body.border_title = "exported"
             lines = exporter.summary_lines(message.out, message.info)
-            checks = [x for x in lines if x.startswith(("merge check:", "against the trained"))]
+            checks = [
+                x for x in lines if x.startswith(("merge check:", "against the trained", "GGUF check:"))
+            ]
             rest = [x for x in lines[1:] if x not in checks]
             self.result = [f"written to {shown_path(message.out, self.run)}", *checks, *rest]
         self.refresh_bindings()

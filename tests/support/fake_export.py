@@ -1,6 +1,7 @@
 """A stand-in for `python -m train_backend.export` (the export screen's tests): the same JSON lines
-(export_progress per stage, export_check, export_done, or error) with fixed figures, and files
-written into the request's out_dir. FAKE_EXPORT_FAIL=1 makes it fail as a refused GGUF would."""
+(export_progress per stage, export_check, export_readback, export_done, or error) with fixed
+figures, and files written into the request's out_dir. FAKE_EXPORT_FAIL=1 makes it fail as a
+refused GGUF would."""
 
 from __future__ import annotations
 
@@ -66,9 +67,23 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text("{}")
     (out / "model.safetensors").write_bytes(b"\0" * 4096)
+    readback = None
     if request.get("gguf"):
         (out / f"{request['name']}-{request['gguf']}.gguf").write_bytes(b"GGUF" + b"\0" * 2044)
         (out / "Modelfile").write_text("FROM ./model.gguf\n")
+        readback = {
+            "file": f"{request['name']}-{request['gguf']}.gguf",
+            "file_type": request["gguf"],
+            "tensors": 9,
+            "inputs": 3,
+            "gaps": [0.0168, 0.015, 0.0141],
+            "gap": 0.0168,
+            "tolerance": 0.1,
+            "top1_same": 3,
+            "elapsed_s": 0.4,
+            "passed": True,
+        }
+        emit("export_readback", **readback)
     files = sorted(p.name for p in out.iterdir())
     emit(
         "export_done",
@@ -82,6 +97,7 @@ def main() -> int:
         eos_tokens=["</s>"],
         check=check,
         gguf=gguf_event(request, out) if request.get("gguf") else None,
+        readback=readback,
         export_versions={},
         timings_s={"load": 1.5, "merge": 1.5, "write": 1.5},
         peak_rss_bytes=512 * 2**20,

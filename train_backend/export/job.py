@@ -2,12 +2,14 @@
 
 Everything is written into the staging folder the client named; the client renames it into
 place only when this job said `export_done`, so a failed export leaves nothing half written.
-Each stage reports `export_progress`; the merge check is an `export_check`; any failure is one
-`error` event (kind `export`, `unsupported` or `check_failed`).
+Each stage reports `export_progress`; the merge check is an `export_check`, the GGUF read back an
+`export_readback` (readback.py); any failure is one `error` event (kind `export`, `unsupported` or
+`check_failed`). A GGUF that fails its read-back is kept, renamed, and said in `export_done`.
 """
 
 from __future__ import annotations
 
+import os
 import resource
 import time
 from dataclasses import dataclass
@@ -18,8 +20,9 @@ from cockpit.config.load import load_config
 from cockpit.config.schema import TrainConfig
 from cockpit.results import merge_check
 from train_backend import model as model_mod
+from train_backend import test_aids
 from train_backend.channel import Emitter
-from train_backend.export import kquant, to_gguf, tokens
+from train_backend.export import kquant, readback, to_gguf, tokens
 
 CHECK_PROMPTS = (
     "What is the capital of France?",
@@ -145,7 +148,13 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
         )
     special = tokens.special_tokens(job.tokenizer)
     _write(job, model, special, stages)
-    gguf_result, kquant = _convert(job, model, special, stages) if job.gguf_type else (None, None)
+    gguf_result, kquant, read = None, None, None
+    if job.gguf_type:
+        gguf_result, kquant = _convert(job, model, special, stages)
+        read = _read_back(job, model, kquant, gguf_result, stages, emitter)
+        if read.get("passed") is not False:  # a file that failed its check is offered to nobody
+            name = read["file"]
+            (job.out / "Modelfile").write_text(tokens.modelfile(name, job.tokenizer, special["eos_tokens"]))
     files = sorted(p.name for p in job.out.iterdir() if p.is_file())
     emitter.emit(
         "export_done",
@@ -160,6 +169,7 @@ def _run(request: dict, emitter: Emitter, stages: Stages) -> int:
         check=check.to_event() if check else None,
         gguf=None if gguf_result is None else gguf_result.to_event(),
         kquant=kquant,
+        readback=read,
         export_versions=_versions(),
         timings_s=stages.timings,
         peak_rss_bytes=peak_rss_bytes(),
@@ -279,8 +289,8 @@ def _write(job: Job, model, special: dict, stages: Stages) -> None:
 
 
 def _convert(job: Job, model, special: dict, stages: Stages) -> tuple[to_gguf.GgufResult, dict | None]:
-    """The GGUF file of the merged weights, and an ollama Modelfile beside it; a K-quant (kquant.py)
-    is made from the f16 file by llama.cpp's llama-quantize, or its command said."""
+    """The GGUF file of the merged weights; a K-quant (kquant.py) is made from the f16 file by
+    llama.cpp's llama-quantize, or its command said."""
     import torch
 
     state = model.state_dict()
@@ -309,9 +319,45 @@ def _convert(job: Job, model, special: dict, stages: Stages) -> tuple[to_gguf.Gg
         stages.begin("quantize", message=f"{job.gguf_type} by {kquant.TOOL}")
         made = kquant.k_quantize(gguf_file, job.gguf_type)
         stages.end()
-    final_name = made["file"] if made else gguf_file.name
-    (job.out / "Modelfile").write_text(tokens.modelfile(final_name, job.tokenizer, special["eos_tokens"]))
     return result, made
+
+
+def _read_back(job: Job, model, made: dict | None, result: to_gguf.GgufResult, stages: Stages, emitter):
+    """The GGUF file read back into the merged model (readback.py), its next-token logits against
+    the merged model's: an `export_readback` event, whose fields this returns. `--skip-readback`
+    (the request's `readback: false`) says it was skipped."""
+    path = job.out / (made["file"] if made else Path(result.path).name)
+    file_type = made["type"] if made and made.get("done") else result.out_type
+    if job.request.get("readback") is False:
+        event: dict = {
+            "file": path.name,
+            "file_type": file_type,
+            "skipped": True,
+            "reason": "--skip-readback",
+        }
+        emitter.emit("export_readback", **event)
+        return event
+    aids = test_aids.parse(os.environ.get(test_aids.ENV))
+    if aids.corrupt_gguf_tensor:
+        readback.corrupt(path, aids.corrupt_gguf_tensor)
+    tolerance = merge_check.ROUND_TRIP_TOLERANCE[file_type]
+    inputs = _check_inputs(job.tokenizer, model.device)
+    stages.begin("readback", unit="tensor", message=f"{path.name} into the merged model, against its logits")
+    reference = _logits(model, inputs)  # before the file's weights replace the merged ones
+    checked = readback.read_back(
+        path,
+        file_type,
+        model,
+        lambda m: _logits(m, inputs),
+        reference,
+        tolerance,
+        progress=lambda done, total: (
+            stages.step(done, total, "tensor") if done % max(1, total // 20) == 0 or done == total else None
+        ),
+    )
+    stages.end()
+    emitter.emit("export_readback", **checked.to_event())
+    return checked.to_event()
 
 
 def _adapter_only(source: Path, out: Path, dtype_name: str, device, stages: Stages, emitter: Emitter) -> int:
