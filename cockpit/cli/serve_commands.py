@@ -59,11 +59,11 @@ def start_lines(run_id: str, host: str, port: int, token: str, control: bool) ->
     """What `serve` says before it listens: where, the tunnel, the URL with its token, who may do what."""
     url = f"http://127.0.0.1:{port}/?token={token}"
     mode = (
-        "--control: the browser can save, pause, resume, stop and export"
+        "with --control: the browser can save, pause, resume, stop and export"
         if control
-        else "read-only: save, pause, stop and export are refused (--control allows them)"
+        else "read-only: the browser's save, pause, stop and export are refused; --control allows them"
     )
-    lines = [f"serving run {run_id} on {host}:{port} ({mode})"]
+    lines = [f"serving run {run_id} on {host}:{port}, {mode}"]
     if is_loopback(host):
         lines += [
             "from your own machine, open a tunnel (it listens there on 127.0.0.1 alone):",
