@@ -13,7 +13,16 @@ import sys
 
 import pytest
 from conftest import cockpit
-from support.pilot import LAST_TS, events_until_step, make_app, running, screen_text, scripted, shown
+from support.pilot import (
+    LAST_TS,
+    ScriptedSession,
+    events_until_step,
+    make_app,
+    running,
+    screen_text,
+    scripted,
+    shown,
+)
 
 from cockpit.cli import main as cli_main
 from cockpit.cli import serve_commands
@@ -39,7 +48,14 @@ async def test_every_request_needs_the_token_in_the_url_or_its_cookie(tmp_path):
 
     server = TokenServer("true", "127.0.0.1", PORT, TOKEN, title="lora-cockpit test")
     async with TestClient(TestServer(await server.make_web_app())) as client:
-        for path in ("/", "/?token=wrong", f"/?token={TOKEN}x", "/static/js/textual.js", "/ws", "/download/k"):
+        for path in (
+            "/",
+            "/?token=wrong",
+            f"/?token={TOKEN}x",
+            "/static/js/textual.js",
+            "/ws",
+            "/download/k",
+        ):
             response = await client.get(path)
             assert response.status == 403, path
             assert "needs the token of its URL" in await response.text()
@@ -154,3 +170,23 @@ async def test_with_control_the_same_key_pauses_the_run(tmp_path):
         await pilot.pause()
         assert session.sent == ["pause"]
         assert "read-only" not in screen_text(app)
+
+
+async def test_a_read_only_view_shows_the_oom_wizard_but_relaunches_nothing(tmp_path, monkeypatch):
+    from test_oom_wizard import T0, make_run, oom_error, until_training, wait_for, wizard_ready
+
+    from cockpit.oom import relaunch
+    from screens.confirm import Confirm
+    from screens.oom.wizard import OomWizard
+
+    launched: list = []
+    monkeypatch.setattr(relaunch.process, "launch", lambda run: launched.append(run))
+    session = ScriptedSession(make_run(tmp_path), [*until_training(), oom_error()], alive=False)
+    app = CockpitApp(session, poll_interval_s=0.02, clock=lambda: T0 + 70.0, read_only=True)
+    async with app.run_test(size=(100, 32), notifications=True) as pilot:
+        await wait_for(pilot, lambda: wizard_ready(app))  # it opens by itself: its figures are for reading
+        await pilot.press("r")
+        await pilot.pause()
+        assert isinstance(app.screen, OomWizard) and not isinstance(app.screen, Confirm)
+        assert "read-only view: 'relaunch' refused" in screen_text(app)
+    assert launched == [] and app.relaunched is None

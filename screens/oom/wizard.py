@@ -37,7 +37,7 @@ from screens.oom.figures import (
     rows_table,
     what_happened,
 )
-from screens.run.commands import read_only_refusal
+from screens.read_only import read_only_refusal
 from widgets.footer import Footer
 
 COMPACT_BELOW_ROWS = 30  # shorter terminals show the memory breakdown on `m` only, for the table

@@ -25,6 +25,7 @@ from cockpit.results.samples import collect as collect_samples
 from cockpit.results.samples import no_samples_reason
 from cockpit.run import process
 from cockpit.run.control import NotRunning
+from screens.read_only import read_only_refusal
 from screens.run.figures import CLIENT_LINE_INDENT
 from screens.run.messages import ReplayMoved, StopSaid
 from screens.run.samples import SamplesView
@@ -39,7 +40,6 @@ STOP_QUESTION = "Stop the run? A checkpoint is saved first."
 COMPACT_FOOTER_BELOW_COLUMNS = 70  # narrower (or narrower than its keys): the footer's keys closer together
 RECENT_SPAN_S = 300.0  # `h` switches the sparklines between the whole run and this
 NO_TELEMETRY = "no GPU/host telemetry for this run: no live watch and no telemetry.jsonl"
-READ_ONLY = "read-only view: '{command}' refused (served without --control, or attached with --read-only)"
 NOTHING_TO_EXPORT = (
     "nothing to export: this recording's folder has no final/ adapter and no complete checkpoint"
 )
@@ -330,11 +330,6 @@ class RunCommands(Screen):
         from screens.oom.wizard import open_oom_wizard
 
         open_oom_wizard(self)
-
-
-def read_only_refusal(command: str) -> str:
-    """What a read-only view says for a key that would send `command` (or export)."""
-    return READ_ONLY.format(command=command)
 
 
 def data_report_of(config_path: Path) -> Callable[[], dict[str, Any] | str]:
