@@ -188,6 +188,27 @@ def _add_attach_and_replay(sub: argparse._SubParsersAction[argparse.ArgumentPars
     sp = sub.add_parser("attach", help="replay a run's history and follow it live")
     sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
     _view_flags(sp)
+    sp.add_argument(
+        "--read-only",
+        action="store_true",
+        help="watch only: the keys that save, pause, stop or export are refused (what `serve` shows)",
+    )
+
+    sp = sub.add_parser(
+        "serve", help="the run view in a browser (textual-serve), on 127.0.0.1 behind a token, read-only"
+    )
+    sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
+    sp.add_argument(
+        "--host",
+        default=SERVE_HOST,
+        help=f"address to listen on (default {SERVE_HOST}: reach it through `ssh -L`, which it prints)",
+    )
+    sp.add_argument("--port", type=port_number, default=SERVE_PORT, help=f"default {SERVE_PORT}")
+    sp.add_argument(
+        "--control",
+        action="store_true",
+        help="let the browser save, pause, resume, stop and export (default: read-only, those keys refused)",
+    )
 
     sp = sub.add_parser("replay", help="play a recorded run into the live view, labelled as a replay")
     sp.add_argument("run", nargs="?", help="run id, prefix or path (default: the newest)")
@@ -288,6 +309,21 @@ def _add_run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     ):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("run", nargs="?")
+
+
+SERVE_HOST = "127.0.0.1"  # loopback only: the browser comes through an SSH tunnel
+SERVE_PORT = 8000
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 1 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{quoted(text)}: give a TCP port from 1 to 65535, e.g. 8000")
+    return value
 
 
 def context_tokens(text: str) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -307,6 +308,7 @@ def _show(
     args: argparse.Namespace,
     recorded: bool = False,
     preflight_problems: Sequence[CheckResult] = (),
+    read_only: bool = False,
 ) -> int:
     from cockpit.live.session import RunSession
 
@@ -329,11 +331,17 @@ def _show(
 
         watch = LiveWatch(pid, doctor=settings_of(run.config_path).doctor()).start()
     # the session's clock: a step of the wall clock (NTP) is no silence, elapsed time or cost
-    app = CockpitApp(session, watch=watch, preflight_problems=list(preflight_problems), clock=session.now_ts)
+    app = CockpitApp(
+        session,
+        watch=watch,
+        preflight_problems=list(preflight_problems),
+        clock=session.now_ts,
+        read_only=read_only,
+    )
     code = app.run() or 0
     if app.relaunched is not None:  # the OOM wizard started a new trainer: follow it
         return _show(run, app.relaunched, args)
-    if code == EXIT_DETACHED and not recorded:
+    if code == EXIT_DETACHED and not recorded and not _served():
         from cockpit.live.headless import detached_text
 
         print(detached_text(run.run_id, session.state.status == "paused", output_width()))
@@ -344,7 +352,10 @@ def _headless(args: argparse.Namespace) -> bool:
     """--no-ui, or output that is not a terminal (a log file, a pipe): a screen there would only
     write escape codes into it and wait for keys that never come. Input that is not a terminal
     (`</dev/null`, a pipe) is the same: the screen would never get its `q`, and Textual's input
-    thread spins on the end of file; said once, then plain lines (as --no-ui)."""
+    thread spins on the end of file; said once, then plain lines (as --no-ui). Served to a browser
+    (`cockpit serve`), the screen goes out through the pipe."""
+    if not args.no_ui and _served():
+        return False
     if not args.no_ui and sys.stdout.isatty() and not _stdin_is_a_terminal():
         _say(
             "standard input is not a terminal (</dev/null, a pipe, a service): the live screen needs "
@@ -352,6 +363,12 @@ def _headless(args: argparse.Namespace) -> bool:
         )
         args.no_ui = True
     return args.no_ui or not sys.stdout.isatty()
+
+
+def _served() -> bool:
+    """Run by textual-serve (`cockpit serve`) for a browser: the screen goes out through stdout, a
+    pipe, in the packets of Textual's web driver, which the environment names."""
+    return "web_driver" in os.environ.get("TEXTUAL_DRIVER", "")
 
 
 def _stdin_is_a_terminal() -> bool:
@@ -374,7 +391,7 @@ def _relaunch_after_oom(run: rundir.RunDir, state: RunState, args: argparse.Name
 
 def cmd_attach(args: argparse.Namespace) -> int:
     run = rundir.find(args.run)
-    return _show(run, None, args, recorded=not process.is_alive(run))
+    return _show(run, None, args, recorded=not process.is_alive(run), read_only=args.read_only)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -675,6 +692,7 @@ COMMANDS = {
     "runs": cmd_runs,
     "attach": cmd_attach,
     "replay": cmd_replay,
+    "serve": _later("cockpit.cli.serve_commands", "cmd_serve"),
     "restart": cmd_restart,
     "stop": cmd_stop,
     "save": cmd_save,

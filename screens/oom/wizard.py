@@ -37,6 +37,7 @@ from screens.oom.figures import (
     rows_table,
     what_happened,
 )
+from screens.read_only import read_only_refusal
 from widgets.footer import Footer
 
 COMPACT_BELOW_ROWS = 30  # shorter terminals show the memory breakdown on `m` only, for the table
@@ -215,6 +216,8 @@ class OomWizard(Screen[Any]):
             return f"{option.title}: {option.resume}"
         if getattr(self.session, "rehearsal", False):
             return None  # nothing runs: the recorded relaunch plays (`_relaunch`)
+        if getattr(self.app, "read_only", False):
+            return read_only_refusal("relaunch")
         if self.session.mode == "playback":
             restart = f"{cockpit_command()} restart {self.session.run.run_id}"
             return f"this is a replay: relaunch the run with {restart}"

@@ -71,6 +71,7 @@ class CockpitApp(App[int]):
         clock: Callable[[], float] | None = None,
         poll_interval_s: float = REFRESH_S,
         preflight_problems: list | None = None,
+        read_only: bool = False,
     ):
         super().__init__()
         self.session = session
@@ -80,7 +81,8 @@ class CockpitApp(App[int]):
         self.poll_interval_s = poll_interval_s
         # a replay's "now" is the recorded time it has reached
         self.clock = clock or (session.recorded_now if session.mode == "playback" else time.time)
-        self.run_view = RunView(session, self.clock, watching=watch is not None)
+        self.read_only = read_only  # sends nothing to the trainer (the OOM wizard relaunches nothing)
+        self.run_view = RunView(session, self.clock, watching=watch is not None, read_only=read_only)
         self.state_lock = threading.Lock()  # the follow worker folds the state, a handler draws it
         self._watch_stop = threading.Event()
         self._watch_slot = WatchSlot()

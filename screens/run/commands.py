@@ -4,7 +4,9 @@
 s, p and x (sent to the trainer through the run's control FIFO; a stop asks first, then runs
 `process.stop` in a worker, which says what it escalates to); a replay takes its speed and seek
 keys instead; g, l, h and f change what the screen shows (reactive attributes of the view, whose
-watchers redraw); m, e, a and o open the samples, export, data and OOM screens.
+watchers redraw); m, e, a and o open the samples, export, data and OOM screens. A read-only view
+(`cockpit attach --read-only`, `cockpit serve` without --control) sends nothing: s, p, x and e are
+left out of its footer and, pressed anyway, say why.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from cockpit.results.samples import collect as collect_samples
 from cockpit.results.samples import no_samples_reason
 from cockpit.run import process
 from cockpit.run.control import NotRunning
+from screens.read_only import read_only_refusal
 from screens.run.figures import CLIENT_LINE_INDENT
 from screens.run.messages import ReplayMoved, StopSaid
 from screens.run.samples import SamplesView
@@ -68,6 +71,7 @@ class RunCommands(Screen):
     COMMANDS_OF_LIVE_RUNS = frozenset({"save", "pause", "resume", "stop"})
     REPLAY_ACTIONS = frozenset({"replay_speed", "replay_skip"})  # while the replay plays
     REPLAY_BACK = "replay_back"  # a replay played out can still go back
+    READ_ONLY_ACTIONS = COMMANDS_OF_LIVE_RUNS | {"export"}  # what a read-only view leaves out
 
     # what RunView holds (reactive attributes there: setting one redraws what depends on it)
     session: RunSource
@@ -81,6 +85,7 @@ class RunCommands(Screen):
     span_s: float | None
     summary_folded: bool | None
     replay_label: str
+    read_only: bool  # nothing is sent to the trainer, nothing exported (RunView's argument)
 
     # ------------------------------------------------------------ what the footer offers
 
@@ -89,6 +94,8 @@ class RunCommands(Screen):
             return self.session.mode == "playback" and self.session.playing
         if action == self.REPLAY_BACK:
             return self.session.mode == "playback"
+        if self.read_only and action in self.READ_ONLY_ACTIONS:
+            return False  # not offered; pressed anyway, on_key says why
         if action in self.COMMANDS_OF_LIVE_RUNS and (self.session.mode != "live" or not self.live):
             return False  # a recording or an ended run takes no commands: not offered
         if action == "pause":
@@ -143,6 +150,8 @@ class RunCommands(Screen):
     # ------------------------------------------------------------ commands to the trainer
 
     def _refusal(self, command: str) -> str | None:
+        if self.read_only:
+            return read_only_refusal(command)
         if self.session.mode != "live":
             return f"this is a replay of a recorded run: '{command}' needs a live trainer"
         if not self.live:
@@ -167,7 +176,13 @@ class RunCommands(Screen):
         """A replay's or an ended run's footer leaves s, p and x out; pressed anyway, they say why
         nothing happens."""
         names = {"s": "save", "p": "pause", "x": "stop"}
-        if (self.session.mode != "live" or not self.live) and event.key in names:
+        if self.read_only and event.key in (*names, "e"):
+            event.stop()
+            command = names.get(event.key, "export")
+            if command == "pause" and self.status == "paused":
+                command = "resume"
+            self.notify(read_only_refusal(command), severity="warning")
+        elif (self.session.mode != "live" or not self.live) and event.key in names:
             event.stop()
             self.notify(self._refusal(names[event.key]), severity="warning")
         elif event.key == "e" and self.run_ended and not self.exportable:

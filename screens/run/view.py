@@ -102,10 +102,18 @@ class RunView(RunCommands):
     class Ready(Message):
         """The view is composed and mounted: updates can reach its widgets."""
 
-    def __init__(self, session: RunSource, clock: Callable[[], float], *, watching: bool = False):
+    def __init__(
+        self,
+        session: RunSource,
+        clock: Callable[[], float],
+        *,
+        watching: bool = False,
+        read_only: bool = False,
+    ):
         super().__init__()
         self.session = session
         self.clock = clock
+        self.read_only = read_only  # s, p, x and e refused (commands.py): a served view without --control
         self.set_reactive(RunView.live, session.mode == "live")  # until the first update says otherwise
         self.set_reactive(RunView.has_telemetry, watching)  # the GPU/host panels have a source
         self.updates_shown = 0  # ticks drawn (the tests wait for them)
@@ -124,7 +132,8 @@ class RunView(RunCommands):
         # renders one widget for the two (a child of the screen's box is rendered at every frame)
         with Vertical(id="top"):
             with Horizontal(id="header"):
-                yield Static(self.session.run.run_id, id="run-id")
+                run_id = self.session.run.run_id
+                yield Static(f"{run_id} (read-only)" if self.read_only else run_id, id="run-id")
                 yield Static("", id="status")
                 yield Static("", id="phase")
             # a replay's label (speed and position) beside the steps, where the bar can give way to
