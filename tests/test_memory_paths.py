@@ -6,9 +6,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
-
-from cockpit.fmt import GIB
 from cockpit.models import memory as m
 from cockpit.models.shape import load_shape
 

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from cockpit import fmt
 from cockpit.config.schema import TrainConfig, TrainingSection
+from cockpit.gpus.card import Card
 from cockpit.models.memory import (
     SAFETY_MARGIN,
     EstimateError,
@@ -605,6 +606,20 @@ def _tokens_per_s(
     share = k / layers
     micro_s = (1 - share) * off.micro_batch_s + share * on.micro_batch_s
     return w.tokens_per_micro_batch * accum / (micro_s * accum + off.optimizer_step_s)
+
+
+def partial_peak(off: MemoryEstimate, on: MemoryEstimate, k: int, layers: int) -> int:
+    """The peak with `k` of `layers` blocks recomputed (for the OOM wizard's partial remedy)."""
+    return _partial_peak(off, on, k, layers)
+
+
+def partial_tokens_per_s(w: Workload, k: int, card: speed_model.CardSpeed | Card) -> float:
+    """The speed model's tokens/s of `w` with `k` of its layers recomputed (on a catalog card too: it has
+    the fields the speed model reads)."""
+    speed_card = speed_model.CardSpeed(
+        card.name, card.bf16_dense_tflops, card.bandwidth_gbs, host_scale=getattr(card, "host_scale", 1.0)
+    )
+    return _tokens_per_s(w, w.micro_batch, w.grad_accum, k, w.shape.num_layers, speed_card)
 
 
 def _gib(n: float | None) -> str:
