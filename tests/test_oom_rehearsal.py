@@ -45,7 +45,7 @@ def test_headless_rehearsal_ranks_remedies_that_fit_and_tells_the_recorded_relau
     assert rehearsal.headless(rehearsal.RehearsalSession(run, speed=0), out=out) == 0
     text = out.getvalue()
     assert "card: 24.00 GiB (emulated 24 GiB card)" in text
-    assert "1. gradient checkpointing\n      peak 9.7" in text and "(fits," in text
+    assert "1. recompute 5 of 40 layers (auto)\n      peak 22.6" in text and "(fits," in text
     said = "relaunched with gradient checkpointing (--on-oom auto, predicted 9.73 GiB), measured 10.21"
     assert said in text
     rehearsal.remove(run)
@@ -65,7 +65,7 @@ async def test_the_replay_holds_at_the_oom_in_the_wizard_and_relaunches_nothing(
             await pilot.pause(0.05)
         await pilot.pause()
         text = screen_text(app)
-        assert "REPLAY: a rehearsal" in text and "gradient checkpointing" in text
+        assert "REPLAY: a rehearsal" in text and "recompute 5 of 40 layers" in text
         assert app.screen.analysis.options[0].verdict == "fits"  # the recorded card, not this machine's
         await pilot.press("r")
         await pilot.pause(0.2)

@@ -147,26 +147,29 @@ async def test_the_oom_event_opens_the_wizard_and_the_relaunch_applies_the_picks
         wizard = app.screen
         titles = [o.title for o in wizard.analysis.options]
         assert titles[:3] == [
-            "gradient checkpointing",
+            "recompute 6 of 40 layers (auto)",
             "micro-batch 4 -> 2, accum 4 -> 8",
             "layer inputs in host memory",
         ]
-        # the host-memory remedy is slower than checkpointing alone (its copies back), and both fit
+        # the host-memory remedy is slower than recomputing a few layers, and both fit
         assert wizard.analysis.options[2].speed < wizard.analysis.options[0].speed
-        # pick checkpointing and a smaller micro-batch together
+        # pick a few layers recomputed and a smaller micro-batch together
         await pilot.press("space", "down", "space")
         await pilot.pause()
         assert [o.keys[0] for o in wizard.picked] == ["gradient_checkpointing", "micro_batch"]
         assert "picked together" in screen_text(app)
         await pilot.press("r")
         await wait_for(pilot, lambda: isinstance(app.screen, Confirm))
-        assert app.screen.question.startswith("Relaunch with gradient checkpointing + micro-batch 4 -> 2")
+        assert app.screen.question.startswith(
+            "Relaunch with recompute 6 of 40 layers (auto) + micro-batch 4 -> 2"
+        )
         await pilot.press("y")
         await wait_for(pilot, lambda: app.relaunched is not None)
     assert launched == [run] and isinstance(app.relaunched, FakeTrainer)
 
     new = yaml.safe_load(run.config_path.read_text())
-    assert new["training"]["gradient_checkpointing"] is True
+    assert "gradient_checkpointing" not in new["training"] and new["speed"]["mode"] == "auto"
+    assert "training.gradient_checkpointing" not in new["speed"]["keep"]  # left to speed: auto
     assert (new["training"]["micro_batch_size"], new["training"]["gradient_accumulation_steps"]) == (2, 8)
     old = yaml.safe_load((run.path / "history" / "config-1.yaml").read_text())
     assert old["training"]["gradient_checkpointing"] is False and old["training"]["micro_batch_size"] == 4

@@ -53,7 +53,7 @@ def test_breakdown_open(snap_compare, tmp_path):
     assert snap_compare(app, terminal_size=(100, 32), run_before=breakdown_on_a_tight_card)
 
 
-LARGE_VOCAB = [  # a 1B model with a 128k vocabulary, 8 x 2048 tokens, no checkpointing
+LARGE_VOCAB = [  # a 1B model with a 128k vocabulary, 8 x 2048 tokens, no checkpointing: no band (tiles)
     "model.name=synthetic:llama-3.2-1b",
     "method=lora",
     "training.max_length=2048",
@@ -62,14 +62,14 @@ LARGE_VOCAB = [  # a 1B model with a 128k vocabulary, 8 x 2048 tokens, no checkp
 ]
 
 
-async def breakdown_on_a_band_card(pilot) -> None:
+async def breakdown_on_a_large_vocabulary(pilot) -> None:
     await pilot.press("b")
     await pilot.pause()
 
 
-def test_band_where_the_model_is_unsure(snap_compare, tmp_path):
+def test_large_vocabulary_loss_in_tiles(snap_compare, tmp_path):
     assert snap_compare(
-        make_app(tmp_path, LARGE_VOCAB), terminal_size=(100, 32), run_before=breakdown_on_a_band_card
+        make_app(tmp_path, LARGE_VOCAB), terminal_size=(100, 32), run_before=breakdown_on_a_large_vocabulary
     )
 
 
@@ -83,7 +83,7 @@ def test_breakdown_open_80x24(snap_compare, tmp_path):
     assert snap_compare(app, terminal_size=(80, 24), run_before=breakdown_on_a_tight_card)
 
 
-def test_band_where_the_model_is_unsure_80x24(snap_compare, tmp_path):
+def test_large_vocabulary_loss_in_tiles_80x24(snap_compare, tmp_path):
     assert snap_compare(
-        make_app(tmp_path, LARGE_VOCAB), terminal_size=(80, 24), run_before=breakdown_on_a_band_card
+        make_app(tmp_path, LARGE_VOCAB), terminal_size=(80, 24), run_before=breakdown_on_a_large_vocabulary
     )

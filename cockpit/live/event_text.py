@@ -171,4 +171,10 @@ def speed_plan_lines(item: dict[str, Any]) -> str:
             f"  host: the probe's step took {probe:.2f} ms{rounds}, x{scale:.2f} the speed model's reference "
             f"host (its host times scaled by that)"
         )
+        rank = item.get("host_rank_scale")
+        if isinstance(rank, (int, float)) and rank != scale:
+            lines.append(
+                f"  splits ranked at x{rank:.2f} (the reference host): a reading this close to it is "
+                "within what one box's probe moves by between runs"
+            )
     return "\n".join(lines)

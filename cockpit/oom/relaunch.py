@@ -64,7 +64,10 @@ def apply_changes(run: RunDir, changes: dict[str, Any], reason: str, **record: A
         *parents, last = dotted.split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[last] = value
+        if value is None:  # a key removed: left to its default or to speed: auto
+            node.pop(last, None)
+        else:
+            node[last] = value
     new_cfg = config_load.config_from_dict(raw)  # validated before anything moves
     folder = history_dir(run)
     folder.mkdir(mode=0o700, exist_ok=True)

@@ -35,6 +35,7 @@ from cockpit.models.memory import (
 from cockpit.models.shape import ModelShape
 from cockpit.oom.remedy_inputs import Observation, Target, device_card, observe, target_card, verdict_of
 from cockpit.oom.remedy_options import Choice, Knob, knobs
+from cockpit.speed.batch_choice import partial_peak, partial_tokens_per_s
 from cockpit.speed.model import CardSpeed, estimate_speed
 
 if TYPE_CHECKING:
@@ -240,9 +241,17 @@ def _option(
         workload = replace(workload, **choice.fields)
         config.update(choice.config)
         saved += choice.saves_bytes
-    peak = estimate_memory(workload).peak_bytes + gap - saved
+    partial = max((c.checkpoint_layers for c in choices), default=0)
+    if partial:  # k of the layers recomputed: the memory and speed models' two extremes, mixed per layer
+        off = estimate_memory(replace(workload, gradient_checkpointing=False))
+        on = estimate_memory(replace(workload, gradient_checkpointing=True))
+        peak = partial_peak(off, on, partial, workload.shape.num_layers) + gap - saved
+        mixed = partial_tokens_per_s(replace(workload, gradient_checkpointing=False), partial, card)
+        speed = mixed / estimate_speed(base, card).tokens_per_s
+    else:
+        peak = estimate_memory(workload).peak_bytes + gap - saved
+        speed = relative_speed(base, workload, card)
     verdict, headroom = verdict_of(peak, target)
-    speed = relative_speed(base, workload, card)
     reasons = tuple(c.speed_reason for c in choices if c.speed_reason)
     worst = max(choices, key=lambda c: c.effect_rank)
     effects = [c.effect for c in choices if c.effect != "none"] or ["none"]
@@ -303,7 +312,8 @@ def _combinations(
     for size in range(2, len(all_knobs) + 1):
         for group in itertools.combinations(all_knobs, size):
             for choices in itertools.product(*(k.choices for k in group)):
-                yield _option(base, choices, gap, target, card)
+                if not any(c.checkpoint_layers for c in choices):  # partial: speed: auto's, alone
+                    yield _option(base, choices, gap, target, card)
 
 
 def _distinct(options: list[Option]) -> list[Option]:

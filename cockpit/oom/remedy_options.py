@@ -9,6 +9,7 @@ combines and ranks them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,9 @@ class Choice:
     saves_bytes: int = 0  # memory it frees outside the model (fragmentation)
     from_step_zero: bool = False
     fresh_optimizer: bool = False
+    # partial recomputation: this many of the model's layers recomputed (0: as `fields` say); speed: auto
+    # carries it out, as transformers' every_n_layers (cockpit.speed.batch_choice)
+    checkpoint_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ def knobs(
     gpu = device_kind == "cuda"
     found = [
         _fragmentation(cfg, observation) if gpu else None,
-        _checkpointing(base, gpu),
+        _checkpointing(base, gpu, cfg),
         _micro_batch(base),
         _optimizer(base) if gpu else None,
         _scales(base),
@@ -93,11 +97,14 @@ def _fragmentation(cfg: TrainConfig, observation: Observation) -> Knob | None:
     )
 
 
-def _checkpointing(w: Workload, gpu: bool = True) -> Knob | None:
-    """Recompute every block; on a GPU, also keep their inputs in pinned host memory."""
+def _checkpointing(w: Workload, gpu: bool = True, cfg: TrainConfig | None = None) -> Knob | None:
+    """Recompute some blocks (on a GPU, by speed: auto: the fewest first), or every block; on a GPU,
+    also keep their inputs in pinned host memory."""
     if w.checkpoint_offload:
         return None
     choices = []
+    if not w.gradient_checkpointing and gpu and cfg is not None:
+        choices += _partial(w, cfg)
     if not w.gradient_checkpointing:
         choices.append(
             Choice(
@@ -122,6 +129,35 @@ def _checkpointing(w: Workload, gpu: bool = True) -> Knob | None:
             )
         )
     return Knob("gradient_checkpointing", tuple(choices)) if choices else None
+
+
+def _partial(w: Workload, cfg: TrainConfig) -> list[Choice]:
+    """Recompute k of the model's layers (the counts transformers' every_n_layers can make, fewest
+    first): speed: auto on the relaunch, with gradient checkpointing left to it and the rest kept."""
+    n = w.shape.num_layers
+    counts = sorted({math.ceil(n / every) for every in range(2, n + 1)} - {0, n})
+    keep = [k for k in cfg.speed.keep or [] if k not in PARTIAL_FREED]
+    config: dict[str, Any] = {
+        "speed.mode": "auto",
+        "speed.keep": keep or None,
+        **{key: None for key in PARTIAL_FREED},  # removed: speed: auto chooses them
+    }
+    return [
+        Choice(
+            "gradient_checkpointing",
+            f"recompute {k} of {n} layers (auto)",
+            config,
+            {"gradient_checkpointing": True},
+            "none",
+            speed_reason=f"{k} of {n} blocks recomputed in backward: the fewest with which the batch fits",
+            checkpoint_layers=k,
+        )
+        for k in counts
+    ]
+
+
+# the keys a partial-recomputation remedy leaves to speed: auto (removed from the config and speed.keep)
+PARTIAL_FREED = ("training.gradient_checkpointing", "training.checkpoint_offload")
 
 
 def _micro_batch(w: Workload) -> Knob:

@@ -180,6 +180,13 @@ class SpeedPlanEvent(TypedDict, total=False):
         float | None,
         Meaning("the probe's rounds: upper over lower quartile (1: steady); null without a probe"),
     ]
+    host_rank_scale: Annotated[
+        float,
+        Meaning(
+            "the host scale the splits were ranked at: 1 (the reference host) for a probe within "
+            "speed.HOST_NOISE_RATIO of it, which one box's probe moves by between runs; else host_scale"
+        ),
+    ]
     effective_batch: Annotated[
         dict[str, Any] | None,
         Meaning(

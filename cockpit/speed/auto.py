@@ -132,6 +132,9 @@ class SpeedPlan:
             "flops": self.flops,
             "host_probe_ms": self.host_probe_ms,
             "host_scale": round(speed_model.host_scale_for(self.host_probe_ms), 3),
+            "host_rank_scale": round(
+                speed_model.host_rank_scale(speed_model.host_scale_for(self.host_probe_ms)), 3
+            ),
             "host_probe_spread": self.host_probe_spread,
             "effective_batch": self.effective_batch,
         }

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from cockpit import fmt
 from cockpit.config.schema import TrainConfig, TrainingSection
+from cockpit.gpus.card import Card
 from cockpit.models.memory import (
     SAFETY_MARGIN,
     EstimateError,
@@ -104,6 +105,15 @@ class BatchProblem:
         return self.shape.num_layers if self.shape else 1
 
     @property
+    def rank_card(self) -> speed_model.CardSpeed | None:
+        """The card the splits are ranked on: the host at speed.host_rank_scale of the probe's scale,
+        so that a probe's noise does not change the plan (the predicted tokens/s takes facts.card)."""
+        card = self.facts.card
+        if card is None:
+            return None
+        return replace(card, host_scale=speed_model.host_rank_scale(card.host_scale))
+
+    @property
     def pinned_batch(self) -> bool:
         return bool({"training.micro_batch_size", "training.gradient_accumulation_steps"} & self.keep)
 
@@ -131,10 +141,10 @@ class BatchProblem:
 
 
 class Candidate(NamedTuple):
-    """A split that fits, ordered so that the best is the largest: the fastest, then the one with
-    fewer recomputed layers, then the one with fewer accumulation steps."""
+    """A split that fits, ordered so that the best is the largest: the fastest (on the rank card), then
+    the one with fewer recomputed layers, then the one with fewer accumulation steps."""
 
-    rate: float  # tokens/s by the speed model (0: no card to rate with)
+    rate: float  # tokens/s by the speed model on BatchProblem.rank_card (0: no card to rate with)
     fewer_layers: int  # -layers
     fewer_steps: int  # -accum
     micro_batch: int
@@ -170,10 +180,18 @@ def fit_batch(problem: BatchProblem) -> tuple[Fit, list[Choice]]:
         return written, _as_written(problem, written, why)
     best = scored[0]
     every = _every_nth(best.layers, problem.layers)
-    rate = round(best.rate, 1) if best.rate else None
+    here = [_rate_here(problem, base, c) for c in scored[:2]]
+    rate = round(here[0], 1) if here[0] else None
     offload = bool(best.host_bytes)
     fit = Fit(best.micro_batch, best.accum, best.layers, every, budget, best.peak, rate, offload)
-    return fit, [_batch_choice(problem, scored, budget), _checkpointing_choice(problem, best, every)]
+    batch = _batch_choice(problem, scored, here, budget)
+    return fit, [batch, _checkpointing_choice(problem, best, every)]
+
+
+def _rate_here(problem: BatchProblem, base: Workload, c: Candidate) -> float:
+    """A candidate's tokens/s on this box's host (facts.card), not the rank card's."""
+    offload = bool(c.host_bytes)
+    return _tokens_per_s(base, c.micro_batch, c.accum, c.layers, problem.layers, problem.facts.card, offload)
 
 
 def _written_fit(problem: BatchProblem) -> Fit:
@@ -277,7 +295,7 @@ def _fewest_layers(
     for k in options:
         peak = _partial_peak(off, on, k, problem.layers)
         if peak <= budget:
-            rate = _tokens_per_s(base, mb, accum, k, problem.layers, problem.facts.card)
+            rate = _tokens_per_s(base, mb, accum, k, problem.layers, problem.rank_card)
             return Candidate(rate, -k, -accum, mb, accum, k, peak, 0)
     return None
 
@@ -297,7 +315,7 @@ def _inputs_on_host(
     if peak > budget:
         return None
     n = problem.layers
-    rate = _tokens_per_s(base, mb, accum, n, n, problem.facts.card, True)
+    rate = _tokens_per_s(base, mb, accum, n, n, problem.rank_card, True)
     return Candidate(rate, -n, -accum, mb, accum, n, peak, host)
 
 
@@ -310,7 +328,7 @@ def _budget_text(problem: BatchProblem, budget: int) -> str:
     return f"{_gib(budget)} GiB ({problem.facts.memory_note} less the {SAFETY_MARGIN:.0%} margin)"
 
 
-def _batch_choice(problem: BatchProblem, scored: list[Candidate], budget: int) -> Choice:
+def _batch_choice(problem: BatchProblem, scored: list[Candidate], here: list[float], budget: int) -> Choice:
     best, unit = scored[0], problem.unit
     if problem.pinned_batch:
         why = "training.micro_batch_size is set in your config"
@@ -321,7 +339,7 @@ def _batch_choice(problem: BatchProblem, scored: list[Candidate], budget: int) -
             f"{problem.rows_per_step} {unit} per optimizer step (from your "
             f"{t.micro_batch_size} x {t.gradient_accumulation_steps}{packed}){_product_note(problem, best)}; "
             f"the fastest split that fits: peak ~{_gib(best.peak)} GiB of {_budget_text(problem, budget)}"
-            f"{_rate_note(problem, scored)}"
+            f"{_rate_note(problem, scored, here)}"
         )
     value = f"{best.micro_batch} x {best.accum} ({best.micro_batch * best.accum} {unit} per step)"
     return Choice("micro-batch", value, why, "yours" if problem.pinned_batch else "auto")
@@ -340,20 +358,35 @@ def _product_note(problem: BatchProblem, best: Candidate) -> str:
     )
 
 
-def _rate_note(problem: BatchProblem, scored: list[Candidate]) -> str:
-    """The winner's tokens/s by the speed model, and the runner-up's."""
+def _rate_note(problem: BatchProblem, scored: list[Candidate], here: list[float]) -> str:
+    """The winner's tokens/s by the speed model on this host, the runner-up's, and the host the splits
+    were ranked at."""
     best = scored[0]
     if not best.rate:
         return ""
-    note = f", ~{best.rate / 1000:.1f}k tokens/s by the speed model{problem.facts.card_note}"
+    note = f", ~{here[0] / 1000:.1f}k tokens/s by the speed model{problem.facts.card_note}"
     if len(scored) > 1:
         second = scored[1]
         where = ", inputs in host memory" if second.host_bytes else ""
         note += (
             f"; next best {second.micro_batch} x {second.accum} with {second.layers} layers "
-            f"checkpointed{where}, ~{second.rate / 1000:.1f}k"
+            f"checkpointed{where}, ~{here[1] / 1000:.1f}k"
         )
-    return note
+    return note + _ranked_at_note(problem)
+
+
+def _ranked_at_note(problem: BatchProblem) -> str:
+    """Which host the splits were ranked at, where a probe read one."""
+    card, rank = problem.facts.card, problem.rank_card
+    if card is None or rank is None or problem.facts.host_probe_ms is None:
+        return ""
+    ratio = speed_model.HOST_NOISE_RATIO
+    if rank.host_scale == card.host_scale and card.host_scale != 1.0:
+        return f"; ranked at this host (x{card.host_scale:.2f} the reference: past x{ratio:g})"
+    return (
+        f"; ranked at the reference host: this probe's x{card.host_scale:.2f} is inside the "
+        f"x{ratio:g} one box's probe moves by between runs"
+    )
 
 
 def _checkpointing_choice(problem: BatchProblem, best: Candidate, every: int) -> Choice:
@@ -573,6 +606,20 @@ def _tokens_per_s(
     share = k / layers
     micro_s = (1 - share) * off.micro_batch_s + share * on.micro_batch_s
     return w.tokens_per_micro_batch * accum / (micro_s * accum + off.optimizer_step_s)
+
+
+def partial_peak(off: MemoryEstimate, on: MemoryEstimate, k: int, layers: int) -> int:
+    """The peak with `k` of `layers` blocks recomputed (for the OOM wizard's partial remedy)."""
+    return _partial_peak(off, on, k, layers)
+
+
+def partial_tokens_per_s(w: Workload, k: int, card: speed_model.CardSpeed | Card) -> float:
+    """The speed model's tokens/s of `w` with `k` of its layers recomputed (on a catalog card too: it has
+    the fields the speed model reads)."""
+    speed_card = speed_model.CardSpeed(
+        card.name, card.bf16_dense_tflops, card.bandwidth_gbs, host_scale=getattr(card, "host_scale", 1.0)
+    )
+    return _tokens_per_s(w, w.micro_batch, w.grad_accum, k, w.shape.num_layers, speed_card)
 
 
 def _gib(n: float | None) -> str:

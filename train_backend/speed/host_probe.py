@@ -19,7 +19,8 @@ HOST_PROBE_REFERENCE_MS was fitted with). Where the rounds spread wide (their up
 quartile past WIDE_SPREAD), a busy moment of the box is in them: the probe runs once more and keeps
 the quieter of the two (the lower median: other work on the host only ever slows the probe). It
 reports the spread of the rounds it kept (`spread`: upper quartile over lower) and how many probes
-ran, which the plan widens its range of host speeds by (cockpit/speed/batch_choice.py).
+ran. A reading within speed.HOST_NOISE_RATIO of the reference cannot be told from that noise: the plan
+ranks its splits at the reference host there (cockpit/speed/batch_choice.py, `rank_card`).
 
 The trainer runs it before the weights load (the `speed_plan` event's `host_probe_ms`) and after the
 last step (`done`'s `host_probe_end_ms`); the preflight probe runs it too. The speed model scales its
