@@ -60,6 +60,7 @@ class Scenario:
     training: dict
     lora: dict = field(default_factory=lambda: {"r": 64, "alpha": 16, "target_modules": QV})
     note: str = ""
+    objective: str = "sft"  # dpo, kto, orpo: plain-text pairs (bench/preference_memory.py's rows)
 
 
 # ordered by value: the time budget cuts the tail
@@ -101,6 +102,15 @@ SCENARIOS: dict[str, Scenario] = {
         "qlora",
         {"max_length": 2048, "micro_batch_size": 2, "gradient_checkpointing": False},
     ),
+    "dpo-7b-qlora-2048-24gib": Scenario(
+        "llama-2-7b",
+        24,
+        "qlora",
+        {"max_length": 2048, "micro_batch_size": 2, "gradient_checkpointing": False},
+        lora={"r": 16, "alpha": 32, "target_modules": "all-linear"},
+        note="DPO (issue 40): 2 pairs of 2048 tokens a micro-batch, reference as the adapter turned off",
+        objective="dpo",
+    ),
     "13b-qlora-len1024-16gib": Scenario(
         "llama-2-13b",
         16,
@@ -123,9 +133,12 @@ def config_for(s: Scenario, data: Path, steps: int, runs: Path) -> dict:
         "packing": False,
         **s.training,
     }
+    if s.objective != "sft":  # TRL packs no pairs
+        training.pop("packing")
     return {
         "model": {"name": f"synthetic:{s.arch}"},
-        "dataset": {"path": str(data), "format": "tokens"},
+        "dataset": {"path": str(data), "format": "tokens"} if s.objective == "sft" else {"path": str(data)},
+        "objective": s.objective,
         "method": s.method,
         "lora": {**s.lora, "dropout": 0.1},
         "training": training,
@@ -166,6 +179,12 @@ def dataset(s: Scenario, workdir: Path, steps: int) -> Path:
     from cockpit.models import shipped as shapes
 
     length, mb = s.training["max_length"], s.training["micro_batch_size"]
+    if s.objective != "sft":
+        from preference_memory import write_rows
+
+        path = workdir / f"rows-{s.objective}-{length}-{mb}.jsonl"
+        write_rows(path, s.objective, length, mb * (2 * steps + 2))
+        return path
     path = workdir / f"tokens-{s.arch}-{length}-{mb}.jsonl"
     if not path.exists():
         write_tokens(path, shapes.hf_config_dict(s.arch)["vocab_size"], length, mb * (2 * steps + 2))

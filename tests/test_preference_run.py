@@ -1,8 +1,9 @@
 """Preference runs end to end on the CPU (`cockpit train CONFIG --no-ui`): DPO on a preference set built
 here (chosen: the right answer to a sum; rejected: the same words scrambled), whose held-out reward
 accuracy must end above 0.5 (it is 0 before step 1: the policy is its own reference), on the shipped
-tiny model and on SmolLM2-135M when it is in the model cache; KTO and ORPO run and log their own
-figures (KL; log odds ratio). Each run's events fold into RunState's preference figures."""
+tiny model and on SmolLM2-135M when it is in the model cache; KTO (on the same answers, unpaired and
+labelled) and ORPO learn them too, held out, and log their own figures (KL; log odds ratio). Each
+run's events fold into RunState's preference figures."""
 
 from __future__ import annotations
 
@@ -150,25 +151,62 @@ def test_dpo_on_smollm2_ends_with_reward_accuracy_above_half(tmp_path):
     print(f"dpo smollm2: held-out reward accuracy {final['accuracy']:.2f}, margin {final['margins']:.3f}")
 
 
+def build_kto_rows(path: Path, pairs: Path) -> Path:
+    """KTO's unpaired rows from the pairs: each chosen answer labelled desirable, each rejected one not."""
+    lines = []
+    for line in pairs.read_text(encoding="utf-8").splitlines():
+        pair = json.loads(line)
+        for answer, label in ((pair["chosen"], True), (pair["rejected"], False)):
+            lines.append(json.dumps({"prompt": pair["prompt"], "completion": answer, "label": label}) + "\n")
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
 @pytest.mark.parametrize(
     ("objective", "figure", "reference"),
     [("kto", "kl", "adapter_off"), ("orpo", "log_odds_ratio", "none")],
 )
-def test_kto_and_orpo_run_and_log_their_own_figures(tmp_path, env, objective, figure, reference):
-    overrides = {
-        "objective": objective,
-        "training.max_length": 96,
-        "training.max_steps": 3,
-        "output.save_steps": 100,
-    }
+def test_kto_and_orpo_learn_the_chosen_answers_and_log_their_own_figures(
+    tmp_path, env, objective, figure, reference
+):
+    """Held out, the desirable answers' reward ends above the undesirable ones' (KTO; 0 for both before
+    step 1, the policy being its reference), and ORPO's chosen answers beat the rejected ones (reward
+    accuracy above 0.5, a log odds ratio that rose)."""
+    pairs = build_pairs(tmp_path / "pairs.jsonl")
+    data = build_kto_rows(tmp_path / "kto.jsonl", pairs) if objective == "kto" else pairs
+    overrides = _dpo_overrides(data, steps=24)
+    overrides.update(
+        {
+            "objective": objective,
+            "lora.r": 16,
+            "lora.alpha": 32,
+            "lora.modules_to_save": ["lm_head", "embed_tokens"],  # a random base: as the DPO test's
+            "training.learning_rate": 3e-3,
+            "eval.steps": 12,
+            "eval.prompts": 1,
+            "eval.max_new_tokens": 4,
+        }
+    )
     evs, stdout = _train(tmp_path, env, overrides)
     setup = next(e for e in evs if e["type"] == "preference_setup")
     assert setup["reference"] == reference and setup["sequences_per_row"] == (1 if objective == "kto" else 2)
     logs = [e for e in evs if e["type"] == "preference_log"]
-    assert len(logs) == 3 and all(figure in e for e in logs), logs
-    assert _folded(evs).preference.series(figure)[-1][0] == 3
+    assert len(logs) == 24 and all(figure in e for e in logs), logs[-1]
+    assert _folded(evs).preference.series(figure)[-1][0] == 24
     shown = {"kto": " kl ", "orpo": " log-odds "}[objective]
     assert shown in stdout, stdout[-2000:]
+    evals = [e for e in evs if e["type"] == "preference_eval"]
+    base, final = evals[0], evals[-1]
+    assert base["stage"] == "base" and final["step"] == 24, evals
+    if objective == "kto":
+        assert base["rewards_chosen"] == base["rewards_rejected"] == 0.0, base
+        assert final["rewards_chosen"] > final["rewards_rejected"], final
+        margin = final["rewards_chosen"] - final["rewards_rejected"]
+    else:
+        assert final["accuracy"] > 0.5 and final["log_odds_ratio"] > base["log_odds_ratio"], (base, final)
+        margin = final["log_odds_ratio"] - base["log_odds_ratio"]
+    assert final["eval_loss"] < base["eval_loss"], (base, final)
+    print(f"{objective} tiny: held out {final}, gain {margin:.3f}")
 
 
 def test_sft_then_dpo_from_its_adapter_and_a_precomputed_reference(tmp_path, env):
