@@ -104,7 +104,29 @@ def test_a_big_card_needs_no_checkpointing_and_a_small_one_checkpoints_more():
     small = speed_auto.plan(qlora(), gpu(12), FIXED, LLAMA7)
     assert small.checkpoint_layers > 0 and small.config.training.gradient_checkpointing
     assert small.predicted_peak_bytes <= 12 * GIB * (1 - SAFETY_MARGIN)
-    assert small.checkpoint_every >= 1 and -(-32 // small.checkpoint_every) == small.checkpoint_layers
+    if small.checkpoint_every > 1:  # transformers' every_n_layers; 1: all, then all but k turned off
+        assert -(-32 // small.checkpoint_every) == small.checkpoint_layers
+    else:
+        assert small.checkpoint_every == 1
+
+
+def test_any_count_of_recomputed_layers_is_tried_not_only_every_nth():
+    """every_n_layers gives 32, 16, 11, 8, ... of 32 layers: nothing between 16 and 32. Across cards
+    from 8 to 24 GiB the plan takes the fewest layers that fit, counts every_n_layers cannot give
+    among them, each inside its budget."""
+    nth = {-(-32 // n) for n in range(1, 33)}
+    seen = {}
+    for tenths in range(80, 241, 5):
+        gib = tenths / 10
+        plan = speed_auto.plan(qlora(), gpu(gib), FIXED, LLAMA7)
+        assert plan.predicted_peak_bytes <= gib * GIB * (1 - SAFETY_MARGIN)
+        k = plan.checkpoint_layers
+        seen[gib] = k
+        if k not in nth:
+            assert (
+                plan.checkpoint_every == 1 and "spread evenly" in choice(plan, "gradient checkpointing").value
+            )
+    assert any(k not in nth for k in seen.values()), seen
 
 
 def test_explicit_values_win_and_say_so():

@@ -1,15 +1,16 @@
 """The micro-batch, gradient accumulation and checkpointing of `speed: auto` (cockpit/speed/auto.py).
 
 Every split of the optimizer step into micro-batch x accumulation is tried, each with the
-fewest checkpointed decoder layers (transformers' every_n_layers: every n-th layer, so
-ceil(layers / n) of them) whose peak, by the memory model, stays inside the card's memory
-less SAFETY_MARGIN. A partly checkpointed model holds the full activations of its other
-layers, the inputs of its checkpointed ones and one recomputed block: the memory model's two
-extremes, mixed per layer. A split that does not fit with every layer recomputed may still fit
-with their inputs in pinned host memory (HOST_SHARE of the host's available memory at most),
-at the cost of copying them back before each recompute. The speed model rates each fitting
-split the same way (the recompute of its share of the layers) and the fastest wins. Pure
-Python, no torch.
+fewest checkpointed decoder layers, any count from none to all, whose peak, by the memory model,
+stays inside the card's memory less SAFETY_MARGIN. A count that transformers' every_n_layers
+gives (ceil(layers / n)) runs through it; any other is every layer's checkpointing turned off
+again on all but that many, spread evenly (train_backend/speed/layer_mask.py). A partly
+checkpointed model holds the full activations of its other layers, the inputs of its
+checkpointed ones and one recomputed block: the memory model's two extremes, mixed per layer. A
+split that does not fit with every layer recomputed may still fit with their inputs in pinned
+host memory (HOST_SHARE of the host's available memory at most), at the cost of copying them
+back before each recompute. The speed model rates each fitting split the same way (the
+recompute of its share of the layers) and the fastest wins. Pure Python, no torch.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class Fit:
     micro_batch: int
     accum: int
     layers: int  # decoder layers checkpointed
-    every: int  # transformers' every_n_layers (0: none)
+    every: int  # transformers' every_n_layers (0: none; 1 with fewer layers: the rest turned off again)
     budget: int | None = None
     peak: int | None = None
     tokens_per_s: float | None = None
@@ -279,7 +280,7 @@ def _layer_options(problem: BatchProblem) -> list[int]:
     n = problem.layers
     if problem.pinned_checkpointing:
         return [n if problem.cfg.training.gradient_checkpointing else 0]
-    return sorted({0} | {math.ceil(n / every) for every in range(1, n + 1)})
+    return list(range(n + 1))
 
 
 def _fewest_layers(
@@ -320,8 +321,11 @@ def _inputs_on_host(
 
 
 def _every_nth(k: int, layers: int) -> int:
-    """transformers' every_n_layers that checkpoints `k` of `layers` (0: none)."""
-    return 0 if k == 0 else min(n for n in range(1, layers + 1) if math.ceil(layers / n) == k)
+    """transformers' every_n_layers that checkpoints `k` of `layers` (0: none); 1 where no n gives
+    exactly k: every layer, all but k turned off again at the start of training."""
+    if k == 0:
+        return 0
+    return min((n for n in range(1, layers + 1) if math.ceil(layers / n) == k), default=1)
 
 
 def _budget_text(problem: BatchProblem, budget: int) -> str:
@@ -396,7 +400,7 @@ def _checkpointing_choice(problem: BatchProblem, best: Candidate, every: int) ->
     elif k == n:
         value = f"all {n} layers"
     else:
-        value = f"{k} of {n} layers (every {every}{_nth(every)})"
+        value = f"{k} of {n} layers" + (f" (every {every}{_nth(every)})" if every > 1 else " (spread evenly)")
     if problem.pinned_checkpointing:
         why = "training.gradient_checkpointing is set in your config"
     elif k == 0:

@@ -174,12 +174,17 @@ def sft_kwargs(plan, dataset_kwargs: dict | None) -> dict:
 
 
 def extra_callbacks(plan, emitter) -> list:
-    """Trainer callbacks the plan needs: the host-memory checkpointing of its layers' inputs."""
-    if not plan.checkpoint_offload:
-        return []
-    from train_backend.speed import host_checkpoint
+    """Trainer callbacks the plan needs: the host-memory checkpointing of its layers' inputs, or
+    exactly its count of checkpointed layers where every_n_layers cannot give it (every 1, fewer)."""
+    if plan.checkpoint_offload:
+        from train_backend.speed import host_checkpoint
 
-    return [host_checkpoint.make_callback(emitter)]
+        return [host_checkpoint.make_callback(emitter)]
+    if plan.mode == "auto" and plan.checkpoint_layers and plan.checkpoint_every == 1:
+        from train_backend.speed.layer_mask import ExactLayers
+
+        return [ExactLayers(plan.checkpoint_layers, emitter)]
+    return []
 
 
 def trainer_class(plan, trainer_cls):
