@@ -48,6 +48,9 @@ def test_headless_rehearsal_ranks_remedies_that_fit_and_tells_the_recorded_relau
     assert "1. recompute 5 of 40 layers (auto)\n      peak 22.6" in text and "(fits," in text
     said = "relaunched with gradient checkpointing (--on-oom auto, predicted 9.73 GiB), measured 10.21"
     assert said in text
+    # its recorded run is not here to restart: the summary says what does the same on one's own run
+    assert f"restart {run.path.name}" not in text and "next: a rehearsal (nothing to restart here)" in text
+    assert "train CONFIG --on-oom auto" in text
     rehearsal.remove(run)
     assert not run.path.parent.exists()
 
