@@ -108,7 +108,9 @@ def test_interleaved_spans_count_the_steps_that_began_and_ended_inside_them(monk
 
 @pytest.mark.bench
 def test_input_bound_burns_the_collate_time_in_every_step(tmp_path, env):
-    result = run_bench("input_bound.py", tmp_path, env, "--collate-ms", "150", "--steps", "8")
+    # 16 steps (~2.4 s of collation): the telemetry recorder, a process the trainer starts, samples
+    # once a second from its start; on a loaded box a shorter run could end before its first sample
+    result = run_bench("input_bound.py", tmp_path, env, "--collate-ms", "150", "--steps", "16")
     assert result["status"] == "finished" and result["dataloader_num_workers"] == 0
     # one micro-batch a step here, collated after 150 ms of CPU in the training process
     assert result["collate_s_per_step"] == 0.15 and result["step_s_median"] >= 0.15
@@ -118,7 +120,7 @@ def test_input_bound_burns_the_collate_time_in_every_step(tmp_path, env):
 
 @pytest.mark.bench
 def test_record_example_copies_a_small_run_that_replays(tmp_path, env):
-    result = run_bench("record_example.py", tmp_path, env, "--steps", "12")
+    result = run_bench("record_example.py", tmp_path, env, "--steps", "40")  # long enough to be sampled
     example = tmp_path / "out" / "h200-run"
     assert result["status"] == "finished" and result["under_1_mb"]
     assert sorted(p.name for p in example.iterdir()) == [
