@@ -672,7 +672,9 @@ async def test_a_replay_plays_events_and_telemetry_at_its_speed(tmp_path):
         assert app.run_view.telemetry_shown == 0 or app.run_view.sample is None
         clock[0] = 1.6  # 16 s of the recording: step 52 was at 16.8 s
         await wait_for(pilot, lambda: app.run_view.sample is not None and app.run_view.status == "running")
+        # the header's status is drawn on its own refresh: on a loaded box a frame after the clock's
         await wait_for(pilot, lambda: "REPLAY x10 0:00:16/0:00:22" in screen_text(app))
+        await wait_for(pilot, lambda: " running " in screen_text(app))
         text = screen_text(app)
         assert "step 4" in progress_label(app) and " running " in text
         assert "GPU0 util  94%" in text  # the bin that ended at 164.0 s
