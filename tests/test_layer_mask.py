@@ -1,6 +1,7 @@
 """speed: auto's exact count of checkpointed layers (train_backend/speed/layer_mask.py): transformers'
 every_n_layers gives 32, 16, 11, ... of 32 layers; the trainer checkpoints every layer and turns all
-but k off again at the start of training, spread over the depth. The gradients do not change."""
+but k off again at the start of training, spread over the depth. The gradients do not change, and
+the plan's layers come back after TRL's reference forward turned every layer on again."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_the_callback_leaves_exactly_k_layers_checkpointed_and_the_gradients_unc
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     assert len(layer_mask.checkpointed_layers(model)) == 6
     emitter = _Emitter()
-    layer_mask.ExactLayers(4, emitter).on_train_begin(None, None, None, model=model)
+    layer_mask.PlannedLayers(4, emitter).on_train_begin(None, None, None, model=model)
     layers = model.model.layers
     assert [i for i, layer in enumerate(layers) if layer.gradient_checkpointing] == [0, 1, 3, 4]
     assert emitter.events == []
@@ -70,7 +71,33 @@ def test_a_plan_counting_more_layers_than_the_model_checkpoints_is_said():
     model = _model(2).train()
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     emitter = _Emitter()
-    layer_mask.ExactLayers(3, emitter).on_train_begin(None, None, None, model=model)
+    layer_mask.PlannedLayers(3, emitter).on_train_begin(None, None, None, model=model)
     assert len(layer_mask.checkpointed_layers(model)) == 2
     ((kind, fields),) = emitter.events
     assert kind == "warning" and "planned 3 checkpointed layers; the model has 2" in fields["message"]
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_the_plans_layers_come_back_after_trls_reference_forward(every):
+    """DPO and KTO run the reference inside trl's disable_gradient_checkpointing, which enables it again
+    on every layer (every_n_layers in its arguments goes to torch's checkpoint): before the next
+    micro-batch the callback puts the plan's layers back, whether every_n_layers or the mask set them."""
+    from trl.models.utils import disable_gradient_checkpointing
+
+    model = _model(4).train()
+    kwargs = {"use_reentrant": False} | ({"every_n_layers": every} if every > 1 else {})
+    model.gradient_checkpointing_enable(
+        gradient_checkpointing_kwargs={"use_reentrant": False}, every_n_layers=every
+    )
+    callback = layer_mask.PlannedLayers(2, _Emitter(), exact=every == 1)
+    callback.on_train_begin(None, None, None, model=model)
+    planned = [layer.gradient_checkpointing for layer in model.model.layers]
+    assert planned == [True, False, True, False]
+    with disable_gradient_checkpointing(model, kwargs):
+        assert not any(layer.gradient_checkpointing for layer in model.model.layers)
+    assert all(layer.gradient_checkpointing for layer in model.model.layers)  # trl's re-enable: all
+    callback.on_substep_end(None, None, None)
+    assert [layer.gradient_checkpointing for layer in model.model.layers] == planned
+    assert callback.restored == 1
+    callback.on_step_begin(None, None, None)
+    assert callback.restored == 1  # nothing to put back

@@ -174,16 +174,17 @@ def sft_kwargs(plan, dataset_kwargs: dict | None) -> dict:
 
 
 def extra_callbacks(plan, emitter) -> list:
-    """Trainer callbacks the plan needs: the host-memory checkpointing of its layers' inputs, or
-    exactly its count of checkpointed layers where every_n_layers cannot give it (every 1, fewer)."""
+    """Trainer callbacks the plan needs: the host-memory checkpointing of its layers' inputs, or its
+    checkpointed layers (exactly its count where every_n_layers cannot give it), kept through TRL's
+    reference forwards (train_backend/speed/layer_mask.py)."""
     if plan.checkpoint_offload:
         from train_backend.speed import host_checkpoint
 
         return [host_checkpoint.make_callback(emitter)]
-    if plan.mode == "auto" and plan.checkpoint_layers and plan.checkpoint_every == 1:
-        from train_backend.speed.layer_mask import ExactLayers
+    if plan.mode == "auto" and plan.checkpoint_layers:
+        from train_backend.speed.layer_mask import PlannedLayers
 
-        return [ExactLayers(plan.checkpoint_layers, emitter)]
+        return [PlannedLayers(plan.checkpoint_layers, emitter, exact=plan.checkpoint_every == 1)]
     return []
 
 
