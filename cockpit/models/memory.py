@@ -19,8 +19,13 @@ settings; three coefficients are calibrated on measured runs (docs/estimator.md)
   path predicts; for SFT (FUSED_HEAD_OBJECTIVES) SFTTrainer.compute_loss always takes the fused
   head, and a relaunch at 4 x 2048 tokens of a 152k vocabulary trained in 22.02 GiB where the
   tiles predicted 22.28 and the full logits would have added 7 GiB to a 24 GiB card
-  (bench/results/2026-12-02-oom-vocab152k-recheck-h200.json): no band there. Elsewhere (DPO, KTO)
-  the estimate past the checked size is a band whose top adds them (`high_bytes`);
+  (bench/results/2026-12-02-oom-vocab152k-recheck-h200.json): no band there. TRL's DPO and KTO
+  trainers call the same fused head (`fused_lm_head=True`), and DPO at 8192 tokens a micro-batch
+  measured -5.0% and -5.6% of nvidia-smi with 128k and 152k vocabularies, where the full logits
+  would have added 5.9 and 7.0 GiB (bench/results/2026-12-07-preference-memory-h100.txt): no band
+  there either.
+  ORPO's full logits are a part of their own (`_orpo_logits`). The band (`high_bytes`) stays for a
+  loss path not known to be either;
 The hf QLoRA path, counted from the library sources:
 - plain HF Trainer + peft's prepare_model_for_kbit_training (`--trainer hf`, QLoRA) casts every
   non-quantized weight to fp32, the embeddings among them, so the residual stream is fp32; a
@@ -64,7 +69,7 @@ UNSURE_LOGITS_BYTES = 6  # the band's top on TRL: the logits in 16 bits and thei
 UNSURE_SHARE = 0.03  # full logits below this share of the peak leave no band (inside the model's error)
 # objectives whose TRL loss path is known to be the fused LM head in tiles (SFTTrainer.compute_loss with
 # no compute_loss_func and no label smoothing, which the product never sets): no band up to the full logits
-FUSED_HEAD_OBJECTIVES = ("sft",)
+FUSED_HEAD_OBJECTIVES = ("sft", "dpo", "kto")
 NF4_CONSTANTS_PER_PARAM = {True: 0.127 / 8, False: 0.5 / 8}  # bytes/param, with/without double quant
 OPTIMIZER_STATE_BYTES = {  # per trainable parameter; None: two states in the parameter's own dtype
     "adamw_torch": None,
@@ -607,12 +612,13 @@ def uses_bitsandbytes(w: Workload) -> bool:
 
 def _logits_band(w: Workload, parts: list[Part]) -> list[Band]:
     """The band's top on TRL beyond the checked micro-batch size: the full logits, where they are
-    large enough to matter and the loss path is not known to be the fused head (FUSED_HEAD_OBJECTIVES)."""
+    large enough to matter and the loss path is not known: the fused head (FUSED_HEAD_OBJECTIVES) or
+    ORPO's full logits, counted as a part."""
     tokens, s = w.tokens_per_micro_batch, w.shape
     full_logits = tokens * s.vocab_size * UNSURE_LOGITS_BYTES
     if not (
         w.trainer == "trl"
-        and w.objective not in FUSED_HEAD_OBJECTIVES
+        and w.objective not in (*FUSED_HEAD_OBJECTIVES, "orpo")
         and tokens > CHECKED_TOKENS_PER_MICRO_BATCH
         and full_logits >= UNSURE_SHARE * sum(p.bytes for p in parts)
     ):
