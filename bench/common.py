@@ -15,6 +15,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# what a `speed_plan` event decides (beside its figures): the benches record these of each run
+PLAN_DECISIONS = (
+    "micro_batch_size",
+    "gradient_accumulation_steps",
+    "checkpoint_layers",
+    "checkpoint_offload",
+    "packing",
+    "attn_implementation",
+    "liger",
+    "lora_backend",
+    "mlp_block",
+    "unpack_scales",
+    "pad_multiple",
+)
+
+
 def cockpit_env(home: Path, cache: Path | None = None, **extra: str) -> dict:
     """This environment with a private COCKPIT_HOME (and model cache, when given) and this checkout
     first on PYTHONPATH; `extra` variables on top."""

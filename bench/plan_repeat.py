@@ -29,22 +29,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from common import build_synthetic, cockpit_env, read_events, run_cockpit, write_tokens  # noqa: E402
+from common import (  # noqa: E402
+    PLAN_DECISIONS,
+    build_synthetic,
+    cockpit_env,
+    read_events,
+    run_cockpit,
+    write_tokens,
+)
 
 # what a plan decides: the same config on the same machine should give the same values
-PLAN_KEYS = (
-    "micro_batch_size",
-    "gradient_accumulation_steps",
-    "checkpoint_layers",
-    "checkpoint_offload",
-    "packing",
-    "attn_implementation",
-    "liger",
-    "lora_backend",
-    "mlp_block",
-    "unpack_scales",
-    "pad_multiple",
-)
+PLAN_KEYS = PLAN_DECISIONS
 # what each run read of its host, beside the decision
 HOST_KEYS = ("host_probe_ms", "host_probe_spread", "host_scale", "host_rank_scale", "predicted_tokens_per_s")
 

@@ -202,15 +202,14 @@ FIT_RUNS = (
 def repredict(files: list[Path], work: Path) -> list[dict]:
     """The recorded runs of earlier calls, their predictions made again by the memory model as it is now
     (the measured figures are kept)."""
+    import yaml
+
     results = []
-    data = work / "rows.jsonl"
+    data, cfg_path = work / "rows.jsonl", work / "config.yaml"
     work.mkdir(parents=True, exist_ok=True)
     data.write_text("")
     for f in files:
         for r in json.loads(f.read_text())["runs"]:
-            cfg_path = work / "config.yaml"
-            import yaml
-
             cfg_path.write_text(yaml.safe_dump(config_dict(r, r["objective"], data, r["steps"], False)))
             r = {**r, **predicted(cfg_path, r.get("seq_len_counted"))}
             if r.get("nvidia_smi_gib"):

@@ -551,7 +551,7 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
         )
     )
     sys.path.insert(0, str(ROOT / "bench"))
-    from common import cockpit_env
+    from common import PLAN_DECISIONS, cockpit_env
 
     env = cockpit_env(work / "home", work / "cache")
     home = work / "home" / "runs"
@@ -611,20 +611,7 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
         "wall_s": round(wall, 1),
         "no_rate": None if rate is not None else no_rate_reason(marks, a.warmup),
         "plan": {
-            k: plan.get(k)
-            for k in (
-                "micro_batch_size",
-                "gradient_accumulation_steps",
-                "checkpoint_layers",
-                "checkpoint_offload",
-                "packing",
-                "attn_implementation",
-                "liger",
-                "lora_backend",
-                "flops",
-                "host_probe_ms",
-                "predicted_tokens_per_s",
-            )
+            k: plan.get(k) for k in (*PLAN_DECISIONS, "flops", "host_probe_ms", "predicted_tokens_per_s")
         },
         "lora_fused": next((e.get("lora_fused") for e in events if e["type"] == "model"), None),
     }

@@ -98,6 +98,7 @@ def test_the_plans_layers_come_back_after_trls_reference_forward(every):
     assert all(layer.gradient_checkpointing for layer in model.model.layers)  # trl's re-enable: all
     callback.on_substep_end(None, None, None)
     assert [layer.gradient_checkpointing for layer in model.model.layers] == planned
-    assert callback.restored == 1
-    callback.on_step_begin(None, None, None)
-    assert callback.restored == 1  # nothing to put back
+    with disable_gradient_checkpointing(model, kwargs):
+        pass
+    callback.on_step_begin(None, None, None)  # before the next step's first micro-batch too
+    assert [layer.gradient_checkpointing for layer in model.model.layers] == planned

@@ -11,21 +11,14 @@ import sys
 
 import pytest
 from conftest import ROOT
+from support import benches
 
 pytestmark = pytest.mark.slow
 
 
 def run_bench(script: str, tmp_path, env, *args: str) -> dict:
     out = tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / script), "--smoke", "--out", str(out), *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    benches.run_bench(script, env, "--smoke", "--out", str(out), *args)
     return json.loads((out / script.replace(".py", ".json")).read_text())
 
 

@@ -8,11 +8,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT
+from support import benches
 
 pytestmark = [
     pytest.mark.slow,
@@ -29,15 +27,7 @@ pytestmark = [
 
 
 def test_a_browser_watches_the_run_read_only_then_pauses_it_with_control(tmp_path, env):
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "serve_browser.py"), "--out", str(tmp_path), "--stamp", "t"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    benches.run_bench("serve_browser.py", env, "--out", str(tmp_path), "--stamp", "t")
     result = json.loads((tmp_path / "t-serve-browser-cpu.json").read_text())
     assert result["status_without_token"] == result["status_wrong_token"] == 403
     assert any("ssh -N -L" in line for line in result["serve_said_read_only"])

@@ -161,9 +161,8 @@ def _after_end(session: RunSource, out: TextIO, watch: LiveWatch | None, alarm: 
             if (session.state.end_command or {}).get("state") in ("finished", "failed"):
                 break
             time.sleep(POLL_S)
-    lines = summary.run_summary_lines(session.run, session.state)
-    if getattr(session, "rehearsal", False):
-        lines = rehearsal_summary(lines)
+    # a source may say what goes on from its end in place of the run's own commands (a rehearsal)
+    lines = summary.run_summary_lines(session.run, session.state, getattr(session, "next_commands", None))
     print("\n".join(["summary:", *lines]), file=out, flush=True)
     if watch is None or not alarm.settings.on_idle:
         return
@@ -177,21 +176,6 @@ def _after_end(session: RunSource, out: TextIO, watch: LiveWatch | None, alarm: 
         _sample, findings = watch.update(session.state)
         _alarm(alarm, findings, out)
         time.sleep(IDLE_POLL_S)
-
-
-def rehearsal_summary(lines: list[str]) -> list[str]:
-    """A rehearsal's summary: its recorded run is not on this machine to restart, so its `next:`
-    lines give way to what does the same on a run of one's own."""
-    kept, in_next = [], False
-    for line in lines:
-        in_next = line.startswith("next: ") or (in_next and line.startswith("      "))
-        if not in_next:
-            kept.append(line)
-    kept.append(
-        f"next: a rehearsal (nothing to restart here); on your own run, {cockpit_command()} train CONFIG "
-        "--on-oom auto relaunches with the first remedy below, or choose one in the OOM wizard"
-    )
-    return kept
 
 
 def _follow_plain(

@@ -607,7 +607,12 @@ def _context_bytes(w: Workload) -> int:
 
 
 def uses_bitsandbytes(w: Workload) -> bool:
-    return w.method == "qlora" or w.optimizer.startswith("paged_") or w.optimizer.endswith("_8bit")
+    return w.method == "qlora" or bitsandbytes_optimizer(w.optimizer)
+
+
+def bitsandbytes_optimizer(optimizer: str) -> bool:
+    """Whether `optimizer` (training.optimizer) is one of bitsandbytes' (paged_*, *_8bit)."""
+    return optimizer.startswith("paged_") or optimizer.endswith("_8bit")
 
 
 def _logits_band(w: Workload, parts: list[Part]) -> list[Band]:

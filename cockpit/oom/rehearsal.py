@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from cockpit.live.replay import ReplaySession
+from cockpit.paths import cockpit_command
 from cockpit.run import journal
 from cockpit.run.rundir import RunDir
 
@@ -79,6 +80,14 @@ class RehearsalSession(ReplaySession):
     view offers it when `rehearsal` is set), and closing the wizard plays the recorded relaunch."""
 
     rehearsal = True
+
+    @property
+    def next_commands(self) -> list[str]:
+        """What the summary says goes on from here: the recorded run is not on this machine to restart."""
+        return [
+            f"a rehearsal (nothing to restart here); on your own run, {cockpit_command()} train CONFIG "
+            "--on-oom auto relaunches with the first remedy below, or choose one in the OOM wizard"
+        ]
 
     def __init__(self, run: RunDir, speed: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(run, speed=speed, clock=clock)

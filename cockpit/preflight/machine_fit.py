@@ -17,6 +17,7 @@ from typing import Any
 
 from cockpit.config.schema import TrainConfig
 from cockpit.gpus.catalog import find_card
+from cockpit.models.memory import bitsandbytes_optimizer
 from cockpit.telemetry import nvml_state
 from cockpit.telemetry.nvml import NvmlSource
 
@@ -130,7 +131,7 @@ def problems(cfg: TrainConfig, machine: Machine) -> list[Problem]:
                     "On the CPU use method: lora or full, or run on a GPU machine.",
                 )
             )
-        if t.optimizer.startswith("paged_") or t.optimizer.endswith("_8bit"):
+        if bitsandbytes_optimizer(t.optimizer):
             out.append(
                 Problem(
                     "training.optimizer",
@@ -188,7 +189,7 @@ def _bitsandbytes_problems(cfg: TrainConfig) -> list[Problem]:
             Problem("method", f"qlora needs bitsandbytes (its 4-bit layers), not installed here; {fix}")
         )
     optimizer = cfg.training.optimizer
-    if optimizer.startswith("paged_") or optimizer.endswith("_8bit"):
+    if bitsandbytes_optimizer(optimizer):
         out.append(
             Problem(
                 "training.optimizer",

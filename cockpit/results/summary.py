@@ -8,7 +8,7 @@ summary panel; `cockpit runs` takes its columns from the same figures.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -227,5 +227,8 @@ def run_summary(run: RunDir, state: RunState) -> RunSummary:
     return summarize(state, run.path, run.complete_checkpoints(), configured_on_end(run))
 
 
-def run_summary_lines(run: RunDir, state: RunState) -> list[str]:
-    return summary_lines(run_summary(run, state))
+def run_summary_lines(run: RunDir, state: RunState, next_commands: list[str] | None = None) -> list[str]:
+    """The summary's lines; `next_commands` in place of the run's own where its source knows better
+    (a rehearsal: the recorded run is not on this machine to restart)."""
+    s = run_summary(run, state)
+    return summary_lines(s if next_commands is None else replace(s, next_commands=next_commands))

@@ -47,7 +47,6 @@ class PlannedLayers(TrainerCallback):
     def __init__(self, layers: int, emitter, exact: bool = True) -> None:
         self.layers, self.emitter, self.exact = layers, emitter, exact
         self.planned: list[tuple] = []  # (layer, checkpointed) for every decoder layer
-        self.restored = 0  # times the plan's layers were put back
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if model is None:
@@ -69,12 +68,8 @@ class PlannedLayers(TrainerCallback):
         self.restore()
 
     def restore(self) -> None:
-        changed = False
         for layer, checkpointed in self.planned:
-            if layer.gradient_checkpointing != checkpointed:
-                layer.gradient_checkpointing = checkpointed
-                changed = True
-        self.restored += changed
+            layer.gradient_checkpointing = checkpointed
 
 
 def decoder_layers(model) -> list:
