@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Real OOMs on emulated smaller cards, caught and fixed by `--on-oom auto`, on one H200.
+"""Real OOMs on emulated smaller cards, caught and fixed by `--on-oom auto`, on one GPU (an H100 or H200).
 
 Each scenario is one `python -m cockpit train CONFIG --no-ui --on-oom auto --emulate-vram N`:
 the trainer runs out of memory on the emulated card (24, 16 or 12 GiB), the OOM wizard's
@@ -12,7 +12,7 @@ Recorded per scenario: the OOM (kind, phase, step, allocator figures), the remed
 its prediction (peak, fit, relative speed), the relaunch's measured peak (NVML 'used' above
 the idle baseline, sampled every 10 ms from outside: what nvidia-smi shows, CUDA context
 included; and torch's max allocated/reserved) and its tokens/s. Then, while the time budget
-lasts, each failed config once more on the whole H200 (no emulation, where it fits): its
+lasts, each failed config once more on the whole card (no emulation, where it fits): its
 measured peak against the memory model's prediction, and its tokens/s, the "before" of the
 remedy's speed cost.
 
@@ -267,7 +267,7 @@ def run_scenario(name: str, s: Scenario, workdir: Path, env: dict, steps: int, t
 
 
 def baseline(name: str, s: Scenario, workdir: Path, env: dict, steps: int, timeout_s: float) -> dict:
-    """The failed config on the whole H200 (no emulation): measured peak and tokens/s "before"."""
+    """The failed config on the whole card (no emulation): measured peak and tokens/s "before"."""
     import yaml
 
     from cockpit.config.load import config_from_dict
@@ -361,7 +361,8 @@ def markdown(report: dict) -> str:
     if wholes:
         lines += [
             "",
-            "The failed configs on the whole H200 (no emulation), against the memory model:",
+            f"The failed configs on the whole card ({head.get('gpu', '?')}, no emulation), against the "
+            "memory model:",
             "",
             "| scenario | predicted peak | measured peak | error |",
             "|---|---|---|---|",

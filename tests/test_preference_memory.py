@@ -40,16 +40,18 @@ def parts(w: Workload) -> dict[str, int]:
 
 
 def test_a_pair_is_one_forward_of_twice_the_sequences(llama7b):
-    sft = Workload(llama7b, method="qlora", seq_len=1024, micro_batch=2)
+    sft = Workload(llama7b, method="qlora", seq_len=1024, micro_batch=2, lora_dropout=0.0)  # as TRL's DPO
     dpo = replace(sft, objective="dpo", reference="precomputed")
     assert forward_workload(dpo).tokens_per_micro_batch == 2 * sft.tokens_per_micro_batch
     doubled = parts(replace(sft, micro_batch=4))
     got = parts(dpo)
-    assert got["activations"] == doubled["activations"] and got["checkpoints"] == doubled["checkpoints"]
+    assert got["checkpoints"] == doubled["checkpoints"]
+    # the recomputed block: as many tokens as SFT's doubled batch, at the preference scale
+    assert got["activations"] == pytest.approx(doubled["activations"] * PREFERENCE_ACTIVATION_SCALE, rel=1e-6)
     assert got["weights"] == parts(sft)["weights"]  # precomputed: no reference in memory
     assert "reference" not in got and "reference_forward" not in got
-    kto = replace(sft, objective="kto", reference="precomputed")
-    assert parts(kto)["activations"] == parts(sft)["activations"]  # one completion a row
+    kto = parts(replace(sft, objective="kto", reference="precomputed"))
+    assert kto["checkpoints"] == parts(sft)["checkpoints"]  # one completion a row
 
 
 def test_the_reference_costs_what_it_holds_and_its_forward(llama7b):
@@ -102,15 +104,43 @@ def test_a_full_orpo_counts_only_the_logits_beyond_the_gradients(llama7b):
 
 
 def test_a_preference_batch_without_checkpointing_keeps_more_activations(llama7b):
-    base = Workload(llama7b, method="lora", seq_len=512, micro_batch=2, gradient_checkpointing=False)
+    base = Workload(
+        llama7b, method="lora", seq_len=512, micro_batch=2, gradient_checkpointing=False, lora_dropout=0.0
+    )
     sft = parts(replace(base, micro_batch=4))  # as many tokens as a pair's batch of 2
     dpo = parts(replace(base, objective="dpo", reference="adapter_off"))
     assert dpo["activations"] == pytest.approx(sft["activations"] * PREFERENCE_ACTIVATION_SCALE, rel=1e-6)
     with_ckpt = replace(base, gradient_checkpointing=True)
-    assert (
-        parts(replace(with_ckpt, objective="dpo", reference="adapter_off"))["activations"]
-        == parts(replace(with_ckpt, micro_batch=4))["activations"]
+    sft_block = parts(replace(with_ckpt, micro_batch=4))["activations"]
+    for objective, scale in (("dpo", PREFERENCE_ACTIVATION_SCALE), ("orpo", 1.0)):
+        reference = "none" if objective == "orpo" else "adapter_off"
+        got = parts(replace(with_ckpt, objective=objective, reference=reference))["activations"]
+        assert got == pytest.approx(sft_block * scale, rel=1e-6), objective  # ORPO's block as SFT's
+
+
+def test_trl_turns_lora_dropout_off_for_the_preference_objectives(llama7b):
+    """DPOConfig, KTOConfig and ORPOConfig default to disable_dropout=True: LoRA's dropout is p=0, which
+    keeps no copy and no mask; SFT keeps both."""
+    base = Workload(
+        llama7b,
+        method="qlora",
+        seq_len=1024,
+        micro_batch=2,
+        gradient_checkpointing=False,
+        lora_targets="all-linear",
+        lora_dropout=0.0,
     )
+    for objective, reference in (
+        ("sft", "none"),
+        ("dpo", "adapter_off"),
+        ("kto", "adapter_off"),
+        ("orpo", "none"),
+    ):
+        plain = parts(replace(base, objective=objective, reference=reference))["activations"]
+        dropped = parts(replace(base, objective=objective, reference=reference, lora_dropout=0.1))[
+            "activations"
+        ]
+        assert (dropped > plain) is (objective == "sft"), objective
 
 
 def test_a_full_reference_copy_is_held_through_the_optimizer_step(llama7b):
@@ -218,3 +248,19 @@ def test_speed_auto_never_packs_pairs_and_sizes_their_micro_batch_as_two_sequenc
     orpo_cfg = config_from_dotted({"model.name": "synthetic:llama-2-7b", "objective": "orpo"})
     orpo = speed_auto.plan(orpo_cfg, facts, ragged, llama7b)
     assert next(c for c in orpo.choices if c.name == "cross-entropy").value == "full logits"
+
+
+def test_the_dropout_rule_follows_the_trainers_trl_configs():
+    """memory.DROPOUT_OFF_OBJECTIVES is what TRL's configs do by default, and the trainer keeps the
+    default (it never passes disable_dropout)."""
+    pytest.importorskip("trl")
+    import inspect
+
+    from cockpit.models.memory import DROPOUT_OFF_OBJECTIVES
+    from train_backend import train_args
+    from train_backend.preference import trainers
+
+    for objective in ("dpo", "kto", "orpo"):
+        field = trainers.config_class(objective).__dataclass_fields__["disable_dropout"]
+        assert field.default is (objective in DROPOUT_OFF_OBJECTIVES), objective
+    assert all("disable_dropout" not in inspect.getsource(m) for m in (trainers, train_args))

@@ -90,19 +90,29 @@ NCCL_BUFFERS_BYTES = int(0.5 * GIB)
 SAFETY_MARGIN = 0.05
 
 # Preference objectives (docs/preference.md), counted from TRL 1.16's trainers, and two coefficients
-# fitted on four of nine 1B runs on an H100 (bench/results/2026-12-07-preference-memory-fit-h100.txt;
+# fitted on four of nine 1B runs on an H100 (bench/results/2026-12-07-preference-memory-h100.txt;
 # bench/preference_memory.py measures them against this model, `--repredict` again after a change):
 # - PREFERENCE_ACTIVATION_SCALE: without checkpointing, a DPO or KTO forward kept 1.37x the activations
 #   an SFT forward of as many tokens keeps (DPO and KTO at 512 tokens: 0.9 and 0.45 GiB over the count,
 #   both 0.44 MB a token of the batch, 37% of the count); the padded pair and prompt batches are the
-#   difference from SFT's rows, not yet told apart. With checkpointing the recomputed block matched.
+#   difference from SFT's rows, not yet told apart.
 # - ORPO_LOGITS_BYTES: ORPO's logits (16-bit), the chosen half's shifted copy, its 16-bit cross-entropy
 #   and their gradients, as the caching allocator reserves them, per token per vocabulary entry (fitted
 #   on the 1B LoRA runs at 2048 and at 512 without checkpointing: 15.8 and 16.5).
 PREFERENCE_ACTIVATION_SCALE = 1.37
+# with checkpointing, DPO's and KTO's recomputed block keeps the same 1.37x; ORPO's does not (chosen
+# after the held-out runs of 2026-12-07: DPO and KTO with checkpointing were predicted 1-9% under
+# nvidia-smi on 8 of 10 runs, and counting the scale there brings their median to 2.8% and 1.8%, while
+# ORPO's, already over, went to 12.5%). The cause is not found; the recomputed block is 1 of 32.
+PREFERENCE_SCALED_RECOMPUTE = ("dpo", "kto")
 ORPO_LOGITS_BYTES = 16.2
 OBJECTIVES = ("sft", "dpo", "kto", "orpo")
 PAIRED = ("dpo", "orpo")  # chosen and rejected in one forward: twice the sequences a row
+# TRL's DPO, KTO and ORPO configs default to disable_dropout=True: every nn.Dropout, LoRA's included,
+# gets p=0, and a dropout of p=0 returns its input (no copy, no mask). A DPO 7B QLoRA at 2048 tokens
+# with LoRA dropout 0.1 on every linear, counted with dropout, was predicted 87.5 GiB against 49.1 by
+# nvidia-smi (bench/results/2026-12-07-oom-dpo-h100.md)
+DROPOUT_OFF_OBJECTIVES = ("dpo", "kto", "orpo")
 # what the policy is scored against (train_backend.preference.trainers): adapter_off, the base with the
 # adapter disabled (no second copy); ref_adapter, init_from's adapter copied as a frozen 'ref'
 # adapter; copy, a 16-bit second model (a full fine-tune); precomputed, scored once before step 1;
@@ -298,7 +308,7 @@ def lora_dropout_bytes_per_token(w: Workload, act_bytes: int) -> int:
     on each adapted linear, so with dropout > 0 each keeps its own dropped-out input (cast to the
     compute dtype for lora_A's weight gradient) and dropout's 1-byte mask; with 0 dropout is an
     identity and lora_A saves the block's input, already counted."""
-    if w.method == "full" or w.lora_dropout <= 0:
+    if w.method == "full" or w.lora_dropout <= 0 or w.objective in DROPOUT_OFF_OBJECTIVES:
         return 0
     shapes = w.shape.linear_shapes()
     names = list(shapes) if w.lora_targets == "all-linear" else [t for t in w.lora_targets if t in shapes]
@@ -536,11 +546,14 @@ def _activations(w: Workload, act_bytes: int) -> list[Part]:
     (on the GPU, or all but two in host memory). The first part is the activations."""
     s, tokens = w.shape, w.tokens_per_micro_batch
     per_block = _block_bytes_per_token(w, act_bytes)
+    scaled = ""
+    if w.objective in (PREFERENCE_SCALED_RECOMPUTE if w.gradient_checkpointing else PAIRED + ("kto",)):
+        per_block *= PREFERENCE_ACTIVATION_SCALE
+        scaled = f"; x {PREFERENCE_ACTIVATION_SCALE} for a preference batch (fitted)"
     if not w.gradient_checkpointing:
-        note = f"{s.num_layers} blocks x {tokens} tokens x {per_block / 1024:.0f} KiB, no checkpointing"
-        if w.objective != "sft":
-            per_block *= PREFERENCE_ACTIVATION_SCALE
-            note += f"; x {PREFERENCE_ACTIVATION_SCALE} for a preference batch (fitted)"
+        note = (
+            f"{s.num_layers} blocks x {tokens} tokens x {per_block / 1024:.0f} KiB, no checkpointing" + scaled
+        )
         return [Part("activations", "activations", int(tokens * s.num_layers * per_block), note)]
     hf_kbit = fp32_kbit_path(w)
     residual_bytes = 4 if hf_kbit or w.precision == "fp32" else 2  # the residual stream's dtype
@@ -550,7 +563,7 @@ def _activations(w: Workload, act_bytes: int) -> list[Part]:
             "activations",
             "activations (one block, recomputed)",
             int(tokens * 2 * per_block),  # one block recomputed during backward, and its gradients
-            f"{tokens} tokens x {per_block / 1024:.0f} KiB, checkpointing on",
+            f"{tokens} tokens x {per_block / 1024:.0f} KiB, checkpointing on" + scaled,
         ),
         Part(
             "checkpoints",
