@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The export on a real run: `cockpit export --merge --gguf q8_0`, its logits check, the GGUF read back
-with gguf.GGUFReader, and the merge's time and peak memory (for docs/finish.md).
+"""The export on a real run: `cockpit export --merge --gguf TYPE` for each TYPE asked, its logits check,
+the GGUF read back into the merged model (the export's own check) and with gguf.GGUFReader, the file's
+size, and the merge's time and peak memory (for docs/finish.md).
 
 The run is the article's QLoRA recipe on `synthetic:llama-2-7b` (512 tokens, micro-batch 4 x
 accumulation 4, r=64 on q_proj/v_proj, paged AdamW), 60 steps with checkpoints every 30 and the
@@ -10,7 +11,8 @@ and the GGUF. Its figures come from the export's own `export_done` event (cockpi
 per-stage wall time, the process's peak RSS (getrusage) after each stage, peak GPU memory
 (torch.cuda.max_memory_allocated).
 
-  python bench/export_merge.py --out DIR [--steps 60] [--run RUN] [--home DIR] [--gguf q8_0] [--smoke]
+  python bench/export_merge.py --out DIR [--steps 60] [--run RUN] [--home DIR]
+      [--gguf q8_0 [q4_0 q4_k_m ...]] [--keep] [--smoke]
 
 `--smoke`: the shipped tiny model on the CPU, 4 steps (the tests run it). Writes
 DIR/export_merge.json; exits 1 when the run or the export failed.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,9 +41,26 @@ from gpu_runs import (
     train_headless,
     versions,
     write_json,
-    write_tokens,
 )
 from gpu_runs import write_config as run_config
+
+from cockpit.config.schema import GGUF_TYPES
+
+EXPORT_KEYS = (
+    "check",
+    "timings_s",
+    "peak_rss_bytes",
+    "stage_peak_rss_bytes",
+    "peak_gpu_bytes",
+    "params",
+    "device",
+    "dtype",
+    "files",
+    "gguf",
+    "kquant",
+    "readback",
+    "eos_tokens",
+)
 
 
 def readback(path: Path) -> dict:
@@ -75,12 +95,76 @@ def readback(path: Path) -> dict:
     }
 
 
+NARROW_IDS = 50
+
+
+def write_narrow_tokens(path: Path, shape, rows: int, seed: int = 0) -> Path:
+    """Full-length rows of ids drawn from 50 of the vocabulary's tokens: the adapter learns to favour
+    them, a change of the logits the merge check can tell from bf16's rounding. (Ids drawn from the
+    whole vocabulary leave a random-weight 7B near its uniform guess: after 40 steps its adapter moved
+    the logits by 4.9e-2 of their RMS, under twice the merge's rounding, and the check failed as it
+    should: H100, 2026-12-07.)"""
+    import random
+
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(rows):
+            ids = [rng.randrange(3, 3 + NARROW_IDS) for _ in range(shape.max_length)]
+            f.write(json.dumps({"input_ids": ids}) + "\n")
+    return path
+
+
+def export_one(run: Path, home: Path, kind: str, env: dict, keep: bool) -> dict:
+    """`cockpit export RUN --merge --gguf KIND`: its export_done figures, its read-back (the export's own
+    and gguf.GGUFReader's view of the file) and the file's size. The export folder is removed after
+    (a 7B's shards and GGUF fill a rented disk) unless `keep`."""
+    target = home / f"export-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+    command = [
+        sys.executable,
+        "-m",
+        "cockpit",
+        "export",
+        str(run),
+        "--merge",
+        "--gguf",
+        kind,
+        "--to",
+        str(target),
+    ]
+    entry: dict = {"type": kind, "command": " ".join(["cockpit", *command[3:]])}
+    started = time.time()
+    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    entry["wall_s"] = round(time.time() - started, 1)
+    entry["stdout"] = proc.stdout.splitlines()
+    if proc.returncode != 0:
+        entry["error"] = proc.stderr[-3000:]
+        return entry
+    info = json.loads((target / "cockpit-export.json").read_text())
+    entry["export"] = {k: info.get(k) for k in EXPORT_KEYS}
+    made = info.get("kquant") or {}
+    gguf_file = target / (made["file"] if made.get("done") else info["gguf"]["file"])
+    entry["gguf_file"] = gguf_file.name
+    entry["gguf_bytes"] = gguf_file.stat().st_size
+    entry["shards_bytes"] = sum(f.stat().st_size for f in target.glob("*.safetensors"))
+    entry["readback"] = readback(gguf_file)
+    if not keep:
+        shutil.rmtree(target, ignore_errors=True)
+    return entry
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--run", help="export this run instead of training one")
-    p.add_argument("--gguf", choices=("f16", "q8_0"), default="q8_0")
+    p.add_argument(
+        "--gguf",
+        nargs="+",
+        choices=GGUF_TYPES,
+        default=["q8_0"],
+        help="one export each, in turn (K-quants need llama-quantize on PATH)",
+    )
+    p.add_argument("--keep", action="store_true", help="keep each export folder (default: removed after)")
     p.add_argument(
         "--home", type=Path, help="COCKPIT_HOME for the run and the export (default: a new temp dir)"
     )
@@ -96,7 +180,7 @@ def main() -> int:
         run = Path(args.run).resolve()
     else:
         prebuild(shape, env)
-        data = write_tokens(
+        data = write_narrow_tokens(
             home / "tokens.jsonl", shape, rows=steps * shape.micro_batch_size * shape.accumulation
         )
         config = run_config(
@@ -116,62 +200,36 @@ def main() -> int:
             return 1
     result["run"] = str(run)
     result["versions"] = versions(events_of(run))
-    target = home / f"export-{time.strftime('%Y%m%d-%H%M%S')}"
-    command = [
-        sys.executable,
-        "-m",
-        "cockpit",
-        "export",
-        str(run),
-        "--merge",
-        "--gguf",
-        args.gguf,
-        "--to",
-        str(target),
-    ]
-    started = time.time()
-    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
-    result["export_command"] = " ".join(["cockpit", *command[3:]])
-    result["export_wall_s"] = round(time.time() - started, 1)
-    result["export_stdout"] = proc.stdout.splitlines()
-    if proc.returncode != 0:
-        result["error"] = proc.stderr[-3000:]
-        write_json(args.out, "export_merge.json", result)
-        print(proc.stderr[-3000:], file=sys.stderr)
-        return 1
-    info = json.loads((target / "cockpit-export.json").read_text())
-    result["export"] = {
-        k: info.get(k)
-        for k in (
-            "check",
-            "timings_s",
-            "peak_rss_bytes",
-            "stage_peak_rss_bytes",
-            "peak_gpu_bytes",
-            "params",
-            "device",
-            "dtype",
-            "files",
-            "gguf",
-            "eos_tokens",
+    result["exports"] = []
+    failed = False
+    for kind in args.gguf:
+        entry = export_one(run, home, kind, env, keep=args.keep)
+        result["exports"].append(entry)
+        if "error" in entry:
+            failed = True
+            print(entry["error"], file=sys.stderr)
+            break
+        info = entry["export"]
+        check, back = info["check"], info.get("readback") or {}
+        print(
+            f"{kind}: merge check {check['compared']}: relative {check['relative']:.2e} (tolerance "
+            f"{check['tolerance']:.0e}), passed={check['passed']}; read back: gap {back.get('gap')} "
+            f"(tolerance {back.get('tolerance')}), top-1 same {back.get('top1_same')}/{back.get('inputs')}, "
+            f"passed={back.get('passed')}; file {entry['gguf_bytes'] / 2**30:.2f} GiB"
         )
-    }
-    gguf_file = target / info["gguf"]["file"]
-    result["readback"] = readback(gguf_file)
+        print("  timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in info["timings_s"].items()))
+        print(
+            f"  peak RSS {info['peak_rss_bytes'] / 2**30:.2f} GiB; peak GPU "
+            f"{(info.get('peak_gpu_bytes') or 0) / 2**30:.2f} GiB; "
+            f"GGUF {entry['readback']['tensor_count']} tensors {entry['readback']['types']}"
+        )
+    if result["exports"] and "error" not in result["exports"][0]:  # the first type, as before
+        result["export"] = result["exports"][0]["export"]
+        result["readback"] = result["exports"][0]["readback"]
+        result["export_command"] = result["exports"][0]["command"]
     path = write_json(args.out, "export_merge.json", result)
-    check = info["check"]
-    print(
-        f"check: {check['compared']}: relative {check['relative']:.2e} (tolerance {check['tolerance']:.0e}), "
-        f"passed={check['passed']}"
-    )
-    print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in info["timings_s"].items()))
-    print(
-        f"peak RSS {info['peak_rss_bytes'] / 2**30:.2f} GiB; peak GPU "
-        f"{(info.get('peak_gpu_bytes') or 0) / 2**30:.2f} GiB; "
-        f"GGUF {result['readback']['tensor_count']} tensors"
-    )
     print(f"wrote {path}")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

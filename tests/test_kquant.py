@@ -102,3 +102,25 @@ def test_the_k_types_the_cli_offers_are_the_ones_it_can_make():
     from cockpit.config.schema import GGUF_TYPES
 
     assert set(kquant.K_TYPES) == {t for t in GGUF_TYPES if "_k" in t} == set(needs.K_BITS)
+
+
+BUILD_ONLY = """#!/bin/sh
+if [ "$1" = "--version" ]; then echo "usage: $0 [--help] [--allow-requantize]"; exit 1; fi
+echo "main: build = 8123 (abcdef0)" >&2
+cp "$1" "$2"
+"""
+
+
+def test_a_build_whose_version_flag_prints_the_usage_says_its_build_from_the_run(tmp_path, monkeypatch):
+    """llama.cpp builds (0.3.36's vendored tree, as built on the H100 box) answer --version with the
+    usage; their build line comes from the quantisation's own output."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    tool = folder / "llama-quantize"
+    tool.write_text(BUILD_ONLY)
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    assert kquant.tool_version(str(tool)) == "version unknown"
+    f16 = tmp_path / "tiny-f16.gguf"
+    f16.write_bytes(b"GGUF")
+    assert kquant.k_quantize(f16, "q6_k")["version"] == "build 8123 (abcdef0)"

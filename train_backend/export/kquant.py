@@ -27,8 +27,17 @@ def tool_version(tool: str) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"version unknown ({type(exc).__name__})"
     lines = (proc.stdout + proc.stderr).strip().splitlines()
-    found = [line for line in lines if "version" in line.lower()]
-    return (found or lines or ["version unknown"])[0].strip()
+    found = [line for line in lines if "version" in line.lower() and not line.lower().startswith("usage")]
+    return found[0].strip() if found else "version unknown"
+
+
+def build_line(output: str) -> str | None:
+    """The `main: build = 8123 (abcdef0)` line llama-quantize prints as it starts (builds whose
+    `--version` prints only the usage say their build there), as `build 8123 (abcdef0)`."""
+    for line in output.splitlines():
+        if "build = " in line:
+            return "build " + line.split("build = ", 1)[1].strip()
+    return None
 
 
 def k_quantize(f16_file: Path, kind: str) -> dict:
@@ -47,5 +56,7 @@ def k_quantize(f16_file: Path, kind: str) -> dict:
         last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
         target.unlink(missing_ok=True)
         raise RuntimeError(f"{TOOL} ({version}) failed: {last[0]}; the f16 GGUF is kept: {f16_file}")
+    if version == "version unknown":
+        version = build_line(proc.stdout + proc.stderr) or version
     f16_file.unlink()
     return {**said, "done": True, "tool": tool, "version": version, "file": target.name}
