@@ -162,7 +162,11 @@ def test_the_q8_0_gguf_is_read_back_within_its_tolerance_and_its_tokenizer_gives
     assert read["passed"] and read["inputs"] == 3 and read["tensors"] == 39, read
     assert 0 < read["gap"] <= read["tolerance"] and read["top1_same"] == 3, read
     said = " ".join(exported["proc"].stdout.split())
-    assert f"GGUF check: {read['file']} (q8_0) read back: next-token max |Δ| {read['gap']:.3g}" in said
+    # every weight within its type's rounding (norms F32, the rest Q8_0), the worst named
+    assert read["logits_passed"] and read["weights_type"] in ("Q8_0", "F16", "F32"), read
+    assert 0 < read["weights_error"] <= read["weights_tolerance"] <= 0.03, read
+    assert f"GGUF check: {read['file']} (q8_0) read back: weights within their rounding, at worst" in said
+    assert f"next-token max |Δ| {read['gap']:.3g}" in said
     assert "tolerance 0.1), same top token on 3 of 3" in said and ": passed" in said
     result = _python(_TOKENIZER.format(out=str(exported["out"]), alone=str(tmp_path)), exported["env"])
     assert result["same_ids"] and result["template_same"], result
@@ -220,7 +224,55 @@ def test_a_damaged_gguf_fails_its_read_back_and_is_kept_under_a_name_that_says_s
     assert "Export again (" in said and "choose a type with more bits (--gguf f16)" in said
     read = _readback(out)
     assert not read["passed"] and read["gap"] > 0.9 and read["kept_as"] == kept.name, read
+    assert read["weights_tensor"] == "output.weight" and read["weights_error"] == pytest.approx(1.0), read
+    assert "weights NOT within their rounding, at worst 1 of their RMS (output.weight" in said
     assert (out / "model.safetensors").is_file()
+
+
+_READ_BACK = """
+import json, shutil, torch
+from pathlib import Path
+from transformers import AutoModelForCausalLM
+from train_backend.export import readback
+out, work = Path({out!r}), Path({work!r})
+inputs = [torch.tensor([[1, 5, 9, 13, 17, 21]]), torch.tensor([[1, 2, 3]])]
+def logits(m):
+    with torch.no_grad():
+        return [m(input_ids=ids).logits.float() for ids in inputs]
+found = {{}}
+for case, tolerance in (("strict_logits", 0.0), ("changed_weights", 10.0)):
+    path = work / case / next(out.glob("*-q8_0.gguf")).name
+    path.parent.mkdir(parents=True)
+    shutil.copy(next(out.glob("*-q8_0.gguf")), path)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16)
+    if case == "changed_weights":  # the merged weights the file is held to are not the file's any more
+        with torch.no_grad():
+            model.model.layers[1].mlp.down_proj.weight.mul_(2.0)
+    checked = readback.read_back(path, "q8_0", model, logits, logits(model), tolerance)
+    found[case] = {{**checked.to_event(), "files": sorted(p.name for p in path.parent.iterdir())}}
+print(json.dumps(found))
+"""
+
+
+def test_the_read_back_passes_on_the_weights_and_says_logits_over_tolerance_as_a_warning(exported, tmp_path):
+    """The weights decide: logits held to a tolerance of 0 (as a 4-bit random-weight 7B moves them past
+    q4_0's) with every tensor within its type's rounding pass, the file kept under its name, the gap
+    said as a warning; one tensor that is not what the file holds (the merged weight doubled) fails and
+    is named, whatever the logits' tolerance."""
+    from cockpit.results.merge_check import describe_readback
+
+    found = _python(_READ_BACK.format(out=str(exported["out"]), work=str(tmp_path)), exported["env"])
+    strict = found["strict_logits"]
+    assert strict["passed"] and not strict["logits_passed"] and strict["kept_as"] is None, strict
+    assert strict["weights_error"] <= strict["weights_tolerance"] and strict["files"] == [strict["file"]]
+    line = describe_readback(strict)
+    assert ": passed (the logits moved more than q8_0's tolerance" in line, line
+    changed = found["changed_weights"]
+    assert not changed["passed"] and changed["logits_passed"], changed
+    assert changed["weights_tensor"] == "blk.1.ffn_down.weight", changed  # F16 here: rows not of 32
+    assert changed["weights_error"] == pytest.approx(0.5, abs=0.02)  # |w - 2w| / |2w|
+    assert changed["files"] == [changed["kept_as"]] and changed["kept_as"].endswith(".failed-check.gguf")
+    assert "weights NOT within their rounding, at worst 0.5" in describe_readback(changed)
 
 
 def test_a_k_quant_is_made_by_llama_quantize_from_the_f16_file(trained, tmp_path):

@@ -106,7 +106,7 @@ def test_the_k_types_the_cli_offers_are_the_ones_it_can_make():
 
 BUILD_ONLY = """#!/bin/sh
 if [ "$1" = "--version" ]; then echo "usage: $0 [--help] [--allow-requantize]"; exit 1; fi
-echo "main: build = 8123 (abcdef0)" >&2
+echo "main: build 8123 (abcdef0) with cc (Debian 12.2.0-14) for x86_64-linux-gnu" >&2
 cp "$1" "$2"
 """
 
@@ -124,3 +124,10 @@ def test_a_build_whose_version_flag_prints_the_usage_says_its_build_from_the_run
     f16 = tmp_path / "tiny-f16.gguf"
     f16.write_bytes(b"GGUF")
     assert kquant.k_quantize(f16, "q6_k")["version"] == "build 8123 (abcdef0)"
+
+
+def test_the_older_build_line_is_read_too():
+    assert kquant.build_line("main: build = 4242 (f00dcafe)\nmain: quantizing") == "build 4242 (f00dcafe)"
+    assert kquant.build_line("llama_model_quantize: failed") is None
+    said = "version: 0.5.0-dev (build 1, commit 0c1e570)\nbuilt with GNU 12.2.0 for Linux x86_64\n"
+    assert kquant.build_line(said) == "version: 0.5.0-dev (build 1, commit 0c1e570)"

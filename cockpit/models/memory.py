@@ -547,7 +547,10 @@ def _activations(w: Workload, act_bytes: int) -> list[Part]:
     s, tokens = w.shape, w.tokens_per_micro_batch
     per_block = _block_bytes_per_token(w, act_bytes)
     scaled = ""
-    if w.objective in (PREFERENCE_SCALED_RECOMPUTE if w.gradient_checkpointing else PAIRED + ("kto",)):
+    scaled_here = (
+        w.objective in PREFERENCE_SCALED_RECOMPUTE if w.gradient_checkpointing else w.objective != "sft"
+    )
+    if scaled_here:
         per_block *= PREFERENCE_ACTIVATION_SCALE
         scaled = f"; x {PREFERENCE_ACTIVATION_SCALE} for a preference batch (fitted)"
     if not w.gradient_checkpointing:

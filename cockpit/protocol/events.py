@@ -530,11 +530,26 @@ class ExportReadbackEvent(TypedDict, total=False):
     ]
     gap: Annotated[float | None, Meaning("the worst of `gaps`; null when the file could not be read")]
     tolerance: Annotated[
-        float, Meaning("the largest gap that passes, per type (cockpit/results/merge_check.py)")
+        float, Meaning("the largest gap without a warning, per type (cockpit/results/merge_check.py)")
     ]
     top1_same: Annotated[int, Meaning("prompts whose most likely next token is the same")]
     elapsed_s: Annotated[float, Meaning("seconds to read the file and run the prompts")]
-    passed: Annotated[bool, Meaning("gap <= tolerance")]
+    passed: Annotated[bool, Meaning("read, and every tensor within its type's weight tolerance")]
+    logits_passed: Annotated[
+        bool, Meaning("gap <= tolerance; false with `passed`: a warning, the quantisation's own effect")
+    ]
+    weights_error: Annotated[
+        float | None,
+        Meaning("the worst tensor's ||read - merged|| / ||merged||, worst by its type's tolerance"),
+    ]
+    weights_tensor: Annotated[str | None, Meaning("that tensor's GGUF name")]
+    weights_type: Annotated[str | None, Meaning("its GGUF type (Q4_0, Q8_0, F32, Q6_K, ...)")]
+    weights_tolerance: Annotated[
+        float | None, Meaning("that type's tolerance (cockpit/results/merge_check.py WEIGHT_TOLERANCE)")
+    ]
+    weights_by_type: Annotated[
+        dict[str, float] | None, Meaning("each GGUF type in the file: its tensors' worst relative error")
+    ]
     kept_as: Annotated[str | None, Meaning("a failed file's new name (NAME.failed-check.gguf)")]
     problem: Annotated[str | None, Meaning("why the file could not be read into the model")]
     skipped: Annotated[bool | None, Meaning("true: not read back (`reason`)")]

@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 RELATIVE_TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 6e-2}
-# the exported GGUF read back into the merged model (train_backend/export/readback.py: max |Δ| of the
+# the exported GGUF read back into the merged model, its logits (train_backend/export/readback.py; over
+# the tolerance with every weight within WEIGHT_TOLERANCE: a warning, the file kept): max |Δ| of the
 # last position's logits relative to its largest logit, the worst of the merge check's 3 prompts,
 # both models in the export dtype): f16 rounds each weight once more, q8_0 quantises in blocks of 32
 # (about 8 bits each), q5_1, q5_0 and q4_0 (layers at 6, 5.5 and 4.5 bits a weight, embeddings and
@@ -31,6 +32,33 @@ ROUND_TRIP_TOLERANCE = {"f16": 3e-2, "q8_0": 0.1, "q5_1": 0.45, "q5_0": 0.45, "q
 # the block type of no more bits a weight (q6_k 6.56 -> q5_1's 6, q5_k_m 5.70 -> q5_0's 5.5, q4_k_m
 # 4.89 -> q4_0's 4.5)
 ROUND_TRIP_TOLERANCE.update(q6_k=0.45, q5_k_m=0.45, q4_k_m=0.75)
+# The read-back's pass or fail: each GGUF tensor against the merged weight it replaced, ||read - merged|| /
+# ||merged||, by the tensor's own type (a q4_0 file keeps norms in F32 and embeddings in Q8_0). The gguf
+# package's quantizers on 256 x 4096 draws, 2026-12-07 (Gaussian; Student-t 3, heavier tails): F16
+# 0.0002, Q8_0 0.0054 / 0.0086, Q5_1 0.038 / 0.049, Q5_0 0.043 / 0.066, Q4_0 0.086 / 0.127; each tolerance
+# is about 3x the heavier-tailed figure. K types from llama.cpp's llama-quantize on SmolLM2-135M: see
+# docs/finish.md. A zeroed tensor reads 1.0, a misordered or misnamed one about 1.4.
+WEIGHT_TOLERANCE = {
+    "F32": 1e-5,
+    "F16": 5e-3,
+    "BF16": 5e-3,
+    "Q8_0": 0.03,
+    "Q6_K": 0.1,
+    "Q5_1": 0.2,
+    "Q5_0": 0.2,
+    "Q5_K": 0.2,
+    "Q4_1": 0.35,
+    "Q4_0": 0.35,
+    "Q4_K": 0.35,
+    "Q3_K": 0.5,
+}
+WEIGHT_TOLERANCE_OTHER = 0.7  # a type not listed (Q2_K, the IQ types): below what a damaged tensor reads
+
+
+def weight_tolerance(ggml_type: str) -> float:
+    """The largest relative RMS error a tensor of this GGUF type (its GGMLQuantizationType name) may
+    read back with."""
+    return WEIGHT_TOLERANCE.get(ggml_type.upper(), WEIGHT_TOLERANCE_OTHER)
 
 
 @dataclass(frozen=True)
@@ -112,9 +140,23 @@ def describe_readback(event: dict[str, Any]) -> str:
     kept = f"; kept as {event['kept_as']}" if event.get("kept_as") else ""
     if event.get("problem"):
         return f"{head}: {event['problem']}: {verdict}{kept}"
+    weights = ""
+    if event.get("weights_error") is not None:
+        within = "within" if event.get("passed") else "NOT within"
+        weights = (
+            f"weights {within} their rounding, at worst {event['weights_error']:.3g} of their RMS "
+            f"({event.get('weights_tensor')}, {event.get('weights_type')}; tolerance "
+            f"{event.get('weights_tolerance')}); "
+        )
+    over = ""
+    if event.get("passed") and event.get("logits_passed") is False:
+        over = (
+            f" (the logits moved more than {event.get('file_type')}'s tolerance, set on trained models: "
+            "this model is that sensitive to the rounding; choose a type with more bits for fidelity)"
+        )
     return (
-        f"{head}: next-token max |Δ| {event.get('gap'):.3g} "
+        f"{head}: {weights}next-token max |Δ| {event.get('gap'):.3g} "
         f"of the largest logit (worst of {event.get('inputs')} prompts: {gaps}; tolerance "
         f"{event.get('tolerance')}), same top token on {event.get('top1_same')} of {event.get('inputs')}, "
-        f"{event.get('tensors')} tensors in {event.get('elapsed_s', 0):.1f} s: {verdict}{kept}"
+        f"{event.get('tensors')} tensors in {event.get('elapsed_s', 0):.1f} s: {verdict}{over}{kept}"
     )

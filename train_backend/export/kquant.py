@@ -32,12 +32,17 @@ def tool_version(tool: str) -> str:
 
 
 def build_line(output: str) -> str | None:
-    """The `main: build = 8123 (abcdef0)` line llama-quantize prints as it starts (builds whose
-    `--version` prints only the usage say their build there), as `build 8123 (abcdef0)`."""
+    """The version llama-quantize prints as it starts, for builds whose `--version` prints only the
+    usage: `version: 0.5.0-dev (build 1, commit 0c1e570)` (llama.cpp as vendored by
+    llama-cpp-python 0.3.36), or a `main: build 8123 (abcdef0) with cc for x86_64` line (older:
+    `build = 8123 (abcdef0)`, said as `build 8123 (abcdef0)`)."""
+    import re
+
     for line in output.splitlines():
-        if "build = " in line:
-            return "build " + line.split("build = ", 1)[1].strip()
-    return None
+        if line.strip().lower().startswith("version:"):
+            return line.strip()
+    found = re.search(r"\bbuild\s*=?\s*(\d+)\s*\(([^)]*)\)", output)
+    return f"build {found.group(1)} ({found.group(2)})" if found else None
 
 
 def k_quantize(f16_file: Path, kind: str) -> dict:

@@ -5,9 +5,17 @@ merged model itself (already written as safetensors, so nothing else needs it): 
 tensor in fp32 on top of the model, not a second model. The GGUF tensor names and llama's rotary
 row order are undone by the gguf package's name map and transformers' GGUF tensor processor, not by
 the converter's own tables, so a converter that misnames or misorders a tensor is read back wrong and
-fails. Each of the merge check's prompts is run; the gap is the largest |Δ| of the last position's
-logits relative to that position's largest logit, the worst of the prompts, against the file type's
-tolerance (cockpit.results.merge_check.ROUND_TRIP_TOLERANCE).
+fails.
+
+Two figures. The weights: each tensor read back against the merged weight it replaces, as a relative
+RMS error, against its own GGUF type's tolerance (cockpit.results.merge_check.WEIGHT_TOLERANCE: a
+damaged, zeroed, misnamed or misordered tensor reads near 1 or above, a rounded one at most a few
+tenths): this decides whether the file passes. The logits: each of the merge check's prompts is run;
+the gap is the largest |Δ| of the last position's logits relative to that position's largest logit,
+the worst of the prompts, against the file type's tolerance (ROUND_TRIP_TOLERANCE, from trained
+models). A gap over it with every weight within its rounding is the quantisation's own effect on this
+model (a random-weight 7B moves its logits by the whole of them at 4 bits): said as a warning, the file
+kept.
 """
 
 from __future__ import annotations
@@ -38,7 +46,13 @@ class ReadBack:
     tolerance: float
     top1_same: int  # prompts whose most likely next token is the same
     elapsed_s: float
-    passed: bool
+    passed: bool  # read, and every weight within its type's rounding
+    logits_passed: bool  # gap <= tolerance
+    weights_error: float | None = None  # the worst tensor's relative RMS error, by its tolerance
+    weights_tensor: str | None = None  # that tensor (GGUF name) and its type
+    weights_type: str | None = None
+    weights_tolerance: float | None = None
+    weights_by_type: dict[str, float] | None = None  # each GGUF type's worst relative error
     kept_as: str | None = None  # a failed file's new name
     problem: str | None = None  # why the file could not be read into the model
 
@@ -57,14 +71,33 @@ def next_token_gaps(reference: list, candidate: list) -> tuple[list[float], int]
     return gaps, same
 
 
-def load_into(path: Path, model, progress: Callable[[int, int], None] = lambda done, total: None) -> int:
-    """The GGUF's weights dequantized into `model`'s parameters, in place; the tensors read. Every
-    parameter of the model must come from the file (tied ones once)."""
+@dataclass(frozen=True)
+class WeightError:
+    """The tensor read back furthest from the merged weight it replaced, for its type."""
+
+    tensor: str
+    ggml_type: str
+    error: float  # ||read - merged|| / ||merged||
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        return self.error <= self.tolerance
+
+
+def load_into(
+    path: Path, model, progress: Callable[[int, int], None] = lambda done, total: None
+) -> tuple[int, WeightError | None]:
+    """The GGUF's weights dequantized into `model`'s parameters, in place: the tensors read, and the
+    one furthest (by its type's tolerance) from the weight it replaced. Every parameter of the model
+    must come from the file (tied ones once)."""
     import numpy as np
     import torch
     from gguf import GGUFReader
     from gguf.quants import dequantize
     from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor
+
+    from cockpit.results.merge_check import weight_tolerance
 
     reader = GGUFReader(str(path))
     arch = str(reader.fields["general.architecture"].contents())
@@ -77,6 +110,8 @@ def load_into(path: Path, model, progress: Callable[[int, int], None] = lambda d
     params = dict(model.named_parameters())  # a tied weight once
     unread = set(params)
     tensors = list(reader.tensors)
+    worst: WeightError | None = None
+    by_type: dict[str, float] = {}
     for done, tensor in enumerate(tensors, start=1):
         processed = processor.process(
             weights=dequantize(tensor.data, tensor.tensor_type),
@@ -99,13 +134,29 @@ def load_into(path: Path, model, progress: Callable[[int, int], None] = lambda d
             shapes = f"{tuple(weights.shape)}, {hf_name} {tuple(param.shape)}"
             raise ReadBackError(f"{path.name}: tensor {tensor.name!r} has shape {shapes}")
         with torch.no_grad():
-            param.copy_(torch.from_numpy(weights))
+            read = torch.from_numpy(weights).to(param.device, torch.float32)
+            merged = param.detach().float()
+            scale = float(merged.norm())
+            error = float((read - merged).norm()) / scale if scale > 0 else float(read.norm())
+            del merged
+            param.copy_(read)
+            del read
+        found = WeightError(
+            tensor.name, tensor.tensor_type.name, error, weight_tolerance(tensor.tensor_type.name)
+        )
+        by_type[found.ggml_type] = max(by_type.get(found.ggml_type, 0.0), round(error, 6))
+        if worst is None or found.error / found.tolerance > worst.error / worst.tolerance:
+            worst = found
         unread.discard(hf_name)
         progress(done, len(tensors))
     if unread:
         missing = ", ".join(sorted(unread)[:4]) + (" ..." if len(unread) > 4 else "")
         raise ReadBackError(f"{path.name}: no tensor for {len(unread)} parameter(s) of the model: {missing}")
-    return len(tensors)
+    if worst is not None:
+        from dataclasses import replace
+
+        worst = replace(worst, by_type=by_type)
+    return len(tensors), worst
 
 
 def gguf_to_hf_names(model, arch: str) -> dict[str, str]:
@@ -133,19 +184,22 @@ def read_back(
     tolerance: float,
     progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> ReadBack:
-    """`path` read into `model` (whose weights it replaces), its next-token logits on the prompts
-    against `reference` (the merged model's, from `logits(model)` before). A file that fails is
-    renamed to NAME.failed-check.gguf, so that nothing takes it for a checked model."""
+    """`path` read into `model` (whose weights it replaces): each tensor against the weight it replaces,
+    then the next-token logits on the prompts against `reference` (the merged model's, from
+    `logits(model)` before). A file that cannot be read, or whose weights are not what its types round
+    them to, fails and is renamed to NAME.failed-check.gguf, so that nothing takes it for a checked
+    model; logits over `tolerance` with the weights within it are said (`logits_passed`)."""
     started = time.time()
-    problem, gap, gaps, same, count = None, None, [], 0, 0
+    problem, gap, gaps, same, count, worst = None, None, [], 0, 0, None
     try:
-        count = load_into(path, model, progress)
+        count, worst = load_into(path, model, progress)
     except ReadBackError as exc:
         problem = str(exc)
     else:
         gaps, same = next_token_gaps(reference, logits(model))
         gap = max(gaps)
-    passed = gap is not None and gap <= tolerance
+    logits_passed = gap is not None and gap <= tolerance
+    passed = problem is None and (worst is None or worst.passed)
     kept_as = None
     if not passed:
         failed = path.with_name(path.name.removesuffix(".gguf") + FAILED_SUFFIX)
@@ -162,6 +216,12 @@ def read_back(
         top1_same=same,
         elapsed_s=round(time.time() - started, 2),
         passed=passed,
+        logits_passed=logits_passed,
+        weights_error=None if worst is None else round(worst.error, 6),
+        weights_tensor=None if worst is None else worst.tensor,
+        weights_type=None if worst is None else worst.ggml_type,
+        weights_tolerance=None if worst is None else worst.tolerance,
+        weights_by_type=None if worst is None else worst.by_type,
         kept_as=kept_as,
         problem=problem,
     )
