@@ -265,6 +265,8 @@ def test_the_read_back_passes_on_the_weights_and_says_logits_over_tolerance_as_a
     strict = found["strict_logits"]
     assert strict["passed"] and not strict["logits_passed"] and strict["kept_as"] is None, strict
     assert strict["weights_error"] <= strict["weights_tolerance"] and strict["files"] == [strict["file"]]
+    assert set(strict["weights_by_type"]) == {"Q8_0", "F16", "F32"}, strict  # the tiny model's types
+    assert strict["weights_by_type"][strict["weights_type"]] == pytest.approx(strict["weights_error"]), strict
     line = describe_readback(strict)
     assert ": passed (the logits moved more than q8_0's tolerance" in line, line
     changed = found["changed_weights"]

@@ -79,6 +79,7 @@ class WeightError:
     ggml_type: str
     error: float  # ||read - merged|| / ||merged||
     tolerance: float
+    by_type: dict[str, float] | None = None  # every type's worst relative error in the file
 
     @property
     def passed(self) -> bool:
