@@ -114,7 +114,7 @@ def write_narrow_tokens(path: Path, shape, rows: int, seed: int = 0) -> Path:
     return path
 
 
-def export_one(run: Path, home: Path, kind: str, env: dict, keep: bool) -> dict:
+def export_one(run: Path, home: Path, kind: str, env: dict, keep: bool, log_dir: Path) -> dict:
     """`cockpit export RUN --merge --gguf KIND`: its export_done figures, its read-back (the export's own
     and gguf.GGUFReader's view of the file) and the file's size. The export folder is removed after
     (a 7B's shards and GGUF fill a rented disk) unless `keep`."""
@@ -133,11 +133,16 @@ def export_one(run: Path, home: Path, kind: str, env: dict, keep: bool) -> dict:
     ]
     entry: dict = {"type": kind, "command": " ".join(["cockpit", *command[3:]])}
     started = time.time()
-    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    log = log_dir / f"export-{kind}.log"  # written as it goes: a time limit that kills the bench keeps it
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as sink:
+        proc = subprocess.run(
+            command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=sink, text=True, timeout=3600
+        )
     entry["wall_s"] = round(time.time() - started, 1)
     entry["stdout"] = proc.stdout.splitlines()
     if proc.returncode != 0:
-        entry["error"] = proc.stderr[-3000:]
+        entry["error"] = log.read_text()[-3000:]
         return entry
     info = json.loads((target / "cockpit-export.json").read_text())
     entry["export"] = {k: info.get(k) for k in EXPORT_KEYS}
@@ -202,9 +207,12 @@ def main() -> int:
     result["versions"] = versions(events_of(run))
     result["exports"] = []
     failed = False
+    write_json(args.out, "export_merge.json", result)  # what a device call's time limit cuts short keeps this
+    print(f"trained {run} in {result.get('train_wall_s', 0)} s", flush=True)
     for kind in args.gguf:
-        entry = export_one(run, home, kind, env, keep=args.keep)
+        entry = export_one(run, home, kind, env, keep=args.keep, log_dir=args.out)
         result["exports"].append(entry)
+        write_json(args.out, "export_merge.json", result)
         if "error" in entry:
             failed = True
             print(entry["error"], file=sys.stderr)
@@ -217,11 +225,12 @@ def main() -> int:
             f"(tolerance {back.get('tolerance')}), top-1 same {back.get('top1_same')}/{back.get('inputs')}, "
             f"passed={back.get('passed')}; file {entry['gguf_bytes'] / 2**30:.2f} GiB"
         )
-        print("  timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in info["timings_s"].items()))
+        print("  timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in info["timings_s"].items()), flush=True)
         print(
             f"  peak RSS {info['peak_rss_bytes'] / 2**30:.2f} GiB; peak GPU "
             f"{(info.get('peak_gpu_bytes') or 0) / 2**30:.2f} GiB; "
-            f"GGUF {entry['readback']['tensor_count']} tensors {entry['readback']['types']}"
+            f"GGUF {entry['readback']['tensor_count']} tensors {entry['readback']['types']}",
+            flush=True,
         )
     if result["exports"] and "error" not in result["exports"][0]:  # the first type, as before
         result["export"] = result["exports"][0]["export"]

@@ -113,10 +113,13 @@ def test_dpo_on_the_tiny_model_ends_with_reward_accuracy_above_half(tmp_path, en
             "eval.steps": 15,
             "eval.prompts": 2,
             "eval.max_new_tokens": 12,
+            "lora.dropout": 0.1,  # TRL turns it off; the run says so
         }
     )
     evs, stdout = _train(tmp_path, env, overrides)
     final = _assert_dpo_learnt(evs, stdout)
+    said = [e["message"] for e in evs if e["type"] == "warning"]
+    assert any(m.startswith("lora.dropout 0.1 is off in this dpo run: TRL's DPOConfig") for m in said), said
     # samples before and after on held-out prompts, the chosen answer beside the model's
     samples = [e for e in evs if e["type"] == "sample"]
     held = [json.loads(line) for line in (tmp_path / "pairs.jsonl").read_text().splitlines()]

@@ -70,6 +70,16 @@ def build_trainer(
         **setup,
     )
     args = trainers.trl_config(cfg, run, precision, device.kind, trainer_kwargs.pop("extra"))
+    if getattr(args, "disable_dropout", False) and cfg.method != "full" and cfg.lora.dropout > 0:
+        emitter.emit(
+            "warning",
+            message=(
+                f"lora.dropout {cfg.lora.dropout:g} is off in this {cfg.objective} run: TRL's "
+                f"{type(args).__name__} turns every dropout off (disable_dropout), so that the policy and "
+                "its reference score the same forward"
+            ),
+            hint="set lora.dropout: 0 to say so in the config (the memory estimate already counts it off)",
+        )
     ref = trainers.reference_model(cfg, model_path, precision, device, sharded)
     if ref is not None:
         trainer_kwargs["ref_model"] = ref
