@@ -223,6 +223,8 @@ def main() -> int:
             f"{kind}: merge check {check['compared']}: relative {check['relative']:.2e} (tolerance "
             f"{check['tolerance']:.0e}), passed={check['passed']}; read back: gap {back.get('gap')} "
             f"(tolerance {back.get('tolerance')}), top-1 same {back.get('top1_same')}/{back.get('inputs')}, "
+            f"weights at worst {back.get('weights_error')} ({back.get('weights_tensor')}, "
+            f"{back.get('weights_type')}), "
             f"passed={back.get('passed')}; file {entry['gguf_bytes'] / 2**30:.2f} GiB"
         )
         print("  timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in info["timings_s"].items()), flush=True)
