@@ -49,22 +49,41 @@ def test_a_trainers_run_directory_from_its_command_line(cmdline, path):
 
 
 def test_runs_lists_and_stop_ends_a_trainer_whose_directory_is_gone(tmp_path, env, capsys):
-    gone = tmp_path / "runs" / "20261201-101010-tiny"  # never made: as if deleted
+    gone = tmp_path / "home" / "runs" / "20261201-101010-tiny"  # never made: as if deleted
+    # another COCKPIT_HOME's orphan (another user's home, or a parallel test's): not this home's list
+    elsewhere = tmp_path / "other-home" / "runs" / "20261201-121212-tiny"
     sleeper = "import time; time.sleep(120)"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", sleeper, "-m", "train_backend", "train", str(gone)], start_new_session=True
-    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", sleeper, "-m", "train_backend", "train", str(path)], start_new_session=True
+        )
+        for path in (gone, elsewhere)
+    ]
+    proc = procs[0]
     try:
         assert main(["runs", "--json"]) == 0
         rows = json.loads(capsys.readouterr().out)
         (row,) = [r for r in rows if r["run"] == gone.name]
         assert row["status"] == "orphaned" and f"trainer pid {proc.pid} still runs" in row["detail"]
+        assert not [r for r in rows if r["run"] == elsewhere.name], rows
         assert main(["stop", "20261201-101010", "--term-timeout", "5"]) == 0
         assert capsys.readouterr().out.strip() == f"{gone.name}: terminated"
         assert proc.wait(5) is not None
     finally:
-        proc.kill()
-        proc.wait()
+        for each in procs:
+            each.kill()
+            each.wait()
+
+
+def test_an_orphan_of_a_run_linked_from_elsewhere_is_this_homes(tmp_path):
+    """A run with its own output.dir is linked into the runs root (rundir._register); deleted, its link
+    dangles there and names it."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    target = tmp_path / "mine" / "20261201-131313-tiny"
+    (root / target.name).symlink_to(target)
+    assert process._of_root(target, root) and process._of_root(root / "20261201-141414-tiny", root)
+    assert not process._of_root(tmp_path / "theirs" / "20261201-131313-tiny", root)
 
 
 @pytest.mark.slow

@@ -510,7 +510,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             f"{paths.cockpit_command()} stop {orphan.run_id}",
             "path": orphan.path,
         }
-        for orphan in process.orphaned_trainers()
+        for orphan in process.orphaned_trainers(paths.runs_root())
     ]
     if args.json:
         print(json.dumps([r.to_dict() for r in found] + orphans, indent=1))

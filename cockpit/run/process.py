@@ -240,9 +240,10 @@ def trainer_run_path(cmdline: list[str]) -> str | None:
     return None
 
 
-def orphaned_trainers() -> list[Orphan]:
+def orphaned_trainers(runs_root: Path | None = None) -> list[Orphan]:
     """This user's trainers (session leaders: ranks of several GPUs are the launcher's) whose run
-    directory no longer holds its events file."""
+    directory no longer holds its events file; with `runs_root`, only those of that root's runs (in
+    it, or linked from it: a run with its own output.dir), not another COCKPIT_HOME's."""
     found = []
     for proc in psutil.process_iter(["pid", "cmdline", "uids"]):
         try:
@@ -254,10 +255,21 @@ def orphaned_trainers() -> list[Orphan]:
                 continue
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
+            if runs_root is not None and not _of_root(Path(path), runs_root):
+                continue
             found.append(Orphan(Path(path).name, path, proc.info["pid"]))
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def _of_root(path: Path, runs_root: Path) -> bool:
+    """Whether a (deleted) run directory was one of `runs_root`'s: inside it, or the target of the link
+    `_register` left there (dangling now)."""
+    if path.parent == runs_root or path.parent == runs_root.resolve():
+        return True
+    link = runs_root / path.name
+    return link.is_symlink() and Path(os.readlink(link)) in (path, path.resolve())
 
 
 def stop_orphan(
