@@ -17,7 +17,7 @@ from test_finish_cost_e2e import make_env
 from cockpit.money import end_runner
 from cockpit.run.rundir import RunDir
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("export-at-end")]  # one shared run, one worker
 # what the end command sees: every file under exports/, and how many times it ran
 ON_END = "find exports -type f | sort > seen_exports.txt; echo ran >> count.txt"
 

@@ -23,6 +23,7 @@ from tests.conftest import ROOT, cockpit, offline_env, only_run, write_config
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.xdist_group("smol-run"),  # the module's one SmolLM2 run, trained on one worker only
     pytest.mark.skipif(
         not packaged.is_fetched("smollm2-135m"),
         reason=f"smollm2-135m is not in the model cache ({packaged.model_dir('smollm2-135m')}); "
