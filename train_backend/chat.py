@@ -165,4 +165,6 @@ def _valid(messages) -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from train_backend.quick_exit import exit_now
+
+    exit_now(main(sys.argv[1:]))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 import traceback
 
@@ -287,4 +286,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from train_backend.quick_exit import exit_now
+
+    exit_now(main())
