@@ -41,6 +41,7 @@ from gpu_runs import (
     train_headless,
     versions,
     write_json,
+    write_tokens,
 )
 from gpu_runs import write_config as run_config
 
@@ -95,23 +96,11 @@ def readback(path: Path) -> dict:
     }
 
 
+# the run's rows draw from 50 of the vocabulary's tokens: the adapter learns to favour them, a change of
+# the logits the merge check can tell from bf16's rounding. (Ids drawn from the whole vocabulary leave a
+# random-weight 7B near its uniform guess: after 40 steps its adapter moved the logits by 4.9e-2 of their
+# RMS, under twice the merge's rounding, and the check failed as it should: H100, 2026-12-07.)
 NARROW_IDS = 50
-
-
-def write_narrow_tokens(path: Path, shape, rows: int, seed: int = 0) -> Path:
-    """Full-length rows of ids drawn from 50 of the vocabulary's tokens: the adapter learns to favour
-    them, a change of the logits the merge check can tell from bf16's rounding. (Ids drawn from the
-    whole vocabulary leave a random-weight 7B near its uniform guess: after 40 steps its adapter moved
-    the logits by 4.9e-2 of their RMS, under twice the merge's rounding, and the check failed as it
-    should: H100, 2026-12-07.)"""
-    import random
-
-    rng = random.Random(seed)
-    with open(path, "w") as f:
-        for _ in range(rows):
-            ids = [rng.randrange(3, 3 + NARROW_IDS) for _ in range(shape.max_length)]
-            f.write(json.dumps({"input_ids": ids}) + "\n")
-    return path
 
 
 def export_one(run: Path, home: Path, kind: str, env: dict, keep: bool, log_dir: Path) -> dict:
@@ -185,8 +174,11 @@ def main() -> int:
         run = Path(args.run).resolve()
     else:
         prebuild(shape, env)
-        data = write_narrow_tokens(
-            home / "tokens.jsonl", shape, rows=steps * shape.micro_batch_size * shape.accumulation
+        data = write_tokens(
+            home / "tokens.jsonl",
+            shape,
+            rows=steps * shape.micro_batch_size * shape.accumulation,
+            ids=NARROW_IDS,
         )
         config = run_config(
             home / "run.yaml",

@@ -115,14 +115,15 @@ def bench_env(home: Path) -> dict:
     return cockpit_env(home, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
 
 
-def write_tokens(path: Path, shape: Shape, rows: int, seed: int = 0) -> Path:
-    """Full-length rows of random token ids: every step has the same real tokens."""
+def write_tokens(path: Path, shape: Shape, rows: int, seed: int = 0, ids: int | None = None) -> Path:
+    """Full-length rows of random token ids: every step has the same real tokens. `ids`: drawn from
+    that many of the vocabulary's tokens only (default: all of them but the 3 special ones)."""
     rng = random.Random(seed)
+    top = shape.vocab if ids is None else 3 + ids
     with open(path, "w") as f:
         for _ in range(rows):
             f.write(
-                json.dumps({"input_ids": [rng.randrange(3, shape.vocab) for _ in range(shape.max_length)]})
-                + "\n"
+                json.dumps({"input_ids": [rng.randrange(3, top) for _ in range(shape.max_length)]}) + "\n"
             )
     return path
 

@@ -4,7 +4,7 @@
 Issue 44: the same config on the same H100 gave 8 x 2 with 11 of 32 layers recomputed, then 6 x 3
 with none, as the host probe read 6.06 ms and then 4.27-4.37. Each start here is one
 `python -m cockpit train CONFIG --no-ui --skip-preflight` of a few steps; its `speed_plan` event is
-read from the run directory and the plans are compared on what they decide (PLAN_KEYS), with each
+read from the run directory and the plans are compared on what they decide (common.PLAN_DECISIONS), with each
 run's host probe (its reading, rounds' spread, the host scale and the scale the splits were ranked
 at) and the predicted tokens/s beside them.
 
@@ -38,8 +38,6 @@ from common import (  # noqa: E402
     write_tokens,
 )
 
-# what a plan decides: the same config on the same machine should give the same values
-PLAN_KEYS = PLAN_DECISIONS
 # what each run read of its host, beside the decision
 HOST_KEYS = ("host_probe_ms", "host_probe_spread", "host_scale", "host_rank_scale", "predicted_tokens_per_s")
 
@@ -76,7 +74,10 @@ def start_once(config: Path, env: dict, timeout_s: float) -> dict:
     plan = next((e for e in read_events(made[-1]) if e.get("type") == "speed_plan"), None) if made else None
     if plan is None:
         return result | {"failure": out[-2000:]}
-    return result | {"plan": {k: plan.get(k) for k in PLAN_KEYS}, "host": {k: plan.get(k) for k in HOST_KEYS}}
+    return result | {
+        "plan": {k: plan.get(k) for k in PLAN_DECISIONS},
+        "host": {k: plan.get(k) for k in HOST_KEYS},
+    }
 
 
 def compare(starts: list[dict]) -> dict:
@@ -84,7 +85,7 @@ def compare(starts: list[dict]) -> dict:
     plans = [s["plan"] for s in starts if "plan" in s]
     differ = {
         k: sorted({json.dumps(p[k]) for p in plans})
-        for k in PLAN_KEYS
+        for k in PLAN_DECISIONS
         if len({json.dumps(p[k]) for p in plans}) > 1
     }
     return {

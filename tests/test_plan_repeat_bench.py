@@ -17,7 +17,7 @@ def bench(monkeypatch):
 
 
 def _start(bench, **changed):
-    plan = {k: 0 for k in bench.PLAN_KEYS} | changed
+    plan = {k: 0 for k in bench.PLAN_DECISIONS} | changed
     host = {k: None for k in bench.HOST_KEYS} | {"host_rank_scale": 1.0}
     return {"returncode": 0, "plan": plan, "host": host}
 

@@ -161,8 +161,7 @@ def _after_end(session: RunSource, out: TextIO, watch: LiveWatch | None, alarm: 
             if (session.state.end_command or {}).get("state") in ("finished", "failed"):
                 break
             time.sleep(POLL_S)
-    # a source may say what goes on from its end in place of the run's own commands (a rehearsal)
-    lines = summary.run_summary_lines(session.run, session.state, getattr(session, "next_commands", None))
+    lines = summary.run_summary_lines(session.run, session.state, session.next_commands)
     print("\n".join(["summary:", *lines]), file=out, flush=True)
     if watch is None or not alarm.settings.on_idle:
         return

@@ -127,6 +127,7 @@ class ReplaySession:
     "playback"); commands are refused."""
 
     mode = "playback"
+    next_commands: list[str] | None = None  # the run's own (a rehearsal says its own)
 
     def __init__(
         self,

@@ -27,6 +27,7 @@ class RunSession:
     rewinds = 0  # the journal is folded forward only
     rewind_pending = False
     speed = 1.0  # events are read as the trainer writes them (or, recorded, all at once)
+    next_commands: list[str] | None = None  # the run's own
 
     def __init__(self, run: RunDir, proc: subprocess.Popen[bytes] | None = None, recorded: bool = False):
         self.run = run

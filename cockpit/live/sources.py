@@ -40,6 +40,9 @@ class RunSource(Protocol):
     # by skip()): what was drawn from the later events goes. Always 0 where nothing goes back
     rewinds: int
     speed: float  # a playback's pace (0: as fast as it can); 1 where the run sets its own pace
+    # what the summary says goes on from the run's end, where the source knows better than the run's
+    # own commands (a rehearsal: the recorded run is not on this machine to restart); None elsewhere
+    next_commands: list[str] | None
 
     @property
     def mode(self) -> str: ...  # live | recorded | playback

@@ -541,18 +541,21 @@ def _block_bytes_per_token(w: Workload, act_bytes: int) -> float:
     return per_block
 
 
+def _preference_scale(w: Workload) -> float:
+    """PREFERENCE_ACTIVATION_SCALE where a preference batch keeps more than SFT's count: every
+    preference objective's blocks without checkpointing, DPO's and KTO's recomputed one with it."""
+    if w.objective == "sft" or (w.gradient_checkpointing and w.objective not in PREFERENCE_SCALED_RECOMPUTE):
+        return 1.0
+    return PREFERENCE_ACTIVATION_SCALE
+
+
 def _activations(w: Workload, act_bytes: int) -> list[Part]:
     """Every block's activations, or with checkpointing one recomputed block's and every block's input
     (on the GPU, or all but two in host memory). The first part is the activations."""
     s, tokens = w.shape, w.tokens_per_micro_batch
-    per_block = _block_bytes_per_token(w, act_bytes)
-    scaled = ""
-    scaled_here = (
-        w.objective in PREFERENCE_SCALED_RECOMPUTE if w.gradient_checkpointing else w.objective != "sft"
-    )
-    if scaled_here:
-        per_block *= PREFERENCE_ACTIVATION_SCALE
-        scaled = f"; x {PREFERENCE_ACTIVATION_SCALE} for a preference batch (fitted)"
+    scale = _preference_scale(w)
+    per_block = _block_bytes_per_token(w, act_bytes) * scale
+    scaled = f"; x {scale} for a preference batch (fitted)" if scale != 1.0 else ""
     if not w.gradient_checkpointing:
         note = (
             f"{s.num_layers} blocks x {tokens} tokens x {per_block / 1024:.0f} KiB, no checkpointing" + scaled

@@ -81,16 +81,13 @@ class RehearsalSession(ReplaySession):
 
     rehearsal = True
 
-    @property
-    def next_commands(self) -> list[str]:
-        """What the summary says goes on from here: the recorded run is not on this machine to restart."""
-        return [
+    def __init__(self, run: RunDir, speed: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(run, speed=speed, clock=clock)
+        # what the summary says goes on from here: the recorded run is not on this machine to restart
+        self.next_commands = [
             f"a rehearsal (nothing to restart here); on your own run, {cockpit_command()} train CONFIG "
             "--on-oom auto relaunches with the first remedy below, or choose one in the OOM wizard"
         ]
-
-    def __init__(self, run: RunDir, speed: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(run, speed=speed, clock=clock)
         self.holding = True
         self.source = source_text(run.path)  # what was recorded, where
         self._oom_offset: float | None = None

@@ -391,9 +391,9 @@ class RunView(RunCommands):
         state = self.session.state
         box = self.query_one(SummaryBox)
         box.border_title = f"the run has {state.status}"
-        # a source may say what goes on from its end in place of the run's own commands (a rehearsal)
-        instead = getattr(self.session, "next_commands", None)
-        box.texts = summary_texts(summary.run_summary_lines(self.session.run, state, instead))
+        box.texts = summary_texts(
+            summary.run_summary_lines(self.session.run, state, self.session.next_commands)
+        )
 
     def watch_summary_folded(self) -> None:
         self._fold_summary()

@@ -52,6 +52,7 @@ class ScriptedSession:
     rewinds = 0
     rewind_pending = False
     speed = 1.0
+    next_commands = None
 
     def __init__(self, run: RunDir, events: list[dict], *, alive: bool = True, recorded: bool = False):
         self.run = run

@@ -79,7 +79,6 @@ class WeightError:
     ggml_type: str
     error: float  # ||read - merged|| / ||merged||
     tolerance: float
-    by_type: dict[str, float] | None = None  # every type's worst relative error in the file
 
     @property
     def passed(self) -> bool:
@@ -88,10 +87,10 @@ class WeightError:
 
 def load_into(
     path: Path, model, progress: Callable[[int, int], None] = lambda done, total: None
-) -> tuple[int, WeightError | None]:
-    """The GGUF's weights dequantized into `model`'s parameters, in place: the tensors read, and the
-    one furthest (by its type's tolerance) from the weight it replaced. Every parameter of the model
-    must come from the file (tied ones once)."""
+) -> tuple[int, WeightError | None, dict[str, float]]:
+    """The GGUF's weights dequantized into `model`'s parameters, in place: the tensors read, the one
+    furthest (by its type's tolerance) from the weight it replaced, and each type's worst relative
+    error. Every parameter of the model must come from the file (tied ones once)."""
     import numpy as np
     import torch
     from gguf import GGUFReader
@@ -153,11 +152,7 @@ def load_into(
     if unread:
         missing = ", ".join(sorted(unread)[:4]) + (" ..." if len(unread) > 4 else "")
         raise ReadBackError(f"{path.name}: no tensor for {len(unread)} parameter(s) of the model: {missing}")
-    if worst is not None:
-        from dataclasses import replace
-
-        worst = replace(worst, by_type=by_type)
-    return len(tensors), worst
+    return len(tensors), worst, by_type
 
 
 def gguf_to_hf_names(model, arch: str) -> dict[str, str]:
@@ -191,9 +186,9 @@ def read_back(
     them to, fails and is renamed to NAME.failed-check.gguf, so that nothing takes it for a checked
     model; logits over `tolerance` with the weights within it are said (`logits_passed`)."""
     started = time.time()
-    problem, gap, gaps, same, count, worst = None, None, [], 0, 0, None
+    problem, gap, gaps, same, count, worst, by_type = None, None, [], 0, 0, None, None
     try:
-        count, worst = load_into(path, model, progress)
+        count, worst, by_type = load_into(path, model, progress)
     except ReadBackError as exc:
         problem = str(exc)
     else:
@@ -222,7 +217,7 @@ def read_back(
         weights_tensor=None if worst is None else worst.tensor,
         weights_type=None if worst is None else worst.ggml_type,
         weights_tolerance=None if worst is None else worst.tolerance,
-        weights_by_type=None if worst is None else worst.by_type,
+        weights_by_type=by_type,
         kept_as=kept_as,
         problem=problem,
     )
