@@ -127,6 +127,41 @@ def test_in_bf16_the_block_is_as_close_to_fp32_as_peft():
     assert worst <= 2 * worst_peft + 1e-3
 
 
+def test_a_4bit_base_computes_in_its_own_compute_dtype_under_autocast():
+    """bitsandbytes runs a 4-bit layer's matmul in the layer's compute_dtype whatever autocast says;
+    the fused layers keep to it (on the trainer's runs it is autocast's dtype, so nothing changes)."""
+    weight = torch.nn.Parameter(torch.zeros(4, 4), requires_grad=False)
+    weight.quant_state = object()
+    base = torch.nn.Module()
+    base.weight, base.compute_dtype = weight, torch.float32
+    x = torch.zeros(2, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert fused_lora.compute_dtype(x, base) == (True, torch.float32)
+        base.compute_dtype = torch.bfloat16
+        assert fused_lora.compute_dtype(x, base) == (True, torch.bfloat16)
+        plain = torch.nn.Linear(4, 4)  # a 16-bit base takes autocast's dtype
+        assert fused_lora.compute_dtype(x, plain) == (True, torch.bfloat16)
+    assert fused_lora.compute_dtype(x, plain) == (False, torch.float32)
+
+
+def test_on_a_4bit_base_with_fp32_compute_the_block_in_bf16_is_no_worse_than_peft():
+    """The GPU test's setting on the CPU: 4-bit layers whose compute_dtype is fp32, under bf16
+    autocast. peft's base matmuls then run in fp32 (bitsandbytes' rule) and only its adapters in
+    bf16; a block that ran its base in bf16 was up to 1.4x peft's worst gradient error here."""
+    model = llama(four_bit=True)
+    exact = step(model, ids())
+    peft_bf16 = step(model, ids(), autocast=torch.bfloat16)
+    fused_lora.apply(model)
+    assert fused_mlp.apply(model)["fused"] == 2
+    fused_bf16 = step(model, ids(), autocast=torch.bfloat16)
+    for part in (1, 2):  # logits, input gradient
+        assert (fused_bf16[part] - exact[part]).abs().max() <= (peft_bf16[part] - exact[part]).abs().max()
+    for k in exact[3]:
+        scale = exact[3][k].abs().max()
+        fused_err = (fused_bf16[3][k] - exact[3][k]).abs().max() / scale
+        assert fused_err <= (peft_bf16[3][k] - exact[3][k]).abs().max() / scale + 1e-4, k
+
+
 def saved_per_token(model, layer: int, autocast=torch.bfloat16) -> float:
     """Bytes a token that decoder layer `layer` saves for its backward (distinct storages with a token
     dimension: activations, not weights), under bf16 autocast as the trainer runs."""

@@ -158,16 +158,22 @@ def _forward(self, x, *args, **kwargs):
     if x.dtype != dtype:
         x = x.to(dtype)
     x_d = self.lora_dropout[name](x)
-    y = FusedLoraLinear.apply(
-        x, x_d, self.lora_A[name].weight, self.lora_B[name].weight, base, self.scaling[name], dtype
-    )
+    with torch.autocast(x.device.type, enabled=False):  # every operand is cast to `dtype` already
+        y = FusedLoraLinear.apply(
+            x, x_d, self.lora_A[name].weight, self.lora_B[name].weight, base, self.scaling[name], dtype
+        )
     return y if autocast or y.dtype == out_dtype else y.to(out_dtype)
 
 
 def compute_dtype(x, base) -> tuple[bool, torch.dtype]:
-    """(autocast on, the compute dtype): autocast's, else bitsandbytes' compute_dtype, the 16-bit
-    weight's or the input's."""
+    """(autocast on, the compute dtype): a 4-bit base's own compute_dtype where set (bitsandbytes runs
+    its matmul in it whatever autocast says, so peft's layer does too: the fused one keeps to it), else
+    autocast's, else the 16-bit weight's or the input's. The trainer sets the compute_dtype to its
+    precision, autocast's dtype, so on its runs the two rules agree."""
     autocast = torch.is_autocast_enabled(x.device.type)
+    quantized = getattr(base.weight, "quant_state", None) is not None
+    if quantized and getattr(base, "compute_dtype", None) is not None:
+        return autocast, base.compute_dtype
     if autocast:
         return True, torch.get_autocast_dtype(x.device.type)
     if getattr(base, "compute_dtype", None) is not None:

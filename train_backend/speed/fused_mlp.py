@@ -197,7 +197,8 @@ def _forward(self, x, *args, **kwargs):
     for part in parts:
         factors += [part.lora_A[name].weight, part.lora_B[name].weight]
     scalings = tuple(part.scaling[name] for part in parts)
-    y = FusedLoraMLP.apply(x, *factors, gate, up, down, scalings, dtype)
+    with torch.autocast(x.device.type, enabled=False):  # every operand is cast to `dtype` already
+        y = FusedLoraMLP.apply(x, *factors, gate, up, down, scalings, dtype)
     return y if autocast or y.dtype == out_dtype else y.to(out_dtype)
 
 
