@@ -15,8 +15,16 @@ then the median and worst error of the prediction against nvidia-smi, per object
 
 CONFIG: ARCH:METHOD:SEQ[:KEY=VALUE...], ARCH a shipped shape (synthetic:ARCH), METHOD qlora, lora
 or full; keys mb (micro-batch, default 2), ckpt (gradient checkpointing 0/1, default 1), r (LoRA rank,
-default 16), opt (optimizer), pre (precomputed reference log-probs 0/1). E.g.
-llama-2-7b:qlora:2048 llama-2-7b:lora:1024 llama-3.2-1b:full:512:opt=adamw_8bit.
+default 16), opt (optimizer), pre (precomputed reference log-probs 0/1), speed (off, the default: the
+settings as written; auto: the plan's split, fused LoRA layers, Liger, partial recomputation kept
+through TRL's reference forwards), vram (emulate_vram_gib: a smaller card the plan must fit). E.g.
+llama-2-7b:qlora:2048 llama-2-7b:lora:1024 llama-3.2-1b:full:512:opt=adamw_8bit
+llama-2-7b:qlora:2048:speed=auto:vram=16.
+
+A `speed=auto` run is held to its plan: its prediction is the plan's peak (the speed_plan event's
+predicted_peak_bytes), and the JSON keeps the plan (split, layers recomputed, LoRA backend, Liger, MLP
+block), the fused-layer counts, the median tokens/s after the first step, and the speed model's figure.
+Where the same config also ran with speed off in the call, the table gives auto's tokens/s over off's.
 
 `--smoke`: the shipped tiny model on the CPU, 2 steps each objective: no device
 figures, the prediction and the run's own checks only (`make bench-smoke` runs it).
@@ -45,7 +53,10 @@ KEYS = {
     "r": "r",
     "opt": "optimizer",
     "pre": "pre",
+    "speed": "speed.mode",
+    "vram": "emulate_vram_gib",
 }
+TEXT_KEYS = ("opt", "speed")
 
 
 def parse_config(spec: str) -> dict:
@@ -66,11 +77,18 @@ def parse_config(spec: str) -> dict:
     }
     out["opt"] = "paged_adamw_32bit" if parts[1] != "full" else "adamw_torch"
     out["pre"] = 0
+    out["speed"] = "off"
+    out["vram"] = None
     for item in parts[3:]:
         key, _, value = item.partition("=")
         if key not in KEYS or not value:
             raise SystemExit(f"config {spec!r}: unknown setting {item!r}; known: {', '.join(KEYS)}")
-        out[key] = value if key == "opt" else int(value)
+        try:
+            out[key] = value if key in TEXT_KEYS else float(value) if key == "vram" else int(value)
+        except ValueError:
+            raise SystemExit(f"config {spec!r}: {key} wants a number, got {value!r}") from None
+    if out["speed"] not in ("off", "auto"):
+        raise SystemExit(f"config {spec!r}: speed is off or auto, got {out['speed']!r}")
     return out
 
 
@@ -111,11 +129,45 @@ def config_dict(c: dict, objective: str, data: Path, steps: int, smoke: bool) ->
         },
         "preference": {"precompute_ref_log_probs": bool(c["pre"]) and objective != "orpo"},
         "output": {"save_steps": 100000, "save_final": False},
-        "speed": {"mode": "off"},  # the settings as written: these points test the memory model
+        # off: the settings as written (these points test the memory model); auto: the plan's
+        "speed": {"mode": c.get("speed", "off")},
     }
     if not smoke:
         cfg["training"]["precision"] = "bf16"
+    if c.get("vram"):
+        cfg["emulate_vram_gib"] = c["vram"]
     return cfg
+
+
+PLAN_KEYS = (
+    "micro_batch_size",
+    "gradient_accumulation_steps",
+    "checkpoint_layers",
+    "num_layers",
+    "lora_backend",
+    "liger",
+    "mlp_block",
+    "attn_implementation",
+    "packing",
+)
+
+
+def plan_figures(events: list[dict]) -> dict:
+    """What a speed: auto run's plan chose and predicted, what the model event says was fused, and the
+    median tokens/s of its logged steps after the first (the first carries the warm-up)."""
+    plan = next((e for e in events if e.get("type") == "speed_plan"), None)
+    if plan is None:
+        return {}
+    out: dict = {"plan": {k: plan.get(k) for k in PLAN_KEYS}}
+    if isinstance(plan.get("predicted_peak_bytes"), (int, float)):
+        out["plan_predicted_gib"] = round(plan["predicted_peak_bytes"] / 2**30, 3)
+    out["plan_tokens_per_s"] = plan.get("predicted_tokens_per_s")
+    model = next((e for e in events if e.get("type") == "model"), {})
+    out["fused"] = {k: model.get(k) for k in ("lora_fused", "mlp_fused") if k in model}
+    rates = [e["tokens_per_s"] for e in events if e.get("type") == "log" and e.get("tokens_per_s")]
+    out["tokens_per_s"] = round(statistics.median(rates[1:] or rates), 1) if rates else None
+    out["warnings"] = [e.get("message", "")[:300] for e in events if e.get("type") == "warning"]
+    return out
 
 
 def predicted(cfg_path: Path, tokens_max: int | None) -> dict:
@@ -168,6 +220,10 @@ def measure(
     events = read_events(made[-1]) if made else []
     data_event = next((e for e in events if e.get("type") == "data"), {})
     result.update(predicted(cfg_path, data_event.get("tokens_max")))
+    result.update(plan_figures(events))
+    if c.get("speed") == "auto" and "plan_predicted_gib" in result:  # held to the plan it ran
+        result["config_predicted_gib"] = result["predicted_gib"]
+        result["predicted_gib"] = result["plan_predicted_gib"]
     logs = [e for e in events if e.get("type") == "log"]
     result["preference_logs"] = sum(1 for e in events if e.get("type") == "preference_log")
     errors = [e for e in events if e.get("type") == "error"]
@@ -230,6 +286,31 @@ def table(results: list[dict]) -> str:
             f"{err:>7}{failed}"
         )
     lines.append("")
+    by_name = {r["name"]: r for r in results}
+    for r in results:  # speed: auto against the same config with speed off, measured in this call
+        if r.get("speed") != "auto" or not r.get("tokens_per_s"):
+            continue
+        off_name = r["name"].replace(":speed=auto", "")
+        off = by_name.get(off_name)
+        plan = r.get("plan") or {}
+        split = (
+            f"{plan.get('micro_batch_size')} x {plan.get('gradient_accumulation_steps')}, "
+            f"{plan.get('checkpoint_layers')}/{plan.get('num_layers')} layers recomputed, "
+            f"LoRA {plan.get('lora_backend')}, Liger {plan.get('liger')}, MLP {plan.get('mlp_block')}"
+        )
+        against = (
+            f"; speed off {off['tokens_per_s']:.0f}: {r['tokens_per_s'] / off['tokens_per_s']:.2f}x"
+            if off and off.get("tokens_per_s")
+            else ""
+        )
+        model_says = r.get("plan_tokens_per_s")
+        lines.append(
+            f"{r['name']}: {split}; {r['tokens_per_s']:.0f} tokens/s"
+            + (f" (speed model {model_says:.0f})" if isinstance(model_says, (int, float)) else "")
+            + against
+        )
+    if any(r.get("speed") == "auto" for r in results):
+        lines.append("")
     for objective in OBJECTIVES:
         for fitted, what in ((False, "held out"), (True, "fitted on")):
             errs = [
