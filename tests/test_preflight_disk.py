@@ -122,9 +122,9 @@ def _on_tmpfs(path: Path) -> bool:
     for line in Path("/proc/mounts").read_text().splitlines():
         fields = line.split()
         mount = fields[1]
-        if str(path).startswith(mount.rstrip("/") + "/") or str(path) == mount:
-            if len(mount) > len(best):
-                best, fstype = mount, fields[2]
+        inside = str(path).startswith(mount.rstrip("/") + "/") or str(path) == mount
+        if inside and len(mount) > len(best):
+            best, fstype = mount, fields[2]
     return fstype in ("tmpfs", "ramfs")
 
 
