@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from cockpit.results import export as exporter
 from cockpit.results import export_needs as needs
@@ -69,12 +70,21 @@ def test_without_it_the_f16_file_stays_and_the_exact_command_is_said(tmp_path, m
     }
     assert f16.exists()
     out = tmp_path / "exports" / "x"
-    (line,) = exporter.summary_lines(out, {"kquant": made})[1:]
+    line, how = exporter.summary_lines(out, {"kquant": made})[1:]
     assert line == (
         "q6_k: llama-quantize (llama.cpp's) is not on PATH: the f16 GGUF tiny-f16.gguf is written; for q6_k "
         f"run: cd {out} && llama-quantize tiny-f16.gguf tiny-q6_k.gguf Q6_K (then point Modelfile at it)"
     )
-    assert "is not on PATH" in exporter.k_quant_note("q6_k")
+    # and where the tool comes from: this checkout's build script, which is there and runnable
+    script = ROOT / "scripts" / "build_llama_quantize.sh"
+    assert how == f"  llama-quantize: {script} builds it into ~/.local/bin (cmake and a C++ compiler; " + (
+        "~12 min on 2 cores), then put that folder on PATH"
+    )
+    assert script.is_file() and os.access(script, os.X_OK)
+    note = exporter.k_quant_note("q6_k")
+    assert "is not on PATH" in note and str(script) in note
+    monkeypatch.setattr(exporter, "BUILD_SCRIPT", tmp_path / "absent.sh")  # an installed package: no scripts/
+    assert "cmake --build build --target llama-quantize" in exporter.how_to_get_llama_quantize()
 
 
 def test_a_failing_llama_quantize_fails_the_export_with_its_last_line_and_keeps_the_f16(

@@ -401,15 +401,30 @@ def readback_failed(out: Path, plan: Plan, read: dict[str, Any]) -> str:
     )
 
 
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build_llama_quantize.sh"
+
+
+def how_to_get_llama_quantize() -> str:
+    """Where llama-quantize comes from: this checkout's build script, else llama.cpp's own build."""
+    if BUILD_SCRIPT.is_file():
+        return (
+            f"{BUILD_SCRIPT} builds it into ~/.local/bin (cmake and a C++ compiler; ~12 min on 2 cores), "
+            "then put that folder on PATH"
+        )
+    return (
+        "build it from llama.cpp's source: cmake -B build && cmake --build build --target llama-quantize, "
+        "then put build/bin on PATH"
+    )
+
+
 def k_quant_note(gguf: str) -> str:
     """Before a K-quant export: whether llama.cpp's llama-quantize was found, and what follows."""
-    import shutil
-
     tool = shutil.which("llama-quantize")
     if tool is None:
         return (
             f"{gguf}: llama-quantize (llama.cpp's) is not on PATH: the f16 GGUF is written, and the command "
-            f"that makes the {gguf} file from it is said at the end."
+            f"that makes the {gguf} file from it is said at the end. "
+            f"To have it: {how_to_get_llama_quantize()}."
         )
     return f"{gguf}: the f16 GGUF is quantised by {tool} (its version is said at the end)."
 
@@ -464,6 +479,7 @@ def summary_lines(out: Path, info: dict[str, Any]) -> list[str]:
             f"{kq['type']}: llama-quantize (llama.cpp's) is not on PATH: the f16 GGUF {kq['file']} is "
             f"written; for {kq['type']} run: cd {out} && {kq['command']} (then point Modelfile at it)"
         )
+        lines.append(f"  llama-quantize: {how_to_get_llama_quantize()}")
     if info.get("gguf"):
         lines.append(f"Ollama: cd {out} && ollama create NAME -f Modelfile")
     return lines
