@@ -31,7 +31,15 @@ import functools
 
 import torch
 
-from train_backend.speed.fused_lora import _dense, base_linear, compute_dtype, patch, unpatch, why_not
+from train_backend.speed.fused_lora import (
+    _dense,
+    base_linear,
+    compute_dtype,
+    patch,
+    run_outside_autocast,
+    unpatch,
+    why_not,
+)
 
 ATTR = "_cockpit_mlp_forward"  # the module's own forward, kept on the instance
 PARTS = ("gate_proj", "up_proj", "down_proj")
@@ -197,8 +205,8 @@ def _forward(self, x, *args, **kwargs):
     for part in parts:
         factors += [part.lora_A[name].weight, part.lora_B[name].weight]
     scalings = tuple(part.scaling[name] for part in parts)
-    with torch.autocast(x.device.type, enabled=False):  # every operand is cast to `dtype` already
-        y = FusedLoraMLP.apply(x, *factors, gate, up, down, scalings, dtype)
+    args = (x, *factors, gate, up, down, scalings, dtype)
+    y = run_outside_autocast(FusedLoraMLP.apply, args, x.device.type, autocast, dtype)
     return y if autocast or y.dtype == out_dtype else y.to(out_dtype)
 
 
