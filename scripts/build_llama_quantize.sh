@@ -7,7 +7,8 @@
 # The source is llama.cpp as vendored in llama-cpp-python's source release on PyPI (pip download:
 # the same index the install used, no git needed), pinned below. Only the one target is built,
 # CPU-only, with no -march=native and libstdc++ linked in, so the binary also runs on another
-# x86-64 box (a GPU box without a compiler). About 12 minutes on 2 cores, 3 on 16.
+# x86-64 box (a GPU box without a compiler). About 7 minutes on 2 cores (6 m 45 s on the
+# project's 2-core dev box, 2026-12-07).
 # Needs: cmake >= 3.14, a C++17 compiler, pip. Afterwards: put DEST on PATH; `cockpit export`
 # finds llama-quantize there and says its version.
 set -euo pipefail

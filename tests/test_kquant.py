@@ -78,7 +78,7 @@ def test_without_it_the_f16_file_stays_and_the_exact_command_is_said(tmp_path, m
     # and where the tool comes from: this checkout's build script, which is there and runnable
     script = ROOT / "scripts" / "build_llama_quantize.sh"
     assert how == f"  llama-quantize: {script} builds it into ~/.local/bin (cmake and a C++ compiler; " + (
-        "~12 min on 2 cores), then put that folder on PATH"
+        "~7 min on 2 cores), then put that folder on PATH"
     )
     assert script.is_file() and os.access(script, os.X_OK)
     note = exporter.k_quant_note("q6_k")

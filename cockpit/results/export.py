@@ -408,7 +408,7 @@ def how_to_get_llama_quantize() -> str:
     """Where llama-quantize comes from: this checkout's build script, else llama.cpp's own build."""
     if BUILD_SCRIPT.is_file():
         return (
-            f"{BUILD_SCRIPT} builds it into ~/.local/bin (cmake and a C++ compiler; ~12 min on 2 cores), "
+            f"{BUILD_SCRIPT} builds it into ~/.local/bin (cmake and a C++ compiler; ~7 min on 2 cores), "
             "then put that folder on PATH"
         )
     return (
