@@ -4,6 +4,7 @@ that records its arguments; without one, the f16 file stays and the exact comman
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -141,3 +142,26 @@ def test_the_older_build_line_is_read_too():
     assert kquant.build_line("llama_model_quantize: failed") is None
     said = "version: 0.5.0-dev (build 1, commit 0c1e570)\nbuilt with GNU 12.2.0 for Linux x86_64\n"
     assert kquant.build_line(said) == "version: 0.5.0-dev (build 1, commit 0c1e570)"
+
+
+def test_the_build_script_names_what_it_lacks_before_fetching_anything(tmp_path):
+    """scripts/build_llama_quantize.sh on a box with no cmake, compiler or pip: exit 2, each one named
+    with how to get it, nothing fetched or created."""
+    import subprocess
+
+    bash = shutil.which("bash")
+    assert bash is not None
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    dest = tmp_path / "dest"
+    proc = subprocess.run(
+        [bash, str(ROOT / "scripts" / "build_llama_quantize.sh"), str(dest)],
+        env={"PATH": str(empty), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2, proc.stderr
+    for need in ("cmake (apt install cmake", "a C++ compiler (apt install g++)", "pip (python3 -m pip)"):
+        assert need in proc.stderr
+    assert "install them, then run this again" in proc.stderr and not dest.exists()
