@@ -371,3 +371,44 @@ def test_the_plan_preview_prints_what_speed_auto_would_choose_for_a_bench_row(ca
     assert fused["choices"]["MLP block"] == "fused" and fused["checkpoint_layers"] < 9
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         plan_preview.main(["--set", "speed.mlp_block"])
+
+
+def test_mlp_block_auto_takes_the_block_where_it_frees_recomputed_layers_and_not_elsewhere(
+    capsys, monkeypatch
+):
+    """speed.mlp_block: auto fits the split both ways: on the 7B ragged row at 22 GiB the block frees
+    memory for fewer recomputed layers and is rated faster (an H100 measured 1.17x there with it set), so it
+    is taken, as `fused` would run it; on a card where nothing is recomputed without it the split
+    cannot gain and the MLP keeps its own forward, the reason saying both splits."""
+    import json
+
+    from conftest import ROOT
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import plan_preview
+
+    def preview(*extra: str) -> dict:
+        plan_preview.main(["--arch", "llama-2-7b", "--lengths", "ragged", *extra])
+        return json.loads(capsys.readouterr().out)
+
+    fused = preview("--cap", "22", "--set", "speed.mlp_block=fused")
+    auto = preview("--cap", "22", "--set", "speed.mlp_block=auto")
+    assert auto["choices"]["MLP block"] == "fused"
+    assert (auto["split"], auto["checkpoint_layers"]) == (fused["split"], fused["checkpoint_layers"])
+    assert auto["predicted_tokens_per_s"] == fused["predicted_tokens_per_s"]
+    roomy = preview("--cap", "80", "--set", "speed.mlp_block=auto")
+    plain = preview("--cap", "80")
+    assert plain["checkpoint_layers"] == 0 and roomy["choices"]["MLP block"] == "the MLP's own"
+    assert (roomy["split"], roomy["checkpoint_layers"]) == (plain["split"], 0)
+    plan = plan_preview.plan_for("llama-2-7b", "ragged", 22, {"speed.mlp_block": "auto"})
+    line = next(c for c in plan.choices if c.name == "MLP block")
+    assert plan.mlp_block == "fused" and line.source == "auto"
+    assert (
+        "with it 9 x 1, 5 of 32 layers recomputed" in line.reason
+        and "without it 9 x 1, 9 of 32" in line.reason
+    )
+    dropout = plan_preview.plan_for(
+        "llama-2-7b", "ragged", 22, {"speed.mlp_block": "auto", "lora.dropout": 0.1}
+    )
+    line = next(c for c in dropout.choices if c.name == "MLP block")
+    assert dropout.mlp_block == "off" and "dropout" in line.reason

@@ -452,8 +452,11 @@ class SpeedSection:
         "fused: each SiLU MLP and its three LoRA adapters in one autograd function, "
         "which recomputes down_proj's input in the backward instead of keeping "
         "it: 2-4 x intermediate_size bytes a token a layer less, given back to the split. Needs the fused "
-        "LoRA layers and no LoRA dropout; speed: auto uses it only where your config asks for it",
-        choices=("off", "fused"),
+        "LoRA layers and no LoRA dropout. auto: the split is fitted with and without it, and it is taken "
+        "where it lets the split recompute fewer layers (or keep them off host memory, or take more rows) "
+        "and the speed model rates that faster. off (the default until its GPU precision check is rerun): "
+        "the MLP's own forward",
+        choices=("off", "fused", "auto"),
     )
     keep_effective_batch: bool = _f(
         True,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cockpit import fmt
@@ -177,10 +177,14 @@ def plan(
     rows_per_step = _rows_per_step(cfg, packing, per_row)
     problem = BatchProblem(cfg, run, facts, shape, shape_note, keep, rows_per_step, packing != "none")
     fit, split_choices = fit_batch(problem)
+    mlp_auto: Choice | None = None
+    if cfg.speed.mlp_block == "auto":
+        problem, fit, split_choices, mlp_auto = _mlp_block_auto(problem, fit, split_choices)
+        cfg = problem.cfg
     _set_split(run, fit)
     advice = batch_advice(problem)  # before the scales: the run's split as the memory plan sized it
     lora_layers = _lora_backend(cfg)
-    mlp = _mlp_block(cfg, facts, shape)
+    mlp = mlp_auto or _mlp_block(cfg, facts, shape)
     scales, scales_bytes = _scales(cfg, run, facts, shape, fit, keep)
     # not the flattened rows of flash-attention's padding-free path: TRL counts their width as real tokens
     pad_multiple = PAD_MULTIPLE if facts.device_kind == "cuda" and packing != "flat" else 1
@@ -427,6 +431,44 @@ def _lora_backend(cfg: TrainConfig) -> Choice:
         "traffic than peft's layers; a layer it cannot take (DoRA, several adapters) keeps peft's",
         "yours" if cfg.speed.backend == "fused" else "auto",
     )
+
+
+def _mlp_block_auto(
+    problem: BatchProblem, fit: Fit, choices: list[Choice]
+) -> tuple[BatchProblem, Fit, list[Choice], Choice]:
+    """speed.mlp_block: auto: the split fitted again with the fused MLP block, taken where the block
+    lets it recompute fewer layers, leave host memory out or grow the micro-batch, and the speed
+    model rates it faster; else the MLP's own forward (the block's extra SwiGLU pass in the backward
+    buys nothing where the split does not change). (the problem, fit and split choices kept, and the
+    line that says which and why)."""
+    cfg = problem.cfg
+    fused_cfg = copy.deepcopy(cfg)
+    fused_cfg.speed.mlp_block = "fused"
+    own = "the MLP's own"
+    note = mlp_block_note(fused_cfg, problem.shape)
+    if note is not None:
+        return problem, fit, choices, Choice("MLP block", own, f"auto: {note}", "auto")
+    fused_problem = replace(problem, cfg=fused_cfg)
+    fused_fit, fused_choices = fit_batch(fused_problem)
+    better_split = (fused_fit.layers, fused_fit.offload, -fused_fit.micro_batch) < (
+        fit.layers,
+        fit.offload,
+        -fit.micro_batch,
+    )
+    faster = fused_fit.tokens_per_s is not None and (fit.tokens_per_s or 0) < fused_fit.tokens_per_s
+    layers = problem.shape.num_layers if problem.shape is not None else "?"
+
+    def split(f: Fit) -> str:
+        rate = f", {f.tokens_per_s:,.0f} tokens/s predicted" if f.tokens_per_s else ""
+        host = ", inputs in host memory" if f.offload else ""
+        return f"{f.micro_batch} x {f.accum}, {f.layers} of {layers} layers recomputed{host}{rate}"
+
+    both = f"with it {split(fused_fit)}; without it {split(fit)}"
+    if better_split and faster:
+        why = f"auto: fused, as the block frees memory for the split: {both}"
+        return fused_problem, fused_fit, fused_choices, Choice("MLP block", "fused", why, "auto")
+    why = f"auto: off, as the block would not change the split enough to pay for its recompute: {both}"
+    return problem, fit, choices, Choice("MLP block", own, why, "auto")
 
 
 def _mlp_block(cfg: TrainConfig, facts: Facts, shape: ModelShape | None) -> Choice | None:
