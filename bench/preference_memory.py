@@ -43,7 +43,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from common import DevicePeak, build_synthetic, cockpit_env, read_events, run_cockpit  # noqa: E402
+from common import (  # noqa: E402
+    PLAN_DECISIONS,
+    DevicePeak,
+    build_synthetic,
+    cockpit_env,
+    read_events,
+    run_cockpit,
+)
 
 OBJECTIVES = ("dpo", "kto", "orpo")
 SMOKE_CONFIG = "tiny:lora:64:mb=2:ckpt=0:opt=adamw_torch"
@@ -139,26 +146,13 @@ def config_dict(c: dict, objective: str, data: Path, steps: int, smoke: bool) ->
     return cfg
 
 
-PLAN_KEYS = (
-    "micro_batch_size",
-    "gradient_accumulation_steps",
-    "checkpoint_layers",
-    "num_layers",
-    "lora_backend",
-    "liger",
-    "mlp_block",
-    "attn_implementation",
-    "packing",
-)
-
-
 def plan_figures(events: list[dict]) -> dict:
     """What a speed: auto run's plan chose and predicted, what the model event says was fused, and the
     median tokens/s of its logged steps after the first (the first carries the warm-up)."""
     plan = next((e for e in events if e.get("type") == "speed_plan"), None)
     if plan is None:
         return {}
-    out: dict = {"plan": {k: plan.get(k) for k in PLAN_KEYS}}
+    out: dict = {"plan": {k: plan.get(k) for k in (*PLAN_DECISIONS, "num_layers")}}
     if isinstance(plan.get("predicted_peak_bytes"), (int, float)):
         out["plan_predicted_gib"] = round(plan["predicted_peak_bytes"] / 2**30, 3)
     out["plan_tokens_per_s"] = plan.get("predicted_tokens_per_s")

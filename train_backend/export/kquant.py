@@ -8,6 +8,7 @@ command to run is said. No torch here: the tests drive it with a fake tool on PA
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -36,8 +37,6 @@ def build_line(output: str) -> str | None:
     usage: `version: 0.5.0-dev (build 1, commit 0c1e570)` (llama.cpp as vendored by
     llama-cpp-python 0.3.36), or a `main: build 8123 (abcdef0) with cc for x86_64` line (older:
     `build = 8123 (abcdef0)`, said as `build 8123 (abcdef0)`)."""
-    import re
-
     for line in output.splitlines():
         if line.strip().lower().startswith("version:"):
             return line.strip()

@@ -158,8 +158,8 @@ def _forward(self, x, *args, **kwargs):
     if x.dtype != dtype:
         x = x.to(dtype)
     x_d = self.lora_dropout[name](x)
-    args = (x, x_d, self.lora_A[name].weight, self.lora_B[name].weight, base, self.scaling[name], dtype)
-    y = run_outside_autocast(FusedLoraLinear.apply, args, x.device.type, autocast, dtype)
+    operands = (x, x_d, self.lora_A[name].weight, self.lora_B[name].weight, base, self.scaling[name], dtype)
+    y = run_outside_autocast(FusedLoraLinear.apply, operands, x.device.type, autocast, dtype)
     return y if autocast or y.dtype == out_dtype else y.to(out_dtype)
 
 
@@ -179,14 +179,14 @@ def compute_dtype(x, base) -> tuple[bool, torch.dtype]:
     return False, base.weight.dtype if base.weight.is_floating_point() else x.dtype
 
 
-def run_outside_autocast(apply, args: tuple, device_type: str, autocast: bool, dtype: torch.dtype):
-    """`apply(*args)`, with autocast off around it where it would recast what the function computes in
+def run_outside_autocast(apply, operands: tuple, device_type: str, autocast: bool, dtype: torch.dtype):
+    """`apply(*operands)`, with autocast off around it where it would recast what the function computes in
     `dtype` (a 4-bit base's own compute_dtype, not autocast's). Where the two agree the call is direct:
     entering autocast's context costs ~9 us, a few hundred times a forward."""
     if autocast and dtype != torch.get_autocast_dtype(device_type):
         with torch.autocast(device_type, enabled=False):
-            return apply(*args)
-    return apply(*args)
+            return apply(*operands)
+    return apply(*operands)
 
 
 def patch(model, candidate, why, forward, attr: str, refuse: str | None = None) -> dict:

@@ -205,8 +205,8 @@ def _forward(self, x, *args, **kwargs):
     for part in parts:
         factors += [part.lora_A[name].weight, part.lora_B[name].weight]
     scalings = tuple(part.scaling[name] for part in parts)
-    args = (x, *factors, gate, up, down, scalings, dtype)
-    y = run_outside_autocast(FusedLoraMLP.apply, args, x.device.type, autocast, dtype)
+    operands = (x, *factors, gate, up, down, scalings, dtype)
+    y = run_outside_autocast(FusedLoraMLP.apply, operands, x.device.type, autocast, dtype)
     return y if autocast or y.dtype == out_dtype else y.to(out_dtype)
 
 
