@@ -160,6 +160,21 @@ def test_run_size():
     assert parse_dataset("").tokens(w) is None and not parse_dataset("").known
 
 
+def test_a_pair_counts_its_chosen_and_rejected_sequences_as_the_speed_model_does():
+    """DPO and ORPO run a pair's chosen and rejected sequences through the model (TRL counts both in its
+    num_tokens), and the speed model's tokens/s counts both: the run's tokens must count them too, or
+    its time and cost come out half."""
+    sft = thirteen_b(seq_len=512, micro_batch=4, grad_accum=4)
+    for objective, sequences in (("dpo", 2), ("orpo", 2), ("kto", 1)):
+        reference = "none" if objective == "orpo" else "adapter_off"
+        w = replace(sft, objective=objective, reference=reference)
+        assert parse_dataset("", max_steps=100).tokens(w) == sequences * 100 * 4 * 4 * 512
+        assert parse_dataset("1000x300").tokens(w) == sequences * 1000 * 300
+    dpo = replace(sft, objective="dpo", reference="adapter_off")
+    assert "x 2 sequences (chosen, rejected)" in parse_dataset("1000x300").describe(dpo)
+    assert "sequences" not in parse_dataset("1000x300").describe(sft)
+
+
 @pytest.mark.parametrize(
     ("text", "value"), [("5M", 5e6), ("250k", 250e3), ("1.5B", 1.5e9), ("9,846", 9846), ("2e6", 2e6)]
 )

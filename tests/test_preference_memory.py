@@ -21,10 +21,12 @@ from cockpit.models.memory import (
     Workload,
     estimate_memory,
     forward_workload,
+    fp32_kbit_path,
     workload_from_config,
 )
 from cockpit.models.shape import load_shape
 from cockpit.oom.remedies import analyse
+from cockpit.speed.batch_choice import partial_tokens_per_s
 from cockpit.speed.model import CardSpeed, estimate_speed, no_grad_forwards
 
 H200_SPEED = CardSpeed("H200", 989.0, 4800.0)
@@ -92,6 +94,55 @@ def test_orpo_on_a_4bit_base_takes_the_fp32_path_that_dpo_does_not(llama7b):
         )
         assert (orpo["activations"] > dpo["activations"]) is more
         assert (orpo["checkpoints"] == 2 * dpo["checkpoints"]) is more
+
+
+def test_orpo_with_liger_keeps_the_16bit_stream(llama7b):
+    """Liger's RMSNorm writes its input's dtype whatever its fp32 weight, so under speed: auto ORPO's
+    4-bit run keeps 16-bit block inputs: the checkpoints are DPO's, with no fp32 extra."""
+    orpo = Workload(llama7b, method="qlora", seq_len=1024, micro_batch=2, objective="orpo")
+    assert fp32_kbit_path(orpo) and not fp32_kbit_path(replace(orpo, liger=True))
+    dpo = replace(orpo, objective="dpo", reference="adapter_off")
+    assert parts(replace(orpo, liger=True))["checkpoints"] == parts(replace(dpo, liger=True))["checkpoints"]
+    assert parts(replace(orpo, liger=True))["checkpoints"] * 2 == parts(orpo)["checkpoints"]
+    assert fp32_kbit_path(replace(orpo, trainer="hf", objective="sft", liger=True))  # HF Trainer's own
+
+
+def test_the_fused_layers_with_liger_recompute_a_preference_block_at_sfts_count(llama7b):
+    """DPO's and KTO's recomputed block is counted at SFT's bytes on the fused LoRA layers with Liger
+    (the runs measured so), and keeps PREFERENCE_ACTIVATION_SCALE with either alone, and without
+    checkpointing (not measured on the fused layers)."""
+    base = Workload(llama7b, method="qlora", seq_len=1024, micro_batch=2, lora_dropout=0.0)
+    for objective in ("dpo", "kto"):
+        pref = replace(base, objective=objective, reference="adapter_off")
+        sft_tokens = replace(base, micro_batch=2 * pref.sequences_per_row)
+        for fused, liger, scale in (
+            (True, True, 1.0),
+            (True, False, PREFERENCE_ACTIVATION_SCALE),
+            (False, True, PREFERENCE_ACTIVATION_SCALE),
+        ):
+            got = parts(replace(pref, fused_lora=fused, liger=liger))["activations"]
+            sft = parts(replace(sft_tokens, fused_lora=fused, liger=liger))["activations"]
+            assert got == pytest.approx(sft * scale, rel=1e-6), (objective, fused, liger)
+        no_ckpt = replace(pref, fused_lora=True, liger=True, gradient_checkpointing=False)
+        sft_no_ckpt = replace(sft_tokens, fused_lora=True, liger=True, gradient_checkpointing=False)
+        assert parts(no_ckpt)["activations"] == pytest.approx(
+            parts(sft_no_ckpt)["activations"] * PREFERENCE_ACTIVATION_SCALE, rel=1e-6
+        )
+
+
+def test_the_plans_tokens_per_s_counts_both_sequences_of_a_pair(llama7b):
+    """speed: auto's rate of a split (batch_choice) and the speed model's own are one figure: a DPO
+    pair's chosen and rejected both, as TRL's num_tokens counts them (its collator's attention mask
+    covers both). It counted one sequence a pair, half the speed model's and 2.7x under the 7,667
+    tokens/s a 7B QLoRA DPO ran at on an H100 (2026-12-07)."""
+    w = Workload(llama7b, method="qlora", seq_len=2048, micro_batch=2, objective="dpo", reference="adapter_off")
+    for objective, reference in (("dpo", "adapter_off"), ("orpo", "none"), ("kto", "adapter_off")):
+        one = replace(w, objective=objective, reference=reference)
+        n = llama7b.num_layers
+        assert partial_tokens_per_s(one, n, H200_SPEED) == pytest.approx(
+            estimate_speed(one, H200_SPEED).tokens_per_s, rel=1e-9
+        ), objective
+        assert one.forward_tokens_per_micro_batch == one.sequences_per_row * one.tokens_per_micro_batch
 
 
 def test_a_full_orpo_counts_only_the_logits_beyond_the_gradients(llama7b):

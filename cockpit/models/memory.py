@@ -105,6 +105,12 @@ PREFERENCE_ACTIVATION_SCALE = 1.37
 # nvidia-smi on 8 of 10 runs, and counting the scale there brings their median to 2.8% and 1.8%, while
 # ORPO's, already over, went to 12.5%). The cause is not found; the recomputed block is 1 of 32.
 PREFERENCE_SCALED_RECOMPUTE = ("dpo", "kto")
+# On the fused LoRA layers with Liger's kernels (speed: auto), DPO's and KTO's recomputed block keeps
+# SFT's count: six such runs (7B and 1.5B QLoRA at 2048 tokens, 1B LoRA at 1024, every layer
+# recomputed; bench/results/2026-12-07-preference-auto*-h100.json) were predicted 2.5-16.6% over
+# nvidia-smi with the scale and -2.8 to +8.5% without it (chosen after them: not held out). Which of
+# the two removes the excess is not yet told apart (bench/preference_memory.py takes backend=hf and
+# liger=off for that), and no such run without checkpointing was measured, so the scale stays there.
 ORPO_LOGITS_BYTES = 16.2
 OBJECTIVES = ("sft", "dpo", "kto", "orpo")
 PAIRED = ("dpo", "orpo")  # chosen and rejected in one forward: twice the sequences a row
@@ -161,6 +167,12 @@ class Workload:
     def sequences_per_row(self) -> int:
         """Sequences a row puts through the model with gradients: chosen and rejected for a pair."""
         return 2 if self.objective in PAIRED else 1
+
+    @property
+    def forward_tokens_per_micro_batch(self) -> int:
+        """Tokens one micro-batch puts through the model with gradients: a pair's chosen and rejected
+        both (the unit of the speed model's tokens/s, and of the trainer's for a preference run)."""
+        return self.tokens_per_micro_batch * self.sequences_per_row
 
 
 @dataclass(frozen=True)
@@ -521,8 +533,14 @@ def _trained_state(w: Workload, act_bytes: int) -> tuple[list[Part], int]:
 def fp32_kbit_path(w: Workload) -> bool:
     """peft's prepare_model_for_kbit_training runs on a 4- or 8-bit base: under `--trainer hf`, and in
     TRL's ORPOTrainer, which calls it on a quantised model before its own casts (norms stay fp32, so
-    the MLP's inputs and the residual stream are fp32: the module docstring's hf QLoRA path)."""
-    return w.method == "qlora" and (w.trainer == "hf" or w.objective == "orpo")
+    the MLP's inputs and the residual stream are fp32: the module docstring's hf QLoRA path). Not in
+    ORPO with Liger's RMSNorm, which writes its output in its input's dtype whatever the weight's
+    (liger_kernel/ops/rms_norm.py allocates Y as X.dtype): the embeddings are 16-bit again after
+    TRL's peft_module_casting_to_bf16, so the stream stays 16-bit (a 7B QLoRA ORPO at 2048 tokens
+    with speed: auto used 11.5 GiB against 15.2 with speed off, 2026-12-07, one H100)."""
+    if w.method != "qlora":
+        return False
+    return w.trainer == "hf" or (w.objective == "orpo" and not w.liger)
 
 
 def _block_bytes_per_token(w: Workload, act_bytes: int) -> float:
@@ -543,8 +561,13 @@ def _block_bytes_per_token(w: Workload, act_bytes: int) -> float:
 
 def _preference_scale(w: Workload) -> float:
     """PREFERENCE_ACTIVATION_SCALE where a preference batch keeps more than SFT's count: every
-    preference objective's blocks without checkpointing, DPO's and KTO's recomputed one with it."""
+    preference objective's blocks without checkpointing, DPO's and KTO's recomputed one with it; not
+    the recomputed block of a run on the fused LoRA layers and Liger's kernels (the note at
+    PREFERENCE_SCALED_RECOMPUTE)."""
     if w.objective == "sft" or (w.gradient_checkpointing and w.objective not in PREFERENCE_SCALED_RECOMPUTE):
+        return 1.0
+    fused = w.fused_lora and w.liger and w.method in ("lora", "qlora") and w.trainer == "trl"
+    if fused and w.gradient_checkpointing:
         return 1.0
     return PREFERENCE_ACTIVATION_SCALE
 

@@ -85,12 +85,13 @@ class RunSize:
         return self.max_steps is not None or self.dataset_tokens is not None or self.samples is not None
 
     def tokens(self, w: Workload) -> int | None:
-        """Tokens the run processes with workload `w` (all epochs), or None when unknown."""
+        """Tokens the run processes with workload `w` (all epochs), or None when unknown: for a
+        preference pair, its chosen and rejected sequences both (the speed model's unit)."""
         if self.max_steps is not None:
-            return self.max_steps * w.grad_accum * w.tokens_per_micro_batch
-        if self.samples is not None:  # each sample is cut at the max length
+            return self.max_steps * w.grad_accum * w.forward_tokens_per_micro_batch
+        if self.samples is not None:  # each sample (each sequence of a pair) is cut at the max length
             assert self.mean_tokens is not None  # given with the samples (__post_init__)
-            return int(self.samples * min(self.mean_tokens, w.seq_len) * self.epochs)
+            return int(self.samples * w.sequences_per_row * min(self.mean_tokens, w.seq_len) * self.epochs)
         if self.dataset_tokens is not None:
             return int(self.dataset_tokens * self.epochs)
         return None
@@ -100,11 +101,12 @@ class RunSize:
         if tokens is None:
             return "dataset size not given: no time or cost"
         if self.max_steps is not None:
-            return f"max_steps {self.max_steps} x {w.grad_accum * w.tokens_per_micro_batch} tokens/step"
+            return f"max_steps {self.max_steps} x {w.grad_accum * w.forward_tokens_per_micro_batch} tokens/step"
         if self.samples is not None:
             assert self.mean_tokens is not None  # given with the samples (__post_init__)
             cut = " (cut at max length)" if self.mean_tokens > w.seq_len else ""
-            size = f"{self.samples:,} samples x {min(self.mean_tokens, w.seq_len):g} tokens{cut}"
+            pairs = " x 2 sequences (chosen, rejected)" if w.sequences_per_row == 2 else ""
+            size = f"{self.samples:,} samples x {min(self.mean_tokens, w.seq_len):g} tokens{cut}{pairs}"
         else:
             size = f"{_tokens(self.dataset_tokens)} tokens"
         return f"{size} x {self.epochs:g} epoch{'s' if self.epochs != 1 else ''} = {_tokens(tokens)} tokens"

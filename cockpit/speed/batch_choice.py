@@ -562,7 +562,7 @@ MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 def mlp_block_note(cfg: TrainConfig, shape: ModelShape | None = None) -> str | None:
     """Why the MLPs keep their own forward; None: the fused MLP block (speed.mlp_block: fused)."""
     if cfg.speed.mlp_block != "fused":
-        return "speed.mlp_block: off (the default)"
+        return f"speed.mlp_block: {cfg.speed.mlp_block}"
     note = fused_lora_note(cfg)
     if note is not None:
         return f"it needs the fused LoRA layers: {note}"
@@ -609,7 +609,8 @@ def _tokens_per_s(
     on = speed_model.estimate_speed(replace(w, gradient_checkpointing=True, checkpoint_offload=offload), card)
     share = k / layers
     micro_s = (1 - share) * off.micro_batch_s + share * on.micro_batch_s
-    return w.tokens_per_micro_batch * accum / (micro_s * accum + off.optimizer_step_s)
+    # a pair's chosen and rejected both, as estimate_speed counts them
+    return w.forward_tokens_per_micro_batch * accum / (micro_s * accum + off.optimizer_step_s)
 
 
 def partial_peak(off: MemoryEstimate, on: MemoryEstimate, k: int, layers: int) -> int:

@@ -413,7 +413,7 @@ def estimate_speed(w: Workload, card: CardSpeed | Card) -> SpeedEstimate:
     if card.bf16_dense_tflops <= 0 or card.bandwidth_gbs <= 0:
         raise ValueError(f"{card.name}: needs its dense bf16 TFLOPS and memory bandwidth")
     policy, w = w, forward_workload(w)  # a pair's chosen and rejected: one forward of twice the rows
-    tokens = w.tokens_per_micro_batch
+    tokens = w.tokens_per_micro_batch  # of the forward workload: policy.forward_tokens_per_micro_batch
     peak_flops = card.bf16_dense_tflops * 1e12
     if w.precision == "fp32":
         peak_flops = card_fp32_flops(card)

@@ -210,7 +210,7 @@ def estimate_multi_speed(w: Workload, card: CardSpeed | Card) -> MultiSpeed:
     paced = comm.gather_s > one.micro_batch_s or comm.exposed_s > step_s - comm.exposed_s
     bound = "communication" if paced else one.bound
     speed = SpeedEstimate(
-        tokens_per_s=w.gpus * w.tokens_per_micro_batch * w.grad_accum / step_s,
+        tokens_per_s=w.gpus * w.forward_tokens_per_micro_batch * w.grad_accum / step_s,
         micro_batch_s=one.micro_batch_s + exposed_per_micro,
         optimizer_step_s=optimizer_s,
         parts_s={**one.parts_s, "communication": exposed_per_micro},
