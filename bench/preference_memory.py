@@ -62,8 +62,10 @@ KEYS = {
     "pre": "pre",
     "speed": "speed.mode",
     "vram": "emulate_vram_gib",
+    "backend": "speed.backend",
+    "liger": "speed.fused_kernels",
 }
-TEXT_KEYS = ("opt", "speed")
+TEXT_KEYS = ("opt", "speed", "backend", "liger")
 
 
 def parse_config(spec: str) -> dict:
@@ -96,6 +98,10 @@ def parse_config(spec: str) -> dict:
             raise SystemExit(f"config {spec!r}: {key} wants a number, got {value!r}") from None
     if out["speed"] not in ("off", "auto"):
         raise SystemExit(f"config {spec!r}: speed is off or auto, got {out['speed']!r}")
+    allowed = {"backend": ("auto", "fused", "hf"), "liger": ("auto", "off")}
+    for key, values in allowed.items():
+        if key in out and out[key] not in values:
+            raise SystemExit(f"config {spec!r}: {key} is one of {', '.join(values)}, got {out[key]!r}")
     return out
 
 
@@ -139,6 +145,10 @@ def config_dict(c: dict, objective: str, data: Path, steps: int, smoke: bool) ->
         # off: the settings as written (these points test the memory model); auto: the plan's
         "speed": {"mode": c.get("speed", "off")},
     }
+    if c.get("backend"):  # speed.backend: hf keeps peft's own LoRA layers
+        cfg["speed"]["backend"] = c["backend"]
+    if c.get("liger"):  # speed.fused_kernels: off keeps the model's own RMSNorm, RoPE and SwiGLU
+        cfg["speed"]["fused_kernels"] = c["liger"]
     if not smoke:
         cfg["training"]["precision"] = "bf16"
     if c.get("vram"):
@@ -246,12 +256,81 @@ FIT_RUNS = (
     "llama-3.2-1b:lora:512:ckpt=0:kto",
     "llama-3.2-1b:lora:512:ckpt=0:orpo",
     "llama-3.2-1b:lora:2048:orpo",
+    # speed: auto runs of 2026-12-07 that the rules for the fused LoRA layers with Liger were chosen
+    # after (cockpit/models/memory.py: DPO's and KTO's recomputed block unscaled; ORPO's 16-bit stream)
+    "llama-2-7b:qlora:2048:speed=auto:vram=16:dpo",
+    "llama-2-7b:qlora:2048:speed=auto:vram=16:kto",
+    "llama-2-7b:qlora:2048:speed=auto:vram=16:orpo",
+    "qwen2.5-1.5b:qlora:2048:speed=auto:vram=12:dpo",
+    "qwen2.5-1.5b:qlora:2048:speed=auto:vram=12:kto",
+    "llama-3.2-1b:lora:1024:speed=auto:vram=16:dpo",
+    "llama-3.2-1b:lora:1024:speed=auto:vram=16:kto",
 )
 
 
-def repredict(files: list[Path], work: Path) -> list[dict]:
+def plan_workload(cfg_path: Path, plan: dict, seq_len: int | None):
+    """The memory and speed models' workload of the plan a speed: auto run ran: its split and kernels."""
+    from dataclasses import replace
+
+    from cockpit.config.load import load_config
+    from cockpit.models.memory import workload_from_config
+    from cockpit.models.shape import load_shape
+
+    cfg = load_config(str(cfg_path))
+    shape = load_shape(cfg.model.name)
+    w = replace(
+        workload_from_config(cfg, shape),
+        micro_batch=plan["micro_batch_size"],
+        grad_accum=plan["gradient_accumulation_steps"],
+        liger=bool(plan.get("liger")),
+        fused_lora=plan.get("lora_backend") == "fused",
+        fused_mlp=plan.get("mlp_block") == "fused",
+        checkpoint_offload=False,
+        precision="bf16",
+    )
+    if seq_len is not None and seq_len < w.seq_len:
+        w = replace(w, seq_len=seq_len)
+    return w
+
+
+def plan_peak(cfg_path: Path, plan: dict, seq_len: int | None) -> float:
+    """The peak (GiB) the memory model gives now for the plan a speed: auto run ran (its split, its
+    recomputed layers, its kernels and scales), counted as the plan counts it (cockpit/speed)."""
+    from dataclasses import replace
+
+    from cockpit.models.memory import estimate_memory, unpacked_scales_bytes
+    from cockpit.speed.batch_choice import partial_peak
+
+    w = plan_workload(cfg_path, plan, seq_len)
+    shape, layers = w.shape, w.shape.num_layers
+    if plan.get("checkpoint_offload"):
+        peak = estimate_memory(replace(w, gradient_checkpointing=True, checkpoint_offload=True)).peak_bytes
+    else:
+        off = estimate_memory(replace(w, gradient_checkpointing=False))
+        on = estimate_memory(replace(w, gradient_checkpointing=True))
+        peak = partial_peak(off, on, plan["checkpoint_layers"], layers)
+    if plan.get("unpack_scales") and w.method == "qlora" and w.double_quant:
+        peak += unpacked_scales_bytes(shape)
+    return peak / 2**30
+
+
+def plan_speed(cfg_path: Path, plan: dict, seq_len: int | None, card_name: str) -> float:
+    """The speed model's tokens/s now for the plan a speed: auto run ran, on the catalog's `card_name`
+    at the reference host (the runs' host probes are not in their records)."""
+    from cockpit.gpus.catalog import find_card, load_catalog
+    from cockpit.speed.batch_choice import partial_tokens_per_s
+
+    card = find_card(card_name, load_catalog())
+    if card is None:
+        raise SystemExit(f"--card {card_name!r}: not a card of the catalog (cockpit/data/gpus.yaml)")
+    w = plan_workload(cfg_path, plan, seq_len)
+    return partial_tokens_per_s(w, plan["checkpoint_layers"], card)
+
+
+def repredict(files: list[Path], work: Path, card: str | None = None) -> list[dict]:
     """The recorded runs of earlier calls, their predictions made again by the memory model as it is now
-    (the measured figures are kept)."""
+    (the measured figures are kept); a speed: auto run's for the plan it ran, and with `card` the speed
+    model's tokens/s for it."""
     import yaml
 
     results = []
@@ -262,6 +341,12 @@ def repredict(files: list[Path], work: Path) -> list[dict]:
         for r in json.loads(f.read_text())["runs"]:
             cfg_path.write_text(yaml.safe_dump(config_dict(r, r["objective"], data, r["steps"], False)))
             r = {**r, **predicted(cfg_path, r.get("seq_len_counted"))}
+            if r.get("speed") == "auto" and r.get("plan"):
+                r["config_predicted_gib"] = r["predicted_gib"]
+                r["predicted_gib"] = round(plan_peak(cfg_path, r["plan"], r.get("seq_len_counted")), 3)
+                if card:
+                    seq = r.get("seq_len_counted")
+                    r["plan_tokens_per_s"] = round(plan_speed(cfg_path, r["plan"], seq, card), 1)
             if r.get("nvidia_smi_gib"):
                 r["error_pct"] = round(100 * (r["predicted_gib"] / r["nvidia_smi_gib"] - 1), 2)
             results.append(r)
@@ -338,9 +423,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="no runs: the recorded runs of these preference-memory.json files, predicted again",
     )
+    ap.add_argument(
+        "--card",
+        metavar="NAME",
+        help="with --repredict: the card the runs ran on (as NVML names it, e.g. 'NVIDIA H100 80GB HBM3'): "
+        "the speed model's tokens/s for each speed: auto run's plan, at the reference host",
+    )
     a = ap.parse_args(argv)
     if a.repredict:
-        results = repredict(a.repredict, a.workdir)
+        results = repredict(a.repredict, a.workdir, a.card)
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / "preference-memory.json").write_text(json.dumps({"runs": results}, indent=1))
         text = table(results)

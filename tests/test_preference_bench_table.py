@@ -28,6 +28,41 @@ def test_speed_and_vram_keys_reach_the_config(bench, tmp_path):
             bench.parse_config(bad)
 
 
+def test_backend_and_liger_keys_tell_the_fused_layers_and_liger_apart(bench, tmp_path):
+    c = bench.parse_config("llama-2-7b:qlora:2048:speed=auto:vram=16:backend=hf:liger=off")
+    cfg = bench.config_dict(c, "dpo", tmp_path / "rows.jsonl", 4, smoke=False)
+    assert cfg["speed"] == {"mode": "auto", "backend": "hf", "fused_kernels": "off"}
+    for bad in ("llama-2-7b:qlora:2048:backend=peft", "llama-2-7b:qlora:2048:liger=maybe"):
+        with pytest.raises(SystemExit, match=r"is one of"):
+            bench.parse_config(bad)
+
+
+def test_a_recorded_plan_is_predicted_again_as_the_plan_counts_it(bench, tmp_path):
+    """--repredict of a speed: auto run: the plan's split, kernels and scales through the memory model
+    (every layer recomputed: the checkpointed estimate, plus the unpacked scales), and with --card the
+    speed model's tokens/s for that plan."""
+    from dataclasses import replace
+
+    import yaml
+
+    from cockpit.models.memory import estimate_memory, unpacked_scales_bytes
+
+    c = bench.parse_config("llama-2-7b:qlora:2048:speed=auto:vram=16")
+    path, rows = tmp_path / "c.yaml", tmp_path / "rows.jsonl"
+    rows.write_text("")
+    path.write_text(yaml.safe_dump(bench.config_dict(c, "dpo", rows, 4, smoke=False)))
+    plan = {"micro_batch_size": 2, "gradient_accumulation_steps": 1, "checkpoint_layers": 32,
+            "checkpoint_offload": False, "liger": True, "lora_backend": "fused", "mlp_block": "off",
+            "unpack_scales": True}  # fmt: skip
+    w = bench.plan_workload(path, plan, 2046)
+    assert (w.micro_batch, w.seq_len, w.liger, w.fused_lora, w.fused_mlp) == (2, 2046, True, True, False)
+    want = estimate_memory(replace(w, gradient_checkpointing=True)).peak_bytes + unpacked_scales_bytes(w.shape)
+    assert bench.plan_peak(path, plan, 2046) == pytest.approx(want / 2**30)
+    assert bench.plan_speed(path, plan, 2046, "NVIDIA H100 80GB HBM3") > 0
+    with pytest.raises(SystemExit, match="not a card"):
+        bench.plan_speed(path, plan, 2046, "NVIDIA Nonesuch")
+
+
 def test_a_speed_auto_run_reads_its_plan_and_is_compared_with_speed_off(bench):
     events = [
         {"type": "speed_plan", "micro_batch_size": 4, "gradient_accumulation_steps": 1,
