@@ -237,7 +237,7 @@ def test_the_mlps_own_forward_runs_where_the_block_does_not_apply():
     assert fused_mlp.ATTR in mlp.__dict__
 
 
-def test_the_plan_takes_the_block_only_when_asked_and_gives_its_memory_to_the_split():
+def test_the_plan_takes_the_block_where_asked_or_where_auto_finds_it_pays_and_gives_its_memory_to_the_split():
     from test_speed_auto import LLAMA7, RAGGED, choice, gpu
 
     from cockpit.speed import auto as speed_auto
@@ -246,8 +246,14 @@ def test_the_plan_takes_the_block_only_when_asked_and_gives_its_memory_to_the_sp
         base = {"model.name": "synthetic:llama-2-7b", "lora.dropout": 0.0, "lora.target_modules": TARGETS}
         return config_load.config_from_dotted({**base, **dotted})
 
-    default = speed_auto.plan(cfg(), gpu(22), RAGGED, LLAMA7)
+    assert cfg().speed.mlp_block == "auto"  # the default, since its GPU precision test passed
+    default = speed_auto.plan(cfg(**{"speed.mlp_block": "off"}), gpu(22), RAGGED, LLAMA7)
     assert default.mlp_block == "off" and all(c.name != "MLP block" for c in default.choices)
+    auto = speed_auto.plan(cfg(), gpu(22), RAGGED, LLAMA7)
+    assert auto.mlp_block == "fused" and choice(auto, "MLP block").source == "auto"
+    # with LoRA dropout (the config's default 0.1) auto keeps the MLP's own forward and says why
+    own = speed_auto.plan(cfg(**{"lora.dropout": 0.1}), gpu(22), RAGGED, LLAMA7)
+    assert own.mlp_block == "off" and "lora.dropout 0.1" in choice(own, "MLP block").reason
     fused = speed_auto.plan(cfg(**{"speed.mlp_block": "fused"}), gpu(22), RAGGED, LLAMA7)
     c = choice(fused, "MLP block")
     assert (fused.mlp_block, c.value, c.source) == ("fused", "fused", "yours")
@@ -350,8 +356,8 @@ def test_a_real_run_with_the_block_fuses_every_mlp_and_says_so(tmp_path, env):
 def test_the_plan_preview_prints_what_speed_auto_would_choose_for_a_bench_row(capsys, monkeypatch):
     """bench/plan_preview.py: the vs_unsloth row's plan before it runs; on the 7B ragged row at 22 GiB
     it is the split the H200 ran on 2026-12-04 (9 x 1; 11 layers recomputed then, when every_n_layers
-    set the counts; 9 now that any count is tried), and the fused MLP block frees memory for fewer
-    recomputed layers."""
+    set the counts; 9 now that any count is tried) with the MLP's own forward, and the fused MLP block
+    (speed.mlp_block: auto, the default, or fused) frees memory for fewer recomputed layers."""
     import json
 
     from conftest import ROOT
@@ -359,11 +365,15 @@ def test_the_plan_preview_prints_what_speed_auto_would_choose_for_a_bench_row(ca
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import plan_preview
 
-    assert plan_preview.main(["--arch", "llama-2-7b", "--lengths", "ragged", "--cap", "22"]) == 0
+    row = ["--arch", "llama-2-7b", "--lengths", "ragged", "--cap", "22"]
+    assert plan_preview.main([*row, "--set", "speed.mlp_block=off"]) == 0
     plain = json.loads(capsys.readouterr().out)
     assert (plain["split"], plain["checkpoint_layers"]) == ("9 x 1", 9)
     assert plain["choices"]["4-bit scales"] == "fp32, unpacked once" and "MLP block" not in plain["choices"]
     assert plain["predicted_peak_gib"] <= plain["budget_gib"]
+    assert plan_preview.main(row) == 0  # the default, auto: the block, as it frees recomputed layers
+    auto = json.loads(capsys.readouterr().out)
+    assert auto["choices"]["MLP block"] == "fused" and auto["checkpoint_layers"] < 9
     plan_preview.main(
         ["--arch", "llama-2-7b", "--lengths", "ragged", "--cap", "22", "--set", "speed.mlp_block=fused"]
     )
