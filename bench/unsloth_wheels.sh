@@ -17,9 +17,10 @@
 # training), so that the folder fits one carry. xformers is left out: unsloth runs PyTorch's
 # SDPA without it. The box's own torch, transformers, peft, accelerate, numpy, pandas, pyarrow,
 # psutil, rich, pyyaml are used as they are. The set is the packages' own Requires-Dist less what the
-# box has; written 2026-12-07 with no GPU box lent, so only its download, size and install were checked
-# (16 MiB; with the product's 45 MiB .whl, liger-kernel in it, 61 MiB: one carry holds both). On the box,
-# `PYTHONPATH=/tmp/unsloth-site:/tmp/site python3 -c "import unsloth"` names anything still missing.
+# box has (16 MiB). On an H100 box on 2026-12-07, `PYTHONPATH=/tmp/unsloth-site:/tmp/site python3 -c
+# "import unsloth"` imported unsloth 2026.10.9 with trl 1.15.0 and the vs_unsloth row ran. With the
+# product's 45 MiB .whl and the 12 MiB tree it is over a call's 64 MiB carry: bench/gpu_carry.sh
+# makes one 26 MiB folder of both (bitsandbytes' wheel with only the libraries the box can load).
 set -euo pipefail
 dir=${1:-.uw}
 mkdir -p "$dir"
