@@ -135,7 +135,7 @@ def test_the_plans_tokens_per_s_counts_both_sequences_of_a_pair(llama7b):
     pair's chosen and rejected both, as TRL's num_tokens counts them (its collator's attention mask
     covers both). It counted one sequence a pair, half the speed model's and 2.7x under the 7,667
     tokens/s a 7B QLoRA DPO ran at on an H100 (2026-12-07)."""
-    w = Workload(llama7b, method="qlora", seq_len=2048, micro_batch=2, objective="dpo", reference="adapter_off")
+    w = Workload(llama7b, method="qlora", seq_len=2048, micro_batch=2)
     for objective, reference in (("dpo", "adapter_off"), ("orpo", "none"), ("kto", "adapter_off")):
         one = replace(w, objective=objective, reference=reference)
         n = llama7b.num_layers

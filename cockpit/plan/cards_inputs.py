@@ -101,7 +101,8 @@ class RunSize:
         if tokens is None:
             return "dataset size not given: no time or cost"
         if self.max_steps is not None:
-            return f"max_steps {self.max_steps} x {w.grad_accum * w.forward_tokens_per_micro_batch} tokens/step"
+            per_step = w.grad_accum * w.forward_tokens_per_micro_batch
+            return f"max_steps {self.max_steps} x {per_step} tokens/step"
         if self.samples is not None:
             assert self.mean_tokens is not None  # given with the samples (__post_init__)
             cut = " (cut at max length)" if self.mean_tokens > w.seq_len else ""
