@@ -12,7 +12,9 @@ comparison is by the time of a step:
   model's vocabulary, seed 0; a step's own mix varies around it) at the measured real rate.
 The error is that of the rate: predicted step time over measured, less one, negated.
 
-  python bench/speed_heldout.py [RECORD.json ...]   (default: the 2026-12-02 20:38-22:00 records)
+  python bench/speed_heldout.py [--card NAME] [RECORD.json ...]   (default: the 2026-12-02 20:38-22:00
+      records; --card: the catalog card the runs ran on, as NVML names it, e.g. 'NVIDIA H100 80GB
+      HBM3'; default the H200 SXM reference figures)
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ import yaml  # noqa: E402
 from vs_unsloth import LENGTHS, SAMPLES_PER_STEP, cockpit_config, write_sequences  # noqa: E402
 
 from cockpit.config.load import config_from_dict  # noqa: E402
+from cockpit.gpus.catalog import find_card, load_catalog  # noqa: E402
 from cockpit.models import memory as est  # noqa: E402
 from cockpit.models.shape import load_shape  # noqa: E402
 from cockpit.oom.remedies import REFERENCE_CARD  # noqa: E402
 from cockpit.speed.batch_choice import _tokens_per_s  # noqa: E402
+from cockpit.speed.model import CardSpeed  # noqa: E402
 
 DEFAULT = [
     ROOT / "bench" / "results" / f"2026-12-02-vs-unsloth-{name}-h200.json"
@@ -68,7 +72,7 @@ def mean_length(arch: str, lengths: str, warmup: int, steps: int) -> float:
     return statistics.fmean(drawn)
 
 
-def rows(record: dict) -> list[dict]:
+def rows(record: dict, card: CardSpeed = REFERENCE_CARD) -> list[dict]:
     out = []
     for row in record["rows"]:
         max_length = LENGTHS[row["lengths"]][1]
@@ -88,7 +92,7 @@ def rows(record: dict) -> list[dict]:
                 accum,
                 plan["checkpoint_layers"],
                 layers,
-                REFERENCE_CARD,
+                card,
                 bool(plan.get("checkpoint_offload")),
             )
             # rows of one length (2048): the step has 16 of them, however the plan splits it (6 x 3
@@ -113,10 +117,20 @@ def rows(record: dict) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
+    card = REFERENCE_CARD
+    if argv[:1] == ["--card"]:
+        if len(argv) < 2:
+            raise SystemExit("--card NAME: the card as NVML names it, e.g. 'NVIDIA H100 80GB HBM3'")
+        found_card = find_card(argv[1], load_catalog())
+        if found_card is None:
+            raise SystemExit(f"--card {argv[1]!r}: not a card of the catalog (cockpit/data/gpus.yaml)")
+        card = CardSpeed(found_card.name, found_card.bf16_dense_tflops, found_card.bandwidth_gbs)
+        argv = argv[2:]
     files = [Path(f) for f in argv] or DEFAULT
     found = []
     for f in files:
-        found += rows(json.loads(f.read_text()))
+        found += rows(json.loads(f.read_text()), card)
+    print(f"speed model on {card.name}: {card.bf16_dense_tflops:g} TFLOPS bf16, {card.bandwidth_gbs:g} GB/s")
     print("| row | run | split | measured real tokens/s | step s measured | predicted | error |")
     print("|---|---|---|---|---|---|---|")
     for r in found:
