@@ -119,7 +119,7 @@ def test_the_speed_plan_carries_flops_and_the_h200_dense_peak():
 def test_the_peak_is_the_card_the_nvml_name_denotes():
     cfg = config_load.config_from_dotted({"model.name": "synthetic:llama-2-7b", "speed.mode": "off"})
     shape = load_shape("synthetic:llama-2-7b")
-    card, _ = speed_auto.card_for("NVIDIA H100 80GB HBM3", 80 * GIB)  # the speed model's nearest by size
+    card, _ = speed_auto.card_for("NVIDIA H100 80GB HBM3", 80 * GIB)  # the SXM card, as the MFU's peak
     h100 = speed_auto.Facts("cuda", "bf16", device_name="NVIDIA H100 80GB HBM3", capability="9.0", card=card)
     info = speed_auto.plan(cfg, h100, [100] * 8, shape).to_event()["flops"]
     assert (info["peak_flops"], info["peak_source"]) == (

@@ -203,6 +203,22 @@ def test_cards_are_found_by_their_torch_names():
     assert "H200" in card.name and "not in the catalog" in note
 
 
+def test_an_h100_sxm_is_not_taken_for_the_pcie_card_of_the_same_memory():
+    """NVML names the SXM card "NVIDIA H100 80GB HBM3"; by memory alone it tied with the H100 PCIe
+    (79.65 GiB both), whose 756 TFLOPS and 2.0 TB/s put every H100 plan's tokens/s 25-35% under what ran
+    (a 7B QLoRA DPO: 2,836 planned at 7,667 measured, 2026-12-07). The speed model and the MFU's
+    peak now name the same card."""
+    for name, total, want in (
+        ("NVIDIA H100 80GB HBM3", 85017493504, "H100 SXM"),
+        ("NVIDIA H100 PCIe", 85017493504, "H100 PCIe"),
+        ("NVIDIA A100-SXM4-80GB", 85 * 10**9, "A100 80GB SXM"),
+    ):
+        card, note = speed_auto.card_for(name, total)
+        assert (card.name, note) == (want, ""), name
+    sxm = speed_auto.card_for("NVIDIA H100 80GB HBM3", 85017493504)[0]
+    assert (sxm.bf16_dense_tflops, sxm.bandwidth_gbs) == (989.0, 3350.0)
+
+
 def test_the_config_keeps_explicit_keys_through_the_run_directory(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("training:\n  micro_batch_size: 4\n  max_steps: 5\n")

@@ -601,11 +601,18 @@ def _precision(cfg: TrainConfig, facts: Facts) -> Choice:
 
 
 def card_for(device_name: str, total_bytes: int | None) -> tuple[speed_model.CardSpeed, str]:
-    """The catalog card behind a torch device name, for the speed model; the H200 (the model's
-    calibration card) when there is none, which then only ranks the options."""
+    """The catalog card behind a torch device name, for the speed model: by the NVML name's patterns
+    first (catalog.find_card: "NVIDIA H100 80GB HBM3" is the SXM card; by memory alone it tied with the
+    PCIe card, whose 756 TFLOPS and 2.0 TB/s put the H100 plans' tokens/s 25-35% under what ran), then
+    by the name's words and the memory; the H200 (the model's calibration card) when there is none,
+    which then only ranks the options."""
     from cockpit.gpus import catalog
 
-    cards = catalog.load_catalog().cards
+    loaded = catalog.load_catalog()
+    named = catalog.find_card(device_name, loaded)
+    if named is not None:
+        return speed_model.CardSpeed(named.name, named.bf16_dense_tflops, named.bandwidth_gbs), ""
+    cards = loaded.cards
     words = [
         w for w in device_name.replace("-", " ").split() if w.lower() not in ("nvidia", "geforce", "tesla")
     ]
