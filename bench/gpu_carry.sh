@@ -14,6 +14,7 @@
 #       --target /tmp/unsloth-site OUT/uw/*.whl
 # Used on 2026-12-07 for the vs_unsloth row on an H100 (bench/results/2026-12-07-vs-unsloth-7b-ragged-h100.*).
 set -euo pipefail
+shopt -s nullglob
 out=${1:-.wgpu}
 whl=${2:-.whl}
 uw=${3:-.uw}
@@ -50,5 +51,6 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED
 print(f"{dst}: {dropped} libraries left out (kept: {', '.join(keep)})")
 EOF
 done
-if [ -d "$uw" ]; then cp "$uw"/*.whl "$out/uw/"; fi
+uw_wheels=("$uw"/*.whl)
+if [ ${#uw_wheels[@]} -gt 0 ]; then cp "${uw_wheels[@]}" "$out/uw/"; fi
 du -sh "$out"

@@ -318,13 +318,19 @@ def plan_speed(cfg_path: Path, plan: dict, seq_len: int | None, card_name: str) 
     """The speed model's tokens/s now for the plan a speed: auto run ran, on the catalog's `card_name`
     at the reference host (the runs' host probes are not in their records)."""
     from cockpit.gpus.catalog import find_card, load_catalog
-    from cockpit.speed.batch_choice import partial_tokens_per_s
+    from cockpit.speed.batch_choice import _tokens_per_s
+    from cockpit.speed.model import CardSpeed
 
     card = find_card(card_name, load_catalog())
     if card is None:
         raise SystemExit(f"--card {card_name!r}: not a card of the catalog (cockpit/data/gpus.yaml)")
     w = plan_workload(cfg_path, plan, seq_len)
-    return partial_tokens_per_s(w, plan["checkpoint_layers"], card)
+    speed_card = CardSpeed(card.name, card.bf16_dense_tflops, card.bandwidth_gbs)
+    layers = w.shape.num_layers
+    offload = bool(plan.get("checkpoint_offload"))
+    return _tokens_per_s(
+        w, w.micro_batch, w.grad_accum, plan["checkpoint_layers"], layers, speed_card, offload
+    )
 
 
 def repredict(files: list[Path], work: Path, card: str | None = None) -> list[dict]:

@@ -172,6 +172,11 @@ def test_a_pair_counts_its_chosen_and_rejected_sequences_as_the_speed_model_does
         assert parse_dataset("1000x300").tokens(w) == sequences * 1000 * 300
     dpo = replace(sft, objective="dpo", reference="adapter_off")
     assert "x 2 sequences (chosen, rejected)" in parse_dataset("1000x300").describe(dpo)
+    # with several GPUs each runs its own micro-batches: max_steps covers all of them, as the
+    # multi-GPU tokens/s does (it was 1/N of the time and cost)
+    four = replace(dpo, gpus=4)
+    assert parse_dataset("", max_steps=100).tokens(four) == 4 * parse_dataset("", max_steps=100).tokens(dpo)
+    assert parse_dataset("1000x300").tokens(four) == parse_dataset("1000x300").tokens(dpo)
     assert "sequences" not in parse_dataset("1000x300").describe(sft)
 
 

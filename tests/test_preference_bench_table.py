@@ -46,6 +46,7 @@ def test_a_recorded_plan_is_predicted_again_as_the_plan_counts_it(bench, tmp_pat
     import yaml
 
     from cockpit.models.memory import estimate_memory, unpacked_scales_bytes
+    from cockpit.speed.model import CardSpeed, estimate_speed
 
     c = bench.parse_config("llama-2-7b:qlora:2048:speed=auto:vram=16")
     path, rows = tmp_path / "c.yaml", tmp_path / "rows.jsonl"
@@ -59,7 +60,12 @@ def test_a_recorded_plan_is_predicted_again_as_the_plan_counts_it(bench, tmp_pat
     want = estimate_memory(replace(w, gradient_checkpointing=True)).peak_bytes
     want += unpacked_scales_bytes(w.shape)
     assert bench.plan_peak(path, plan, 2046) == pytest.approx(want / 2**30)
-    assert bench.plan_speed(path, plan, 2046, "NVIDIA H100 80GB HBM3") > 0
+    # every layer recomputed: the speed model's own figure on the H100 SXM (a pair's both sequences)
+    h100 = CardSpeed("H100 SXM", 989.0, 3350.0)
+    want_rate = estimate_speed(replace(w, gradient_checkpointing=True), h100).tokens_per_s
+    assert bench.plan_speed(path, plan, 2046, "NVIDIA H100 80GB HBM3") == pytest.approx(want_rate)
+    on_host = {**plan, "checkpoint_offload": True}  # the inputs' copy back costs time
+    assert bench.plan_speed(path, on_host, 2046, "NVIDIA H100 80GB HBM3") < want_rate
     with pytest.raises(SystemExit, match="not a card"):
         bench.plan_speed(path, plan, 2046, "NVIDIA Nonesuch")
 

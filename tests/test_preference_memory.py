@@ -26,7 +26,7 @@ from cockpit.models.memory import (
 )
 from cockpit.models.shape import load_shape
 from cockpit.oom.remedies import analyse
-from cockpit.speed.batch_choice import partial_tokens_per_s
+from cockpit.speed.batch_choice import busy_tokens, partial_tokens_per_s
 from cockpit.speed.model import CardSpeed, estimate_speed, no_grad_forwards
 
 H200_SPEED = CardSpeed("H200", 989.0, 4800.0)
@@ -143,6 +143,15 @@ def test_the_plans_tokens_per_s_counts_both_sequences_of_a_pair(llama7b):
             estimate_speed(one, H200_SPEED).tokens_per_s, rel=1e-9
         ), objective
         assert one.forward_tokens_per_micro_batch == one.sequences_per_row * one.tokens_per_micro_batch
+    # the doctor's busy threshold is set against the step meter's input_ids: both sequences of a pair
+    dpo = replace(w, objective="dpo", reference="precomputed", seq_len=256)
+    busy = busy_tokens(dpo, H200_SPEED)
+    m = next(
+        mb
+        for mb in range(1, 1025)
+        if estimate_speed(replace(dpo, micro_batch=mb, grad_accum=1), H200_SPEED).bound != "overhead"
+    )
+    assert busy == 2 * m * 256
 
 
 def test_a_full_orpo_counts_only_the_logits_beyond_the_gradients(llama7b):

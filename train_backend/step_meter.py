@@ -52,10 +52,24 @@ class StepMeter:
 
 
 def _tokens(batch) -> int:
-    ids = batch.get("input_ids") if isinstance(batch, dict) or hasattr(batch, "get") else None
+    """Tokens the micro-batch puts through the model, padding included: its input_ids (a DPO pair's
+    chosen and rejected rows are both in them); ORPO's batches carry the two apart, and its trainer runs
+    them as one batch of twice the rows, each padded to the longer."""
+    if not (isinstance(batch, dict) or hasattr(batch, "get")):
+        return 0
+    ids = batch.get("input_ids")
+    if ids is None:
+        return _pair_tokens(batch.get("chosen_input_ids"), batch.get("rejected_input_ids"))
     try:
         return int(ids.numel())
     except AttributeError:
+        return 0
+
+
+def _pair_tokens(chosen, rejected) -> int:
+    try:
+        return int(2 * chosen.shape[0] * max(chosen.shape[1], rejected.shape[1]))
+    except (AttributeError, IndexError, TypeError):
         return 0
 
 

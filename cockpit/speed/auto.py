@@ -178,7 +178,7 @@ def plan(
     problem = BatchProblem(cfg, run, facts, shape, shape_note, keep, rows_per_step, packing != "none")
     fit, split_choices = fit_batch(problem)
     mlp_auto: Choice | None = None
-    if cfg.speed.mlp_block == "auto":
+    if cfg.speed.mlp_block == "auto" and cfg.method in ("lora", "qlora"):  # the block is LoRA's
         problem, fit, split_choices, mlp_auto = _mlp_block_auto(problem, fit, split_choices)
         cfg = problem.cfg
     _set_split(run, fit)

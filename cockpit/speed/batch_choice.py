@@ -441,14 +441,15 @@ MAX_BUSY_MICRO_BATCH = 1024
 
 
 def busy_tokens(base: Workload, card: speed_model.CardSpeed | None) -> int | None:
-    """The fewest tokens per micro-batch (whole rows of `base.seq_len`) at which, by the speed model, the
-    card's work outlasts the host's launches: below it the GPU is underfed, whatever feeds it."""
+    """The fewest tokens per micro-batch (whole rows of `base.seq_len`; a pair's two sequences both, as
+    the trainer's step meter counts its input_ids) at which, by the speed model, the card's work outlasts
+    the host's launches: below it the GPU is underfed, whatever feeds it."""
     if card is None:
         return None
     for mb in range(1, MAX_BUSY_MICRO_BATCH + 1):
-        est = speed_model.estimate_speed(replace(base, micro_batch=mb, grad_accum=1), card)
-        if est.bound != "overhead":
-            return mb * base.seq_len
+        w = replace(base, micro_batch=mb, grad_accum=1)
+        if speed_model.estimate_speed(w, card).bound != "overhead":
+            return w.forward_tokens_per_micro_batch
     return None
 
 
