@@ -296,21 +296,13 @@ def plan_workload(cfg_path: Path, plan: dict, seq_len: int | None):
 def plan_peak(cfg_path: Path, plan: dict, seq_len: int | None) -> float:
     """The peak (GiB) the memory model gives now for the plan a speed: auto run ran (its split, its
     recomputed layers, its kernels and scales), counted as the plan counts it (cockpit/speed)."""
-    from dataclasses import replace
-
-    from cockpit.models.memory import estimate_memory, unpacked_scales_bytes
-    from cockpit.speed.batch_choice import partial_peak
+    from cockpit.models.memory import unpacked_scales_bytes
+    from cockpit.speed.batch_choice import split_peak
 
     w = plan_workload(cfg_path, plan, seq_len)
-    shape, layers = w.shape, w.shape.num_layers
-    if plan.get("checkpoint_offload"):
-        peak = estimate_memory(replace(w, gradient_checkpointing=True, checkpoint_offload=True)).peak_bytes
-    else:
-        off = estimate_memory(replace(w, gradient_checkpointing=False))
-        on = estimate_memory(replace(w, gradient_checkpointing=True))
-        peak = partial_peak(off, on, plan["checkpoint_layers"], layers)
+    peak = split_peak(w, plan["checkpoint_layers"], bool(plan.get("checkpoint_offload")))
     if plan.get("unpack_scales") and w.method == "qlora" and w.double_quant:
-        peak += unpacked_scales_bytes(shape)
+        peak += unpacked_scales_bytes(w.shape)
     return peak / 2**30
 
 
@@ -318,19 +310,13 @@ def plan_speed(cfg_path: Path, plan: dict, seq_len: int | None, card_name: str) 
     """The speed model's tokens/s now for the plan a speed: auto run ran, on the catalog's `card_name`
     at the reference host (the runs' host probes are not in their records)."""
     from cockpit.gpus.catalog import find_card, load_catalog
-    from cockpit.speed.batch_choice import _tokens_per_s
-    from cockpit.speed.model import CardSpeed
+    from cockpit.speed.batch_choice import partial_tokens_per_s
 
     card = find_card(card_name, load_catalog())
     if card is None:
         raise SystemExit(f"--card {card_name!r}: not a card of the catalog (cockpit/data/gpus.yaml)")
     w = plan_workload(cfg_path, plan, seq_len)
-    speed_card = CardSpeed(card.name, card.bf16_dense_tflops, card.bandwidth_gbs)
-    layers = w.shape.num_layers
-    offload = bool(plan.get("checkpoint_offload"))
-    return _tokens_per_s(
-        w, w.micro_batch, w.grad_accum, plan["checkpoint_layers"], layers, speed_card, offload
-    )
+    return partial_tokens_per_s(w, plan["checkpoint_layers"], card, bool(plan.get("checkpoint_offload")))
 
 
 def repredict(files: list[Path], work: Path, card: str | None = None) -> list[dict]:

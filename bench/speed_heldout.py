@@ -19,6 +19,7 @@ The error is that of the rate: predicted step time over measured, less one, nega
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import statistics
@@ -117,16 +118,17 @@ def rows(record: dict, card: CardSpeed = REFERENCE_CARD) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("records", nargs="*", type=Path, help="vs_unsloth.json records")
+    ap.add_argument("--card", metavar="NAME", help="the card as NVML names it, e.g. 'NVIDIA H100 80GB HBM3'")
+    a = ap.parse_args(argv)
     card = REFERENCE_CARD
-    if argv[:1] == ["--card"]:
-        if len(argv) < 2:
-            raise SystemExit("--card NAME: the card as NVML names it, e.g. 'NVIDIA H100 80GB HBM3'")
-        found_card = find_card(argv[1], load_catalog())
+    if a.card:
+        found_card = find_card(a.card, load_catalog())
         if found_card is None:
-            raise SystemExit(f"--card {argv[1]!r}: not a card of the catalog (cockpit/data/gpus.yaml)")
+            raise SystemExit(f"--card {a.card!r}: not a card of the catalog (cockpit/data/gpus.yaml)")
         card = CardSpeed(found_card.name, found_card.bf16_dense_tflops, found_card.bandwidth_gbs)
-        argv = argv[2:]
-    files = [Path(f) for f in argv] or DEFAULT
+    files = a.records or DEFAULT
     found = []
     for f in files:
         found += rows(json.loads(f.read_text()), card)

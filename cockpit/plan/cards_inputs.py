@@ -89,7 +89,7 @@ class RunSize:
         preference pair, its chosen and rejected sequences both (the speed model's unit); with several
         GPUs, every GPU's micro-batches (each runs its own: the multi-GPU tokens/s is all of them)."""
         if self.max_steps is not None:
-            return self.max_steps * w.grad_accum * w.forward_tokens_per_micro_batch * max(1, w.gpus)
+            return self.max_steps * w.grad_accum * w.forward_tokens_per_micro_batch * w.gpus
         if self.samples is not None:  # each sample (each sequence of a pair) is cut at the max length
             assert self.mean_tokens is not None  # given with the samples (__post_init__)
             return int(self.samples * w.sequences_per_row * min(self.mean_tokens, w.seq_len) * self.epochs)
@@ -102,7 +102,7 @@ class RunSize:
         if tokens is None:
             return "dataset size not given: no time or cost"
         if self.max_steps is not None:
-            per_step = w.grad_accum * w.forward_tokens_per_micro_batch * max(1, w.gpus)
+            per_step = w.grad_accum * w.forward_tokens_per_micro_batch * w.gpus
             return f"max_steps {self.max_steps} x {per_step} tokens/step"
         if self.samples is not None:
             assert self.mean_tokens is not None  # given with the samples (__post_init__)

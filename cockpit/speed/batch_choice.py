@@ -309,13 +309,10 @@ def _inputs_on_host(
     room = problem.offload_forced or host <= HOST_SHARE * (problem.facts.host_available_bytes or 0)
     if not (problem.may_offload and host and room):
         return None
-    # the GPU holds one recomputed block and two inputs (one copied back, one recomputed):
-    # the memory model's own estimate, as its left-one-out check measured it
-    on_host = replace(base, micro_batch=mb, grad_accum=accum, checkpoint_offload=True)
-    peak = estimate_memory(on_host).peak_bytes
+    n = problem.layers
+    peak = split_peak(replace(base, micro_batch=mb, grad_accum=accum), n, offload=True)
     if peak > budget:
         return None
-    n = problem.layers
     rate = _tokens_per_s(base, mb, accum, n, n, problem.rank_card, True)
     return Candidate(rate, -n, -accum, mb, accum, n, peak, host)
 
@@ -619,13 +616,26 @@ def partial_peak(off: MemoryEstimate, on: MemoryEstimate, k: int, layers: int) -
     return _partial_peak(off, on, k, layers)
 
 
-def partial_tokens_per_s(w: Workload, k: int, card: speed_model.CardSpeed | Card) -> float:
-    """The speed model's tokens/s of `w` with `k` of its layers recomputed (on a catalog card too: it has
-    the fields the speed model reads)."""
+def split_peak(w: Workload, k: int, offload: bool = False) -> int:
+    """The peak of `w`'s split with `k` of its layers recomputed, as the plan sizes it; `offload`: every
+    layer recomputed, its input in host memory (the GPU holds one recomputed block and two inputs: the
+    memory model's own estimate, as its left-one-out check measured it)."""
+    if offload:
+        return estimate_memory(replace(w, gradient_checkpointing=True, checkpoint_offload=True)).peak_bytes
+    off = estimate_memory(replace(w, gradient_checkpointing=False))
+    on = estimate_memory(replace(w, gradient_checkpointing=True))
+    return _partial_peak(off, on, k, w.shape.num_layers)
+
+
+def partial_tokens_per_s(
+    w: Workload, k: int, card: speed_model.CardSpeed | Card, offload: bool = False
+) -> float:
+    """The speed model's tokens/s of `w` with `k` of its layers recomputed (`offload`: their inputs in
+    host memory), on a catalog card too: it has the fields the speed model reads."""
     speed_card = speed_model.CardSpeed(
         card.name, card.bf16_dense_tflops, card.bandwidth_gbs, host_scale=getattr(card, "host_scale", 1.0)
     )
-    return _tokens_per_s(w, w.micro_batch, w.grad_accum, k, w.shape.num_layers, speed_card)
+    return _tokens_per_s(w, w.micro_batch, w.grad_accum, k, w.shape.num_layers, speed_card, offload)
 
 
 def _gib(n: float | None) -> str:
