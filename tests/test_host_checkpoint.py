@@ -11,8 +11,18 @@ peft = pytest.importorskip("peft")
 
 from train_backend.speed import host_checkpoint  # noqa: E402
 
+TARGETS = ["q_proj", "v_proj", "down_proj"]
+FUSED_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
-def _loss_and_grads(install: bool, dropout: float, input_grads: bool = True, device: str = "cpu", spy=None):
+
+def _loss_and_grads(
+    install: bool,
+    dropout: float,
+    input_grads: bool = True,
+    device: str = "cpu",
+    spy=None,
+    fused: bool = False,
+):
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
         vocab_size=64,
@@ -25,8 +35,13 @@ def _loss_and_grads(install: bool, dropout: float, input_grads: bool = True, dev
     model = transformers.LlamaForCausalLM(cfg).to(device)
     model = peft.get_peft_model(
         model,
-        peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=dropout),
+        peft.LoraConfig(r=4, target_modules=FUSED_TARGETS if fused else TARGETS, lora_dropout=dropout),
     )
+    if fused:  # speed: auto's fused LoRA layers and MLP block, as the trainer applies them
+        from train_backend.speed import fused_lora, fused_mlp
+
+        assert fused_lora.apply(model)["fused"] == 3 * 7
+        assert fused_mlp.apply(model)["fused"] == 3
     model.train()
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if input_grads:
@@ -62,6 +77,20 @@ def test_the_same_loss_and_gradients_as_plain_checkpointing(dropout):
     for name in grads:
         assert torch.equal(grads[name], grads2[name]), name
     assert any(g.abs().sum() > 0 for g in grads2.values())
+
+
+def test_the_fused_mlp_block_recomputes_from_host_memory_to_the_same_numbers():
+    """speed: auto takes the fused MLP block where it lets a larger micro-batch fit with the layers'
+    inputs in host memory: the block's own autograd function recomputed by the host checkpoint gives
+    what plain checkpointing of the same block gives."""
+    loss, grads, _, _ = _loss_and_grads(False, 0.0, fused=True)
+    loss2, grads2, swapped, _ = _loss_and_grads(True, 0.0, fused=True)
+    assert swapped == 3 and loss2 == loss
+    assert grads.keys() == grads2.keys() and len(grads) == 3 * 7 * 2
+    for name in grads:
+        assert torch.equal(grads[name], grads2[name]), name
+    # every adapter's B learns (A's gradient is zero while B is, as peft initialises it)
+    assert all(g.abs().sum() > 0 for n, g in grads2.items() if "lora_B" in n)
 
 
 def test_keyword_tensors_are_refused_not_kept_on_the_device():
