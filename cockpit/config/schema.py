@@ -453,7 +453,7 @@ class SpeedSection:
         "which recomputes down_proj's input in the backward instead of keeping "
         "it: 2-4 x intermediate_size bytes a token a layer less, given back to the split. Needs the fused "
         "LoRA layers and no LoRA dropout. auto: the split is fitted with and without it, and it is taken "
-        "where it lets the split recompute fewer layers (or keep them off host memory, or take more rows) "
+        "where it changes the split (fewer layers recomputed, more rows, with or without host memory) "
         "and the speed model rates that faster (the default: its bf16 error on a 4-bit base is peft's "
         "or less, on an H100); off: the MLP's own forward",
         choices=("off", "fused", "auto"),
