@@ -12,9 +12,11 @@ comparison is by the time of a step:
   model's vocabulary, seed 0; a step's own mix varies around it) at the measured real rate.
 The error is that of the rate: predicted step time over measured, less one, negated.
 
-  python bench/speed_heldout.py [--card NAME] [RECORD.json ...]   (default: the 2026-12-02 20:38-22:00
-      records; --card: the catalog card the runs ran on, as NVML names it, e.g. 'NVIDIA H100 80GB
-      HBM3'; default the H200 SXM reference figures)
+  python bench/speed_heldout.py [--card NAME] [--probe] [RECORD.json ...]
+      (default: the 2026-12-02 20:38-22:00 records; --card: the catalog card the runs ran on, as
+      NVML names it, e.g. 'NVIDIA H100 80GB HBM3'; default the H200 SXM reference figures;
+      --probe: the host terms at each run's own probe reading, host_probe_ms in its plan, as the
+      plan's own prediction was)
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from cockpit.models import memory as est  # noqa: E402
 from cockpit.models.shape import load_shape  # noqa: E402
 from cockpit.oom.remedies import REFERENCE_CARD  # noqa: E402
 from cockpit.speed.batch_choice import _tokens_per_s  # noqa: E402
-from cockpit.speed.model import CardSpeed  # noqa: E402
+from cockpit.speed.model import CardSpeed, host_scale_for  # noqa: E402
 
 DEFAULT = [
     ROOT / "bench" / "results" / f"2026-12-02-vs-unsloth-{name}-h200.json"
@@ -73,7 +75,9 @@ def mean_length(arch: str, lengths: str, warmup: int, steps: int) -> float:
     return statistics.fmean(drawn)
 
 
-def rows(record: dict, card: CardSpeed = REFERENCE_CARD) -> list[dict]:
+def rows(record: dict, card: CardSpeed = REFERENCE_CARD, probe: bool = False) -> list[dict]:
+    """The record's cockpit runs against the speed model on `card`; `probe`: at each run's own host, as
+    its plan read it (host_probe_ms), as the plan's own figure was; else at the reference host."""
     out = []
     for row in record["rows"]:
         max_length = LENGTHS[row["lengths"]][1]
@@ -87,13 +91,14 @@ def rows(record: dict, card: CardSpeed = REFERENCE_CARD) -> list[dict]:
                 row["arch"], max_length, bool(plan.get("liger")), plan.get("lora_backend") == "fused"
             )
             layers = base.shape.num_layers
+            host_scale = host_scale_for(plan.get("host_probe_ms")) if probe else 1.0
             rate = _tokens_per_s(
                 base,
                 mb,
                 accum,
                 plan["checkpoint_layers"],
                 layers,
-                card,
+                dataclasses.replace(card, host_scale=host_scale),
                 bool(plan.get("checkpoint_offload")),
             )
             # rows of one length (2048): the step has 16 of them, however the plan splits it (6 x 3
@@ -112,6 +117,7 @@ def rows(record: dict, card: CardSpeed = REFERENCE_CARD) -> list[dict]:
                     "measured_step_s": round(measured_step, 3),
                     "predicted_step_s": round(predicted_step, 3),
                     "error": round(measured_step / predicted_step - 1, 4),
+                    "host_scale": round(host_scale, 3),
                 }
             )
     return out
@@ -121,6 +127,11 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("records", nargs="*", type=Path, help="vs_unsloth.json records")
     ap.add_argument("--card", metavar="NAME", help="the card as NVML names it, e.g. 'NVIDIA H100 80GB HBM3'")
+    ap.add_argument(
+        "--probe",
+        action="store_true",
+        help="each run at its own host, as its plan's probe read it (host_probe_ms); else the reference host",
+    )
     a = ap.parse_args(argv)
     card = REFERENCE_CARD
     if a.card:
@@ -131,8 +142,12 @@ def main(argv: list[str]) -> int:
     files = a.records or DEFAULT
     found = []
     for f in files:
-        found += rows(json.loads(f.read_text()), card)
-    print(f"speed model on {card.name}: {card.bf16_dense_tflops:g} TFLOPS bf16, {card.bandwidth_gbs:g} GB/s")
+        found += rows(json.loads(f.read_text()), card, a.probe)
+    host = "each run's own host (its probe)" if a.probe else "the reference host"
+    print(
+        f"speed model on {card.name}: {card.bf16_dense_tflops:g} TFLOPS bf16, {card.bandwidth_gbs:g} GB/s, "
+        f"at {host}"
+    )
     print("| row | run | split | measured real tokens/s | step s measured | predicted | error |")
     print("|---|---|---|---|---|---|---|")
     for r in found:

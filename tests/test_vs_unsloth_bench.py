@@ -329,6 +329,17 @@ def test_the_speed_models_held_out_check_reads_each_runs_split_and_compares_step
     rows = speed_heldout.rows(record)
     assert [r["error"] for r in rows] == [pytest.approx(0, abs=1e-3), pytest.approx(-0.5, abs=1e-3)]
     assert rows[0]["split"] == "3 x 3, 32 of 32 recomputed, inputs in host memory"
+    # --probe: at the run's own host, as its plan read it; a host-bound split on a host twice as slow
+    # takes longer, so the same measured rate is a smaller error than at the reference host
+    from cockpit.speed.model import HOST_PROBE_REFERENCE_MS
+
+    plan["host_probe_ms"] = 2 * HOST_PROBE_REFERENCE_MS
+    at_reference = speed_heldout.rows(record)
+    at_own = speed_heldout.rows(record, probe=True)
+    assert [r["host_scale"] for r in at_reference] == [1.0, 1.0]
+    assert [r["host_scale"] for r in at_own] == [2.0, 2.0]
+    assert at_own[0]["predicted_step_s"] > 1.5 * at_reference[0]["predicted_step_s"]
+    assert at_own[0]["error"] < -0.25
 
 
 def test_the_held_out_check_times_the_steps_sixteen_rows_where_the_split_has_room_for_more(monkeypatch):
