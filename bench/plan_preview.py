@@ -3,12 +3,14 @@
 
 The plan (cockpit/speed/auto.py) for bench/vs_unsloth.py's cockpit side: QLoRA nf4 with double
 quantisation, r 16 / alpha 16 / no dropout on all seven linears, adamw_8bit, 16 samples a step, the
-row's token lengths (seed 0, as the bench draws them), on an H200 at the speed model's reference
-host, with Liger, at a memory cap. `--set KEY=VALUE` adds config keys (e.g. speed.mlp_block=fused).
+row's token lengths (seed 0, as the bench draws them), on an H200 (`--card`: another, as NVML names
+it) at the speed model's reference host, with Liger, at a memory cap; `--parts`: where the speed
+model puts a micro-batch's time. `--set KEY=VALUE` adds config keys (e.g. speed.mlp_block=fused).
 It prints the split, the predicted peak and tokens/s and each choice: the prediction a later run on
 the GPU is held against (bench/speed_heldout.py reads the runs' own plans).
 
   python3 bench/plan_preview.py --arch llama-2-7b --lengths full --cap 7.15 --set speed.mlp_block=fused
+  python3 bench/plan_preview.py --arch llama-2-7b --lengths ragged --card 'NVIDIA H100 80GB HBM3' --parts
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from cockpit.models.shape import load_shape  # noqa: E402
 from cockpit.speed import auto as speed_auto  # noqa: E402
 
 
-def plan_for(arch: str, lengths: str, cap_gib: float, extra: dict) -> speed_auto.SpeedPlan:
+def plan_for(
+    arch: str, lengths: str, cap_gib: float, extra: dict, device_name: str = "NVIDIA H200"
+) -> speed_auto.SpeedPlan:
     import random
 
     from vs_unsloth import LENGTHS, RANK, SAMPLES_PER_STEP, TARGETS
@@ -47,11 +51,11 @@ def plan_for(arch: str, lengths: str, cap_gib: float, extra: dict) -> speed_auto
         **extra,
     }
     cfg = config_load.config_from_dotted(settings)
-    card, _ = speed_auto.card_for("NVIDIA H200", int(139.8 * GIB))
+    card, _ = speed_auto.card_for(device_name, int(139.8 * GIB))
     facts = speed_auto.Facts(
         device_kind="cuda",
         precision="bf16",
-        device_name="NVIDIA H200",
+        device_name=device_name,
         memory_bytes=int(cap_gib * GIB),
         memory_note=f"emulate_vram_gib {cap_gib:g}",
         capability="9.0",
@@ -79,12 +83,51 @@ def summary(plan: speed_auto.SpeedPlan) -> dict:
     }
 
 
+def step_parts(plan: speed_auto.SpeedPlan, arch: str, device_name: str = "NVIDIA H200") -> dict:
+    """Where the speed model puts a micro-batch's time for the plan's split, in ms: the host's
+    launches and the device's work by kind, a partly recomputed model weighted by its share of layers
+    as the plan rates it (at the reference host), and the optimizer's step."""
+    from dataclasses import replace
+
+    from cockpit.models.memory import workload_from_config
+    from cockpit.speed import model as speed_model
+
+    shape = load_shape(f"synthetic:{arch}")
+    w = replace(
+        workload_from_config(plan.config, shape),
+        precision="bf16",
+        liger=plan.liger,
+        fused_lora=plan.lora_backend == "fused",
+        fused_mlp=plan.mlp_block == "fused",
+    )
+    card = speed_auto.card_for(device_name, int(139.8 * GIB))[0]
+    share = plan.checkpoint_layers / shape.num_layers
+    off = speed_model.estimate_speed(replace(w, gradient_checkpointing=False), card)
+    on = speed_model.estimate_speed(
+        replace(w, gradient_checkpointing=True, checkpoint_offload=plan.checkpoint_offload), card
+    )
+    parts = {k: (1 - share) * off.parts_s[k] + share * on.parts_s[k] for k in off.parts_s}
+    micro = (1 - share) * off.micro_batch_s + share * on.micro_batch_s
+    return {
+        "card": card.name,
+        "tokens_per_micro_batch": w.tokens_per_micro_batch,
+        "micro_batch_ms": round(micro * 1e3, 1),
+        "optimizer_step_ms": round(off.optimizer_step_s * 1e3, 1),
+        "parts_ms": {k: round(v * 1e3, 1) for k, v in parts.items() if v},
+        "device_ms": round(sum(v for k, v in parts.items() if k != "host") * 1e3, 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default="llama-2-7b")
     ap.add_argument("--lengths", default="full", choices=("ragged", "full"))
     ap.add_argument("--cap", type=float, default=22.0, help="GiB the run may use (emulate_vram_gib)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config key, dotted")
+    ap.add_argument("--card", default="NVIDIA H200", help="the card as NVML names it (default NVIDIA H200)")
+    ap.add_argument(
+        "--parts", action="store_true", help="also where the speed model puts a micro-batch's time"
+    )
     a = ap.parse_args(argv)
     extra = {}
     for item in a.set:
@@ -92,7 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         if not sep:
             raise SystemExit(f"--set {item!r}: KEY=VALUE expected, e.g. speed.mlp_block=fused")
         extra[key] = value
-    print(json.dumps(summary(plan_for(a.arch, a.lengths, a.cap, extra)), indent=1))
+    plan = plan_for(a.arch, a.lengths, a.cap, extra, a.card)
+    out = summary(plan)
+    if a.parts:
+        out["step_parts"] = step_parts(plan, a.arch, a.card)
+    print(json.dumps(out, indent=1))
     return 0
 
 

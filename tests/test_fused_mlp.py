@@ -383,6 +383,33 @@ def test_the_plan_preview_prints_what_speed_auto_would_choose_for_a_bench_row(ca
         plan_preview.main(["--set", "speed.mlp_block"])
 
 
+def test_the_plan_preview_says_where_a_micro_batchs_time_goes_on_the_card_named(capsys, monkeypatch):
+    """--card plans for another card (an H100 SXM's rate: slower than the H200 reference on the same
+    split), --parts adds the speed model's breakdown of the plan's micro-batch: its parts add up to
+    the micro-batch's device time, the longer of which and the host's is the micro-batch."""
+    import json
+
+    from conftest import ROOT
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import plan_preview
+
+    row = ["--arch", "llama-2-7b", "--lengths", "ragged", "--cap", "22"]
+    plan_preview.main(row)
+    h200 = json.loads(capsys.readouterr().out)
+    assert "step_parts" not in h200
+    plan_preview.main([*row, "--card", "NVIDIA H100 80GB HBM3", "--parts"])
+    h100 = json.loads(capsys.readouterr().out)
+    parts = h100["step_parts"]
+    assert parts["card"] == "H100 SXM" and h100["split"] == h200["split"] == "9 x 1"
+    assert h100["predicted_tokens_per_s"] < h200["predicted_tokens_per_s"]
+    assert parts["tokens_per_micro_batch"] == 9 * 512
+    device = sum(v for k, v in parts["parts_ms"].items() if k != "host")
+    assert device == pytest.approx(parts["device_ms"], abs=0.2)
+    assert parts["micro_batch_ms"] >= max(parts["device_ms"], parts["parts_ms"]["host"]) - 0.2
+    assert set(parts["parts_ms"]) >= {"host", "arithmetic", "elementwise", "dequantisation", "adapters"}
+
+
 def test_mlp_block_auto_takes_the_block_where_it_frees_recomputed_layers_and_not_elsewhere(
     capsys, monkeypatch
 ):
