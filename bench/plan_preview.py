@@ -84,37 +84,30 @@ def summary(plan: speed_auto.SpeedPlan) -> dict:
 
 
 def step_parts(plan: speed_auto.SpeedPlan, arch: str, device_name: str = "NVIDIA H200") -> dict:
-    """Where the speed model puts a micro-batch's time for the plan's split, in ms: the host's
-    launches and the device's work by kind, a partly recomputed model weighted by its share of layers
-    as the plan rates it (at the reference host), and the optimizer's step."""
+    """Where the speed model puts a micro-batch's time for the plan's split, in ms (at the reference
+    host): the host's launches and the device's work by kind, as the plan rates the split
+    (batch_choice.split_speed), and the optimizer's step."""
     from dataclasses import replace
 
     from cockpit.models.memory import workload_from_config
-    from cockpit.speed import model as speed_model
+    from cockpit.speed.batch_choice import split_speed
 
-    shape = load_shape(f"synthetic:{arch}")
     w = replace(
-        workload_from_config(plan.config, shape),
+        workload_from_config(plan.config, load_shape(f"synthetic:{arch}")),
         precision="bf16",
         liger=plan.liger,
         fused_lora=plan.lora_backend == "fused",
         fused_mlp=plan.mlp_block == "fused",
     )
-    card = speed_auto.card_for(device_name, int(139.8 * GIB))[0]
-    share = plan.checkpoint_layers / shape.num_layers
-    off = speed_model.estimate_speed(replace(w, gradient_checkpointing=False), card)
-    on = speed_model.estimate_speed(
-        replace(w, gradient_checkpointing=True, checkpoint_offload=plan.checkpoint_offload), card
-    )
-    parts = {k: (1 - share) * off.parts_s[k] + share * on.parts_s[k] for k in off.parts_s}
-    micro = (1 - share) * off.micro_batch_s + share * on.micro_batch_s
+    card, _ = speed_auto.card_for(device_name, int(139.8 * GIB))
+    split = split_speed(w, plan.checkpoint_layers, card, plan.checkpoint_offload)
     return {
         "card": card.name,
         "tokens_per_micro_batch": w.tokens_per_micro_batch,
-        "micro_batch_ms": round(micro * 1e3, 1),
-        "optimizer_step_ms": round(off.optimizer_step_s * 1e3, 1),
-        "parts_ms": {k: round(v * 1e3, 1) for k, v in parts.items() if v},
-        "device_ms": round(sum(v for k, v in parts.items() if k != "host") * 1e3, 1),
+        "micro_batch_ms": round(split.micro_batch_s * 1e3, 1),
+        "optimizer_step_ms": round(split.optimizer_step_s * 1e3, 1),
+        "parts_ms": {k: round(v * 1e3, 1) for k, v in split.parts_s.items() if v},
+        "device_ms": round(sum(v for k, v in split.parts_s.items() if k != "host") * 1e3, 1),
     }
 
 

@@ -2,7 +2,7 @@
 """The speed model against the cockpit runs of bench/vs_unsloth.py: points it was never fitted on.
 
 For each cockpit run of the records given (`speed: auto`'s own split, as its `plan` field says),
-the plan's prediction (`cockpit.speed.batch_choice._tokens_per_s`, the H200 SXM's catalog figures,
+the plan's prediction (`cockpit.speed.batch_choice.partial_tokens_per_s`, the H200 SXM's catalog figures,
 as the plan computes it) against the measured rate. The model predicts processed tokens (whole
 rows of max_length: ragged samples are packed into rows); the bench measures real ones, so the
 comparison is by the time of a step:
@@ -41,7 +41,7 @@ from cockpit.gpus.catalog import find_card, load_catalog  # noqa: E402
 from cockpit.models import memory as est  # noqa: E402
 from cockpit.models.shape import load_shape  # noqa: E402
 from cockpit.oom.remedies import REFERENCE_CARD  # noqa: E402
-from cockpit.speed.batch_choice import _tokens_per_s  # noqa: E402
+from cockpit.speed.batch_choice import partial_tokens_per_s  # noqa: E402
 from cockpit.speed.model import CardSpeed, host_scale_for  # noqa: E402
 
 DEFAULT = [
@@ -92,12 +92,9 @@ def rows(record: dict, card: CardSpeed = REFERENCE_CARD, probe: bool = False) ->
             )
             layers = base.shape.num_layers
             host_scale = host_scale_for(plan.get("host_probe_ms")) if probe else 1.0
-            rate = _tokens_per_s(
-                base,
-                mb,
-                accum,
+            rate = partial_tokens_per_s(
+                dataclasses.replace(base, micro_batch=mb, grad_accum=accum),
                 plan["checkpoint_layers"],
-                layers,
                 dataclasses.replace(card, host_scale=host_scale),
                 bool(plan.get("checkpoint_offload")),
             )

@@ -3,6 +3,7 @@ the ratio and its spread, the sequences, and a cockpit config the loader accepts
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -306,7 +307,9 @@ def test_the_speed_models_held_out_check_reads_each_runs_split_and_compares_step
         "liger": True,
     }
     base = speed_heldout.workload("llama-2-7b", 512, True)
-    rate = speed_heldout._tokens_per_s(base, 3, 3, 32, 32, speed_heldout.REFERENCE_CARD, True)
+    rate = speed_heldout.partial_tokens_per_s(
+        dataclasses.replace(base, micro_batch=3, grad_accum=3), 32, speed_heldout.REFERENCE_CARD, True
+    )
     mean = speed_heldout.mean_length("llama-2-7b", "ragged", 3, 20)
     assert 32 <= mean <= 512
     at_predicted = 16 * mean / (9 * 512 / rate)  # real tokens/s whose step takes the predicted time
@@ -350,7 +353,9 @@ def test_the_held_out_check_times_the_steps_sixteen_rows_where_the_split_has_roo
 
     plan = {"micro_batch_size": 6, "gradient_accumulation_steps": 3, "checkpoint_layers": 0, "liger": True}
     base = speed_heldout.workload("llama-3.1-8b", 2048, True)
-    rate = speed_heldout._tokens_per_s(base, 6, 3, 0, 32, speed_heldout.REFERENCE_CARD)
+    rate = speed_heldout.partial_tokens_per_s(
+        dataclasses.replace(base, micro_batch=6, grad_accum=3), 0, speed_heldout.REFERENCE_CARD
+    )
     record = {
         "warmup_steps": 3,
         "timed_steps": 20,

@@ -192,7 +192,7 @@ def fit_batch(problem: BatchProblem) -> tuple[Fit, list[Choice]]:
 def _rate_here(problem: BatchProblem, base: Workload, c: Candidate) -> float:
     """A candidate's tokens/s on this box's host (facts.card), not the rank card's."""
     offload = bool(c.host_bytes)
-    return _tokens_per_s(base, c.micro_batch, c.accum, c.layers, problem.layers, problem.facts.card, offload)
+    return _tokens_per_s(base, c.micro_batch, c.accum, c.layers, problem.facts.card, offload)
 
 
 def _written_fit(problem: BatchProblem) -> Fit:
@@ -296,7 +296,7 @@ def _fewest_layers(
     for k in options:
         peak = _partial_peak(off, on, k, problem.layers)
         if peak <= budget:
-            rate = _tokens_per_s(base, mb, accum, k, problem.layers, problem.rank_card)
+            rate = _tokens_per_s(base, mb, accum, k, problem.rank_card)
             return Candidate(rate, -k, -accum, mb, accum, k, peak, 0)
     return None
 
@@ -313,7 +313,7 @@ def _inputs_on_host(
     peak = split_peak(replace(base, micro_batch=mb, grad_accum=accum), n, offload=True)
     if peak > budget:
         return None
-    rate = _tokens_per_s(base, mb, accum, n, n, problem.rank_card, True)
+    rate = _tokens_per_s(base, mb, accum, n, problem.rank_card, True)
     return Candidate(rate, -n, -accum, mb, accum, n, peak, host)
 
 
@@ -594,7 +594,6 @@ def _tokens_per_s(
     mb: int,
     accum: int,
     k: int,
-    layers: int,
     card: speed_model.CardSpeed | None,
     offload: bool = False,
 ) -> float:
@@ -603,12 +602,31 @@ def _tokens_per_s(
     if card is None:
         return 0.0
     w = replace(base, micro_batch=mb, grad_accum=accum)
+    split = split_speed(w, k, card, offload)
+    # a pair's chosen and rejected both, as estimate_speed counts them
+    return w.forward_tokens_per_micro_batch * accum / (split.micro_batch_s * accum + split.optimizer_step_s)
+
+
+@dataclass(frozen=True)
+class SplitSpeed:
+    """The speed model's figures for a split with some of its layers recomputed."""
+
+    micro_batch_s: float
+    optimizer_step_s: float
+    parts_s: dict[str, float]  # a micro-batch's time by kind (speed_model.SpeedEstimate.parts_s)
+
+
+def split_speed(w: Workload, k: int, card: speed_model.CardSpeed, offload: bool = False) -> SplitSpeed:
+    """`w`'s micro-batch with `k` of its layers recomputed (`offload`: their inputs in host memory): each
+    layer recomputed pays its share of the fully checkpointed figures, the rest of the plain ones."""
     off = speed_model.estimate_speed(replace(w, gradient_checkpointing=False), card)
     on = speed_model.estimate_speed(replace(w, gradient_checkpointing=True, checkpoint_offload=offload), card)
-    share = k / layers
-    micro_s = (1 - share) * off.micro_batch_s + share * on.micro_batch_s
-    # a pair's chosen and rejected both, as estimate_speed counts them
-    return w.forward_tokens_per_micro_batch * accum / (micro_s * accum + off.optimizer_step_s)
+    share = k / w.shape.num_layers
+    return SplitSpeed(
+        micro_batch_s=(1 - share) * off.micro_batch_s + share * on.micro_batch_s,
+        optimizer_step_s=off.optimizer_step_s,
+        parts_s={key: (1 - share) * off.parts_s[key] + share * on.parts_s[key] for key in off.parts_s},
+    )
 
 
 def partial_peak(off: MemoryEstimate, on: MemoryEstimate, k: int, layers: int) -> int:
@@ -635,7 +653,7 @@ def partial_tokens_per_s(
     speed_card = speed_model.CardSpeed(
         card.name, card.bf16_dense_tflops, card.bandwidth_gbs, host_scale=getattr(card, "host_scale", 1.0)
     )
-    return _tokens_per_s(w, w.micro_batch, w.grad_accum, k, w.shape.num_layers, speed_card, offload)
+    return _tokens_per_s(w, w.micro_batch, w.grad_accum, k, speed_card, offload)
 
 
 def _gib(n: float | None) -> str:
