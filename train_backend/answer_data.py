@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from train_backend.answer_mask import IGNORE, resolve_train_on, tokenize_with_mask
 from train_backend.errors import DataError
+from train_backend.step_figures import reads_at_log
 
 TRAINED_TOKENS_KEY = "trained_tokens"  # the trainer's running count, in TRL's logged metrics
 
@@ -130,7 +131,9 @@ def counting_trained_tokens(trainer_cls):
             labels = inputs.get("labels")
             if labels is not None and model.training:
                 count = (labels[..., 1:] != IGNORE).sum()
-                seen = int(self.accelerator.gather_for_metrics(count.reshape(1)).sum().item())
+                seen = self.accelerator.gather_for_metrics(count.reshape(1)).sum()
+                if not reads_at_log(getattr(self, "cfg", None)):
+                    seen = int(seen.item())  # else on the device until a log reads it (step_figures)
                 self._trained_tokens_seen = getattr(self, "_trained_tokens_seen", 0) + seen
                 self._metrics["train"][TRAINED_TOKENS_KEY] = [self._trained_tokens_seen]
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)

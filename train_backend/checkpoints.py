@@ -144,8 +144,11 @@ def trainer_class() -> type:
     besides SFTTrainer's own arguments. trl is imported here, when the run builds its trainer."""
     from trl import SFTTrainer
 
-    class CockpitSFTTrainer(AtomicCheckpoints, SFTTrainer):
-        """SFTTrainer whose checkpoints appear atomically: written aside, synced, then renamed."""
+    from train_backend.step_figures import FiguresAtLog
+
+    class CockpitSFTTrainer(AtomicCheckpoints, FiguresAtLog, SFTTrainer):
+        """SFTTrainer whose checkpoints appear atomically: written aside, synced, then renamed; its step
+        figures read at logging steps where speed.read_figures says so."""
 
     return CockpitSFTTrainer
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from train_backend import step_figures
+
 REAL_TOKENS_KEY = "cockpit_real_tokens"
 
 
@@ -73,12 +75,8 @@ def with_real_token_count(trainer_cls):
             before = self._total_train_tokens
             result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             if real is not None and model.training:
-                import torch
-
-                count = torch.tensor(int(real), device=self.accelerator.device)
-                self._total_train_tokens = before + int(
-                    self.accelerator.gather_for_metrics(count).sum().item()
-                )
+                # over every process; on the device until a log reads it (speed.read_figures: at_log)
+                self._total_train_tokens = before + step_figures.counted(self, int(real))
                 self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
             return result
 

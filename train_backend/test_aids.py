@@ -67,6 +67,12 @@ class Aids:
         "the eval losses the passes report, comma-separated, in order (the base model's first), in "
         "place of the measured ones; past the list, the measured ones (early stopping's e2e test)",
     )
+    count_reads: bool = _aid(
+        False,
+        "count the host's reads of tensors (item, tolist, cpu, numpy, bool, int, float: on a GPU each "
+        "waits for it) between one micro-batch's training_step and the next, into RUN/aid-reads.jsonl "
+        "(train_backend.step_figures)",
+    )
     corrupt_gguf_tensor: str | None = _aid(
         None,
         "the export zeroes this tensor's bytes in the GGUF it wrote (e.g. output.weight) before it "

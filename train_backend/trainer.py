@@ -46,6 +46,7 @@ from train_backend.preference.evaluation import PreferenceEvaluator
 from train_backend.rundir_watch import RunDirectoryGone, RunDirWatch
 from train_backend.speed import host_probe as host_speed
 from train_backend.speed import setup as fast
+from train_backend.step_figures import reads_at_log
 
 
 def run_training(run: rundir.RunDir, emitter: Emitter, world: World | None = None) -> int:
@@ -558,6 +559,8 @@ def build_sft_config(
 
     kwargs = train_args.common_kwargs(cfg, run, precision, device_kind, SFTConfig)
     kwargs.update(packing=cfg.training.packing, dataset_text_field="text")
+    if reads_at_log(cfg):  # the nan/inf filter kept on the device (train_backend.step_figures)
+        kwargs.update(logging_nan_inf_filter=False)
     kwargs.update(extra or {})
     return SFTConfig(**kwargs)
 

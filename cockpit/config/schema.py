@@ -458,6 +458,15 @@ class SpeedSection:
         "or less, on an H100); off: the MLP's own forward",
         choices=("off", "fused", "auto"),
     )
+    read_figures: str = _f(
+        "each_micro_batch",
+        "when the trainer reads a step's figures (loss nan/inf check, entropy, token accuracy, tokens) "
+        "off the GPU. each_micro_batch: as TRL and HF do, after every forward and backward, the host "
+        "waiting for the GPU each time; at_log: kept on the GPU and read once at each logging step, "
+        "the same numbers, so the host queues the backward while the GPU still runs the forward "
+        "(SFT runs; docs/estimator.md says what the speed model expects of it)",
+        choices=("each_micro_batch", "at_log"),
+    )
     keep_effective_batch: bool = _f(
         True,
         "true: speed: auto splits the optimizer step so that micro-batch x accumulation is exactly what your "
