@@ -156,6 +156,7 @@ class Workload:
     fused_lora: bool = False  # each frozen linear and its adapter in one autograd function (speed.backend)
     unpacked_scales: bool = False  # double-quantised 4-bit scales kept in fp32 (quantization.unpack_scales)
     fused_mlp: bool = False  # the MLP and its adapters in one function, down_proj's input recomputed
+    figures_at_log: bool = False  # the step's figures read at logging steps (speed.read_figures: at_log)
     objective: str = "sft"  # sft | dpo | kto | orpo (docs/preference.md)
     reference: str = "none"  # what dpo and kto score against (REFERENCES; reference_kind)
 
@@ -789,7 +790,14 @@ def workload_from_config(cfg: Any, shape: ModelShape, trainer: str = "trl") -> W
         sharding=_config_sharding(cfg),
         objective=getattr(cfg, "objective", "sft"),
         reference=_config_reference(cfg),
+        figures_at_log=_config_figures_at_log(cfg),
     )
+
+
+def _config_figures_at_log(cfg: Any) -> bool:
+    """speed.read_figures: at_log, which the SFT trainer alone takes (train_backend.step_figures)."""
+    speed = getattr(cfg, "speed", None)
+    return getattr(cfg, "objective", "sft") == "sft" and getattr(speed, "read_figures", "") == "at_log"
 
 
 def _config_reference(cfg: Any) -> str:

@@ -196,6 +196,7 @@ def plan(
         lora_layers,
         *(c for c in (mlp, scales) if c is not None),
         _cross_entropy(cfg.objective),
+        _step_figures(cfg),
         *([_row_width()] if pad_multiple > 1 else []),
         _loader_workers(run, facts, keep),
         _token_cache(cfg),
@@ -407,6 +408,20 @@ def _loader_workers(run: TrainConfig, facts: Facts, keep: frozenset[str]) -> Cho
         else f"only {facts.cpu_count} CPU cores: batches are collated in the trainer process"
     )
     return Choice("loader workers", str(t.dataloader_num_workers), why, "auto")
+
+
+def _step_figures(cfg: TrainConfig) -> Choice:
+    """speed.read_figures: when the trainer reads a step's figures (train_backend/step_figures.py)."""
+    name = "step figures"
+    if cfg.objective != "sft":
+        return Choice(name, "each micro-batch", f"{cfg.objective}: TRL's trainer reads them", "fixed")
+    if cfg.speed.read_figures == "at_log":
+        why = "speed.read_figures: at_log: read once a logging step; the host queues on meanwhile"
+        return Choice(name, "at logging steps", why, "yours")
+    why = (
+        "TRL's and HF's own: the host waits for the GPU twice a micro-batch (at_log: not yet timed on a GPU)"
+    )
+    return Choice(name, "each micro-batch", why, "auto")
 
 
 def _token_cache(cfg: TrainConfig) -> Choice:

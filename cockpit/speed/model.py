@@ -401,8 +401,10 @@ def micro_batch_s(w: Workload, forward: tuple[float, float], backward: tuple[flo
     `bool()` of a GPU tensor), and TRL's compute_loss reads its per-step metrics after the forward
     (`.item()` on the entropy and token accuracy): under TRL the host's launches overlap the device's
     work within the forward and within the backward, never across them; a plain HF Trainer's forward
-    and backward overlap as one."""
-    if w.trainer == "trl":
+    and backward overlap as one, and so do the product's where it reads those figures at logging steps
+    instead (speed.read_figures: at_log, train_backend.step_figures; not yet timed on a GPU: the
+    coefficients were fitted on runs that waited twice a micro-batch)."""
+    if w.trainer == "trl" and not w.figures_at_log:
         return max(forward) + max(backward)
     return max(forward[0] + backward[0], forward[1] + backward[1])
 
