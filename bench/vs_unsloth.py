@@ -385,10 +385,12 @@ def cockpit_config(
     backend: str = "auto",
     packed_scales: bool = False,
     mlp_block: bool = False,
+    figures_at_log: bool = False,
 ) -> str:
     """`steps` timed and warm-up steps; `profile_steps` more after them, profiled (debug.profile_steps);
     `backend`: speed.backend (auto: the fused LoRA layers; hf: peft's own); `packed_scales`: the 4-bit
-    scales kept double-quantised (quantization.unpack_scales: false, which speed: auto then keeps)."""
+    scales kept double-quantised (quantization.unpack_scales: false, which speed: auto then keeps);
+    `figures_at_log`: speed.read_figures: at_log (train_backend/step_figures.py)."""
     keep_packed = ", unpack_scales: false" if packed_scales else ""
     method = (
         "method: lora"
@@ -413,8 +415,10 @@ def cockpit_config(
     ]
     if cap:
         lines.append(f"emulate_vram_gib: {cap:g}")
-    speed = ([f"backend: {backend}"] if backend != "auto" else []) + (
-        ["mlp_block: fused"] if mlp_block else []
+    speed = (
+        ([f"backend: {backend}"] if backend != "auto" else [])
+        + (["mlp_block: fused"] if mlp_block else [])
+        + (["read_figures: at_log"] if figures_at_log else [])
     )
     if speed:
         lines.append(f"speed: {{{', '.join(speed)}}}")
@@ -504,7 +508,7 @@ def stalled_steps(marks: list[dict], warmup: int, factor: float = 2.0) -> list[i
     return [step for step, g in gaps if g > factor * median]
 
 
-SIDES = ("cockpit", "cockpit-hf", "cockpit-packed", "cockpit-mlp", "unsloth")
+SIDES = ("cockpit", "cockpit-hf", "cockpit-packed", "cockpit-mlp", "cockpit-late", "unsloth")
 
 
 def sides_order(text: str) -> list[str]:
@@ -548,6 +552,7 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
             backend,
             packed_scales=side.startswith("cockpit-packed"),
             mlp_block=side.startswith("cockpit-mlp"),
+            figures_at_log=side.startswith("cockpit-late"),
         )
     )
     sys.path.insert(0, str(ROOT / "bench"))
@@ -730,7 +735,7 @@ def run_row(
         t0 = time.time()
         if side == "unsloth":
             r = run_unsloth(row, a, a.workdir, log)
-        elif side in ("cockpit", "cockpit-hf", "cockpit-packed", "cockpit-mlp"):
+        elif side in ("cockpit", "cockpit-hf", "cockpit-packed", "cockpit-mlp", "cockpit-late"):
             r = run_cockpit(row, a, a.workdir, log, side=side)
         elif not side.endswith("@unsloth-memory"):  # at a cap of --cockpit-caps
             r = run_cockpit(row, a, a.workdir, log, cap=float(side.split("@")[1]), side=side)
@@ -786,22 +791,24 @@ def summarize(runs: list[dict], flops_per_token: float, peak: float | None) -> d
             round(r["tokens_per_s"] * flops_per_token / peak, 4) if peak and r.get("tokens_per_s") else None
         )
     out = {"flops_per_token": round(flops_per_token), "peak_flops": peak}
-    hf = [r["tokens_per_s"] for r in runs if r["side"] == "cockpit-hf" and r.get("tokens_per_s")]
-    if hf and got["cockpit"]:  # speed.backend auto (fused LoRA layers) over hf (peft's), same cap
-        pairs = [c / h for c in got["cockpit"] for h in hf]
-        out.update(
-            fused_over_hf=round(statistics.mean(got["cockpit"]) / statistics.mean(hf), 3),
-            fused_over_hf_min=round(min(pairs), 3),
-            fused_over_hf_max=round(max(pairs), 3),
-        )
-    packed = [r["tokens_per_s"] for r in runs if r["side"] == "cockpit-packed" and r.get("tokens_per_s")]
-    if packed and got["cockpit"]:  # the scales unpacked (speed: auto, where it has room) over packed
-        pairs = [c / p for c in got["cockpit"] for p in packed]
-        out.update(
-            unpacked_over_packed=round(statistics.mean(got["cockpit"]) / statistics.mean(packed), 3),
-            unpacked_over_packed_min=round(min(pairs), 3),
-            unpacked_over_packed_max=round(max(pairs), 3),
-        )
+    # speed.backend auto (fused LoRA layers) over hf (peft's), the scales unpacked (speed: auto, where it
+    # has room) over packed, and the figures read at each micro-batch (the default) over at_log: same cap
+    for side, name, default_first in (
+        ("cockpit-hf", "fused_over_hf", True),
+        ("cockpit-packed", "unpacked_over_packed", True),
+        ("cockpit-late", "at_log_over_each_micro_batch", False),
+    ):
+        other = [r["tokens_per_s"] for r in runs if r["side"] == side and r.get("tokens_per_s")]
+        if other and got["cockpit"]:
+            top, bottom = (got["cockpit"], other) if default_first else (other, got["cockpit"])
+            pairs = [t / b for t in top for b in bottom]
+            out.update(
+                {
+                    name: round(statistics.mean(top) / statistics.mean(bottom), 3),
+                    f"{name}_min": round(min(pairs), 3),
+                    f"{name}_max": round(max(pairs), 3),
+                }
+            )
     if got["cockpit"] and got["unsloth"]:
         pairs = [c / u for c in got["cockpit"] for u in got["unsloth"]]
         out.update(
@@ -964,7 +971,8 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="the runs of a row in this order, instead of --order/--matched/--cockpit-caps: cockpit "
         "(speed.backend auto), cockpit-hf (speed.backend hf: peft's layers), cockpit-packed (the 4-bit "
-        "scales kept double-quantised), cockpit-mlp (speed.mlp_block: fused), unsloth; a cockpit side may "
+        "scales kept double-quantised), cockpit-mlp (speed.mlp_block: fused), cockpit-late "
+        "(speed.read_figures: at_log), unsloth; a cockpit side may "
         "take @GIB or @unsloth-memory, e.g. cockpit,cockpit-hf,unsloth,unsloth,cockpit-hf,cockpit",
     )
     ap.add_argument(

@@ -496,3 +496,34 @@ def test_the_mlp_side_runs_the_fused_mlp_block(bench, tmp_path):
     )
     cfg = config_load.load_config(path)
     assert (cfg.speed.mlp_block, cfg.speed.backend, cfg.lora.dropout) == ("fused", "hf", 0.0)
+
+
+def test_the_late_side_reads_the_figures_at_log_and_its_ratio_is_reported(bench, tmp_path):
+    """cockpit-late: the same run with speed.read_figures: at_log (train_backend/step_figures.py), so a
+    row measures what reading a step's figures at the log gains, at_log over the default."""
+    assert bench.sides_order("cockpit,cockpit-late,cockpit-late,cockpit") == [
+        "cockpit",
+        "cockpit-late",
+        "cockpit-late",
+        "cockpit",
+    ]
+    bench.write_sequences(tmp_path / "d.jsonl", (32, 512), 2, 32000)
+    path = tmp_path / "c.yaml"
+    for late in (True, False):
+        path.write_text(
+            bench.cockpit_config(
+                "synthetic:llama-2-7b", tmp_path / "d.jsonl", 512, 5, 22.0, False, figures_at_log=late
+            )
+        )
+        wanted = "at_log" if late else "each_micro_batch"
+        assert config_load.load_config(path).speed.read_figures == wanted
+    runs = [
+        {"side": "cockpit", "tokens_per_s": 1000.0},
+        {"side": "cockpit-late", "tokens_per_s": 1100.0},
+        {"side": "cockpit-late", "tokens_per_s": 1050.0},
+        {"side": "cockpit", "tokens_per_s": 1050.0},
+    ]
+    s = bench.summarize(runs, 27e9, 989e12)
+    got = (s["at_log_over_each_micro_batch"], s["at_log_over_each_micro_batch_min"])
+    assert got == (1.049, 1.0) and s["at_log_over_each_micro_batch_max"] == 1.1
+    assert "fused_over_hf" not in s and "unpacked_over_packed" not in s
