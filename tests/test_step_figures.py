@@ -66,7 +66,7 @@ def _run(tmp_path, env, read_figures: str):
 
 
 @pytest.mark.slow
-def test_at_log_logs_the_same_figures_and_reads_nothing_inside_a_step(tmp_path, env):
+def test_at_log_logs_the_same_figures_and_leaves_only_the_models_read_in_a_step(tmp_path, env):
     eager_events, eager, eager_reads = _run(tmp_path, env, "each_micro_batch")
     late_events, late, late_reads = _run(tmp_path, env, "at_log")
     assert [e["step"] for e in _steps(eager_events)] == [1, 3, 6] and set(TRAINED) <= set(eager[-1]), eager

@@ -22,6 +22,7 @@ AID_NAMES = (
     "log_cpu_ms",
     "free_bytes",
     "eval_losses",
+    "count_reads",
     "corrupt_gguf_tensor",
 )
 
