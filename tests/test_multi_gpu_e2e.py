@@ -183,7 +183,9 @@ def free_port() -> int:
 
 def test_two_nodes_on_loopback(tmp_path, env):
     """Two `cockpit train` on one machine as nodes 0 and 1 of one job (one process each); node 1
-    starts its rank through `accelerate launch`, node 0 through torchrun: either joins the job."""
+    starts its rank through `accelerate launch`, node 0 through torchrun: either joins the job. Their
+    step figures wait on the device for the log (speed.read_figures: at_log): gathered over both ranks
+    there, read at the log (train_backend/step_figures.py)."""
     endpoint = f"127.0.0.1:{free_port()}"
     procs = []
     for node in (0, 1):
@@ -195,6 +197,7 @@ def test_two_nodes_on_loopback(tmp_path, env):
             "distributed.node_rank": node,
             "distributed.rdzv_endpoint": endpoint,
             "distributed.launcher": "torchrun" if node == 0 else "accelerate",
+            "speed.read_figures": "at_log",
         }
         config = write_config(tmp_path / f"node{node}.yaml", cfg)
         procs.append(
@@ -217,3 +220,8 @@ def test_two_nodes_on_loopback(tmp_path, env):
         assert hello["distributed"]["nnodes"] == 2
         assert evs[-1]["type"] == "done" and evs[-1]["status"] == "finished" and evs[-1]["step"] == 4
         assert (run / "final" / "adapter_model.safetensors").is_file()  # each node can go on alone
+        logs = [e for e in evs if e["type"] == "log"]
+        # both ranks' tokens, read at the log: 4 steps x 2 ranks x 4 samples, none under 25 tokens (the
+        # demo's shortest; one rank's 16 samples average ~32, about 510)
+        seen, trained = logs[-1]["tokens_seen"], logs[-1]["trained_tokens_seen"]
+        assert isinstance(seen, int) and seen >= 4 * 2 * 4 * 25 and 0 < trained <= seen, logs[-1]
