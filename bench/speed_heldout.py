@@ -50,10 +50,13 @@ DEFAULT = [
 ]
 
 
-def workload(arch: str, max_length: int, liger: bool, fused_lora: bool = False) -> est.Workload:
+def workload(
+    arch: str, max_length: int, liger: bool, fused_lora: bool = False, figures_at_log: bool = False
+) -> est.Workload:
     """The estimate's inputs of the cockpit side's own config (bench/vs_unsloth.py cockpit_config);
     `fused_lora`: the run's plan chose the fused LoRA layers (its `lora_backend`; runs before it
-    existed ran peft's)."""
+    existed ran peft's); `figures_at_log`: its plan read the step's figures at the log
+    (speed.read_figures: at_log, the bench's side cockpit-late)."""
     model = f"synthetic:{arch}"
     with tempfile.TemporaryDirectory() as tmp:
         # the config names a data file that must exist to load; its rows do not matter here
@@ -62,7 +65,19 @@ def workload(arch: str, max_length: int, liger: bool, fused_lora: bool = False) 
         text = cockpit_config(model, data, max_length, steps=1, cap=None, smoke=False)
         cfg = config_from_dict(yaml.safe_load(text))
     return dataclasses.replace(
-        est.workload_from_config(cfg, load_shape(model)), liger=liger, fused_lora=fused_lora
+        est.workload_from_config(cfg, load_shape(model)),
+        liger=liger,
+        fused_lora=fused_lora,
+        figures_at_log=figures_at_log,
+    )
+
+
+def reads_at_log(plan: dict) -> bool:
+    """Whether a run's plan read its step figures at the log: its "step figures" choice (runs before
+    the choice existed read them each micro-batch)."""
+    return any(
+        c.get("name") == "step figures" and c.get("value") == "at logging steps"
+        for c in plan.get("choices", [])
     )
 
 
@@ -88,7 +103,11 @@ def rows(record: dict, card: CardSpeed = REFERENCE_CARD, probe: bool = False) ->
                 continue
             mb, accum = plan["micro_batch_size"], plan["gradient_accumulation_steps"]
             base = workload(
-                row["arch"], max_length, bool(plan.get("liger")), plan.get("lora_backend") == "fused"
+                row["arch"],
+                max_length,
+                bool(plan.get("liger")),
+                plan.get("lora_backend") == "fused",
+                reads_at_log(plan),
             )
             layers = base.shape.num_layers
             host_scale = host_scale_for(plan.get("host_probe_ms")) if probe else 1.0

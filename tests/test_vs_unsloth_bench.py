@@ -345,6 +345,36 @@ def test_the_speed_models_held_out_check_reads_each_runs_split_and_compares_step
     assert at_own[0]["error"] < -0.25
 
 
+def test_the_held_out_check_predicts_a_run_that_read_its_figures_at_the_log_as_its_plan_did(monkeypatch):
+    """A cockpit-late run (speed.read_figures: at_log) is held against the model with forward and
+    backward overlapping, as its plan rated it: on a split whose forward the host binds and whose backward
+    the device binds, a shorter predicted step than the same split read each micro-batch."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import speed_heldout
+
+    late_choice = {"name": "step figures", "value": "at logging steps", "reason": "", "source": "yours"}
+    plan = {"micro_batch_size": 2, "gradient_accumulation_steps": 8, "checkpoint_layers": 0, "liger": True}
+    late = {**plan, "choices": [late_choice]}
+    assert speed_heldout.reads_at_log(late) and not speed_heldout.reads_at_log(plan)
+    record = {
+        "warmup_steps": 3,
+        "timed_steps": 10,
+        "rows": [
+            {
+                "id": "r",
+                "arch": "llama-2-7b",
+                "lengths": "full",
+                "runs": [
+                    {"side": "cockpit", "tokens_per_s": 10000.0, "plan": plan},
+                    {"side": "cockpit-late", "tokens_per_s": 10000.0, "plan": late},
+                ],
+            }
+        ],
+    }
+    eager, at_log = speed_heldout.rows(record)
+    assert at_log["predicted_step_s"] < 0.95 * eager["predicted_step_s"], (eager, at_log)
+
+
 def test_the_held_out_check_times_the_steps_sixteen_rows_where_the_split_has_room_for_more(monkeypatch):
     """Rows of 2048 tokens: a step is 16 of them, so 6 x 3 (room for 18) is predicted for 16 rows:
     a run whose 16 rows take the predicted time of 16 has error 0."""
