@@ -386,11 +386,13 @@ def cockpit_config(
     packed_scales: bool = False,
     mlp_block: bool = False,
     figures_at_log: bool = False,
+    liger: bool = True,
 ) -> str:
     """`steps` timed and warm-up steps; `profile_steps` more after them, profiled (debug.profile_steps);
     `backend`: speed.backend (auto: the fused LoRA layers; hf: peft's own); `packed_scales`: the 4-bit
     scales kept double-quantised (quantization.unpack_scales: false, which speed: auto then keeps);
-    `figures_at_log`: speed.read_figures: at_log (train_backend/step_figures.py)."""
+    `figures_at_log`: speed.read_figures: at_log (train_backend/step_figures.py); `liger` false:
+    speed.fused_kernels: off (no Liger kernels)."""
     keep_packed = ", unpack_scales: false" if packed_scales else ""
     method = (
         "method: lora"
@@ -419,6 +421,7 @@ def cockpit_config(
         ([f"backend: {backend}"] if backend != "auto" else [])
         + (["mlp_block: fused"] if mlp_block else [])
         + (["read_figures: at_log"] if figures_at_log else [])
+        + ([] if liger else ["fused_kernels: off"])
     )
     if speed:
         lines.append(f"speed: {{{', '.join(speed)}}}")
@@ -508,7 +511,16 @@ def stalled_steps(marks: list[dict], warmup: int, factor: float = 2.0) -> list[i
     return [step for step, g in gaps if g > factor * median]
 
 
-SIDES = ("cockpit", "cockpit-hf", "cockpit-packed", "cockpit-mlp", "cockpit-late", "unsloth")
+SIDES = (
+    "cockpit",
+    "cockpit-hf",
+    "cockpit-packed",
+    "cockpit-mlp",
+    "cockpit-late",
+    "cockpit-noliger",
+    "unsloth",
+)
+COCKPIT_SIDES = SIDES[:-1]  # a side at its row's cap
 
 
 def sides_order(text: str) -> list[str]:
@@ -553,6 +565,7 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
             packed_scales=side.startswith("cockpit-packed"),
             mlp_block=side.startswith("cockpit-mlp"),
             figures_at_log=side.startswith("cockpit-late"),
+            liger=not side.startswith("cockpit-noliger"),
         )
     )
     sys.path.insert(0, str(ROOT / "bench"))
@@ -735,7 +748,7 @@ def run_row(
         t0 = time.time()
         if side == "unsloth":
             r = run_unsloth(row, a, a.workdir, log)
-        elif side in ("cockpit", "cockpit-hf", "cockpit-packed", "cockpit-mlp", "cockpit-late"):
+        elif side in COCKPIT_SIDES:
             r = run_cockpit(row, a, a.workdir, log, side=side)
         elif not side.endswith("@unsloth-memory"):  # at a cap of --cockpit-caps
             r = run_cockpit(row, a, a.workdir, log, cap=float(side.split("@")[1]), side=side)
@@ -792,11 +805,13 @@ def summarize(runs: list[dict], flops_per_token: float, peak: float | None) -> d
         )
     out = {"flops_per_token": round(flops_per_token), "peak_flops": peak}
     # speed.backend auto (fused LoRA layers) over hf (peft's), the scales unpacked (speed: auto, where it
-    # has room) over packed, and the figures read at each micro-batch (the default) over at_log: same cap
+    # has room) over packed, at_log over the figures read each micro-batch (the default), and Liger's
+    # kernels (speed: auto, where they import) over none: same cap
     for side, name, default_first in (
         ("cockpit-hf", "fused_over_hf", True),
         ("cockpit-packed", "unpacked_over_packed", True),
         ("cockpit-late", "at_log_over_each_micro_batch", False),
+        ("cockpit-noliger", "liger_over_off", True),
     ):
         other = [r["tokens_per_s"] for r in runs if r["side"] == side and r.get("tokens_per_s")]
         if other and got["cockpit"]:
@@ -972,8 +987,8 @@ def main(argv: list[str] | None = None) -> int:
         help="the runs of a row in this order, instead of --order/--matched/--cockpit-caps: cockpit "
         "(speed.backend auto), cockpit-hf (speed.backend hf: peft's layers), cockpit-packed (the 4-bit "
         "scales kept double-quantised), cockpit-mlp (speed.mlp_block: fused), cockpit-late "
-        "(speed.read_figures: at_log), unsloth; a cockpit side may "
-        "take @GIB or @unsloth-memory, e.g. cockpit,cockpit-hf,unsloth,unsloth,cockpit-hf,cockpit",
+        "(speed.read_figures: at_log), cockpit-noliger (speed.fused_kernels: off), unsloth; a cockpit "
+        "side may take @GIB or @unsloth-memory, e.g. cockpit,cockpit-hf,unsloth,unsloth,cockpit-hf,cockpit",
     )
     ap.add_argument(
         "--share-across-caps",

@@ -557,3 +557,24 @@ def test_the_late_side_reads_the_figures_at_log_and_its_ratio_is_reported(bench,
     got = (s["at_log_over_each_micro_batch"], s["at_log_over_each_micro_batch_min"])
     assert got == (1.049, 1.0) and s["at_log_over_each_micro_batch_max"] == 1.1
     assert "fused_over_hf" not in s and "unpacked_over_packed" not in s
+
+
+def test_the_noliger_side_turns_ligers_kernels_off_and_its_ratio_is_reported(bench, tmp_path):
+    """cockpit-noliger: speed.fused_kernels: off, so a row measures Liger's kernels against none on the
+    same memory (the speed model rates them slower on a split the host binds: docs/benchmarks.md)."""
+    assert bench.sides_order("cockpit-noliger@unsloth-memory,cockpit@unsloth-memory") == [
+        "cockpit-noliger@unsloth-memory",
+        "cockpit@unsloth-memory",
+    ]
+    bench.write_sequences(tmp_path / "d.jsonl", (32, 512), 2, 32000)
+    path = tmp_path / "c.yaml"
+    for liger in (True, False):
+        path.write_text(
+            bench.cockpit_config(
+                "synthetic:llama-2-7b", tmp_path / "d.jsonl", 512, 5, 22.0, False, liger=liger
+            )
+        )
+        assert config_load.load_config(path).speed.fused_kernels == ("auto" if liger else "off")
+    runs = [{"side": "cockpit", "tokens_per_s": 1200.0}, {"side": "cockpit-noliger", "tokens_per_s": 1000.0}]
+    s = bench.summarize(runs, 27e9, 989e12)
+    assert (s["liger_over_off"], s["liger_over_off_min"], s["liger_over_off_max"]) == (1.2, 1.2, 1.2)
