@@ -807,23 +807,29 @@ def summarize(runs: list[dict], flops_per_token: float, peak: float | None) -> d
     # speed.backend auto (fused LoRA layers) over hf (peft's), the scales unpacked (speed: auto, where it
     # has room) over packed, at_log over the figures read each micro-batch (the default), and Liger's
     # kernels (speed: auto, where they import) over none: same cap
+    # each at the row's cap against the default there, and held to unsloth's memory against the default
+    # held there (name prefixed held_)
     for side, name, default_first in (
         ("cockpit-hf", "fused_over_hf", True),
         ("cockpit-packed", "unpacked_over_packed", True),
         ("cockpit-late", "at_log_over_each_micro_batch", False),
         ("cockpit-noliger", "liger_over_off", True),
     ):
-        other = [r["tokens_per_s"] for r in runs if r["side"] == side and r.get("tokens_per_s")]
-        if other and got["cockpit"]:
-            top, bottom = (got["cockpit"], other) if default_first else (other, got["cockpit"])
-            pairs = [t / b for t in top for b in bottom]
-            out.update(
-                {
-                    name: round(statistics.mean(top) / statistics.mean(bottom), 3),
-                    f"{name}_min": round(min(pairs), 3),
-                    f"{name}_max": round(max(pairs), 3),
-                }
-            )
+        for suffix, prefix in (("", ""), ("@unsloth-memory", "held_")):
+            default = [
+                r["tokens_per_s"] for r in runs if r["side"] == "cockpit" + suffix and r.get("tokens_per_s")
+            ]
+            other = [r["tokens_per_s"] for r in runs if r["side"] == side + suffix and r.get("tokens_per_s")]
+            if other and default:
+                top, bottom = (default, other) if default_first else (other, default)
+                pairs = [t / b for t in top for b in bottom]
+                out.update(
+                    {
+                        prefix + name: round(statistics.mean(top) / statistics.mean(bottom), 3),
+                        f"{prefix}{name}_min": round(min(pairs), 3),
+                        f"{prefix}{name}_max": round(max(pairs), 3),
+                    }
+                )
     if got["cockpit"] and got["unsloth"]:
         pairs = [c / u for c in got["cockpit"] for u in got["unsloth"]]
         out.update(

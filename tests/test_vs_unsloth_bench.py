@@ -578,3 +578,11 @@ def test_the_noliger_side_turns_ligers_kernels_off_and_its_ratio_is_reported(ben
     runs = [{"side": "cockpit", "tokens_per_s": 1200.0}, {"side": "cockpit-noliger", "tokens_per_s": 1000.0}]
     s = bench.summarize(runs, 27e9, 989e12)
     assert (s["liger_over_off"], s["liger_over_off_min"], s["liger_over_off_max"]) == (1.2, 1.2, 1.2)
+    assert "held_liger_over_off" not in s
+    # held to unsloth's memory: against the default held there, never against the unheld default
+    runs += [
+        {"side": "cockpit@unsloth-memory", "tokens_per_s": 300.0},
+        {"side": "cockpit-noliger@unsloth-memory", "tokens_per_s": 400.0},
+    ]
+    s = bench.summarize(runs, 27e9, 989e12)
+    assert (s["liger_over_off"], s["held_liger_over_off"]) == (1.2, 0.75)
