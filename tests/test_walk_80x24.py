@@ -62,6 +62,8 @@ async def test_m_before_the_first_sample_is_offered_and_says_when_they_come(tmp_
         app = make_app(session)
         async with app.run_test(size=SIZE, notifications=True) as pilot:
             await wait_for(pilot, lambda s=session: s.state.step == 3)
+            # the footer drawn with the state at step 3 (a loaded box can take longer than a pause)
+            await wait_for(pilot, lambda a=app: footer(a).strip() != "")
             await pilot.pause(0.1)
             assert not session.state.samples and ("m Samples" in footer(app)) == offered
             await pilot.press("m")
