@@ -26,6 +26,7 @@ PLAN_DECISIONS = (
     "liger",
     "lora_backend",
     "mlp_block",
+    "read_figures",
     "unpack_scales",
     "pad_multiple",
 )

@@ -73,12 +73,9 @@ def workload(
 
 
 def reads_at_log(plan: dict) -> bool:
-    """Whether a run's plan read its step figures at the log: its "step figures" choice (runs before
-    the choice existed read them each micro-batch)."""
-    return any(
-        c.get("name") == "step figures" and c.get("value") == "at logging steps"
-        for c in plan.get("choices", [])
-    )
+    """Whether a run's plan read its step figures at the log (its `read_figures`, which the bench
+    records; runs before it existed read them each micro-batch)."""
+    return plan.get("read_figures") == "at_log"
 
 
 def mean_length(arch: str, lengths: str, warmup: int, steps: int) -> float:

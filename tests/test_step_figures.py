@@ -88,6 +88,8 @@ def test_at_log_logs_the_same_figures_and_leaves_only_the_models_read_in_a_step(
     plan = next(e for e in late_events if e["type"] == "speed_plan")
     (choice,) = [c for c in plan["choices"] if c["name"] == "step figures"]
     assert choice["value"] == "at logging steps" and choice["source"] == "yours"
+    assert plan["read_figures"] == "at_log"  # what a bench records of the plan (bench/common.py)
+    assert next(e for e in eager_events if e["type"] == "speed_plan")["read_figures"] == "each_micro_batch"
 
 
 def _steps(evs: list[dict]) -> list[dict]:

@@ -352,9 +352,8 @@ def test_the_held_out_check_predicts_a_run_that_read_its_figures_at_the_log_as_i
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import speed_heldout
 
-    late_choice = {"name": "step figures", "value": "at logging steps", "reason": "", "source": "yours"}
     plan = {"micro_batch_size": 2, "gradient_accumulation_steps": 8, "checkpoint_layers": 0, "liger": True}
-    late = {**plan, "choices": [late_choice]}
+    late = {**plan, "read_figures": "at_log"}
     assert speed_heldout.reads_at_log(late) and not speed_heldout.reads_at_log(plan)
     record = {
         "warmup_steps": 3,

@@ -131,6 +131,13 @@ class SpeedPlanEvent(TypedDict, total=False):
             "fused: each SiLU MLP and its adapters in one autograd function (train_backend.speed.fused_mlp)"
         ),
     ]
+    read_figures: Annotated[
+        str,
+        Meaning(
+            "at_log: the step's figures read at logging steps (train_backend.step_figures); "
+            "each_micro_batch: TRL's and HF's own reads"
+        ),
+    ]
     unpack_scales: Annotated[
         bool,
         Meaning(

@@ -120,6 +120,7 @@ class SpeedPlan:
             "liger": self.liger,
             "lora_backend": self.lora_backend,
             "mlp_block": self.mlp_block,
+            "read_figures": "at_log" if reads_at_log(self.config) else "each_micro_batch",
             "unpack_scales": self.config.quantization.unpack_scales,
             "pad_multiple": self.pad_multiple,
             "dataloader_num_workers": t.dataloader_num_workers,
@@ -408,6 +409,11 @@ def _loader_workers(run: TrainConfig, facts: Facts, keep: frozenset[str]) -> Cho
         else f"only {facts.cpu_count} CPU cores: batches are collated in the trainer process"
     )
     return Choice("loader workers", str(t.dataloader_num_workers), why, "auto")
+
+
+def reads_at_log(cfg: TrainConfig) -> bool:
+    """speed.read_figures: at_log, which an SFT run's trainer takes (train_backend/step_figures.py)."""
+    return cfg.objective == "sft" and cfg.speed.read_figures == "at_log"
 
 
 def _step_figures(cfg: TrainConfig) -> Choice:
