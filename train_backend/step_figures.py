@@ -37,14 +37,10 @@ from __future__ import annotations
 
 from typing import Any
 
-AT_LOG = "at_log"
-
 
 def reads_at_log(cfg: Any) -> bool:
     """Whether a run's SFT trainer reads its figures at logging steps (speed.read_figures: at_log)."""
-    if cfg is None:
-        return False
-    return getattr(cfg, "objective", "sft") == "sft" and cfg.speed.read_figures == AT_LOG
+    return cfg is not None and cfg.reads_figures_at_log()
 
 
 class FiguresAtLog:

@@ -591,6 +591,10 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def reads_figures_at_log(self) -> bool:
+        """speed.read_figures: at_log, which an SFT run alone takes (train_backend/step_figures.py)."""
+        return self.objective == "sft" and self.speed.read_figures == "at_log"
+
 
 SECTIONS = {f.name: f for f in fields(TrainConfig)}
 

@@ -120,7 +120,7 @@ class SpeedPlan:
             "liger": self.liger,
             "lora_backend": self.lora_backend,
             "mlp_block": self.mlp_block,
-            "read_figures": "at_log" if reads_at_log(self.config) else "each_micro_batch",
+            "read_figures": "at_log" if self.config.reads_figures_at_log() else "each_micro_batch",
             "unpack_scales": self.config.quantization.unpack_scales,
             "pad_multiple": self.pad_multiple,
             "dataloader_num_workers": t.dataloader_num_workers,
@@ -411,17 +411,12 @@ def _loader_workers(run: TrainConfig, facts: Facts, keep: frozenset[str]) -> Cho
     return Choice("loader workers", str(t.dataloader_num_workers), why, "auto")
 
 
-def reads_at_log(cfg: TrainConfig) -> bool:
-    """speed.read_figures: at_log, which an SFT run's trainer takes (train_backend/step_figures.py)."""
-    return cfg.objective == "sft" and cfg.speed.read_figures == "at_log"
-
-
 def _step_figures(cfg: TrainConfig) -> Choice:
     """speed.read_figures: when the trainer reads a step's figures (train_backend/step_figures.py)."""
     name = "step figures"
     if cfg.objective != "sft":
         return Choice(name, "each micro-batch", f"{cfg.objective}: TRL's trainer reads them", "fixed")
-    if cfg.speed.read_figures == "at_log":
+    if cfg.reads_figures_at_log():
         why = "speed.read_figures: at_log: read once a logging step; the host queues on meanwhile"
         return Choice(name, "at logging steps", why, "yours")
     why = (
