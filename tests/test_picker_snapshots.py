@@ -24,6 +24,9 @@ async def settled(pilot) -> None:
 
 async def breakdown_on_a_tight_card(pilot) -> None:
     await pilot.press("down", "down", "down", "b")  # RTX 4090: tight as given
+    # the breakdown scrolls into view: its animation done, then one more refresh (a loaded box drew
+    # the screen mid-way once, the same text in other styles)
+    await pilot.wait_for_scheduled_animations()
     await pilot.pause()
 
 
