@@ -144,11 +144,8 @@ class FiguresAtLog:
         read = torch.stack([v.to(device=device, dtype=torch.float64) for v in values]).tolist()
         for (series, i), number, value in zip(places, read, values, strict=False):
             series[i] = number if value.is_floating_point() else int(number)
-        if isinstance(total, torch.Tensor):
+        if isinstance(total, torch.Tensor):  # its num_tokens entries were read with the rest above
             self._total_train_tokens = int(read[-1])
-            for mode in self._metrics.values():
-                if "num_tokens" in mode:
-                    mode["num_tokens"] = [self._total_train_tokens]
 
 
 READS_FILE = "aid-reads.jsonl"

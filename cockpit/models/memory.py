@@ -796,8 +796,7 @@ def workload_from_config(cfg: Any, shape: ModelShape, trainer: str = "trl") -> W
 
 def _config_figures_at_log(cfg: Any) -> bool:
     """speed.read_figures: at_log (TrainConfig.reads_figures_at_log; a config without it: never)."""
-    reads = getattr(cfg, "reads_figures_at_log", None)
-    return bool(reads()) if callable(reads) else False
+    return bool(getattr(cfg, "reads_figures_at_log", lambda: False)())
 
 
 def _config_reference(cfg: Any) -> str:
