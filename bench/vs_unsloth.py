@@ -385,13 +385,14 @@ def cockpit_config(
     backend: str = "auto",
     packed_scales: bool = False,
     mlp_block: bool = False,
-    figures_at_log: bool = False,
+    eager_figures: bool = False,
     liger: bool = True,
 ) -> str:
     """`steps` timed and warm-up steps; `profile_steps` more after them, profiled (debug.profile_steps);
     `backend`: speed.backend (auto: the fused LoRA layers; hf: peft's own); `packed_scales`: the 4-bit
     scales kept double-quantised (quantization.unpack_scales: false, which speed: auto then keeps);
-    `figures_at_log`: speed.read_figures: at_log (train_backend/step_figures.py); `liger` false:
+    `eager_figures`: speed.read_figures: each_micro_batch (not the default at_log,
+    train_backend/step_figures.py); `liger` false:
     speed.fused_kernels: off (no Liger kernels)."""
     keep_packed = ", unpack_scales: false" if packed_scales else ""
     method = (
@@ -420,7 +421,7 @@ def cockpit_config(
     speed = (
         ([f"backend: {backend}"] if backend != "auto" else [])
         + (["mlp_block: fused"] if mlp_block else [])
-        + (["read_figures: at_log"] if figures_at_log else [])
+        + (["read_figures: each_micro_batch"] if eager_figures else [])
         + ([] if liger else ["fused_kernels: off"])
     )
     if speed:
@@ -516,7 +517,7 @@ SIDES = (
     "cockpit-hf",
     "cockpit-packed",
     "cockpit-mlp",
-    "cockpit-late",
+    "cockpit-eager",
     "cockpit-noliger",
     "unsloth",
 )
@@ -564,7 +565,7 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
             backend,
             packed_scales=side.startswith("cockpit-packed"),
             mlp_block=side.startswith("cockpit-mlp"),
-            figures_at_log=side.startswith("cockpit-late"),
+            eager_figures=side.startswith("cockpit-eager"),
             liger=not side.startswith("cockpit-noliger"),
         )
     )
@@ -805,14 +806,14 @@ def summarize(runs: list[dict], flops_per_token: float, peak: float | None) -> d
         )
     out = {"flops_per_token": round(flops_per_token), "peak_flops": peak}
     # speed.backend auto (fused LoRA layers) over hf (peft's), the scales unpacked (speed: auto, where it
-    # has room) over packed, at_log over the figures read each micro-batch (the default), and Liger's
+    # has room) over packed, at_log (the default) over the figures read each micro-batch, and Liger's
     # kernels (speed: auto, where they import) over none: same cap
     # each at the row's cap against the default there, and held to unsloth's memory against the default
     # held there (name prefixed held_)
     for side, name, default_first in (
         ("cockpit-hf", "fused_over_hf", True),
         ("cockpit-packed", "unpacked_over_packed", True),
-        ("cockpit-late", "at_log_over_each_micro_batch", False),
+        ("cockpit-eager", "at_log_over_each_micro_batch", True),
         ("cockpit-noliger", "liger_over_off", True),
     ):
         for suffix, prefix in (("", ""), ("@unsloth-memory", "held_")):
@@ -992,8 +993,8 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="the runs of a row in this order, instead of --order/--matched/--cockpit-caps: cockpit "
         "(speed.backend auto), cockpit-hf (speed.backend hf: peft's layers), cockpit-packed (the 4-bit "
-        "scales kept double-quantised), cockpit-mlp (speed.mlp_block: fused), cockpit-late "
-        "(speed.read_figures: at_log), cockpit-noliger (speed.fused_kernels: off), unsloth; a cockpit "
+        "scales kept double-quantised), cockpit-mlp (speed.mlp_block: fused), cockpit-eager "
+        "(speed.read_figures: each_micro_batch), cockpit-noliger (speed.fused_kernels: off), unsloth; a cockpit "
         "side may take @GIB or @unsloth-memory, e.g. cockpit,cockpit-hf,unsloth,unsloth,cockpit-hf,cockpit",
     )
     ap.add_argument(

@@ -87,9 +87,12 @@ def test_at_log_logs_the_same_figures_and_leaves_only_the_models_read_in_a_step(
     assert late_reads == model_reads, late_reads
     plan = next(e for e in late_events if e["type"] == "speed_plan")
     (choice,) = [c for c in plan["choices"] if c["name"] == "step figures"]
-    assert choice["value"] == "at logging steps" and choice["source"] == "yours"
+    assert choice["value"] == "at logging steps" and choice["source"] == "auto"  # the default
     assert plan["read_figures"] == "at_log"  # what a bench records of the plan (bench/common.py)
-    assert next(e for e in eager_events if e["type"] == "speed_plan")["read_figures"] == "each_micro_batch"
+    eager_plan = next(e for e in eager_events if e["type"] == "speed_plan")
+    assert eager_plan["read_figures"] == "each_micro_batch"
+    (choice,) = [c for c in eager_plan["choices"] if c["name"] == "step figures"]
+    assert choice["value"] == "each micro-batch" and choice["source"] == "yours"
 
 
 def _steps(evs: list[dict]) -> list[dict]:
@@ -169,7 +172,10 @@ def test_the_speed_model_overlaps_forward_and_backward_where_figures_wait_for_th
     assert not workload_from_config(
         config_from_dotted({"speed.read_figures": "at_log", "objective": "dpo"}), shape
     ).figures_at_log
-    assert not workload_from_config(config_from_dotted({}), shape).figures_at_log
+    # the default reads them at the log; each_micro_batch, TRL's and HF's own reads, waits between
+    assert workload_from_config(config_from_dotted({}), shape).figures_at_log
+    eager = config_from_dotted({"speed.read_figures": "each_micro_batch"})
+    assert not workload_from_config(eager, shape).figures_at_log
 
 
 class _Accelerator:

@@ -346,7 +346,8 @@ def test_the_speed_models_held_out_check_reads_each_runs_split_and_compares_step
 
 
 def test_the_held_out_check_predicts_a_run_that_read_its_figures_at_the_log_as_its_plan_did(monkeypatch):
-    """A cockpit-late run (speed.read_figures: at_log) is held against the model with forward and
+    """A run that read its figures at the log (speed.read_figures: at_log, cockpit-late before it was
+    the default) is held against the model with forward and
     backward overlapping, as its plan rated it: on a split whose forward the host binds and whose backward
     the device binds, a shorter predicted step than the same split read each micro-batch."""
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
@@ -527,29 +528,29 @@ def test_the_mlp_side_runs_the_fused_mlp_block(bench, tmp_path):
     assert (cfg.speed.mlp_block, cfg.speed.backend, cfg.lora.dropout) == ("fused", "hf", 0.0)
 
 
-def test_the_late_side_reads_the_figures_at_log_and_its_ratio_is_reported(bench, tmp_path):
-    """cockpit-late: the same run with speed.read_figures: at_log (train_backend/step_figures.py), so a
-    row measures what reading a step's figures at the log gains, at_log over the default."""
-    assert bench.sides_order("cockpit,cockpit-late,cockpit-late,cockpit") == [
+def test_the_eager_side_reads_the_figures_each_micro_batch_and_its_ratio_is_reported(bench, tmp_path):
+    """cockpit-eager: the same run with speed.read_figures: each_micro_batch (TRL's and HF's reads), so a
+    row measures what reading a step's figures at the log (the default) gains, at_log over eager."""
+    assert bench.sides_order("cockpit,cockpit-eager,cockpit-eager,cockpit") == [
         "cockpit",
-        "cockpit-late",
-        "cockpit-late",
+        "cockpit-eager",
+        "cockpit-eager",
         "cockpit",
     ]
     bench.write_sequences(tmp_path / "d.jsonl", (32, 512), 2, 32000)
     path = tmp_path / "c.yaml"
-    for late in (True, False):
+    for eager in (True, False):
         path.write_text(
             bench.cockpit_config(
-                "synthetic:llama-2-7b", tmp_path / "d.jsonl", 512, 5, 22.0, False, figures_at_log=late
+                "synthetic:llama-2-7b", tmp_path / "d.jsonl", 512, 5, 22.0, False, eager_figures=eager
             )
         )
-        wanted = "at_log" if late else "each_micro_batch"
+        wanted = "each_micro_batch" if eager else "at_log"
         assert config_load.load_config(path).speed.read_figures == wanted
     runs = [
-        {"side": "cockpit", "tokens_per_s": 1000.0},
-        {"side": "cockpit-late", "tokens_per_s": 1100.0},
-        {"side": "cockpit-late", "tokens_per_s": 1050.0},
+        {"side": "cockpit", "tokens_per_s": 1100.0},
+        {"side": "cockpit-eager", "tokens_per_s": 1000.0},
+        {"side": "cockpit-eager", "tokens_per_s": 1050.0},
         {"side": "cockpit", "tokens_per_s": 1050.0},
     ]
     s = bench.summarize(runs, 27e9, 989e12)

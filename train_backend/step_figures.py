@@ -28,7 +28,9 @@ micro-batch before, so the host still waits once a micro-batch; the forward and 
 launches overlap as one (the speed model's max of the sums). The test aid count_reads counts every
 read by the file that made it (tests/test_step_figures.py).
 
-`each_micro_batch` (the default, until a GPU run has measured `at_log`): TRL's and HF's own.
+`at_log` is the default: on an H100 it ran 1.04x-1.16x the tokens/s of `each_micro_batch` on
+the 7B and 8B QLoRA rows of bench/vs_unsloth.py (docs/benchmarks.md). `each_micro_batch`: TRL's
+and HF's own.
 The packed rows' real-token count (train_backend.packing) and the trained-token count
 (train_backend.answer_data) are read the same way as the rest.
 """

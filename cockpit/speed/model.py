@@ -402,8 +402,8 @@ def micro_batch_s(w: Workload, forward: tuple[float, float], backward: tuple[flo
     (`.item()` on the entropy and token accuracy): under TRL the host's launches overlap the device's
     work within the forward and within the backward, never across them; a plain HF Trainer's forward
     and backward overlap as one, and so do the product's where it reads those figures at logging steps
-    instead (speed.read_figures: at_log, train_backend.step_figures; not yet timed on a GPU: the
-    coefficients were fitted on runs that waited twice a micro-batch)."""
+    instead (speed.read_figures: at_log, the default, train_backend.step_figures; the coefficients
+    were fitted on runs that waited twice a micro-batch, docs/estimator.md says how it holds)."""
     if w.trainer == "trl" and not w.figures_at_log:
         return max(forward) + max(backward)
     return max(forward[0] + backward[0], forward[1] + backward[1])
