@@ -994,8 +994,9 @@ def main(argv: list[str] | None = None) -> int:
         help="the runs of a row in this order, instead of --order/--matched/--cockpit-caps: cockpit "
         "(speed.backend auto), cockpit-hf (speed.backend hf: peft's layers), cockpit-packed (the 4-bit "
         "scales kept double-quantised), cockpit-mlp (speed.mlp_block: fused), cockpit-eager "
-        "(speed.read_figures: each_micro_batch), cockpit-noliger (speed.fused_kernels: off), unsloth; a cockpit "
-        "side may take @GIB or @unsloth-memory, e.g. cockpit,cockpit-hf,unsloth,unsloth,cockpit-hf,cockpit",
+        "(speed.read_figures: each_micro_batch), cockpit-noliger (speed.fused_kernels: off), unsloth; "
+        "a cockpit side may take @GIB or @unsloth-memory, e.g. "
+        "cockpit,cockpit-hf,unsloth,unsloth,cockpit-hf,cockpit",
     )
     ap.add_argument(
         "--share-across-caps",

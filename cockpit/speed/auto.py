@@ -422,7 +422,10 @@ def _step_figures(cfg: TrainConfig) -> Choice:
             "(1.04x-1.16x the tokens/s of reading them each micro-batch, H100, docs/benchmarks.md)"
         )
         return Choice(name, "at logging steps", why, "auto")
-    why = "speed.read_figures: each_micro_batch: TRL's and HF's own; the host waits for the GPU twice a micro-batch"
+    why = (
+        "speed.read_figures: each_micro_batch: TRL's and HF's own; the host waits for the GPU twice a "
+        "micro-batch"
+    )
     return Choice(name, "each micro-batch", why, "yours")
 
 
