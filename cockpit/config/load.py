@@ -200,11 +200,15 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
             "from the environment."
         )
     speed = raw.get("speed")
-    if isinstance(speed, dict):  # YAML reads a bare `off` as false
+    if isinstance(speed, dict):  # YAML reads a bare `off` as false, `on` as true
         raw = {
             **raw,
             "speed": {
-                k: "off" if v is False and k in ("mode", "fused_kernels", "mlp_block") else v
+                k: "off"
+                if v is False and k in ("mode", "fused_kernels", "mlp_block")
+                else "on"
+                if v is True and k == "fused_kernels"
+                else v
                 for k, v in speed.items()
             },
         }

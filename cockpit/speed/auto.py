@@ -163,6 +163,12 @@ def samples_per_row(lengths: list[int], capacity: int) -> float:
     return len([x for x in looked if x > 0]) / rows if rows else 1.0
 
 
+# speed.fused_kernels: auto turns Liger's kernels off where the speed model rates the split without them
+# at least this much faster (its median error held out is about 10%; on one H100, 2026-12-07, the 7B
+# ragged row held to 5.45 GiB ran 1.77x without them, predicted 1.58x; the 8B one 1.01x, predicted 1.09x)
+LIGER_OFF_GAIN = 1.05
+
+
 def plan(
     cfg: TrainConfig, facts: Facts, lengths: list[int], shape: ModelShape | None, shape_note: str = ""
 ) -> SpeedPlan:
@@ -177,11 +183,14 @@ def plan(
     run.training.packing = packing != "none"
     rows_per_step = _rows_per_step(cfg, packing, per_row)
     problem = BatchProblem(cfg, run, facts, shape, shape_note, keep, rows_per_step, packing != "none")
-    fit, split_choices = fit_batch(problem)
-    mlp_auto: Choice | None = None
-    if cfg.speed.mlp_block == "auto" and cfg.method in ("lora", "qlora"):  # the block is LoRA's
-        problem, fit, split_choices, mlp_auto = _mlp_block_auto(problem, fit, split_choices)
-        cfg = problem.cfg
+    problem, fit, split_choices, mlp_auto = _fit(problem)
+    kernels = _fused_kernels(cfg, facts)
+    if cfg.speed.fused_kernels == "auto" and uses_liger(cfg, facts):
+        problem, fit, split_choices, mlp_auto, kernels = _fused_kernels_auto(
+            problem, fit, split_choices, mlp_auto
+        )
+        run.speed.fused_kernels = problem.cfg.speed.fused_kernels
+    cfg = problem.cfg
     _set_split(run, fit)
     advice = batch_advice(problem)  # before the scales: the run's split as the memory plan sized it
     lora_layers = _lora_backend(cfg)
@@ -193,7 +202,7 @@ def plan(
         attention,
         packing_choice,
         *split_choices,
-        _fused_kernels(cfg, facts),
+        kernels,
         lora_layers,
         *(c for c in (mlp, scales) if c is not None),
         _cross_entropy(cfg.objective),
@@ -377,8 +386,50 @@ def _fused_kernels(cfg: TrainConfig, facts: Facts) -> Choice:
         "fused kernels",
         f"Liger {facts.liger}: RMSNorm, RoPE, SwiGLU",
         "fewer kernel launches per layer, for the same activation memory",
-        "auto",
+        "yours" if cfg.speed.fused_kernels == "on" else "auto",
     )
+
+
+def _fit(problem: BatchProblem) -> tuple[BatchProblem, Fit, list[Choice], Choice | None]:
+    """The split of `problem`, and where speed.mlp_block is auto the MLP block's choice (which may
+    change the problem's config): (the problem, fit, split choices, the MLP block's line or None)."""
+    fit, split_choices = fit_batch(problem)
+    if problem.cfg.speed.mlp_block == "auto" and problem.cfg.method in ("lora", "qlora"):  # LoRA's block
+        return _mlp_block_auto(problem, fit, split_choices)
+    return problem, fit, split_choices, None
+
+
+def _fused_kernels_auto(
+    problem: BatchProblem, fit: Fit, choices: list[Choice], mlp: Choice | None
+) -> tuple[BatchProblem, Fit, list[Choice], Choice | None, Choice]:
+    """speed.fused_kernels: auto where Liger's kernels can run: the split fitted again without them,
+    taken where the speed model rates it LIGER_OFF_GAIN faster. Liger's kernels save device time and
+    activation memory, but each of its Triton launches costs the host more than the aten ops it
+    replaces (speed model: HOST_LIGER_SHARE): on a split the host binds (a small micro-batch of short
+    rows, e.g. held to a few GiB) they slow the step. (the problem, fit, split choices and MLP block
+    line kept, and the fused kernels' line.)"""
+    off_cfg = copy.deepcopy(problem.cfg)
+    off_cfg.speed.fused_kernels = "off"
+    off_problem, off_fit, off_choices, off_mlp = _fit(replace(problem, cfg=off_cfg))
+    on_line = _fused_kernels(problem.cfg, problem.facts)
+    layers = problem.shape.num_layers if problem.shape is not None else "?"
+
+    def split(f: Fit) -> str:
+        rate = f", {f.tokens_per_s:,.0f} tokens/s predicted" if f.tokens_per_s else ""
+        host = ", inputs in host memory" if f.offload else ""
+        return f"{f.micro_batch} x {f.accum}, {f.layers} of {layers} layers recomputed{host}{rate}"
+
+    both = f"without them {split(off_fit)}; with them {split(fit)}"
+    on_rate, off_rate = fit.tokens_per_s, off_fit.tokens_per_s
+    if on_rate is not None and off_rate is not None and off_rate >= LIGER_OFF_GAIN * on_rate:
+        why = (
+            "auto: the speed model rates the split without Liger's kernels faster: their launches cost "
+            f"the host more than they save the GPU here: {both}"
+        )
+        return off_problem, off_fit, off_choices, off_mlp, Choice("fused kernels", "off", why, "auto")
+    if on_rate is not None and off_rate is not None:
+        on_line = replace(on_line, reason=f"{on_line.reason}: {both}")
+    return problem, fit, choices, mlp, on_line
 
 
 def _row_width() -> Choice:
