@@ -181,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-s", type=float, default=570.0, help="wait: return after this many seconds")
     ap.add_argument("--to", type=Path, help="collect: the folder to copy into ($OUT)")
     ap.add_argument("paths", nargs="*", type=Path, help="collect: files the job wrote")
-    a = ap.parse_args(argv)
+    # the files after the options (`collect --name t --to OUT FILE ...`, as the docstring has it):
+    # parse_args takes the positionals in one run only and refuses them there
+    a = ap.parse_intermixed_args(argv)
     if a.verb == "start":
         return start(a.jobs, a.name, cmd)
     if a.verb == "wait":

@@ -132,6 +132,23 @@ def test_collect_copies_the_log_and_the_files_and_says_which_are_missing(job, tm
     assert "hello" in (tmp_path / "out" / "t-job.log").read_text()
 
 
+def test_collect_takes_the_files_after_the_options_as_the_docstring_writes_it(job, tmp_path):
+    """`collect --name t --to OUT FILE ...` from the command line (a device call on 2026-12-07 lost its
+    files to argparse's "unrecognized arguments" for the files after --to)."""
+    job.start(tmp_path / "jobs", "t", py("print('hello')"))
+    job.wait(tmp_path / "jobs", "t", max_s=30, poll_s=0.05)
+    made = tmp_path / "table.json"
+    made.write_text("{}")
+    where = ["--jobs", str(tmp_path / "jobs"), "--name", "t", "--to", str(tmp_path / "out")]
+    got = subprocess.run(
+        [sys.executable, str(SCRIPT), "collect", *where, str(made)],
+        capture_output=True,
+        text=True,
+    )
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["t-job.log", "table.json"]
+
+
 def test_a_name_is_one_folder(job, tmp_path):
     with pytest.raises(SystemExit, match="plain folder name"):
         job.start(tmp_path, "../up", py("pass"))
