@@ -12,7 +12,7 @@ comparison is by the time of a step:
   model's vocabulary, seed 0; a step's own mix varies around it) at the measured real rate.
 The error is that of the rate: predicted step time over measured, less one, negated.
 
-  python bench/speed_heldout.py [--card NAME] [--probe] [RECORD.json ...]
+  python bench/speed_heldout.py [--card NAME] [--probe] [--steady] [RECORD.json ...]
       (default: the 2026-12-02 20:38-22:00 records; --card: the catalog card the runs ran on, as
       NVML names it, e.g. 'NVIDIA H100 80GB HBM3'; default the H200 SXM reference figures;
       --probe: the host terms at each run's own probe reading, host_probe_ms in its plan, as the
@@ -87,9 +87,14 @@ def mean_length(arch: str, lengths: str, warmup: int, steps: int) -> float:
     return statistics.fmean(drawn)
 
 
-def rows(record: dict, card: CardSpeed = REFERENCE_CARD, probe: bool = False) -> list[dict]:
+def rows(
+    record: dict, card: CardSpeed = REFERENCE_CARD, probe: bool = False, steady: bool = False
+) -> list[dict]:
     """The record's cockpit runs against the speed model on `card`; `probe`: at each run's own host, as
-    its plan read it (host_probe_ms), as the plan's own figure was; else at the reference host."""
+    its plan read it (host_probe_ms), as the plan's own figure was; else at the reference host.
+    `steady`: the measured step at the median of the timed steps' times, not their mean (a one-off
+    pause such as the ~2.5 s one of the ragged checkpointed runs at step 5 or 6 left out: what a
+    run of thousands of steps sees); the mean where the record has no step times."""
     out = []
     for row in record["rows"]:
         max_length = LENGTHS[row["lengths"]][1]
@@ -120,6 +125,9 @@ def rows(record: dict, card: CardSpeed = REFERENCE_CARD, probe: bool = False) ->
             rows_run = min(mb * accum, SAMPLES_PER_STEP) if shortest == longest else mb * accum
             predicted_step = rows_run * max_length / rate
             measured_step = SAMPLES_PER_STEP * mean / run["tokens_per_s"]
+            times = run.get("step_s") or []
+            if steady and times:
+                measured_step *= statistics.median(times) / statistics.fmean(times)
             out.append(
                 {
                     "row": row["id"],
@@ -145,6 +153,12 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="each run at its own host, as its plan's probe read it (host_probe_ms); else the reference host",
     )
+    ap.add_argument(
+        "--steady",
+        action="store_true",
+        help="the measured step at the median of the timed steps' times (one-off pauses left out); "
+        "else their mean",
+    )
     a = ap.parse_args(argv)
     card = REFERENCE_CARD
     if a.card:
@@ -155,8 +169,10 @@ def main(argv: list[str]) -> int:
     files = a.records or DEFAULT
     found = []
     for f in files:
-        found += rows(json.loads(f.read_text()), card, a.probe)
+        found += rows(json.loads(f.read_text()), card, a.probe, a.steady)
     host = "each run's own host (its probe)" if a.probe else "the reference host"
+    if a.steady:
+        host += "; measured: the median step (one-off pauses left out)"
     print(
         f"speed model on {card.name}: {card.bf16_dense_tflops:g} TFLOPS bf16, {card.bandwidth_gbs:g} GB/s, "
         f"at {host}"

@@ -345,6 +345,35 @@ def test_the_speed_models_held_out_check_reads_each_runs_split_and_compares_step
     assert at_own[0]["error"] < -0.25
 
 
+def test_the_held_out_checks_steady_step_leaves_a_one_off_pause_out(monkeypatch):
+    """--steady: the measured step at the median of the timed steps' times, so one 3 s pause among
+    ten 1 s steps (the rate the record gives is over all of them) is the error of the 1 s steps."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import speed_heldout
+
+    plan = {"micro_batch_size": 3, "gradient_accumulation_steps": 3, "checkpoint_layers": 32, "liger": True}
+    base = speed_heldout.workload("llama-2-7b", 512, True)
+    rate = speed_heldout.partial_tokens_per_s(
+        dataclasses.replace(base, micro_batch=3, grad_accum=3), 32, speed_heldout.REFERENCE_CARD, False
+    )
+    mean = speed_heldout.mean_length("llama-2-7b", "ragged", 3, 10)
+    steady = 16 * mean / (9 * 512 / rate)  # real tokens/s whose step takes the predicted time
+    times = [1.0] * 9 + [3.0]  # the whole run's rate: 12 s for what 10 steady steps do in 10
+    run = {"side": "cockpit", "tokens_per_s": steady * 10 / 12, "plan": plan, "step_s": times}
+    record = {
+        "warmup_steps": 3,
+        "timed_steps": 10,
+        "rows": [{"id": "r", "arch": "llama-2-7b", "lengths": "ragged", "runs": [run]}],
+    }
+    (whole,) = speed_heldout.rows(record)
+    (median,) = speed_heldout.rows(record, steady=True)
+    assert whole["error"] == pytest.approx(0.2, abs=1e-3) and median["error"] == pytest.approx(0, abs=1e-3)
+    (no_times,) = speed_heldout.rows(
+        {**record, "rows": [{**record["rows"][0], "runs": [{**run, "step_s": []}]}]}, steady=True
+    )
+    assert no_times["error"] == whole["error"]  # no step times: the mean, as without --steady
+
+
 def test_the_held_out_check_predicts_a_run_that_read_its_figures_at_the_log_as_its_plan_did(monkeypatch):
     """A run that read its figures at the log (speed.read_figures: at_log, cockpit-late before it was
     the default) is held against the model with forward and
