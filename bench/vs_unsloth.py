@@ -502,6 +502,39 @@ def step_times(marks: list[dict], warmup: int) -> list[float]:
     return [round(b["t"] - a["t"], 4) for a, b in itertools.pairwise(timed)]
 
 
+STALL_FIELDS = ("data_wait_s", "compute_s", "gc_s", "gc_full", "tokens_per_micro_batch", "alloc_retries")
+
+
+def stall_detail(logs: list[dict], stalled: list[int]) -> list[dict]:
+    """What the `log` events say of each stalled step and the step before it: the data wait, compute,
+    Python's garbage collector (time a step, full collections), tokens a micro-batch and the
+    allocator's retries, with torch's reserved GiB (a pause with none of these is the GPU's, or a
+    host stall none of them counts)."""
+    by_step = {e["step"]: e for e in logs}
+    out = []
+    for step in stalled:
+        for s in (step - 1, step):
+            e = by_step.get(s)
+            if e is None:
+                continue
+            row = {"step": s, **{k: e.get(k) for k in STALL_FIELDS}}
+            if e.get("mem_reserved_bytes") is not None:
+                row["mem_reserved_gib"] = round(e["mem_reserved_bytes"] / GIB, 2)
+            out.append(row)
+    return out
+
+
+def stall_note(run: dict) -> str:
+    """The table's words on a run's stalled steps: each one's data wait and collector time."""
+    stalled = set(run.get("stalled_steps") or [])
+    parts = [
+        f"{d['step']}: data wait {d['data_wait_s']:.2f} s, gc {d['gc_s']:.2f} s"
+        for d in run.get("stall_detail") or []
+        if d["step"] in stalled and d.get("data_wait_s") is not None and d.get("gc_s") is not None
+    ]
+    return f"; {'; '.join(parts)}" if parts else ""
+
+
 def stalled_steps(marks: list[dict], warmup: int, factor: float = 2.0) -> list[int]:
     """Timed steps whose interval from the previous step's end is over `factor` x the median."""
     timed = [m for m in marks if m["step"] >= warmup]
@@ -614,13 +647,15 @@ def run_cockpit(row: dict, a, work: Path, log, cap: float | None = None, side: s
         if e["step"] <= a.warmup + a.steps  # the profiled steps after them are slower
     ]
     rate, loss, timed = timed_rate(marks, a.warmup)
+    stalled = stalled_steps(marks, a.warmup)
     out = {
         "side": side,
         "cap_gib": cap,
         "tokens_per_s": round(rate, 1) if rate is not None else None,
         "loss": loss,
         "timed_steps": timed,
-        "stalled_steps": stalled_steps(marks, a.warmup),
+        "stalled_steps": stalled,
+        "stall_detail": stall_detail(logs, stalled),
         "step_s": step_times(marks, a.warmup),
         "alloc_retries": logs[-1].get("alloc_retries") if logs else None,
         "device_used_gib": used,
@@ -887,7 +922,7 @@ def table(result: dict) -> str:
             if count.get("padded_micro_batches"):
                 rate += f" ({count['padded_micro_batches']} of {count['micro_batches']} micro-batches padded)"
             if r.get("stalled_steps"):
-                rate += f" (slow steps {r['stalled_steps']})"
+                rate += f" (slow steps {r['stalled_steps']}{stall_note(r)})"
             loss = f"{r['loss']:.4f}" if r.get("loss") is not None else "-"
             side = r["side"] + (
                 f" (cap {r['cap_gib']:g} GiB)" if r["side"] != "unsloth" and r.get("cap_gib") else ""

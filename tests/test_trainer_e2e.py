@@ -76,12 +76,15 @@ def test_full_run_headless(tmp_path, env):
         "compute_s",
         "data_wait_share",
         "tokens_per_micro_batch",
+        "gc_s",
+        "gc_full",
         *memory,
     ):
         assert last[field] is not None, field
     assert last["tokens_per_s"] > 0 and last["total_steps"] == 8
     # micro-batches of 4 rows of at most max_length 64; the wait is a share of the window
     assert 0 < last["tokens_per_micro_batch"] <= 4 * 64 and 0 <= last["data_wait_share"] <= 1
+    assert last["gc_s"] >= 0 and last["gc_full"] >= 0  # Python's collector, timed per step
     data = next(e for e in evs if e["type"] == "data")
     assert data["samples"] == 345 and data["tokens_min"] > 0 and data["tokens_max"] >= data["tokens_p95"]
     # plain (non-terminal) output: timestamped lines, one per step with --log-every 0

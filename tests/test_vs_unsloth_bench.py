@@ -615,3 +615,24 @@ def test_the_noliger_side_turns_ligers_kernels_off_and_its_ratio_is_reported(ben
     ]
     s = bench.summarize(runs, 27e9, 989e12)
     assert (s["liger_over_off"], s["held_liger_over_off"]) == (1.2, 0.75)
+
+
+def test_a_stalled_step_is_recorded_with_what_its_log_event_says_of_it(bench):
+    """stall_detail: the stalled step and the one before it, with the data wait, compute, the garbage
+    collector's time and full collections, tokens a micro-batch, allocator retries and reserved GiB."""
+    logs = [
+        {"step": s, "ts": 100.0 + s, "loss": 1.0, "data_wait_s": 0.001, "compute_s": 0.45, "gc_s": 0.0}
+        for s in range(1, 8)
+    ]
+    logs[5].update(data_wait_s=0.002, compute_s=2.9, gc_s=2.4, gc_full=1, mem_reserved_bytes=3 * 2**30)
+    marks = [{"step": e["step"], "t": e["ts"] + (2.5 if e["step"] >= 6 else 0)} for e in logs]
+    stalled = bench.stalled_steps(marks, 2)
+    assert stalled == [6]
+    detail = bench.stall_detail(logs, stalled)
+    assert [d["step"] for d in detail] == [5, 6]
+    assert detail[1]["gc_s"] == 2.4 and detail[1]["gc_full"] == 1 and detail[1]["mem_reserved_gib"] == 3.0
+    assert detail[0]["gc_full"] is None and "mem_reserved_gib" not in detail[0]
+    assert bench.stall_detail(logs, []) == []
+    note = bench.stall_note({"stalled_steps": stalled, "stall_detail": detail})
+    assert note == "; 6: data wait 0.00 s, gc 2.40 s"
+    assert bench.stall_note({"stalled_steps": [6]}) == ""  # a record before the detail existed

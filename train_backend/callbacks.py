@@ -78,6 +78,7 @@ class CockpitCallback(TrainerCallback):
         self.window_start = (time.time(), 0, state.global_step)
         if self.meter is not None:
             self.meter.reset()
+            self.meter.watch_gc()  # the collector's time per step in each log (train_backend.step_meter)
         self.controls.training = True
         self.emitter.emit(
             "train_begin",
@@ -176,6 +177,10 @@ class CockpitCallback(TrainerCallback):
         if self.meter is not None:
             self.meter.reset()
         self.emitter.emit("resumed", step=state.global_step, paused_s=round(time.time() - began, 2))
+
+    def on_train_end(self, args, state, control, **kw):
+        if self.meter is not None:
+            self.meter.unwatch_gc()
 
     def on_log(self, args, state, control, logs=None, **kw):
         logs = logs or {}

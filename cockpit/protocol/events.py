@@ -289,6 +289,13 @@ class LogEvent(TypedDict, total=False):
     ]
     compute_s: Annotated[float | None, Meaning("mean time per optimizer step not spent waiting for data")]
     data_wait_share: Annotated[float | None, Meaning("data wait over the window's wall time, 0-1")]
+    gc_s: Annotated[
+        float | None,
+        Meaning(
+            "mean time per optimizer step in Python's cyclic garbage collector (the host queues nothing)"
+        ),
+    ]
+    gc_full: Annotated[int | None, Meaning("full (generation 2) garbage collections in the window")]
     tokens_per_micro_batch: Annotated[
         float | None,
         Meaning("mean tokens per micro-batch in the window, padding included (what the GPU computes)"),
