@@ -82,7 +82,22 @@ def test_cpu_bound_elsewhere_when_the_batches_are_big_and_the_wait_small():
     assert "trainer CPU 114% of one core" in finding.evidence
     assert "8192 tokens per micro-batch (>= the ~3072 the card needs)" in finding.evidence
     # 8192 x 4 tokens per 4 s step = 8.2k measured; the speed model's 4.9k is not more: no gain claimed
-    assert "Liger" in finding.fix and "speed model expects" not in finding.fix
+    assert "speed model expects" not in finding.fix
+    # the plan runs no Liger and reads its figures at the log: neither is offered
+    assert "Liger" not in finding.fix and "read_figures" not in finding.fix
+    assert "training.logging_steps" in finding.fix and "garbage collector" not in finding.evidence
+
+
+def test_cpu_bound_offers_liger_off_and_figures_at_the_log_where_the_plan_runs_them_and_names_the_gc():
+    plan = {**SPEED_PLAN, "liger": True, "read_figures": "each_micro_batch"}
+    state = state_with(0.05, 8192.0, plan, step_s=4.0)
+    state.input["gc_s"] = 0.4  # of a 4 s step
+    finding = only(feed(Doctor(), 0, 60, state=state, **LAUNCH_BOUND), "cpu_bound")
+    assert "speed.fused_kernels: off" in finding.fix and "speed.read_figures: at_log" in finding.fix
+    assert "Python's garbage collector 0.400 s a step (10%)" in finding.evidence
+    state.input["gc_s"] = 0.1  # 2.5%: not named
+    finding = only(feed(Doctor(), 0, 60, state=state, **LAUNCH_BOUND), "cpu_bound")
+    assert "garbage collector" not in finding.evidence
 
 
 def test_cpu_bound_states_the_speed_model_s_gain():

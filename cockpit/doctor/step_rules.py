@@ -29,6 +29,7 @@ LOW_UTIL_PCT = 70.0
 CPU_SATURATED_PCT = 90.0
 INPUT_WAIT_SHARE = 0.25  # the step waits for data this share of its time: the loader is the bottleneck
 WORTH_GAIN = 1.1  # a predicted gain below this is not worth a finding's fix
+GC_SHARE = 0.05  # Python's garbage collector took this share of the step: named in the evidence
 
 
 def measured(state: Any) -> dict[str, Any] | None:
@@ -242,10 +243,34 @@ def cpu_bound(window: Window, state: Any) -> Finding | None:
                 f"{tokens:.0f} tokens per micro-batch" + (f" (>= the ~{busy} the card needs)" if busy else "")
                 if tokens
                 else None,
+                _gc_text(m),
             ]
         ),
-        fix="The trainer's own host work holds the GPU back, not the data: turn on Liger's fused kernels "
-        "(install liger-kernel; speed: auto uses it), log less often (training.logging_steps), or take an "
-        "instance with faster CPU cores." + gain,
+        fix="The trainer's own host work holds the GPU back, not the data: "
+        + ", ".join(_host_fixes(field(state, "speed_plan") or {}))
+        + "."
+        + gain,
         since_ts=_since(window),
     )
+
+
+def _host_fixes(sp: dict[str, Any]) -> list[str]:
+    """What lightens the trainer's host work, by what the plan runs. Liger's kernels are not among
+    them: each of their Triton launches costs the host more than the ops it replaces (the speed
+    model's HOST_LIGER_SHARE; on a host-bound H100 split 1.77x without them, docs/benchmarks.md),
+    so where the plan runs them, turning them off is."""
+    fixes = []
+    if sp.get("liger"):
+        fixes.append("turn Liger's kernels off (speed.fused_kernels: off: their launches cost the host more)")
+    if sp.get("read_figures") == "each_micro_batch":
+        fixes.append("read the step's figures at the log (speed.read_figures: at_log)")
+    return [*fixes, "log less often (training.logging_steps)", "or take an instance with faster CPU cores"]
+
+
+def _gc_text(m: dict[str, Any]) -> str | None:
+    """Python's garbage collector's share of the step, where it is GC_SHARE or more."""
+    gc_s, wait, compute = m.get("gc_s"), m.get("data_wait_s"), m.get("compute_s")
+    if gc_s is None or wait is None or compute is None or wait + compute <= 0:
+        return None
+    share = gc_s / (wait + compute)
+    return f"Python's garbage collector {gc_s:.3f} s a step ({share:.0%})" if share >= GC_SHARE else None

@@ -39,7 +39,7 @@ from cockpit.run.preference_state import PreferenceState
 from cockpit.speed import flops
 
 MAX_NOTICES = 200
-INPUT_FIELDS: Final = ("data_wait_s", "compute_s", "data_wait_share", "tokens_per_micro_batch")
+INPUT_FIELDS: Final = ("data_wait_s", "compute_s", "data_wait_share", "tokens_per_micro_batch", "gc_s")
 # the ETA: the median step time of the last ETA_WINDOW_STEPS logged steps (one slow step under load
 # does not swing it), and none before ETA_MIN_STEPS steps were timed (the first ones load and compile)
 ETA_WINDOW_STEPS = 20
