@@ -420,7 +420,8 @@ def _fused_kernels_auto(
         return f"{f.micro_batch} x {f.accum}, {f.layers} of {layers} layers recomputed{host}{rate}"
 
     both = f"without them {split(off_fit)}; with them {split(fit)}"
-    on_rate, off_rate = fit.tokens_per_s, off_fit.tokens_per_s
+    # compared at the rank card, as the splits are: the probe's noise moves both rates, not the choice
+    on_rate, off_rate = fit.rank_tokens_per_s, off_fit.rank_tokens_per_s
     if on_rate is not None and off_rate is not None and off_rate >= LIGER_OFF_GAIN * on_rate:
         why = (
             "auto: the speed model rates the split without Liger's kernels faster: their launches cost "
@@ -528,7 +529,10 @@ def _mlp_block_auto(
     # host memory fit where 2 x 8 without them did, rated 10,602 tokens/s against 9,756
     key = (fused_fit.micro_batch, fused_fit.accum, fused_fit.layers, fused_fit.offload)
     changed = key != (fit.micro_batch, fit.accum, fit.layers, fit.offload)
-    faster = fused_fit.tokens_per_s is not None and (fit.tokens_per_s or 0) < fused_fit.tokens_per_s
+    # at the rank card, as the splits are ranked: the probe's noise does not move the choice
+    faster = (
+        fused_fit.rank_tokens_per_s is not None and (fit.rank_tokens_per_s or 0) < fused_fit.rank_tokens_per_s
+    )
     layers = problem.shape.num_layers if problem.shape is not None else "?"
 
     def split(f: Fit) -> str:

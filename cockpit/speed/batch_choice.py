@@ -74,6 +74,9 @@ class Fit:
     peak: int | None = None
     tokens_per_s: float | None = None
     offload: bool = False  # the checkpointed layers' inputs wait in pinned host memory
+    # tokens/s on BatchProblem.rank_card, the figure splits are ranked by (a probe's noise does not
+    # move it); a choice between fits (speed.mlp_block and speed.fused_kernels: auto) compares these
+    rank_tokens_per_s: float | None = None
 
 
 HOST_SHARE = 0.5  # the most of the host's available memory the pinned layer inputs may take
@@ -184,7 +187,8 @@ def fit_batch(problem: BatchProblem) -> tuple[Fit, list[Choice]]:
     here = [_rate_here(problem, base, c) for c in scored[:2]]
     rate = round(here[0], 1) if here[0] else None
     offload = bool(best.host_bytes)
-    fit = Fit(best.micro_batch, best.accum, best.layers, every, budget, best.peak, rate, offload)
+    ranked = best.rate or None
+    fit = Fit(best.micro_batch, best.accum, best.layers, every, budget, best.peak, rate, offload, ranked)
     batch = _batch_choice(problem, scored, here, budget)
     return fit, [batch, _checkpointing_choice(problem, best, every)]
 
