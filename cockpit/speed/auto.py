@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -413,11 +414,7 @@ def _fused_kernels_auto(
     off_problem, off_fit, off_choices, off_mlp = _fit(replace(problem, cfg=off_cfg))
     on_line = _fused_kernels(problem.cfg, problem.facts)
     layers = problem.shape.num_layers if problem.shape is not None else "?"
-
-    def split(f: Fit) -> str:
-        rate = f", {f.tokens_per_s:,.0f} tokens/s predicted" if f.tokens_per_s else ""
-        host = ", inputs in host memory" if f.offload else ""
-        return f"{f.micro_batch} x {f.accum}, {f.layers} of {layers} layers recomputed{host}{rate}"
+    split = functools.partial(_split_text, layers=layers)
 
     both = f"without them {split(off_fit)}; with them {split(fit)}"
     # compared at the rank card, as the splits are: the probe's noise moves both rates, not the choice
@@ -431,6 +428,13 @@ def _fused_kernels_auto(
     if on_rate is not None and off_rate is not None:
         on_line = replace(on_line, reason=f"{on_line.reason}: {both}")
     return problem, fit, choices, mlp, on_line
+
+
+def _split_text(f: Fit, layers: int | str) -> str:
+    """A fit in the words of a choice's reason: split, layers recomputed, host memory, predicted rate."""
+    rate = f", {f.tokens_per_s:,.0f} tokens/s predicted" if f.tokens_per_s else ""
+    host = ", inputs in host memory" if f.offload else ""
+    return f"{f.micro_batch} x {f.accum}, {f.layers} of {layers} layers recomputed{host}{rate}"
 
 
 def _row_width() -> Choice:
@@ -534,11 +538,7 @@ def _mlp_block_auto(
         fused_fit.rank_tokens_per_s is not None and (fit.rank_tokens_per_s or 0) < fused_fit.rank_tokens_per_s
     )
     layers = problem.shape.num_layers if problem.shape is not None else "?"
-
-    def split(f: Fit) -> str:
-        rate = f", {f.tokens_per_s:,.0f} tokens/s predicted" if f.tokens_per_s else ""
-        host = ", inputs in host memory" if f.offload else ""
-        return f"{f.micro_batch} x {f.accum}, {f.layers} of {layers} layers recomputed{host}{rate}"
+    split = functools.partial(_split_text, layers=layers)
 
     both = f"with it {split(fused_fit)}; without it {split(fit)}"
     if changed and faster:
