@@ -979,7 +979,8 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def arg_parser() -> argparse.ArgumentParser:
+    """The command line's options (bench/table_job.sh's commands are checked against it)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="folder for vs_unsloth.json, .md and .log")
     ap.add_argument("--archs", default="llama-2-7b,llama-3.1-8b")
@@ -1049,7 +1050,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="build the synthetic weights and the token files of the rows asked for, and stop (untimed)",
     )
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = arg_parser().parse_args(argv)
     wanted = parse_rows(a.rows) if a.rows else None
     if wanted:  # the loops below cover these, and skip the other combinations
         a.archs, a.lengths, a.caps = (",".join(dict.fromkeys(r[i] for r in wanted)) for i in range(3))

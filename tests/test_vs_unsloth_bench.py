@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -636,3 +637,38 @@ def test_a_stalled_step_is_recorded_with_what_its_log_event_says_of_it(bench):
     note = bench.stall_note({"stalled_steps": stalled, "stall_detail": detail})
     assert note == "; 6: data wait 0.00 s, gc 2.40 s"
     assert bench.stall_note({"stalled_steps": [6]}) == ""  # a record before the detail existed
+
+
+def test_the_table_job_runs_commands_the_bench_takes(bench, tmp_path):
+    """bench/table_job.sh run with a stand-in python3 that records its arguments: three vs_unsloth.py
+    commands, each one the bench's parser, rows and sides take, held rows with unsloth first (its peak
+    is their cap) and each part's budget up to its end."""
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    calls = tmp_path / "calls"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\0" "$@" >> {calls}\nprintf "\\n" >> {calls}\n')
+    fake.chmod(0o755)
+    now = int(time.time())
+    env = {
+        **os.environ,
+        "PATH": f"{fake.parent}:{os.environ['PATH']}",
+        "HELD_END": str(now + 600),
+        "ALL_END": str(now + 1200),
+    }
+    done = subprocess.run(
+        ["bash", str(ROOT / "bench" / "table_job.sh")], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    commands = [line.strip("\0").split("\0") for line in calls.read_text().split("\n") if line.strip("\0")]
+    assert len(commands) == 3 and all(c[0] == "bench/vs_unsloth.py" for c in commands)
+    parsed = [bench.arg_parser().parse_args(c[1:]) for c in commands]
+    held, held2048, at22 = parsed
+    assert [r[1] for r in bench.parse_rows(held.rows)] == ["ragged", "ragged"]
+    assert [r[1] for r in bench.parse_rows(held2048.rows)] == ["full", "full"]
+    for a in parsed:
+        sides = bench.sides_order(a.sides)
+        assert all(s.startswith("cockpit") for s in sides if s != "unsloth")
+        if any(s.endswith("@unsloth-memory") for s in sides):
+            assert sides[0] == "unsloth"
+    assert "cockpit-eager@unsloth-memory" in held2048.sides and "cockpit-eager" in at22.sides
+    assert 500 <= held.budget_s <= 600 and 1100 <= at22.budget_s <= 1200 and at22.caps == "22"
