@@ -840,16 +840,16 @@ def summarize(runs: list[dict], flops_per_token: float, peak: float | None) -> d
             round(r["tokens_per_s"] * flops_per_token / peak, 4) if peak and r.get("tokens_per_s") else None
         )
     out = {"flops_per_token": round(flops_per_token), "peak_flops": peak}
-    # speed.backend auto (fused LoRA layers) over hf (peft's), the scales unpacked (speed: auto, where it
-    # has room) over packed, at_log (the default) over the figures read each micro-batch, and Liger's
-    # kernels (speed: auto, where they import) over none: same cap
-    # each at the row's cap against the default there, and held to unsloth's memory against the default
-    # held there (name prefixed held_)
-    for side, name, default_first in (
-        ("cockpit-hf", "fused_over_hf", True),
-        ("cockpit-packed", "unpacked_over_packed", True),
-        ("cockpit-eager", "at_log_over_each_micro_batch", True),
-        ("cockpit-noliger", "liger_over_off", True),
+    # the default over each other side, on the same cap: speed.backend auto (fused LoRA layers) over hf
+    # (peft's), the scales unpacked (speed: auto, where it has room) over packed, the figures read at
+    # the log over each micro-batch, Liger's kernels (where they import) over none; each at the row's
+    # cap against the default there, and held to unsloth's memory against the default held there
+    # (name prefixed held_)
+    for side, name in (
+        ("cockpit-hf", "fused_over_hf"),
+        ("cockpit-packed", "unpacked_over_packed"),
+        ("cockpit-eager", "at_log_over_each_micro_batch"),
+        ("cockpit-noliger", "liger_over_off"),
     ):
         for suffix, prefix in (("", ""), ("@unsloth-memory", "held_")):
             default = [
@@ -857,11 +857,10 @@ def summarize(runs: list[dict], flops_per_token: float, peak: float | None) -> d
             ]
             other = [r["tokens_per_s"] for r in runs if r["side"] == side + suffix and r.get("tokens_per_s")]
             if other and default:
-                top, bottom = (default, other) if default_first else (other, default)
-                pairs = [t / b for t in top for b in bottom]
+                pairs = [t / b for t in default for b in other]
                 out.update(
                     {
-                        prefix + name: round(statistics.mean(top) / statistics.mean(bottom), 3),
+                        prefix + name: round(statistics.mean(default) / statistics.mean(other), 3),
                         f"{prefix}{name}_min": round(min(pairs), 3),
                         f"{prefix}{name}_max": round(max(pairs), 3),
                     }

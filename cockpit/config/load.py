@@ -190,6 +190,14 @@ def config_from_dotted(values: dict[str, Any]) -> TrainConfig:
     return config_from_dict(raw)
 
 
+# the speed keys whose words YAML reads as booleans when bare (`off`, `on`), and the words they were
+SPEED_BARE_WORDS: dict[str, dict[bool, str]] = {
+    "mode": {False: "off"},
+    "fused_kernels": {False: "off", True: "on"},
+    "mlp_block": {False: "off"},
+}
+
+
 def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
     found = secret_in_values(raw)
     if found is not None:
@@ -204,11 +212,7 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
         raw = {
             **raw,
             "speed": {
-                k: "off"
-                if v is False and k in ("mode", "fused_kernels", "mlp_block")
-                else "on"
-                if v is True and k == "fused_kernels"
-                else v
+                k: SPEED_BARE_WORDS.get(k, {}).get(v, v) if isinstance(v, bool) else v
                 for k, v in speed.items()
             },
         }

@@ -188,7 +188,7 @@ def plan(
     kernels = _fused_kernels(cfg, facts)
     if cfg.speed.fused_kernels == "auto" and uses_liger(cfg, facts):
         problem, fit, split_choices, mlp_auto, kernels = _fused_kernels_auto(
-            problem, fit, split_choices, mlp_auto
+            problem, fit, split_choices, mlp_auto, kernels
         )
         run.speed.fused_kernels = problem.cfg.speed.fused_kernels
     cfg = problem.cfg
@@ -401,18 +401,17 @@ def _fit(problem: BatchProblem) -> tuple[BatchProblem, Fit, list[Choice], Choice
 
 
 def _fused_kernels_auto(
-    problem: BatchProblem, fit: Fit, choices: list[Choice], mlp: Choice | None
+    problem: BatchProblem, fit: Fit, choices: list[Choice], mlp: Choice | None, on_line: Choice
 ) -> tuple[BatchProblem, Fit, list[Choice], Choice | None, Choice]:
     """speed.fused_kernels: auto where Liger's kernels can run: the split fitted again without them,
     taken where the speed model rates it LIGER_OFF_GAIN faster. Liger's kernels save device time and
     activation memory, but each of its Triton launches costs the host more than the aten ops it
     replaces (speed model: HOST_LIGER_SHARE): on a split the host binds (a small micro-batch of short
     rows, e.g. held to a few GiB) they slow the step. (the problem, fit, split choices and MLP block
-    line kept, and the fused kernels' line.)"""
+    line kept, and the fused kernels' line; `on_line`: that line with them.)"""
     off_cfg = copy.deepcopy(problem.cfg)
     off_cfg.speed.fused_kernels = "off"
     off_problem, off_fit, off_choices, off_mlp = _fit(replace(problem, cfg=off_cfg))
-    on_line = _fused_kernels(problem.cfg, problem.facts)
     layers = problem.shape.num_layers if problem.shape is not None else "?"
     split = functools.partial(_split_text, layers=layers)
 
